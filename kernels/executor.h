@@ -1,0 +1,232 @@
+// The executor: runs one rank's schedule for one channel over its connections.
+//
+// Written once against a Platform policy that supplies connections, waits and reductions
+// (the host platform lives in src/engine/host_platform.h; a device platform plugs in the
+// same way). For each tile of the blocks, the steps run in order; a step moves its data
+// in slices through the FIFOs of kernels/fifo.h, streaming: a slice is received, reduced
+// and forwarded before the next one, so a ring pipelines at slice granularity.
+#pragma once
+
+#include <cstring>
+
+#include "algo/schedule.h"
+#include "kernels/fifo.h"
+#include "nccl.h"
+
+/// Propagates a failed result out of the executor (the platform already described it).
+#define CHORUS_EXEC_CHECK(call)            \
+  do {                                     \
+    ncclResult_t exec_res_ = (call);       \
+    if (exec_res_ != ncclSuccess) return exec_res_; \
+  } while (0)
+
+namespace chorus {
+
+/// Where the blocks of one operation live, and how they are tiled.
+struct BlockMap {
+  const char* in = nullptr;
+  char* out = nullptr;
+  size_t esize = 1;
+  size_t inTotal = 0, outTotal = 0;  ///< elements in each buffer
+  size_t blockElems = 0;             ///< elements per block (same unit in and out)
+  size_t chanStart = 0, chanEnd = 0; ///< this channel's part of every block, in elements
+  size_t tileElems = 0;              ///< elements per tile per block
+  // Point-to-point groups: block i of the input is send i, block j of the output is recv j.
+  bool p2p = false;
+  const char* const* sendPtrs = nullptr;
+  const size_t* sendCounts = nullptr;
+  char* const* recvPtrs = nullptr;
+  const size_t* recvCounts = nullptr;
+  const struct Fingerprint* sendFps = nullptr;  ///< per send: that pair's fingerprint
+  const struct Fingerprint* recvFps = nullptr;  ///< per recv
+
+  /// Pointer and element count of (buf, block) at tile t; count 0 when the tile is past its end.
+  char* range(Buf buf, int block, size_t tile, size_t* n) const {
+    size_t off, len;
+    char* base;
+    if (p2p) {
+      size_t count = buf == Buf::kInput ? sendCounts[block] : recvCounts[block];
+      base = buf == Buf::kInput ? const_cast<char*>(sendPtrs[block]) : recvPtrs[block];
+      off = tile * tileElems;
+      len = off < count ? (count - off < tileElems ? count - off : tileElems) : 0;
+    } else {
+      size_t total = buf == Buf::kInput ? inTotal : outTotal;
+      base = buf == Buf::kInput ? const_cast<char*>(in) : out;
+      size_t bStart = static_cast<size_t>(block) * blockElems;
+      size_t bEnd = bStart + blockElems < total ? bStart + blockElems : total;
+      off = bStart + chanStart + tile * tileElems;
+      size_t end = bStart + chanEnd;
+      if (end > bEnd) end = bEnd;
+      if (off + tileElems < end) end = off + tileElems;
+      len = off < end ? end - off : 0;
+    }
+    *n = len;
+    return base ? base + off * esize : nullptr;
+  }
+};
+
+/// Fingerprint of the running operation, stamped into every slot header and checked by the receiver.
+struct Fingerprint {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  uint32_t desc = 0;
+  int32_t root = -1;
+};
+
+/// Reduction flags (match kernels/reduce.h).
+enum : uint32_t { kExecPreLocal = 1, kExecPostOp = 2 };
+
+/// Runs schedules over a Platform.
+template <class Platform>
+class Executor {
+ public:
+  Executor(Platform& p, const Fingerprint& fp, bool reducing, bool ll, uint32_t sliceBytes)
+      : p_(p), fp_(fp), reducing_(reducing), ll_(ll), sliceBytes_(sliceBytes) {}
+
+  /// Runs every step of `s` for tile `tile` of the blocks in `map`.
+  ncclResult_t runTile(const Schedule& s, const BlockMap& map, size_t tile) {
+    for (size_t i = 0; i < s.steps.size(); i++) {
+      const Step& st = s.steps[i];
+      BufRef ref = stepRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
+      if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
+      size_t n = 0;
+      map.range(ref.buf, ref.block, tile, &n);
+      if (n == 0) continue;
+      ncclResult_t res = runStep(s, st, static_cast<uint32_t>(i), map, tile, n);
+      if (res != ncclSuccess) return res;
+    }
+    return ncclSuccess;
+  }
+
+ private:
+  ncclResult_t runStep(const Schedule& s, const Step& st, uint32_t idx, const BlockMap& map, size_t tile, size_t n) {
+    // Point-to-point steps carry the fingerprint of their own send/recv; collectives one for all.
+    const Fingerprint& sfp = map.p2p && st.src.buf == Buf::kInput ? map.sendFps[st.src.block] : fp_;
+    const Fingerprint& rfp = map.p2p && st.dst.buf == Buf::kOutput ? map.recvFps[st.dst.block] : fp_;
+    size_t dummy;
+    const char* src = st.src.buf != Buf::kNone ? map.range(st.src.buf, st.src.block, tile, &dummy) : nullptr;
+    char* dst = st.dst.buf != Buf::kNone ? map.range(st.dst.buf, st.dst.block, tile, &dummy) : nullptr;
+    uint32_t localFlags = (reducing_ && st.src.buf == Buf::kInput ? kExecPreLocal : 0) | (st.final ? kExecPostOp : 0);
+    bool recv = stepRecvs(st.op), send = stepSends(st.op);
+    Fifo* rf = nullptr;
+    Fifo* sf = nullptr;
+    bool rll = false, sll = false;
+    if (recv) CHORUS_EXEC_CHECK(p_.recvFifo(s.channel, st.recvPeer, ll_, &rf, &rll));
+    if (send) CHORUS_EXEC_CHECK(p_.sendFifo(s.channel, st.sendPeer, ll_, &sf, &sll));
+    size_t bytes = n * map.esize;
+    size_t es = map.esize;
+    for (size_t off = 0; off < bytes; off += sliceBytes_) {
+      size_t b = bytes - off < sliceBytes_ ? bytes - off : sliceBytes_;
+      size_t ne = b / es;
+      const char* r = nullptr;
+      if (recv) {
+        CHORUS_EXEC_CHECK(rll ? recvLL(rf, rfp, b, idx, &r) : recvSimple(rf, rfp, b, idx, &r));
+      }
+      char* out = nullptr;
+      if (send) {
+        CHORUS_EXEC_CHECK(p_.waitSendSpace(sf));
+        out = sll ? p_.staging(1, b) : sf->slotData();
+      }
+      const char* srcp = src ? src + off : nullptr;
+      char* dstp = dst ? dst + off : nullptr;
+      switch (st.op) {
+        case StepOp::kSend: p_.copy(out, srcp, ne, localFlags); break;
+        case StepOp::kRecv: p_.copy(dstp, r, ne, st.final ? kExecPostOp : 0); break;
+        case StepOp::kRecvReduceSend: p_.reduce(out, r, srcp, ne, localFlags); break;
+        case StepOp::kRecvReduceCopy: p_.reduce(dstp, r, srcp, ne, localFlags); break;
+        case StepOp::kRecvReduceCopySend:
+          p_.reduce(dstp, r, srcp, ne, localFlags);
+          p_.copy(out, dstp, ne, 0);
+          break;
+        case StepOp::kRecvCopySend:
+          p_.copy(dstp, r, ne, 0);
+          p_.copy(out, r, ne, 0);
+          break;
+        case StepOp::kCopy: p_.copy(dstp, srcp, ne, localFlags); break;
+        case StepOp::kLocalReduce: p_.reduce(dstp, dstp, srcp, ne, localFlags); break;
+        default: return p_.internalError("unknown step op");
+      }
+      if (send) {
+        if (sll) {
+          sendLL(sf, sfp, out, b, idx);
+        } else {
+          stamp(&sf->hdrs[sf->slot()], sfp, b, idx);
+          p_.publishTail(sf);
+        }
+      }
+      if (recv) p_.publishHead(rf);
+    }
+    return ncclSuccess;
+  }
+
+  static void stamp(SlotHeader* h, const Fingerprint& fp, size_t bytes, uint32_t idx) {
+    h->seq = fp.seq;
+    h->count = fp.count;
+    h->desc = fp.desc;
+    h->root = fp.root;
+    h->bytes = static_cast<uint32_t>(bytes);
+    h->step = idx;
+  }
+
+  ncclResult_t checkHeader(Fifo* f, const Fingerprint& fp, const SlotHeader& h, size_t bytes, uint32_t idx) {
+    if (h.seq != fp.seq || h.count != fp.count || h.desc != fp.desc || h.root != fp.root || h.bytes != bytes)
+      return p_.mismatch(f, h, fp, bytes, idx);
+    return ncclSuccess;
+  }
+
+  ncclResult_t recvSimple(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
+    CHORUS_EXEC_CHECK(p_.waitRecvData(f));
+    CHORUS_EXEC_CHECK(checkHeader(f, fp, f->hdrs[f->slot()], bytes, idx));
+    *r = f->slotData();
+    return ncclSuccess;
+  }
+
+  // LL: header words then payload words, each in a line with flag = step + 1.
+  ncclResult_t recvLL(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
+    uint32_t flag = static_cast<uint32_t>(f->step + 1);
+    uint64_t* lines = f->slotLL();
+    uint32_t words[FifoGeometry::kLLHeaderLines];
+    CHORUS_EXEC_CHECK(p_.waitLines(f, lines, FifoGeometry::kLLHeaderLines, flag, words));
+    SlotHeader h;
+    std::memcpy(&h, words, sizeof(h));
+    CHORUS_EXEC_CHECK(checkHeader(f, fp, h, bytes, idx));
+    char* buf = p_.staging(0, bytes + 4);
+    size_t nw = (bytes + 3) / 4;
+    CHORUS_EXEC_CHECK(p_.waitLines(f, lines + FifoGeometry::kLLHeaderLines, nw, flag,
+                                   reinterpret_cast<uint32_t*>(buf)));
+    *r = buf;
+    return ncclSuccess;
+  }
+
+  void sendLL(Fifo* f, const Fingerprint& fp, const char* payload, size_t bytes, uint32_t idx) {
+    uint64_t flag = static_cast<uint64_t>(static_cast<uint32_t>(f->step + 1)) << 32;
+    uint64_t* lines = f->slotLL();
+    SlotHeader h;
+    stamp(&h, fp, bytes, idx);
+    uint32_t words[FifoGeometry::kLLHeaderLines];
+    std::memcpy(words, &h, sizeof(h));
+    for (uint32_t i = 0; i < FifoGeometry::kLLHeaderLines; i++) p_.storeLine(&lines[i], flag | words[i]);
+    size_t nw = bytes / 4;
+    const char* p = payload;
+    uint64_t* d = lines + FifoGeometry::kLLHeaderLines;
+    for (size_t i = 0; i < nw; i++) {
+      uint32_t w;
+      std::memcpy(&w, p + 4 * i, 4);
+      p_.storeLine(&d[i], flag | w);
+    }
+    if (bytes % 4) {
+      uint32_t w = 0;
+      std::memcpy(&w, p + 4 * nw, bytes % 4);
+      p_.storeLine(&d[nw], flag | w);
+    }
+    f->step++;  // LL needs no tail: the flags are the signal
+  }
+
+  Platform& p_;
+  Fingerprint fp_;
+  bool reducing_;
+  bool ll_;
+  size_t sliceBytes_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,82 @@
+// Connection FIFOs: the memory layout shared by both ends of a one-way connection, and
+// the protocol rules both ends follow. Plain data, usable from host and device code.
+//
+// Layout of one FIFO (one channel, one direction, one peer pair):
+//   [FifoCtrl][SlotHeader x nSlots][Simple data: slotBytes x nSlots][LL lines: llLines x nSlots]
+// Simple: the producer fills slot (tail % nSlots) and its header, then release-stores
+//   tail+1; the consumer waits for tail > its step, reads, then release-stores head+1.
+// LL: every 8-byte line carries 4 data bytes and a 4-byte flag equal to (step + 1); the
+//   consumer polls flags instead of tail (no fence needed), then advances head as above.
+// The producer never runs more than nSlots ahead of head.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace chorus {
+
+/// Control words of a FIFO, each written by one side only (poison by either).
+struct alignas(64) FifoCtrl {
+  uint64_t tail;  ///< slots produced (producer writes)
+  uint64_t pad0[7];
+  uint64_t head;  ///< slots consumed (consumer writes)
+  uint64_t pad1[7];
+  uint64_t poison;    ///< nonzero after a failure: (reason << 32) | (culprit rank + 1)
+  uint64_t attached;  ///< endpoints that mapped this FIFO (the second unlinks its name)
+  uint64_t pad2[6];
+};
+
+/// Per-slot header: the operation's fingerprint and the payload size.
+struct SlotHeader {
+  uint64_t seq;    ///< operation sequence number (collective or per-pair point-to-point)
+  uint64_t count;  ///< the operation's count argument
+  uint32_t desc;   ///< coll | dtype << 8 | (op & 0xffff) << 16
+  int32_t root;    ///< root (or -1)
+  uint32_t bytes;  ///< payload bytes in this slot
+  uint32_t step;   ///< schedule step index (for diagnostics)
+};
+
+/// Why a FIFO was poisoned.
+enum class PoisonReason : uint32_t { kNone = 0, kPeerDied = 1, kTimeout = 2, kMismatch = 3, kAborted = 4, kError = 5 };
+
+/// Geometry of a FIFO.
+struct FifoGeometry {
+  uint32_t nSlots = 8;
+  uint32_t slotBytes = 64 << 10;
+  uint32_t llLines = 1024;  ///< lines per LL slot (8 header lines + data: 4 bytes a line)
+
+  size_t hdrOffset() const { return sizeof(FifoCtrl); }
+  size_t dataOffset() const { return align(hdrOffset() + sizeof(SlotHeader) * nSlots); }
+  size_t llOffset() const { return align(dataOffset() + static_cast<size_t>(slotBytes) * nSlots); }
+  size_t totalBytes() const { return align(llOffset() + static_cast<size_t>(llLines) * 8 * nSlots); }
+  /// Payload bytes one LL slot carries.
+  uint32_t llPayload() const { return (llLines - kLLHeaderLines) * 4; }
+  static constexpr uint32_t kLLHeaderLines = sizeof(SlotHeader) / 4;
+  static size_t align(size_t x) { return (x + 4095) & ~static_cast<size_t>(4095); }
+};
+
+/// One end's view of a FIFO in mapped memory.
+struct Fifo {
+  FifoCtrl* ctrl = nullptr;
+  SlotHeader* hdrs = nullptr;
+  char* data = nullptr;
+  uint64_t* ll = nullptr;
+  FifoGeometry geo;
+  uint64_t step = 0;  ///< this end's count: slots produced (send end) or consumed (recv end)
+  int peer = -1;      ///< the rank at the other end
+
+  /// Points the view at a mapped FIFO of geometry g starting at base.
+  void attach(void* base, const FifoGeometry& g) {
+    char* b = static_cast<char*>(base);
+    geo = g;
+    ctrl = reinterpret_cast<FifoCtrl*>(b);
+    hdrs = reinterpret_cast<SlotHeader*>(b + g.hdrOffset());
+    data = b + g.dataOffset();
+    ll = reinterpret_cast<uint64_t*>(b + g.llOffset());
+  }
+  uint32_t slot() const { return static_cast<uint32_t>(step % geo.nSlots); }
+  char* slotData() const { return data + static_cast<size_t>(slot()) * geo.slotBytes; }
+  uint64_t* slotLL() const { return ll + static_cast<size_t>(slot()) * geo.llLines; }
+};
+
+}  // namespace chorus

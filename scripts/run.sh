@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds chorus and runs all_reduce_perf across local ranks
+# (device buffers when a GPU is present, host memory otherwise).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+BUILD=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$BUILD" -j"$(nproc)"
+NP=${NP:-2}
+exec "$BUILD/perf/chorusrun" -n "$NP" "$BUILD/perf/all_reduce_perf" -b 8 -e 64M -f 4 "$@"

@@ -1,0 +1,243 @@
+// Collective and point-to-point entry points: argument checks as NCCL does them (and a few
+// more: overflow, overlapping buffers), then enqueue into the current group.
+#include <cstring>
+
+#include "api/api.h"
+#include "api/group.h"
+#include "core/checks.h"
+#include "core/comm.h"
+
+using namespace chorus;
+
+namespace {
+
+size_t dtypeBytes(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+// How many elements each buffer spans, in units of `count`.
+struct Shape {
+  size_t sendMul, recvMul;    // buffer length = count * mul elements
+  bool sendUsed, recvUsed;    // whether the buffer is read/written on this rank
+};
+
+Shape shapeOf(Coll coll, int rank, int root, int nranks, bool isSend) {
+  size_t n = static_cast<size_t>(nranks);
+  switch (coll) {
+    case Coll::kAllReduce: return {1, 1, true, true};
+    case Coll::kAllGather: return {1, n, true, true};
+    case Coll::kReduceScatter: return {n, 1, true, true};
+    case Coll::kBroadcast: return {1, 1, rank == root, true};
+    case Coll::kReduce: return {1, 1, true, rank == root};
+    case Coll::kAllToAll: return {n, n, true, true};
+    case Coll::kGather: return {1, n, true, rank == root};
+    case Coll::kScatter: return {n, 1, rank == root, true};
+    case Coll::kSendRecv: return {1, 1, isSend, !isSend};
+    default: return {1, 1, true, true};
+  }
+}
+
+bool collHasOp(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
+bool collHasRoot(Coll c) {
+  return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
+}
+
+// The in-place position of the smaller buffer inside the larger one, in units of count*size.
+long inPlaceIndex(Coll coll, int rank, int root) {
+  switch (coll) {
+    case Coll::kAllGather: case Coll::kReduceScatter: return rank;
+    case Coll::kGather: case Coll::kScatter: return root;
+    default: return 0;
+  }
+}
+
+ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
+  CHORUS_CHECK(checkCommUsable(comm, fn));
+  if (static_cast<int>(op.dtype) < 0 || op.dtype >= ncclNumTypes)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: invalid datatype %d (valid: 0..%d)", fn, comm->rank,
+                static_cast<int>(op.dtype), ncclNumTypes - 1);
+  if (collHasOp(op.coll)) {
+    int o = static_cast<int>(op.op);
+    if (o < 0 || o >= static_cast<int>(ncclMaxRedOp))
+      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: invalid reduction op %d", fn, comm->rank, o);
+    if (o >= ncclNumOps) {
+      std::lock_guard<std::mutex> lock(comm->mutex);
+      auto it = comm->redOps.find(o);
+      if (it == comm->redOps.end())
+        CHORUS_FAIL(comm, ncclInvalidArgument,
+                    "%s: rank %d: reduction op %d was not created on this communicator (or was destroyed)", fn,
+                    comm->rank, o);
+      if (it->second.dtype != op.dtype)
+        CHORUS_FAIL(comm, ncclInvalidArgument,
+                    "%s: rank %d: reduction op %d was created for datatype %d, used with datatype %d", fn,
+                    comm->rank, o, static_cast<int>(it->second.dtype), static_cast<int>(op.dtype));
+    }
+  }
+  bool isP2P = op.coll == Coll::kSendRecv;
+  if (collHasRoot(op.coll) || isP2P) {
+    if (op.root < 0 || op.root >= comm->nranks)
+      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %d is out of range [0, %d)", fn, comm->rank,
+                  isP2P ? "peer" : "root", op.root, comm->nranks);
+  }
+  Shape sh = shapeOf(op.coll, comm->rank, op.root, comm->nranks, op.isSend);
+  size_t esize = dtypeBytes(op.dtype);
+  size_t maxMul = std::max(sh.sendMul, sh.recvMul);
+  if (op.count > 0 && op.count > SIZE_MAX / esize / maxMul)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: count %zu x %zu ranks x %zu bytes overflows", fn, comm->rank,
+                op.count, maxMul, esize);
+  if (op.count > 0) {
+    if (sh.sendUsed && op.sendbuff == nullptr)
+      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: sendbuff is NULL with count %zu", fn, comm->rank, op.count);
+    if (sh.recvUsed && op.recvbuff == nullptr)
+      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: recvbuff is NULL with count %zu", fn, comm->rank, op.count);
+    if (sh.sendUsed && sh.recvUsed && !isP2P) {
+      // Buffers may be the same (in place, at the collective's in-place offset) or disjoint.
+      auto s = reinterpret_cast<uintptr_t>(op.sendbuff);
+      auto r = reinterpret_cast<uintptr_t>(op.recvbuff);
+      size_t sbytes = op.count * sh.sendMul * esize, rbytes = op.count * sh.recvMul * esize;
+      bool overlap = s < r + rbytes && r < s + sbytes;
+      if (overlap) {
+        size_t block = op.count * esize * inPlaceIndex(op.coll, comm->rank, op.root);
+        bool inPlace = sh.sendMul >= sh.recvMul ? r == s + block : s == r + block;
+        if (op.coll == Coll::kAllToAll && s != r) inPlace = false;
+        if (!inPlace)
+          CHORUS_FAIL(comm, ncclInvalidArgument,
+                      "%s: rank %d: sendbuff %p and recvbuff %p overlap but are not the in-place layout (recvbuff "
+                      "must equal sendbuff%s)", fn, comm->rank, op.sendbuff, op.recvbuff,
+                      block ? " + rank*count" : "");
+      }
+    }
+  }
+  TRACE(kCall, "%s: rank %d send %p recv %p count %zu dtype %d op %d root/peer %d", fn, comm->rank, op.sendbuff,
+        op.recvbuff, op.count, op.dtype, op.op, op.root);
+  return enqueueOp(comm, op);
+}
+
+OpDesc makeOp(Coll coll, const void* send, void* recv, size_t count, ncclDataType_t dtype, ncclRedOp_t redop, int root,
+              cudaStream_t stream) {
+  OpDesc op;
+  op.coll = coll;
+  op.sendbuff = send;
+  op.recvbuff = recv;
+  op.count = count;
+  op.dtype = dtype;
+  op.op = redop;
+  op.root = root;
+  op.stream = stream;
+  return op;
+}
+
+}  // namespace
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclAllReduce", makeOp(Coll::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, stream),
+                         comm);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclAllGather",
+                         makeOp(Coll::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream), comm);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclReduceScatter",
+                         makeOp(Coll::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, stream), comm);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclBroadcast",
+                         makeOp(Coll::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, stream), comm);
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  return checkAndEnqueue("ncclBcast", makeOp(Coll::kBroadcast, buff, buff, count, datatype, ncclSum, root, stream),
+                         comm);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclReduce", makeOp(Coll::kReduce, sendbuff, recvbuff, count, datatype, op, root, stream),
+                         comm);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclAlltoAll",
+                         makeOp(Coll::kAllToAll, sendbuff, recvbuff, count, datatype, ncclSum, 0, stream), comm);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclGather", makeOp(Coll::kGather, sendbuff, recvbuff, count, datatype, ncclSum, root, stream),
+                         comm);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return checkAndEnqueue("ncclScatter",
+                         makeOp(Coll::kScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, stream), comm);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+  OpDesc op = makeOp(Coll::kSendRecv, sendbuff, nullptr, count, datatype, ncclSum, peer, stream);
+  op.isSend = true;
+  return checkAndEnqueue("ncclSend", op, comm);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  OpDesc op = makeOp(Coll::kSendRecv, nullptr, recvbuff, count, datatype, ncclSum, peer, stream);
+  op.isSend = false;
+  return checkAndEnqueue("ncclRecv", op, comm);
+}
+
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+         ncclScalarResidence_t residence, ncclComm_t comm) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclRedOpCreatePreMulSum"));
+  if (op == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
+  if (scalar == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL");
+  if (static_cast<int>(datatype) < 0 || datatype >= ncclNumTypes)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid datatype %d", static_cast<int>(datatype));
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid residence %d", static_cast<int>(residence));
+  UserRedOp u;
+  u.dtype = datatype;
+  u.residence = residence;
+  if (residence == ncclScalarHostImmediate) {
+    std::memcpy(&u.scalarBits, scalar, dtypeBytes(datatype));
+  } else {
+    u.scalarPtr = scalar;  // read when each operation starts
+  }
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  int id = comm->nextRedOp;
+  while (comm->redOps.count(id)) id++;
+  if (id >= static_cast<int>(ncclMaxRedOp))
+    CHORUS_FAIL(comm, ncclInvalidUsage, "ncclRedOpCreatePreMulSum: too many reduction operators");
+  comm->redOps[id] = u;
+  comm->nextRedOp = id + 1;
+  *op = static_cast<ncclRedOp_t>(id);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclRedOpDestroy", /*allowRevoked=*/true));
+  if (static_cast<int>(op) < ncclNumOps)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclRedOpDestroy: op %d is a built-in operator", static_cast<int>(op));
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  if (comm->redOps.erase(static_cast<int>(op)) == 0)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclRedOpDestroy: op %d was not created on this communicator",
+                static_cast<int>(op));
+  return ncclSuccess;
+}

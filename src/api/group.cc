@@ -1,0 +1,128 @@
+// ncclGroupStart/End: this thread's pending operations and inits, launched together at
+// the outermost ncclGroupEnd. Operations of several communicators (one thread driving
+// several ranks) run concurrently, one thread each, so their exchanges can meet.
+#include "api/group.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "api/api.h"
+#include "core/checks.h"
+#include "engine/engine.h"
+
+namespace chorus {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<std::pair<ncclComm*, OpDesc>> ops;
+  std::vector<std::function<ncclResult_t()>> inits;
+};
+thread_local GroupState tGroup;
+
+ncclResult_t runOnComm(ncclComm* comm, const std::vector<OpDesc>& ops) {
+  ActiveCall active(comm);
+  ncclResult_t res = comm->engine->run(ops);
+  if (res == ncclRemoteError || res == ncclSystemError) {
+    int expected = ncclSuccess;
+    comm->asyncError.compare_exchange_strong(expected, res);
+  }
+  return res;
+}
+
+// Runs fns concurrently (or inline when there is one) and returns the first failure.
+ncclResult_t runAll(std::vector<std::function<ncclResult_t()>>& fns) {
+  if (fns.size() == 1) return fns[0]();
+  std::vector<ncclResult_t> res(fns.size(), ncclSuccess);
+  std::vector<std::thread> threads;
+  threads.reserve(fns.size());
+  for (size_t i = 0; i < fns.size(); i++) threads.emplace_back([&, i]() { res[i] = fns[i](); });
+  for (auto& t : threads) t.join();
+  for (ncclResult_t r : res)
+    if (r != ncclSuccess) return r;
+  return ncclSuccess;
+}
+
+// Splits the group's operations by communicator, keeping each comm's call order.
+std::vector<std::pair<ncclComm*, std::vector<OpDesc>>> byComm(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  std::vector<std::pair<ncclComm*, std::vector<OpDesc>>> out;
+  for (const auto& [comm, op] : ops) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == comm; });
+    if (it == out.end()) {
+      out.push_back({comm, {}});
+      it = out.end() - 1;
+    }
+    it->second.push_back(op);
+  }
+  return out;
+}
+
+ncclResult_t launchGroup(GroupState& g) {
+  std::vector<std::function<ncclResult_t()>> inits;
+  inits.swap(g.inits);
+  auto ops = byComm(g.ops);
+  g.ops.clear();
+  ncclResult_t res = ncclSuccess;
+  if (!inits.empty()) res = runAll(inits);
+  if (ops.empty()) return res;
+  std::vector<std::function<ncclResult_t()>> runs;
+  for (auto& [comm, list] : ops) {
+    CHORUS_CHECK(checkCommUsable(comm, "ncclGroupEnd"));
+    runs.push_back([comm = comm, &list = list]() { return runOnComm(comm, list); });
+  }
+  ncclResult_t r = runAll(runs);
+  return res != ncclSuccess ? res : r;
+}
+
+}  // namespace
+
+bool inGroup() { return tGroup.depth > 0; }
+
+ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op) {
+  if (tGroup.depth > 0) {
+    tGroup.ops.push_back({comm, op});
+    return ncclSuccess;
+  }
+  return runOnComm(comm, {op});
+}
+
+ncclResult_t enqueueInit(std::function<ncclResult_t()> init) {
+  if (tGroup.depth > 0) {
+    tGroup.inits.push_back(std::move(init));
+    return ncclSuccess;
+  }
+  return init();
+}
+
+}  // namespace chorus
+
+using namespace chorus;
+
+NCCL_API(ncclResult_t, ncclGroupStart) {
+  tGroup.depth++;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGroupEnd) {
+  if (tGroup.depth == 0) CHORUS_FAIL(nullptr, ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
+  if (--tGroup.depth > 0) return ncclSuccess;
+  return launchGroup(tGroup);
+}
+
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
+  if (tGroup.depth == 0)
+    CHORUS_FAIL(nullptr, ncclInvalidUsage, "ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  if (simInfo == nullptr || simInfo->magic != 0x74685283 || simInfo->size < sizeof(ncclSimInfo_t))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument,
+                "ncclGroupSimulateEnd: simInfo must be initialized with NCCL_SIM_INFO_INITIALIZER");
+  if (--tGroup.depth > 0) return ncclSuccess;
+  float worst = 0;
+  for (auto& [comm, list] : byComm(tGroup.ops)) {
+    if (commValid(comm) && comm->engine) worst = std::max(worst, comm->engine->estimateUs(list));
+  }
+  tGroup.ops.clear();  // a simulated group launches no operation
+  std::vector<std::function<ncclResult_t()>> inits;
+  inits.swap(tGroup.inits);
+  simInfo->estimatedTime = worst;
+  return inits.empty() ? ncclSuccess : runAll(inits);  // deferred inits still happen
+}

@@ -1,0 +1,353 @@
+// Communicator creation and teardown: init (blocking, nonblocking, grouped, all-in-one,
+// scalable), split, shrink, finalize, revoke, destroy, abort.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "api/api.h"
+#include "api/group.h"
+#include "core/checks.h"
+#include "core/comm.h"
+#include "core/params.h"
+#include "engine/engine.h"
+
+namespace chorus {
+namespace {
+
+constexpr unsigned kConfigMagic = 0xcafebeef;
+
+// Reads the fields of a user config that its `size` covers (older layouts are accepted).
+ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, CommConfig* out) {
+  *out = inherit ? *inherit : CommConfig{};
+  if (cfg == nullptr) return ncclSuccess;
+  if (cfg->magic != kConfigMagic)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument,
+                "ncclConfig_t was not initialized with NCCL_CONFIG_INITIALIZER (magic 0x%x, expected 0x%x)", cfg->magic,
+                kConfigMagic);
+  if (cfg->size < offsetof(ncclConfig_t, blocking) + sizeof(int) || cfg->size > (1u << 16))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclConfig_t size %zu is not a valid config size", cfg->size);
+  auto has = [&](size_t off) { return cfg->size >= off + sizeof(int); };
+  if (cfg->blocking != NCCL_CONFIG_UNDEF_INT) {
+    if (cfg->blocking != 0 && cfg->blocking != 1)
+      CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.blocking must be 0 or 1, got %d", cfg->blocking);
+    out->blocking = cfg->blocking;
+  }
+  if (has(offsetof(ncclConfig_t, minCTAs)) && cfg->minCTAs != NCCL_CONFIG_UNDEF_INT) {
+    if (cfg->minCTAs <= 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.minCTAs must be > 0, got %d", cfg->minCTAs);
+    out->minCTAs = cfg->minCTAs;
+  }
+  if (has(offsetof(ncclConfig_t, maxCTAs)) && cfg->maxCTAs != NCCL_CONFIG_UNDEF_INT) {
+    if (cfg->maxCTAs <= 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.maxCTAs must be > 0, got %d", cfg->maxCTAs);
+    out->maxCTAs = cfg->maxCTAs;
+  }
+  if (out->minCTAs > out->maxCTAs)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.minCTAs (%d) exceeds config.maxCTAs (%d)", out->minCTAs,
+                out->maxCTAs);
+  if (cfg->size >= offsetof(ncclConfig_t, netName) + sizeof(char*) && cfg->netName) out->netName = cfg->netName;
+  if (has(offsetof(ncclConfig_t, splitShare)) && cfg->splitShare != NCCL_CONFIG_UNDEF_INT)
+    out->splitShare = cfg->splitShare;
+  if (cfg->size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && cfg->commName) out->commName = cfg->commName;
+  return ncclSuccess;
+}
+
+uint64_t hashBytes(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Bootstrap and connections; runs on the calling thread (blocking) or the init thread.
+ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
+  PeerInfo mine;
+  mine.rank = comm->rank;
+  mine.cudaDev = comm->cudaDev;
+  mine.version = NCCL_VERSION_CODE;
+  mine.envHash = engineEnvHash();
+  CHORUS_CHECK(Bootstrap::create(comm, id, comm->rank, comm->nranks, mine, &comm->abortFlag, &comm->bootstrap));
+  comm->peers = comm->bootstrap->peers();
+  comm->commHash = hashBytes(id.internal, sizeof(id.internal));
+  CHORUS_CHECK(Engine::create(comm, &comm->engine));
+  comm->state.store(static_cast<int>(CommState::kReady));
+  INFO(kInit, "comm %p rank %d nranks %d cudaDev %d commHash %#lx name \"%s\" - Init COMPLETE", (void*)comm,
+       comm->rank, comm->nranks, comm->cudaDev, (unsigned long)comm->commHash, comm->config.commName.c_str());
+  return ncclSuccess;
+}
+
+void finishInit(ncclComm* comm, ncclResult_t res) {
+  if (res != ncclSuccess) comm->state.store(static_cast<int>(CommState::kFailed));
+  comm->asyncError.store(res);
+}
+
+// Validates init arguments, makes the communicator and starts (or finishes) its init.
+ncclResult_t commInitRankImpl(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, const ncclConfig_t* config,
+                              const CommConfig* inherit) {
+  if (out == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRank: comm pointer is NULL");
+  *out = nullptr;
+  if (nranks < 1) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRank: nranks %d must be >= 1", nranks);
+  if (rank < 0 || rank >= nranks)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRank: rank %d is out of range [0, %d)", rank, nranks);
+  CommConfig cfg;
+  CHORUS_CHECK(parseConfig(config, inherit, &cfg));
+  ncclComm* comm = new ncclComm();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->config = cfg;
+  *out = comm;
+  if (cfg.blocking) {
+    auto run = [comm, id]() {
+      ncclResult_t res = commInitTail(comm, id);
+      finishInit(comm, res);
+      return res;
+    };
+    if (inGroup()) {
+      comm->asyncError.store(ncclInProgress);
+      return enqueueInit(run);
+    }
+    ncclResult_t res = run();
+    if (res != ncclSuccess) {
+      delete comm;
+      *out = nullptr;
+    }
+    return res;
+  }
+  comm->asyncError.store(ncclInProgress);
+  comm->initThread = std::thread([comm, id]() { finishInit(comm, commInitTail(comm, id)); });
+  return ncclInProgress;
+}
+
+// Waits until no entry point is running on comm (bounded by the deadline).
+void waitQuiescent(ncclComm* comm, const char* fn) {
+  Deadline dl = Deadline::fromEnv();
+  Backoff backoff;
+  while (comm->activeCalls.load() > 0) {
+    if (dl.expired()) {
+      WARN("%s: rank %d: %d call(s) still running on the communicator after %.0f s", fn, comm->rank,
+           comm->activeCalls.load(), dl.seconds());
+      return;
+    }
+    backoff.pause();
+  }
+}
+
+ncclResult_t commFree(ncclComm* comm, bool abort, const char* fn) {
+  if (comm == nullptr) return ncclSuccess;
+  if (!commValid(comm)) CHORUS_FAIL(nullptr, ncclInvalidArgument, "%s: %p is not a valid communicator (destroyed?)", fn,
+                                    (void*)comm);
+  if (abort) {
+    comm->abortFlag.store(1);
+    if (comm->engine) comm->engine->shutdown();
+  }
+  waitQuiescent(comm, fn);
+  if (comm->initThread.joinable()) comm->initThread.join();
+  INFO(kInit, "comm %p rank %d nranks %d - %s COMPLETE", (void*)comm, comm->rank, comm->nranks, abort ? "Abort" : "Destroy");
+  delete comm;
+  return ncclSuccess;
+}
+
+// Ranks of a new communicator get their id from its leader through the parent's bootstrap.
+constexpr int kTagSplitId = 0x5e11;
+
+// Creates the child communicator for a split or shrink once the members are known.
+ncclResult_t makeChild(ncclComm* parent, const std::vector<int>& members, ncclComm_t* newcomm, ncclConfig_t* config,
+                       const char* fn) {
+  int myIndex = static_cast<int>(std::find(members.begin(), members.end(), parent->rank) - members.begin());
+  ncclUniqueId id;
+  if (myIndex == 0) {
+    CHORUS_CHECK(bootstrapGetUniqueId(&id));
+    for (size_t i = 1; i < members.size(); i++)
+      CHORUS_CHECK(parent->bootstrap->send(members[i], kTagSplitId, &id, sizeof(id)));
+  } else {
+    CHORUS_CHECK(parent->bootstrap->recv(members[0], kTagSplitId, &id, sizeof(id)));
+  }
+  ncclResult_t res =
+      commInitRankImpl(newcomm, static_cast<int>(members.size()), id, myIndex, config, &parent->config);
+  if (res != ncclSuccess && res != ncclInProgress)
+    WARN("%s: rank %d could not create its new communicator (rank %d of %zu)", fn, parent->rank, myIndex,
+         members.size());
+  return res;
+}
+
+}  // namespace
+
+ncclResult_t checkCommUsable(ncclComm* comm, const char* fn, bool allowRevoked) {
+  if (comm == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
+  if (!commValid(comm))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "%s: %p is not a valid communicator (destroyed or never created)", fn,
+                (void*)comm);
+  CommState st = static_cast<CommState>(comm->state.load());
+  switch (st) {
+    case CommState::kReady: return ncclSuccess;
+    case CommState::kInitializing:
+      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator is still initializing (poll "
+                  "ncclCommGetAsyncError until it returns ncclSuccess)", fn, comm->rank);
+    case CommState::kRevoked:
+      if (allowRevoked) return ncclSuccess;
+      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator was revoked (ncclCommRevoke); only split, "
+                  "shrink and destroy are allowed", fn, comm->rank);
+    case CommState::kFinalized:
+      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator was finalized (ncclCommFinalize)", fn,
+                  comm->rank);
+    case CommState::kFailed:
+      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator failed earlier (%s); destroy or abort it", fn,
+                  comm->rank, commLastError(comm).c_str());
+  }
+  return ncclInternalError;
+}
+
+ActiveCall::ActiveCall(ncclComm* comm) : comm_(comm) { comm_->activeCalls.fetch_add(1); }
+ActiveCall::~ActiveCall() { comm_->activeCalls.fetch_sub(1); }
+
+}  // namespace chorus
+
+using namespace chorus;
+
+NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
+  if (version == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  if (uniqueId == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  return bootstrapGetUniqueId(uniqueId);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+         ncclConfig_t* config) {
+  return commInitRankImpl(comm, nranks, commId, rank, config, nullptr);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return commInitRankImpl(comm, nranks, commId, rank, nullptr, nullptr);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId* commIds, ncclConfig_t* config) {
+  if (commIds == nullptr || nId < 1 || nId > nranks)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRankScalable: need 1 <= nId (%d) <= nranks (%d) ids", nId,
+                nranks);
+  // One rendezvous serves every rank: the first id's root coordinates (the others are
+  // accepted so that programs written for several roots run unchanged).
+  return commInitRankImpl(newcomm, nranks, commIds[0], myrank, config, nullptr);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
+  if (ndev < 1) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitAll: ndev %d must be >= 1", ndev);
+  if (devlist != nullptr) {
+    for (int i = 0; i < ndev; i++)
+      if (devlist[i] != -1)
+        CHORUS_FAIL(nullptr, ncclInvalidArgument,
+                    "ncclCommInitAll: devlist[%d] = %d but this build has no GPU backend; pass devlist NULL (or -1 "
+                    "entries) for host ranks", i, devlist[i]);
+  }
+  ncclUniqueId id;
+  CHORUS_CHECK(bootstrapGetUniqueId(&id));
+  std::vector<ncclResult_t> res(ndev, ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < ndev; i++)
+    threads.emplace_back([&, i]() { res[i] = commInitRankImpl(&comms[i], ndev, id, i, nullptr, nullptr); });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < ndev; i++) {
+    if (res[i] != ncclSuccess) {
+      for (int j = 0; j < ndev; j++) {
+        if (comms[j]) commFree(comms[j], true, "ncclCommInitAll");
+        comms[j] = nullptr;
+      }
+      return res[i];
+    }
+  }
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommFinalize"));
+  // Host-path calls are complete when they return, so nothing is outstanding.
+  comm->state.store(static_cast<int>(CommState::kFinalized));
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) { return commFree(comm, false, "ncclCommDestroy"); }
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) { return commFree(comm, true, "ncclCommAbort"); }
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommRevoke"));
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommRevoke: revokeFlags must be NCCL_REVOKE_DEFAULT (0), got %d",
+                revokeFlags);
+  comm->state.store(static_cast<int>(CommState::kRevoked));
+  comm->abortFlag.store(1);  // releases in-flight waits
+  waitQuiescent(comm, "ncclCommRevoke");
+  comm->abortFlag.store(0);  // the bootstrap stays usable for split/shrink
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommSplit", /*allowRevoked=*/true));
+  if (newcomm == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommSplit: color %d must be >= 0 or NCCL_SPLIT_NOCOLOR", color);
+  *newcomm = nullptr;
+  ActiveCall active(comm);
+  struct Entry {
+    int32_t color, key, rank;
+  };
+  std::vector<Entry> all(comm->nranks);
+  all[comm->rank] = Entry{color, key, comm->rank};
+  CHORUS_CHECK(comm->bootstrap->allGather(all.data(), sizeof(Entry)));
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  std::vector<Entry> mine;
+  for (const Entry& e : all)
+    if (e.color == color) mine.push_back(e);
+  std::stable_sort(mine.begin(), mine.end(),
+                   [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
+  std::vector<int> members;
+  for (const Entry& e : mine) members.push_back(e.rank);
+  comm->splitCount++;
+  return makeChild(comm, members, newcomm, config, "ncclCommSplit");
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommShrink", /*allowRevoked=*/true));
+  if (newcomm == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: unknown shrinkFlags %d", shrinkFlags);
+  if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: invalid exclude list (count %d, list %p)",
+                excludeRanksCount, (void*)excludeRanksList);
+  *newcomm = nullptr;
+  std::vector<bool> excluded(comm->nranks, false);
+  for (int i = 0; i < excludeRanksCount; i++) {
+    int r = excludeRanksList[i];
+    if (r < 0 || r >= comm->nranks)
+      CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: excluded rank %d is out of range [0, %d)", r,
+                  comm->nranks);
+    if (excluded[r]) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: rank %d is listed twice", r);
+    excluded[r] = true;
+  }
+  if (excluded[comm->rank])
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: rank %d is in its own exclude list", comm->rank);
+  if (shrinkFlags == NCCL_SHRINK_ABORT && comm->engine) {
+    // Stop whatever the parent is doing (a peer may be dead), then keep only the bootstrap.
+    comm->abortFlag.store(1);
+    waitQuiescent(comm, "ncclCommShrink");
+    comm->abortFlag.store(0);
+  }
+  ActiveCall active(comm);
+  std::vector<int> members;
+  for (int r = 0; r < comm->nranks; r++)
+    if (!excluded[r]) members.push_back(r);
+  return makeChild(comm, members, newcomm, config, "ncclCommShrink");
+}
+
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  if (comm == nullptr || !commValid(comm))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError: %p is not a valid communicator", (void*)comm);
+  if (asyncError == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
+  return ncclSuccess;
+}

@@ -1,0 +1,150 @@
+// Small entry points: queries, error strings, memory, registration.
+#include <stdlib.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "api/api.h"
+#include "core/checks.h"
+#include "core/comm.h"
+#include "core/params.h"
+
+using namespace chorus;
+
+namespace {
+
+// Validates a comm for a query: queries work on any live communicator, even revoked ones.
+ncclResult_t checkQuery(const ncclComm* comm, const void* out, const char* fn) {
+  if (comm == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
+  if (!commValid(comm))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "%s: %p is not a valid communicator (destroyed?)", fn, (const void*)comm);
+  if (out == nullptr) CHORUS_FAIL(const_cast<ncclComm*>(comm), ncclInvalidArgument, "%s: output pointer is NULL", fn);
+  return ncclSuccess;
+}
+
+// A registration handle: remembers the range so that deregistration can be checked.
+struct Registration {
+  uint64_t magic = 0x7265676973746572ull;
+  const ncclComm* comm;
+  void* buff;
+  size_t size;
+};
+
+}  // namespace
+
+/// A memory window (host path: a checked registration record).
+struct ncclWindow_vidmem {
+  uint64_t magic = 0x77696e646f772121ull;
+  const ncclComm* comm;
+  void* buff;
+  size_t size;
+  int flags;
+};
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  CHORUS_CHECK(checkQuery(comm, count, "ncclCommCount"));
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  CHORUS_CHECK(checkQuery(comm, device, "ncclCommCuDevice"));
+  *device = comm->cudaDev;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  CHORUS_CHECK(checkQuery(comm, rank, "ncclCommUserRank"));
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the chorus developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
+  // The text lives in thread-local storage (or the communicator), valid until the next error.
+  static thread_local std::string text;
+  if (comm != nullptr && commValid(comm)) {
+    text = commLastError(comm);
+    if (!text.empty()) return text.c_str();
+  }
+  return threadLastError();
+}
+
+extern "C" __attribute__((visibility("default"))) void ncclResetDebugInit() { paramsReload(); }
+extern "C" __attribute__((visibility("default"), alias("ncclResetDebugInit"))) void pncclResetDebugInit();
+
+NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+  if (ptr == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+  if (size == 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclMemAlloc: size is 0");
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, size) != 0)
+    CHORUS_FAIL(nullptr, ncclSystemError, "ncclMemAlloc: cannot allocate %zu bytes of host memory", size);
+  *ptr = p;
+  INFO(kAlloc, "ncclMemAlloc %p size %zu (host memory)", p, size);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
+  free(ptr);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  CHORUS_CHECK(checkQuery(comm, handle, "ncclCommRegister"));
+  if (buff == nullptr && size > 0)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommRegister: buff is NULL with size %zu", size);
+  *handle = new Registration{0x7265676973746572ull, comm, buff, size};
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  if (comm == nullptr || !commValid(comm))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommDeregister: %p is not a valid communicator", (void*)comm);
+  auto* reg = static_cast<Registration*>(handle);
+  if (reg == nullptr || reg->magic != 0x7265676973746572ull || reg->comm != comm)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommDeregister: %p is not a registration of this communicator",
+                handle);
+  reg->magic = 0;
+  delete reg;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+         int winFlags) {
+  CHORUS_CHECK(checkQuery(comm, win, "ncclCommWindowRegister"));
+  if (buff == nullptr || size == 0)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowRegister: buff %p / size %zu must be non-null / non-zero",
+                buff, size);
+  if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC))
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowRegister: unknown winFlags %#x", winFlags);
+  if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) && (reinterpret_cast<uintptr_t>(buff) % NCCL_WIN_REQUIRED_ALIGNMENT) != 0)
+    CHORUS_FAIL(comm, ncclInvalidArgument,
+                "ncclCommWindowRegister: a symmetric window must be %d-byte aligned (buff %p)",
+                NCCL_WIN_REQUIRED_ALIGNMENT, buff);
+  *win = new ncclWindow_vidmem{0x77696e646f772121ull, comm, buff, size, winFlags};
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  if (comm == nullptr || !commValid(comm))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommWindowDeregister: %p is not a valid communicator", (void*)comm);
+  if (win == nullptr || win->magic != 0x77696e646f772121ull || win->comm != comm)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowDeregister: %p is not a window of this communicator",
+                (void*)win);
+  win->magic = 0;
+  delete win;
+  return ncclSuccess;
+}

@@ -1,0 +1,77 @@
+// Bootstrap: the out-of-band TCP network every communicator starts with.
+//
+// ncclGetUniqueId starts a root listener (a thread in the calling process) and packs its
+// address, a random secret, a magic and the library version into the id. Every rank
+// connects to the root and proves the secret before anything else it sends is read; the
+// root checks versions, rank numbers and nranks, then tells each rank its ring neighbour;
+// the ranks then exchange PeerInfo with an allgather over that ring. Every wait has a
+// deadline (CHORUS_TIMEOUT_S) and watches the abort flag; failures name the rank or
+// address on every rank.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/timeout.h"
+#include "nccl.h"
+
+namespace chorus {
+
+/// What each rank tells the others at init.
+struct PeerInfo {
+  int32_t rank = 0;
+  int32_t cudaDev = -1;     ///< -1 for host ranks
+  uint64_t hostHash = 0;    ///< same value on the same host (and network namespace)
+  uint64_t pid = 0;
+  int64_t busId = -1;       ///< PCI bus id of the GPU, -1 without one
+  uint32_t version = 0;     ///< NCCL_VERSION_CODE of the library
+  uint32_t capabilities = 0;
+  uint64_t envHash = 0;     ///< hash of environment settings that must agree across ranks
+  char hostname[64] = {0};
+};
+
+/// Fills an id (starts the root thread). Honours NCCL_COMM_ID, NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY.
+ncclResult_t bootstrapGetUniqueId(ncclUniqueId* id);
+
+/// Human-readable form of the root address in an id ("10.0.0.1:41234"), or why the id is invalid.
+std::string uniqueIdDescribe(const ncclUniqueId& id);
+
+/// A rank's bootstrap state: the connection to its ring neighbours and listen socket.
+class Bootstrap {
+ public:
+  /// Joins the rendezvous described by `id` as `rank` of `nranks` and exchanges PeerInfo.
+  /// `abortFlag` (may be null) is polled by every wait. On failure *out stays null and the
+  /// error text (naming rank/address) has been recorded with setLastError(comm, ...).
+  static ncclResult_t create(ncclComm* comm, const ncclUniqueId& id, int rank, int nranks, const PeerInfo& mine,
+                             std::atomic<int>* abortFlag, std::unique_ptr<Bootstrap>* out);
+  ~Bootstrap();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  /// Every rank's PeerInfo, indexed by rank.
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+
+  /// In-place allgather: rank r's `bytesPerRank` bytes at data + r*bytesPerRank go to everyone.
+  ncclResult_t allGather(void* data, size_t bytesPerRank);
+  /// Every rank waits for every other.
+  ncclResult_t barrier();
+  /// Point-to-point messages (tag separates concurrent users); blocking, with deadline.
+  ncclResult_t send(int peer, int tag, const void* data, size_t size);
+  ncclResult_t recv(int peer, int tag, void* data, size_t size);
+  /// Closes sockets so that blocked peers see this rank leave (used on abort).
+  void close();
+
+  struct Impl;
+
+ private:
+  Bootstrap() = default;
+  int rank_ = 0;
+  int nranks_ = 0;
+  std::vector<PeerInfo> peers_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus

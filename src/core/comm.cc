@@ -1,0 +1,54 @@
+#include "core/comm.h"
+
+#include <unordered_set>
+
+#include "engine/engine.h"
+
+namespace {
+// Live communicators. A handle is valid only while it is in this set, so a destroyed
+// communicator is recognised without reading freed memory.
+std::mutex gLiveMutex;
+std::unordered_set<const ncclComm*>& liveComms() {
+  static std::unordered_set<const ncclComm*> live;
+  return live;
+}
+}  // namespace
+
+ncclComm::ncclComm() {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  liveComms().insert(this);
+}
+
+ncclComm::~ncclComm() {
+  {
+    std::lock_guard<std::mutex> lock(gLiveMutex);
+    liveComms().erase(this);
+  }
+  if (initThread.joinable()) initThread.join();
+  if (engine) engine->shutdown();
+  engine.reset();
+  if (bootstrap) bootstrap->close();
+  bootstrap.reset();
+  magic = chorus::kCommDeadMagic;
+}
+
+namespace chorus {
+
+void commStoreLastError(ncclComm* comm, const char* text) {
+  if (!commValid(comm)) return;
+  std::lock_guard<std::mutex> lock(comm->errMutex);
+  comm->lastError = text;
+}
+
+bool commValid(const ncclComm* comm) {
+  if (comm == nullptr) return false;
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  return liveComms().count(comm) != 0 && comm->magic == kCommMagic;
+}
+
+std::string commLastError(ncclComm* comm) {
+  std::lock_guard<std::mutex> lock(comm->errMutex);
+  return comm->lastError;
+}
+
+}  // namespace chorus

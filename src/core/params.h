@@ -1,0 +1,67 @@
+// One registry of every environment parameter chorus reads (NCCL_* names honoured,
+// CHORUS_* for chorus's own). Nothing else in the tree calls getenv: a parameter is
+// declared once with its default and help text, and `chorus-env --markdown` writes
+// docs/env.md from this registry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace chorus {
+
+/// Static description of one parameter, for docs and `chorus-env`.
+struct ParamInfo {
+  const char* env;    ///< environment variable name
+  const char* def;    ///< default, as text
+  const char* help;   ///< one line for docs/env.md
+  const char* group;  ///< section in docs/env.md
+};
+
+/// Every parameter declared in the process, in declaration order per file.
+std::vector<const ParamInfo*>& paramRegistry();
+
+/// Makes every parameter re-read its variable on next use (tests, ncclResetDebugInit).
+void paramsReload();
+
+/// Current reload generation (parameters cache their value per generation).
+uint64_t paramsGeneration();
+
+/// An integer parameter. Declare at namespace scope: `IntParam kTimeoutS{"CHORUS_TIMEOUT_S", 600, "..."}`.
+class IntParam {
+ public:
+  IntParam(const char* env, int64_t def, const char* help, const char* group = "general");
+  /// Value from the environment, or the default when unset or unparsable (a warning is logged then).
+  int64_t get() const;
+  /// Whether the variable is set in the environment.
+  bool isSet() const;
+  const ParamInfo& info() const { return info_; }
+
+ private:
+  ParamInfo info_;
+  int64_t def_;
+  std::string defText_;
+  mutable uint64_t gen_ = 0;
+  mutable int64_t value_ = 0;
+  mutable bool set_ = false;
+};
+
+/// A string parameter (empty string when unset and no default).
+class StrParam {
+ public:
+  StrParam(const char* env, const char* def, const char* help, const char* group = "general");
+  std::string get() const;
+  bool isSet() const;
+  const ParamInfo& info() const { return info_; }
+
+ private:
+  ParamInfo info_;
+  mutable uint64_t gen_ = 0;
+  mutable std::string value_;
+  mutable bool set_ = false;
+};
+
+/// Markdown table of every parameter (the content of docs/env.md).
+std::string paramsMarkdown();
+
+}  // namespace chorus

@@ -1,0 +1,55 @@
+#include "core/timeout.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <climits>
+
+#include "core/params.h"
+
+namespace chorus {
+namespace {
+IntParam kTimeoutS{"CHORUS_TIMEOUT_S", 300,
+                   "Seconds any single wait (bootstrap, connection, peer progress) may last before the call fails "
+                   "with an error naming the rank and peer; 0 waits forever.",
+                   "reliability"};
+IntParam kSpinIters{"CHORUS_SPIN_ITERS", 2000,
+                    "Polls a waiting thread spins before it starts yielding the core (then sleeping).", "performance"};
+}  // namespace
+
+double timeoutSeconds() { return static_cast<double>(kTimeoutS.get()); }
+
+Deadline Deadline::after(double seconds) {
+  Deadline d;
+  d.seconds_ = seconds;
+  d.infinite_ = seconds <= 0;
+  if (!d.infinite_) d.end_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return d;
+}
+
+int Deadline::remainingMs() const {
+  if (infinite_) return INT_MAX;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - Clock::now()).count();
+  if (left < 0) return 0;
+  if (left > INT_MAX) return INT_MAX;
+  return static_cast<int>(left);
+}
+
+void Backoff::pause() {
+  static thread_local int64_t spin = -1;
+  if (spin < 0) spin = kSpinIters.get();
+  ++iter_;
+  if (static_cast<int64_t>(iter_) < spin) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  } else if (static_cast<int64_t>(iter_) < spin + 200) {
+    sched_yield();
+  } else {
+    // Sleeping lets a rank that shares our core run; 50 us keeps the added latency small.
+    struct timespec ts = {0, iter_ < spin + 2000 ? 20000 : 200000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,63 @@
+// The connections of one communicator, made lazily per (channel, peer, direction) the first
+// time an operation needs them: shm within a host, sockets across hosts or when
+// NCCL_SHM_DISABLE=1. Both ends derive the transport from the peer info alone, so no
+// extra exchange is needed.
+//
+// Thread ownership: used by the one thread running the communicator's operations; poisonAll
+// may also be called from ncclCommAbort's thread (it only writes FIFO control words).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "core/comm.h"
+#include "kernels/fifo.h"
+#include "transports/shm/shm.h"
+#include "transports/socket/socket_transport.h"
+
+namespace chorus {
+
+/// NCCL_SHM_DISABLE as set in the environment.
+bool shmDisabledSetting();
+
+/// One end of one connection.
+struct Conn {
+  Fifo fifo;
+  bool shm = false;  ///< LL is allowed only on shm connections
+  int peer = -1;
+  pid_t peerPid = 0;      ///< watched for liveness when the peer is another process on this host
+  bool peerLocalProc = false;
+  ShmSegment seg;
+};
+
+/// Lazily created connections of one communicator.
+class Connections {
+ public:
+  Connections(ncclComm* comm, const FifoGeometry& geo);
+  ~Connections();
+  /// Collective: sets up what every rank must agree on (the socket transport's listen sockets).
+  ncclResult_t init();
+  ncclResult_t send(int channel, int peer, Conn** out);
+  ncclResult_t recv(int channel, int peer, Conn** out);
+  /// Whether rank `peer` is reached through shared memory.
+  bool viaShm(int peer) const;
+  /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting, and stops the proxy.
+  void poisonAll(PoisonReason reason, int culprit);
+  const FifoGeometry& geometry() const { return geo_; }
+
+ private:
+  ncclResult_t make(int channel, int peer, bool isSend, Conn** out);
+
+  ncclComm* comm_;
+  FifoGeometry geo_;
+  bool shmDisabled_;
+  std::unique_ptr<SocketTransport> sockets_;
+  std::mutex mutex_;  // guards conns_ against poisonAll from an aborting thread
+  std::map<std::tuple<int, int, bool>, std::unique_ptr<Conn>> conns_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,32 @@
+// The engine: turns a group of validated operations into schedules, plans them over the
+// communicator's connections and runs them (host threads here; CUDA/HIP kernels later).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/comm.h"
+#include "engine/op.h"
+
+namespace chorus {
+
+/// Hash of the settings every rank must share (algorithms, protocols, transports, FIFO geometry).
+unsigned long engineEnvHash();
+
+/// Per-communicator execution state: connections, channels, scratch.
+class Engine {
+ public:
+  /// Collective over the communicator: establishes connections with every peer that the
+  /// algorithms need (shm within a host, sockets across hosts).
+  static ncclResult_t create(ncclComm* comm, std::unique_ptr<Engine>* out);
+  virtual ~Engine() = default;
+  /// Runs the operations of one group on this communicator. On the host path the call
+  /// returns when they are complete.
+  virtual ncclResult_t run(const std::vector<OpDesc>& ops) = 0;
+  /// Estimated time (microseconds) of a group, for ncclGroupSimulateEnd.
+  virtual float estimateUs(const std::vector<OpDesc>& ops) = 0;
+  /// Wakes every wait (abort) and releases connections.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace chorus

@@ -1,0 +1,186 @@
+#include "engine/host_platform.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "core/checks.h"
+
+namespace chorus {
+namespace {
+
+const char* dtypeName(int d) {
+  static const char* kNames[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
+                                 "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  return d >= 0 && d < 12 ? kNames[d] : "?";
+}
+
+const char* collApiName(Coll c) {
+  switch (c) {
+    case Coll::kAllReduce: return "ncclAllReduce";
+    case Coll::kAllGather: return "ncclAllGather";
+    case Coll::kReduceScatter: return "ncclReduceScatter";
+    case Coll::kBroadcast: return "ncclBroadcast";
+    case Coll::kReduce: return "ncclReduce";
+    case Coll::kAllToAll: return "ncclAlltoAll";
+    case Coll::kGather: return "ncclGather";
+    case Coll::kScatter: return "ncclScatter";
+    case Coll::kSendRecv: return "ncclSend/ncclRecv";
+    default: return "?";
+  }
+}
+
+const char* reasonText(PoisonReason r) {
+  switch (r) {
+    case PoisonReason::kPeerDied: return "a peer process died";
+    case PoisonReason::kTimeout: return "a peer made no progress before the deadline";
+    case PoisonReason::kMismatch: return "ranks called mismatched operations";
+    case PoisonReason::kAborted: return "the communicator was aborted";
+    default: return "an error";
+  }
+}
+
+}  // namespace
+
+uint32_t packDesc(Coll coll, int dtype, int op) {
+  return static_cast<uint32_t>(coll) | (static_cast<uint32_t>(dtype) << 8) | ((static_cast<uint32_t>(op) & 0xffff) << 16);
+}
+
+std::string describeFingerprint(uint64_t seq, uint64_t count, uint32_t desc, int32_t root) {
+  Coll c = static_cast<Coll>(desc & 0xff);
+  int dtype = (desc >> 8) & 0xff, op = (desc >> 16) & 0xffff;
+  char buf[200];
+  int n = snprintf(buf, sizeof(buf), "%s #%lu (count %lu, %s", collApiName(c), static_cast<unsigned long>(seq),
+                   static_cast<unsigned long>(count), dtypeName(dtype));
+  if (c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter)
+    n += snprintf(buf + n, sizeof(buf) - n, ", op %d", op);
+  if (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter)
+    n += snprintf(buf + n, sizeof(buf) - n, ", root %d", root);
+  snprintf(buf + n, sizeof(buf) - n, ")");
+  return buf;
+}
+
+Conn* HostPlatform::connOf(Fifo* f) {
+  for (auto& [fifo, conn] : fifoConns_)
+    if (fifo == f) return conn;
+  return nullptr;
+}
+
+ncclResult_t HostPlatform::sendFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+  Conn* c;
+  CHORUS_CHECK(conns_->send(ch, peer, &c));
+  *f = &c->fifo;
+  *useLL = ll && c->shm;
+  if (!connOf(*f)) fifoConns_.push_back({*f, c});
+  return ncclSuccess;
+}
+
+ncclResult_t HostPlatform::recvFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+  Conn* c;
+  CHORUS_CHECK(conns_->recv(ch, peer, &c));
+  *f = &c->fifo;
+  *useLL = ll && c->shm;
+  if (!connOf(*f)) fifoConns_.push_back({*f, c});
+  return ncclSuccess;
+}
+
+char* HostPlatform::staging(int which, size_t bytes) {
+  if (staging_[which].size() < bytes) staging_[which].resize(bytes);
+  return staging_[which].data();
+}
+
+ncclResult_t HostPlatform::fail(ncclResult_t res, PoisonReason reason, int culprit, const std::string& text) {
+  failReason_ = reason;
+  failCulprit_ = culprit;
+  setLastError(comm_, "%s", text.c_str());
+  return res;
+}
+
+template <class Ready>
+ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
+  if (ready()) return ncclSuccess;
+  Backoff backoff;
+  Deadline deadline = Deadline::fromEnv();
+  Conn* conn = connOf(f);
+  for (;;) {
+    for (int i = 0; i < 64; i++) {
+      if (ready()) return ncclSuccess;
+      backoff.pause();
+    }
+    char where[160];
+    snprintf(where, sizeof(where), "rank %d (%s) waiting %s rank %d during %s #%lu", comm_->rank,
+             comm_->peers[comm_->rank].hostname, what, f->peer, label_.coll, static_cast<unsigned long>(label_.seq));
+    if (comm_->abortFlag.load(std::memory_order_relaxed))
+      return fail(ncclInvalidUsage, PoisonReason::kAborted, comm_->rank,
+                  std::string(where) + ": the communicator was aborted (ncclCommAbort/ncclCommRevoke)");
+    uint64_t poison = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
+    if (poison != 0) {
+      auto reason = static_cast<PoisonReason>(poison >> 32);
+      int culprit = static_cast<int>(poison & 0xffffffff) - 1;
+      char msg[400];
+      snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
+               culprit != f->peer ? " and the failure reached this rank through its peers" : "");
+      return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, msg);
+    }
+    if (conn && conn->peerLocalProc && conn->peerPid > 0 && kill(conn->peerPid, 0) != 0 && errno == ESRCH) {
+      char msg[400];
+      snprintf(msg, sizeof(msg), "%s: rank %d (pid %d on %s) died", where, f->peer, static_cast<int>(conn->peerPid),
+               comm_->peers[f->peer].hostname);
+      return fail(ncclRemoteError, PoisonReason::kPeerDied, f->peer, msg);
+    }
+    if (deadline.expired()) {
+      char msg[400];
+      snprintf(msg, sizeof(msg), "%s: rank %d made no progress for %.0f s (CHORUS_TIMEOUT_S); it may be stopped, "
+               "hung, or calling a different operation", where, f->peer, deadline.seconds());
+      return fail(ncclRemoteError, PoisonReason::kTimeout, f->peer, msg);
+    }
+  }
+}
+
+ncclResult_t HostPlatform::waitSendSpace(Fifo* f) {
+  uint64_t limit = f->geo.nSlots;
+  return waitFor(f, [f, limit]() { return f->step - __atomic_load_n(&f->ctrl->head, __ATOMIC_ACQUIRE) < limit; },
+                 "for FIFO space toward");
+}
+
+ncclResult_t HostPlatform::waitRecvData(Fifo* f) {
+  return waitFor(f, [f]() { return __atomic_load_n(&f->ctrl->tail, __ATOMIC_ACQUIRE) > f->step; }, "for data from");
+}
+
+ncclResult_t HostPlatform::waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = __atomic_load_n(&lines[i], __ATOMIC_ACQUIRE);
+    if (static_cast<uint32_t>(v >> 32) != flag) {
+      const uint64_t* line = &lines[i];
+      CHORUS_CHECK(waitFor(
+          f, [line, flag]() { return static_cast<uint32_t>(__atomic_load_n(line, __ATOMIC_ACQUIRE) >> 32) == flag; },
+          "for LL data from"));
+      v = __atomic_load_n(&lines[i], __ATOMIC_ACQUIRE);
+    }
+    words[i] = static_cast<uint32_t>(v);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t HostPlatform::mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t bytes,
+                                    uint32_t step) {
+  std::string a = describeFingerprint(mine.seq, mine.count, mine.desc, mine.root);
+  std::string b = describeFingerprint(got.seq, got.count, got.desc, got.root);
+  char msg[600];
+  if (a == b) {
+    snprintf(msg, sizeof(msg), "rank %d and rank %d disagree inside %s: expected %zu bytes at step %u, got %u bytes "
+             "(step %u); check NCCL_ALGO/NCCL_PROTO and chorus versions", comm_->rank, f->peer, a.c_str(), bytes, step,
+             got.bytes, got.step);
+  } else {
+    snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank, a.c_str(),
+             f->peer, b.c_str());
+  }
+  return fail(ncclInvalidUsage, PoisonReason::kMismatch, comm_->rank, msg);
+}
+
+ncclResult_t HostPlatform::internalError(const char* what) {
+  return fail(ncclInternalError, PoisonReason::kError, comm_->rank, std::string("internal error: ") + what);
+}
+
+}  // namespace chorus

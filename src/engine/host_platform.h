@@ -1,0 +1,79 @@
+// The host Platform for kernels/executor.h: waits that spin, yield, then sleep, and that
+// fail with a message naming the rank, the peer and the operation when the peer dies,
+// poisons the connection, the deadline passes or the communicator is aborted.
+#pragma once
+
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/timeout.h"
+#include "engine/connections.h"
+#include "kernels/executor.h"
+#include "kernels/reduce.h"
+
+namespace chorus {
+
+/// What the current operation is, for error messages.
+struct OpLabel {
+  const char* coll = "";
+  uint64_t seq = 0;
+  size_t count = 0;
+  int dtype = 0;
+};
+
+/// Host implementation of the executor's Platform policy.
+class HostPlatform {
+ public:
+  HostPlatform(ncclComm* comm, Connections* conns) : comm_(comm), conns_(conns) {}
+
+  void setOp(const OpLabel& label, const RedOp& red) {
+    label_ = label;
+    red_ = red;
+  }
+
+  ncclResult_t sendFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL);
+  ncclResult_t recvFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL);
+  ncclResult_t waitSendSpace(Fifo* f);
+  ncclResult_t waitRecvData(Fifo* f);
+  ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words);
+  void publishTail(Fifo* f) { __atomic_store_n(&f->ctrl->tail, ++f->step, __ATOMIC_RELEASE); }
+  void publishHead(Fifo* f) { __atomic_store_n(&f->ctrl->head, ++f->step, __ATOMIC_RELEASE); }
+  static void storeLine(uint64_t* line, uint64_t v) { __atomic_store_n(line, v, __ATOMIC_RELAXED); }
+  char* staging(int which, size_t bytes);
+  void copy(char* dst, const char* src, size_t n, uint32_t flags) { copyHost(red_, dst, src, n, flags); }
+  void reduce(char* dst, const char* recv, const char* local, size_t n, uint32_t flags) {
+    reduceHost(red_, dst, recv, local, n, flags);
+  }
+  ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t bytes, uint32_t step);
+  ncclResult_t internalError(const char* what);
+
+  /// The failure that stopped the last operation (reason and culprit rank), for poisoning.
+  PoisonReason failReason() const { return failReason_; }
+  int failCulprit() const { return failCulprit_; }
+
+ private:
+  // Polls `ready` until true; between polls checks abort, poison, peer liveness and the deadline.
+  template <class Ready>
+  ncclResult_t waitFor(Fifo* f, Ready ready, const char* what);
+  Conn* connOf(Fifo* f);
+  ncclResult_t fail(ncclResult_t res, PoisonReason reason, int culprit, const std::string& text);
+
+  ncclComm* comm_;
+  Connections* conns_;
+  OpLabel label_;
+  RedOp red_{};
+  std::vector<char> staging_[2];
+  std::vector<std::pair<Fifo*, Conn*>> fifoConns_;
+  PoisonReason failReason_ = PoisonReason::kNone;
+  int failCulprit_ = -1;
+};
+
+/// Describes a fingerprint as "ncclAllReduce #5 (count 1024, float32, op 0)".
+std::string describeFingerprint(uint64_t seq, uint64_t count, uint32_t desc, int32_t root);
+/// Packs (coll, dtype, op) into SlotHeader::desc.
+uint32_t packDesc(Coll coll, int dtype, int op);
+
+}  // namespace chorus

@@ -1,0 +1,25 @@
+// Choosing (algorithm, protocol) per call: NCCL_ALGO / NCCL_PROTO when set, otherwise a
+// size-based default. Every rank makes the same choice from the same inputs.
+#pragma once
+
+#include <cstddef>
+
+#include "algo/schedule.h"
+
+namespace chorus {
+
+/// Transfer protocol.
+enum class Proto { kSimple, kLL };
+
+/// The (algorithm, protocol) for one call of `bytes` (per-rank buffer size) on nranks.
+struct Choice {
+  Algo algo;
+  Proto proto;
+};
+
+/// Picks the algorithm and protocol; honours NCCL_ALGO and NCCL_PROTO when they allow one that applies.
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks);
+/// Hash of the tuning environment (ranks must agree on it).
+unsigned long tunerEnvHash();
+
+}  // namespace chorus

@@ -1,0 +1,15 @@
+# Runs two header probes and fails unless their outputs are identical.
+execute_process(COMMAND ${A} OUTPUT_VARIABLE out_a RESULT_VARIABLE rc_a)
+execute_process(COMMAND ${B} OUTPUT_VARIABLE out_b RESULT_VARIABLE rc_b)
+if(NOT rc_a EQUAL 0 OR NOT rc_b EQUAL 0)
+  message(FATAL_ERROR "a probe failed: ${rc_a} ${rc_b}")
+endif()
+if(NOT out_a STREQUAL out_b)
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/probe_chorus.txt "${out_a}")
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/probe_nvidia.txt "${out_b}")
+  message(FATAL_ERROR "chorus's nccl.h differs from NVIDIA's: diff ${CMAKE_CURRENT_BINARY_DIR}/probe_chorus.txt "
+    "${CMAKE_CURRENT_BINARY_DIR}/probe_nvidia.txt")
+endif()
+string(REGEX MATCHALL "\n" lines "${out_a}")
+list(LENGTH lines n)
+message(STATUS "headers agree on ${n} ABI facts")

@@ -1,0 +1,42 @@
+// Multi-rank test harness: one test body, two drivers.
+//   Driver::kThreads   every rank is a thread of this process (ncclCommInitRank per thread)
+//   Driver::kProcesses every rank is a forked process; the id travels through a pipe
+// Every run has a deadline; a rank that overruns it fails the test (and, for processes,
+// is killed) instead of hanging the suite.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nccl.h"
+
+namespace chorus_test {
+
+enum class Driver { kThreads, kProcesses };
+
+/// What a rank's body gets.
+struct RankCtx {
+  int rank = 0;
+  int nranks = 0;
+  ncclComm_t comm = nullptr;
+};
+
+/// Name of a driver, for parameterised test names.
+const char* driverName(Driver d);
+
+/// Runs `body` on nranks ranks, each with a fresh communicator (destroyed afterwards).
+/// Failures inside the body are reported with gtest as usual (forked ranks report through
+/// their exit status). Fails the calling test if a rank misses the deadline.
+void runRanks(int nranks, Driver driver, const std::function<void(RankCtx&)>& body, double deadlineS = 120);
+
+/// Forks n processes running child(rank, id) (id made by the parent after the fork) and
+/// returns each one's wait status; processes alive at the deadline are killed with SIGKILL
+/// and reported as such. Use for fault tests that kill or stop ranks.
+std::vector<int> forkRanks(int n, const std::function<int(int rank, const ncclUniqueId& id)>& child,
+                           double deadlineS = 120);
+
+/// "exited with 0", "killed by signal 9"...
+std::string describeStatus(int status);
+
+}  // namespace chorus_test

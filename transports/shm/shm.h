@@ -1,0 +1,28 @@
+// Shared-memory transport: a FIFO in a POSIX shared-memory segment that both ends map,
+// for ranks on the same host (threads of one process or separate processes).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kernels/fifo.h"
+#include "nccl.h"
+
+namespace chorus {
+
+/// One mapped shm FIFO.
+struct ShmSegment {
+  std::string name;
+  void* base = nullptr;
+  size_t size = 0;
+};
+
+/// Name of the segment for (comm, channel, sender, receiver): both ends derive it alone.
+std::string shmFifoName(uint64_t commHash, int channel, int from, int to);
+/// Creates or opens the named segment (whichever end comes first creates it zero-filled, which
+/// is a valid empty FIFO) and maps it; the second end to attach unlinks the name.
+ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg);
+/// Unmaps (and unlinks the name if it still exists).
+void shmFifoClose(ShmSegment* seg);
+
+}  // namespace chorus

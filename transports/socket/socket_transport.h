@@ -1,0 +1,30 @@
+// Socket transport: connections between ranks on different hosts (or when NCCL_SHM_DISABLE=1).
+//
+// Each end of a connection sees an ordinary local FIFO (kernels/fifo.h); a proxy thread per
+// communicator moves slots over TCP: on the send side it ships every produced slot
+// (header + payload) and then frees it (head++); on the receive side it reads a slot into
+// the local FIFO when there is room and publishes it (tail++). LL is never used here.
+#pragma once
+
+#include <memory>
+
+#include "core/comm.h"
+#include "kernels/fifo.h"
+
+namespace chorus {
+
+/// TCP connections of one communicator, progressed by one proxy thread.
+class SocketTransport {
+ public:
+  /// Collective over the communicator: opens a listen socket and allgathers the addresses.
+  static ncclResult_t create(ncclComm* comm, std::unique_ptr<SocketTransport>* out);
+  virtual ~SocketTransport() = default;
+  /// Connects (lazily, once) the send side of (channel, peer); *out views the local FIFO.
+  virtual ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) = 0;
+  /// Prepares the receive side of (channel, peer); *out views the local FIFO.
+  virtual ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) = 0;
+  /// Closes every socket and stops the proxy (peers see EOF and fail naming this rank).
+  virtual void shutdown() = 0;
+};
+
+}  // namespace chorus
