@@ -1,0 +1,158 @@
+// The one portability header for single-source device code. Everything under kernels/ is written once against
+// these macros and helpers and compiled three ways: g++ (host path, no CUDA headers needed), nvcc and hipcc.
+// Keep it free of anything that needs a GPU toolkit when neither compiler is in use.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+// Which compiler is reading this file. clang in HIP mode defines __HIP__; hipcc adds __HIPCC__. clang in CUDA mode
+// defines __CUDACC__ too, so HIP is tested first.
+#if defined(__HIPCC__) || defined(__HIP__)
+/// 1 when compiled by hipcc (host or device pass).
+#define CHORUS_HIP 1
+/// 1 when compiled by nvcc (host or device pass).
+#define CHORUS_CUDA 0
+#elif defined(__CUDACC__)
+#define CHORUS_HIP 0
+#define CHORUS_CUDA 1
+#else
+#define CHORUS_HIP 0
+#define CHORUS_CUDA 0
+#endif
+
+/// 1 inside a device compilation pass (CUDA __CUDA_ARCH__ or HIP __HIP_DEVICE_COMPILE__), else 0.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define CHORUS_ON_DEVICE 1
+#else
+#define CHORUS_ON_DEVICE 0
+#endif
+
+#if CHORUS_CUDA || CHORUS_HIP
+/// Marks a function callable from host and device code.
+#define CHORUS_HOST_DEVICE __host__ __device__
+/// Device-only function, always inlined.
+#define CHORUS_DEVICE_INLINE __device__ __forceinline__
+/// Forced inlining that works on both sides (combine with CHORUS_HOST_DEVICE).
+#define CHORUS_INLINE __forceinline__
+#else
+#define CHORUS_HOST_DEVICE
+// Without a GPU compiler "device" code is host code: the host path runs the same functors.
+#define CHORUS_DEVICE_INLINE inline __attribute__((always_inline))
+#define CHORUS_INLINE inline __attribute__((always_inline))
+#endif
+
+/// No-alias qualifier understood by g++, nvcc and hipcc.
+#define CHORUS_RESTRICT __restrict__
+
+namespace chorus {
+
+/// Threads per warp (CUDA) or wavefront (HIP). The host path uses 32 so its slicing matches CUDA's.
+#if CHORUS_HIP && defined(__AMDGCN_WAVEFRONT_SIZE)
+constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;
+#elif CHORUS_HIP
+// Host pass of hipcc: the wavefront size is a device property; 64 is CDNA's (the data-center parts we target).
+constexpr int kWarpSize = 64;
+#else
+constexpr int kWarpSize = 32;
+#endif
+
+/// Reinterprets a float's bits as uint32_t (no conversion).
+CHORUS_HOST_DEVICE CHORUS_INLINE uint32_t floatBits(float f) {
+#if CHORUS_ON_DEVICE
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+/// Reinterprets a uint32_t as a float's bits (no conversion).
+CHORUS_HOST_DEVICE CHORUS_INLINE float bitsFloat(uint32_t u) {
+#if CHORUS_ON_DEVICE
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+/// Number of leading zero bits of a nonzero 32-bit value.
+CHORUS_HOST_DEVICE CHORUS_INLINE int countLeadingZeros(uint32_t x) {
+#if CHORUS_ON_DEVICE
+  return __clz(static_cast<int>(x));
+#else
+  return __builtin_clz(x);
+#endif
+}
+
+/// Full memory fence at system scope: orders this thread's accesses as seen by other GPUs, the host and peers
+/// mapping the same memory. Connection FIFOs publish data with it before bumping a step counter.
+CHORUS_HOST_DEVICE CHORUS_INLINE void memoryFence() {
+#if CHORUS_ON_DEVICE
+  __threadfence_system();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// 64-bit step counters shared between ranks (head/tail of a connection FIFO). On the host these are __atomic
+// builtins on plain uint64_t, which also works on memory mapped into another process. On the device, volatile
+// accesses plus a system fence give the acquire/release ordering without depending on libcu++ or a HIP variant.
+
+/// Relaxed 64-bit load: no ordering, but never torn and never cached in a register across calls.
+CHORUS_HOST_DEVICE CHORUS_INLINE uint64_t loadRelaxed(const uint64_t* p) {
+#if CHORUS_ON_DEVICE
+  return *reinterpret_cast<const volatile uint64_t*>(p);
+#else
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+#endif
+}
+
+/// Acquire 64-bit load: accesses after it are not reordered before it.
+CHORUS_HOST_DEVICE CHORUS_INLINE uint64_t loadAcquire(const uint64_t* p) {
+#if CHORUS_ON_DEVICE
+  uint64_t v = *reinterpret_cast<const volatile uint64_t*>(p);
+  __threadfence_system();
+  return v;
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+/// Relaxed 64-bit store.
+CHORUS_HOST_DEVICE CHORUS_INLINE void storeRelaxed(uint64_t* p, uint64_t v) {
+#if CHORUS_ON_DEVICE
+  *reinterpret_cast<volatile uint64_t*>(p) = v;
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+/// Release 64-bit store: accesses before it (the data of a slot) are visible before the new value.
+CHORUS_HOST_DEVICE CHORUS_INLINE void storeRelease(uint64_t* p, uint64_t v) {
+#if CHORUS_ON_DEVICE
+  __threadfence_system();
+  *reinterpret_cast<volatile uint64_t*>(p) = v;
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+/// Spin-wait hint: lets the sibling hyperthread (or the other rank on a 2-core machine) run while we poll.
+CHORUS_HOST_DEVICE CHORUS_INLINE void cpuRelax() {
+#if CHORUS_ON_DEVICE
+  // Nothing: a spinning warp is descheduled by the hardware between its polls anyway.
+#elif defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield" ::: "memory");
+#else
+  __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+}  // namespace chorus
