@@ -11,7 +11,7 @@ file(GLOB CHORUS_KERNEL_SRCS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.c
 add_library(chorus_kernels STATIC ${CHORUS_KERNEL_SRCS})
 target_include_directories(chorus_kernels PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include
   ${PROJECT_SOURCE_DIR}/src)
-target_compile_options(chorus_kernels PRIVATE -O3)
+target_compile_options(chorus_kernels PRIVATE -O3 -ffp-contract=off)
 
 # Everything else: api, core, engine, topo, runtime, transports.
 file(GLOB CHORUS_CORE_SRCS CONFIGURE_DEPENDS

@@ -85,6 +85,8 @@ NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
 
 extern "C" __attribute__((visibility("default"))) void ncclResetDebugInit() { paramsReload(); }
 extern "C" __attribute__((visibility("default"), alias("ncclResetDebugInit"))) void pncclResetDebugInit();
+// NVIDIA's library exports this helper too (programs built against it may reference it).
+extern "C" __attribute__((visibility("default"), alias("ncclResetDebugInit"))) void ncclResetDebugInitInternal();
 
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");

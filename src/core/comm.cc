@@ -25,7 +25,9 @@ ncclComm::~ncclComm() {
     liveComms().erase(this);
   }
   if (initThread.joinable()) initThread.join();
-  if (engine) engine->shutdown();
+  // Abort poisons the connections so peers stop waiting; a plain destroy leaves data that
+  // peers have yet to read where it is.
+  if (engine && abortFlag.load()) engine->shutdown();
   engine.reset();
   if (bootstrap) bootstrap->close();
   bootstrap.reset();

@@ -19,7 +19,9 @@ Connections::Connections(ncclComm* comm, const FifoGeometry& geo)
 Connections::~Connections() {
   if (sockets_) sockets_->shutdown();
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [key, c] : conns_) shmFifoClose(&c->seg);
+  // A healthy peer still attaches (and unlinks) a FIFO we wrote to; after a failure it may not.
+  bool failed = comm_->abortFlag.load() != 0 || comm_->state.load() == static_cast<int>(CommState::kFailed);
+  for (auto& [key, c] : conns_) shmFifoClose(&c->seg, failed);
 }
 
 bool Connections::viaShm(int peer) const {

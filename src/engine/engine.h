@@ -25,7 +25,8 @@ class Engine {
   virtual ncclResult_t run(const std::vector<OpDesc>& ops) = 0;
   /// Estimated time (microseconds) of a group, for ncclGroupSimulateEnd.
   virtual float estimateUs(const std::vector<OpDesc>& ops) = 0;
-  /// Wakes every wait (abort) and releases connections.
+  /// Abort: marks every connection failed so that peers stop waiting for this rank.
+  /// (Destroying the engine without it is the graceful path: data already sent stays readable.)
   virtual void shutdown() = 0;
 };
 

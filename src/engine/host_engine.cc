@@ -135,7 +135,11 @@ class HostEngine : public Engine {
       case Coll::kGather: map.inTotal = N, map.outTotal = comm_->rank == op.root ? N * n : 0; break;
       case Coll::kScatter: map.inTotal = comm_->rank == op.root ? N * n : 0, map.outTotal = N; break;
       case Coll::kBroadcast: map.inTotal = comm_->rank == op.root ? N : 0, map.outTotal = N; break;
-      case Coll::kReduce: map.inTotal = N, map.outTotal = comm_->rank == op.root ? N : 0; break;
+      case Coll::kReduce:
+        // Non-root ranks may pass no recvbuff, but tree schedules accumulate in the output.
+        map.inTotal = map.outTotal = N;
+        if (comm_->rank != op.root) map.out = scratch(N * es);
+        break;
       default: map.inTotal = map.outTotal = N; break;
     }
     // Blocks are the unit the schedule names; for allreduce over several blocks, split the
@@ -239,6 +243,11 @@ class HostEngine : public Engine {
 
   static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+  char* scratch(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
   ncclComm* comm_;
   FifoGeometry geo_;
   int nChannels_ = 1;
@@ -247,6 +256,7 @@ class HostEngine : public Engine {
   std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> sendSeq_, recvSeq_;
+  std::vector<char> scratch_;  ///< output stand-in for non-root ranks of ncclReduce
 };
 
 }  // namespace

@@ -45,9 +45,9 @@ ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSe
   return ncclSuccess;
 }
 
-void shmFifoClose(ShmSegment* seg) {
+void shmFifoClose(ShmSegment* seg, bool unlinkName) {
   if (seg->base) munmap(seg->base, seg->size);
-  if (!seg->name.empty()) shm_unlink(seg->name.c_str());
+  if (unlinkName && !seg->name.empty()) shm_unlink(seg->name.c_str());
   seg->base = nullptr;
   seg->name.clear();
 }

@@ -22,7 +22,9 @@ std::string shmFifoName(uint64_t commHash, int channel, int from, int to);
 /// Creates or opens the named segment (whichever end comes first creates it zero-filled, which
 /// is a valid empty FIFO) and maps it; the second end to attach unlinks the name.
 ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg);
-/// Unmaps (and unlinks the name if it still exists).
-void shmFifoClose(ShmSegment* seg);
+/// Unmaps. The name stays while the far end has not attached yet: a sender may finish
+/// (its data waiting in the FIFO) before the receiver first opens it. With unlinkName
+/// (the communicator failed or was aborted) the name is removed regardless.
+void shmFifoClose(ShmSegment* seg, bool unlinkName);
 
 }  // namespace chorus

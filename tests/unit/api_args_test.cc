@@ -1,0 +1,208 @@
+// Bad input at every entry point: the named error, the cause in ncclGetLastError, and the
+// communicator still working afterwards.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/ranks.h"
+#include "nccl.h"
+
+namespace {
+
+class ApiArgs : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(ncclCommInitAll(comms_, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr); }
+  void TearDown() override {
+    for (auto c : comms_)
+      if (c) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  }
+  // Both ranks all-reduce; proves the communicators still work.
+  void expectWorks() {
+    std::vector<float> a(100, 1.0f), b(100, 2.0f);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(a.data(), a.data(), 100, ncclFloat, ncclSum, comms_[0], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(b.data(), b.data(), 100, ncclFloat, ncclSum, comms_[1], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(a[99], 3.0f);
+    EXPECT_EQ(b[0], 3.0f);
+  }
+  static void expectError(ncclResult_t got, ncclResult_t want, ncclComm_t comm, const char* substr) {
+    EXPECT_EQ(got, want) << ncclGetErrorString(got);
+    std::string text = ncclGetLastError(comm);
+    EXPECT_NE(text.find(substr), std::string::npos) << "last error: \"" << text << "\" lacks \"" << substr << "\"";
+  }
+  ncclComm_t comms_[2] = {nullptr, nullptr};
+  float buf_[64] = {0};
+  float out_[128] = {0};
+};
+
+TEST_F(ApiArgs, NullCommIsInvalidArgument) {
+  expectError(ncclAllReduce(buf_, buf_, 4, ncclFloat, ncclSum, nullptr, nullptr), ncclInvalidArgument, nullptr,
+              "comm is NULL");
+  int n;
+  expectError(ncclCommCount(nullptr, &n), ncclInvalidArgument, nullptr, "comm is NULL");
+  expectWorks();
+}
+
+TEST_F(ApiArgs, NullBuffersWithCount) {
+  expectError(ncclAllReduce(nullptr, buf_, 4, ncclFloat, ncclSum, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "sendbuff is NULL");
+  expectError(ncclAllGather(buf_, nullptr, 4, ncclFloat, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "recvbuff is NULL");
+  expectError(ncclSend(nullptr, 4, ncclFloat, 1, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "sendbuff is NULL");
+  expectError(ncclRecv(nullptr, 4, ncclFloat, 1, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "recvbuff is NULL");
+  // Count 0 with NULL buffers is legal (and does nothing), as in NCCL.
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, comms_[0], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, comms_[1], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+  expectWorks();
+}
+
+TEST_F(ApiArgs, BadDatatypeOpRootPeer) {
+  expectError(ncclAllReduce(buf_, buf_, 4, static_cast<ncclDataType_t>(12), ncclSum, comms_[0], nullptr),
+              ncclInvalidArgument, comms_[0], "invalid datatype 12");
+  expectError(ncclAllReduce(buf_, buf_, 4, static_cast<ncclDataType_t>(-1), ncclSum, comms_[0], nullptr),
+              ncclInvalidArgument, comms_[0], "invalid datatype");
+  expectError(ncclAllReduce(buf_, buf_, 4, ncclFloat, static_cast<ncclRedOp_t>(77), comms_[0], nullptr),
+              ncclInvalidArgument, comms_[0], "reduction op 77");
+  expectError(ncclBroadcast(buf_, buf_, 4, ncclFloat, 2, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "root 2 is out of range");
+  expectError(ncclReduce(buf_, buf_, 4, ncclFloat, ncclSum, -1, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "root -1");
+  expectError(ncclSend(buf_, 4, ncclFloat, 5, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "peer 5 is out of range");
+  expectWorks();
+}
+
+TEST_F(ApiArgs, CountOverflow) {
+  expectError(ncclAllGather(buf_, out_, SIZE_MAX / 4, ncclFloat, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "overflows");
+  expectWorks();
+}
+
+TEST_F(ApiArgs, OverlappingBuffersThatAreNotInPlace) {
+  // Allgather in place means sendbuff == recvbuff + rank*count; rank 0 passing recvbuff+1 overlaps wrongly.
+  expectError(ncclAllGather(out_ + 1, out_, 8, ncclFloat, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "overlap");
+  expectError(ncclAllReduce(buf_ + 2, buf_, 8, ncclFloat, ncclSum, comms_[0], nullptr), ncclInvalidArgument,
+              comms_[0], "overlap");
+  expectWorks();
+}
+
+TEST_F(ApiArgs, GroupMisuse) {
+  expectError(ncclGroupEnd(), ncclInvalidUsage, nullptr, "without a matching ncclGroupStart");
+  ncclSimInfo_t bad;
+  std::memset(&bad, 0, sizeof(bad));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  expectError(ncclGroupSimulateEnd(&bad), ncclInvalidArgument, nullptr, "NCCL_SIM_INFO_INITIALIZER");
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclAllReduce(buf_, buf_, 4, ncclFloat, ncclSum, comms_[0], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_GT(sim.estimatedTime, 0.0f);
+  expectWorks();
+}
+
+TEST_F(ApiArgs, DestroyedCommIsRecognised) {
+  ncclComm_t dead = comms_[1];
+  ASSERT_EQ(ncclCommDestroy(comms_[0]), ncclSuccess);
+  ASSERT_EQ(ncclCommDestroy(comms_[1]), ncclSuccess);
+  ncclComm_t gone = comms_[0];
+  comms_[0] = comms_[1] = nullptr;
+  expectError(ncclAllReduce(buf_, buf_, 4, ncclFloat, ncclSum, gone, nullptr), ncclInvalidArgument, nullptr,
+              "not a valid communicator");
+  expectError(ncclCommDestroy(dead), ncclInvalidArgument, nullptr, "not a valid communicator");
+}
+
+TEST_F(ApiArgs, FinalizedAndRevokedComms) {
+  ASSERT_EQ(ncclCommFinalize(comms_[0]), ncclSuccess);
+  expectError(ncclAllReduce(buf_, buf_, 4, ncclFloat, ncclSum, comms_[0], nullptr), ncclInvalidUsage, comms_[0],
+              "finalized");
+  expectError(ncclCommRevoke(comms_[1], 3), ncclInvalidArgument, comms_[1], "revokeFlags");
+  ASSERT_EQ(ncclCommRevoke(comms_[1], NCCL_REVOKE_DEFAULT), ncclSuccess);
+  expectError(ncclAllReduce(buf_, buf_, 4, ncclFloat, ncclSum, comms_[1], nullptr), ncclInvalidUsage, comms_[1],
+              "revoked");
+}
+
+TEST_F(ApiArgs, QueriesAndVersion) {
+  int v = 0, n = 0, r = -1, d = 0;
+  EXPECT_EQ(ncclGetVersion(&v), ncclSuccess);
+  EXPECT_EQ(v, NCCL_VERSION_CODE);
+  EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommCount(comms_[1], &n), ncclSuccess);
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(ncclCommUserRank(comms_[1], &r), ncclSuccess);
+  EXPECT_EQ(r, 1);
+  EXPECT_EQ(ncclCommCuDevice(comms_[0], &d), ncclSuccess);
+  EXPECT_EQ(d, -1);
+  expectError(ncclCommCount(comms_[0], nullptr), ncclInvalidArgument, comms_[0], "output pointer is NULL");
+  ncclResult_t async = ncclInternalError;
+  EXPECT_EQ(ncclCommGetAsyncError(comms_[0], &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess);
+  EXPECT_STREQ(ncclGetErrorString(ncclSuccess), "no error");
+  EXPECT_NE(std::string(ncclGetErrorString(ncclRemoteError)).find("remote"), std::string::npos);
+  EXPECT_STREQ(ncclGetErrorString(static_cast<ncclResult_t>(99)), "unknown result code");
+}
+
+TEST_F(ApiArgs, ConfigValidation) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t c = nullptr;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.magic = 0;
+  expectError(ncclCommInitRankConfig(&c, 1, id, 0, &cfg), ncclInvalidArgument, nullptr, "NCCL_CONFIG_INITIALIZER");
+  ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
+  cfg2.blocking = 7;
+  expectError(ncclCommInitRankConfig(&c, 1, id, 0, &cfg2), ncclInvalidArgument, nullptr, "blocking");
+  expectError(ncclCommInitRank(&c, 2, id, 2), ncclInvalidArgument, nullptr, "rank 2 is out of range");
+  expectError(ncclCommInitRank(&c, 0, id, 0), ncclInvalidArgument, nullptr, "nranks 0");
+  expectError(ncclCommInitRank(nullptr, 1, id, 0), ncclInvalidArgument, nullptr, "comm pointer is NULL");
+  expectError(ncclCommInitAll(nullptr, 2, nullptr), ncclInvalidArgument, nullptr, "comms is NULL");
+  int dev = 0;
+  ncclComm_t cs[1];
+  expectError(ncclCommInitAll(cs, 1, &dev), ncclInvalidArgument, nullptr, "no GPU");
+}
+
+TEST_F(ApiArgs, RedOpLifecycle) {
+  float scalar = 0.5f;
+  ncclRedOp_t op;
+  expectError(ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, comms_[0]),
+              ncclInvalidArgument, comms_[0], "scalar is NULL");
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, comms_[0]), ncclSuccess);
+  EXPECT_GE(static_cast<int>(op), static_cast<int>(ncclNumOps));
+  // The op belongs to comms_[0] and to float.
+  expectError(ncclAllReduce(buf_, buf_, 4, ncclDouble, op, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
+              "created for datatype");
+  expectError(ncclAllReduce(buf_, buf_, 4, ncclFloat, op, comms_[1], nullptr), ncclInvalidArgument, comms_[1],
+              "not created on this communicator");
+  EXPECT_EQ(ncclRedOpDestroy(op, comms_[0]), ncclSuccess);
+  expectError(ncclRedOpDestroy(op, comms_[0]), ncclInvalidArgument, comms_[0], "not created");
+  expectError(ncclRedOpDestroy(ncclSum, comms_[0]), ncclInvalidArgument, comms_[0], "built-in");
+  expectWorks();
+}
+
+TEST_F(ApiArgs, MemAllocAndRegistration) {
+  void* p = nullptr;
+  EXPECT_EQ(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
+  EXPECT_NE(p, nullptr);
+  expectError(ncclMemAlloc(nullptr, 10), ncclInvalidArgument, nullptr, "ptr is NULL");
+  expectError(ncclMemAlloc(&p, 0), ncclInvalidArgument, nullptr, "size is 0");
+  void* handle = nullptr;
+  EXPECT_EQ(ncclCommRegister(comms_[0], p, 1 << 20, &handle), ncclSuccess);
+  expectError(ncclCommDeregister(comms_[1], handle), ncclInvalidArgument, comms_[1], "not a registration");
+  EXPECT_EQ(ncclCommDeregister(comms_[0], handle), ncclSuccess);
+  ncclWindow_t win = nullptr;
+  expectError(ncclCommWindowRegister(comms_[0], static_cast<char*>(p) + 8, 4096, &win, NCCL_WIN_COLL_SYMMETRIC),
+              ncclInvalidArgument, comms_[0], "aligned");
+  EXPECT_EQ(ncclCommWindowRegister(comms_[0], p, 4096, &win, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(comms_[0], win), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  expectWorks();
+}
+
+}  // namespace
