@@ -23,7 +23,13 @@ struct alignas(64) FifoCtrl {
   uint64_t pad1[7];
   uint64_t poison;    ///< nonzero after a failure: (reason << 32) | (culprit rank + 1)
   uint64_t attached;  ///< endpoints that mapped this FIFO (the second unlinks its name)
-  uint64_t pad2[6];
+  /// For a mismatch, written before poison so that every far end can name both calls: the
+  /// detecting rank's call and the offending rank's call, each {seq, count, desc | root << 32},
+  /// and failRanks = detector | offender << 32.
+  uint64_t failCall[3];
+  uint64_t failCall2[3];
+  uint64_t failRanks;
+  uint64_t pad2[7];
 };
 
 /// Per-slot header: the operation's fingerprint and the payload size.

@@ -1,6 +1,9 @@
 #include "engine/connections.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "core/checks.h"
 #include "core/params.h"
@@ -19,9 +22,13 @@ Connections::Connections(ncclComm* comm, const FifoGeometry& geo)
 Connections::~Connections() {
   if (sockets_) sockets_->shutdown();
   std::lock_guard<std::mutex> lock(mutex_);
-  // A healthy peer still attaches (and unlinks) a FIFO we wrote to; after a failure it may not.
-  bool failed = comm_->abortFlag.load() != 0 || comm_->state.load() == static_cast<int>(CommState::kFailed);
-  for (auto& [key, c] : conns_) shmFifoClose(&c->seg, failed);
+  // A live peer still attaches (and then unlinks) a FIFO we wrote to or poisoned, even after
+  // a failure: leave the name for it. Only a dead peer's FIFOs are unlinked here.
+  for (auto& [key, c] : conns_) {
+    pid_t pid = static_cast<pid_t>(comm_->peers[c->peer].pid);
+    bool peerDead = pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
+    shmFifoClose(&c->seg, peerDead);
+  }
 }
 
 bool Connections::viaShm(int peer) const {
@@ -50,6 +57,7 @@ ncclResult_t Connections::recv(int channel, int peer, Conn** out) { return make(
 ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
   auto key = std::make_tuple(channel, peer, isSend);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (channel > maxChannel_) maxChannel_ = channel;
   auto it = conns_.find(key);
   if (it != conns_.end()) {
     *out = it->second.get();
@@ -82,11 +90,38 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
   return ncclSuccess;
 }
 
-void Connections::poisonAll(PoisonReason reason, int culprit) {
+void Connections::poisonAll(PoisonReason reason, int culprit, const uint64_t* calls) {
   uint64_t word = (static_cast<uint64_t>(reason) << 32) | static_cast<uint64_t>(culprit + 1);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Connections are made lazily, so a peer may be waiting on a FIFO this rank never
+    // opened (it had not reached that step). Open every shm FIFO to and from local peers on
+    // the channels in use, so that each waiting peer sees the poison now rather than at its
+    // deadline. (A socket peer learns through its connection closing.)
+    for (int peer = 0; peer < comm_->nranks; peer++) {
+      if (peer == comm_->rank || !viaShm(peer)) continue;
+      for (int ch = 0; ch <= maxChannel_; ch++) {
+        for (bool isSend : {true, false}) {
+          auto key = std::make_tuple(ch, peer, isSend);
+          if (conns_.count(key)) continue;
+          auto c = std::make_unique<Conn>();
+          int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
+          if (shmFifoOpen(shmFifoName(comm_->commHash, ch, from, to), geo_, &c->seg) != ncclSuccess) continue;
+          c->fifo.attach(c->seg.base, geo_);
+          c->peer = peer;
+          conns_[key] = std::move(c);
+        }
+      }
+    }
     for (auto& [key, c] : conns_) {
+      FifoCtrl* ctrl = c->fifo.ctrl;
+      if (calls != nullptr && __atomic_load_n(&ctrl->poison, __ATOMIC_ACQUIRE) == 0) {
+        for (int i = 0; i < 3; i++) {
+          __atomic_store_n(&ctrl->failCall[i], calls[i], __ATOMIC_RELAXED);
+          __atomic_store_n(&ctrl->failCall2[i], calls[3 + i], __ATOMIC_RELAXED);
+        }
+        __atomic_store_n(&ctrl->failRanks, calls[6], __ATOMIC_RELAXED);
+      }
       uint64_t zero = 0;
       __atomic_compare_exchange_n(&c->fifo.ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     }

@@ -46,7 +46,8 @@ class Connections {
   /// Whether rank `peer` is reached through shared memory.
   bool viaShm(int peer) const;
   /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting, and stops the proxy.
-  void poisonAll(PoisonReason reason, int culprit);
+  /// `calls` (may be null) describes a mismatch: {detector's call[3], offender's call[3], ranks}.
+  void poisonAll(PoisonReason reason, int culprit, const uint64_t* calls = nullptr);
   const FifoGeometry& geometry() const { return geo_; }
 
  private:
@@ -58,6 +59,7 @@ class Connections {
   std::unique_ptr<SocketTransport> sockets_;
   std::mutex mutex_;  // guards conns_ against poisonAll from an aborting thread
   std::map<std::tuple<int, int, bool>, std::unique_ptr<Conn>> conns_;
+  int maxChannel_ = 0;  ///< highest channel any operation used (poisonAll covers 0..max)
 };
 
 }  // namespace chorus

@@ -78,8 +78,10 @@ class HostEngine : public Engine {
   ncclResult_t failed(ncclResult_t res) {
     PoisonReason reason = platform_->failReason();
     int culprit = platform_->failCulprit();
+    uint64_t calls[7];
+    bool mismatch = platform_->mismatchCalls(calls);
     conns_->poisonAll(reason == PoisonReason::kNone ? PoisonReason::kError : reason,
-                      culprit >= 0 ? culprit : comm_->rank);
+                      culprit >= 0 ? culprit : comm_->rank, mismatch ? calls : nullptr);
     comm_->state.store(static_cast<int>(CommState::kFailed));
     int expected = ncclSuccess;
     comm_->asyncError.compare_exchange_strong(expected, res);
@@ -156,7 +158,7 @@ class HostEngine : public Engine {
     Fingerprint fp{seq, op.count, packDesc(op.coll, op.dtype, reducing(op.coll) ? op.op : 0),
                    (op.coll == Coll::kBroadcast || op.coll == Coll::kReduce || op.coll == Coll::kGather ||
                     op.coll == Coll::kScatter) ? op.root : -1};
-    platform_->setOp(OpLabel{collName(op.coll), seq, op.count, op.dtype}, redOpFor(op));
+    platform_->setOp(OpLabel{collName(op.coll), seq, op.count, op.dtype}, redOpFor(op), fp);
     Executor<HostPlatform> exec(*platform_, fp, reducing(op.coll), proto == Proto::kLL, slice);
     for (int ch = 0; ch < nch; ch++) {
       map.chanStart = ch * chanElems;
@@ -235,7 +237,8 @@ class HostEngine : public Engine {
     uint32_t slice = geo_.slotBytes;
     map.tileElems = static_cast<size_t>(slice) * geo_.nSlots / 2;
     size_t nTiles = (maxBytes + map.tileElems - 1) / map.tileElems;
-    platform_->setOp(OpLabel{"ncclSend/ncclRecv", 0, maxBytes, ncclInt8}, makeRedOp(ncclSum, ncclInt8, comm_->nranks));
+    platform_->setOp(OpLabel{"ncclSend/ncclRecv", 0, maxBytes, ncclInt8}, makeRedOp(ncclSum, ncclInt8, comm_->nranks),
+                     sendFps.empty() ? recvFps[0] : sendFps[0]);
     Executor<HostPlatform> exec(*platform_, Fingerprint{}, false, ll, slice);
     for (size_t t = 0; t < nTiles; t++) CHORUS_CHECK(exec.runTile(s, map, t));
     return ncclSuccess;

@@ -118,9 +118,33 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
     if (poison != 0) {
       auto reason = static_cast<PoisonReason>(poison >> 32);
       int culprit = static_cast<int>(poison & 0xffffffff) - 1;
-      char msg[400];
-      snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
-               culprit != f->peer ? " and the failure reached this rank through its peers" : "");
+      char msg[600];
+      if (reason == PoisonReason::kMismatch) {
+        uint64_t a[3], b[3];
+        for (int i = 0; i < 3; i++) {
+          a[i] = __atomic_load_n(&f->ctrl->failCall[i], __ATOMIC_RELAXED);
+          b[i] = __atomic_load_n(&f->ctrl->failCall2[i], __ATOMIC_RELAXED);
+        }
+        uint64_t ranks = __atomic_load_n(&f->ctrl->failRanks, __ATOMIC_RELAXED);
+        int detector = static_cast<int>(ranks & 0xffffffff), offender = static_cast<int>(ranks >> 32);
+        for (int i = 0; i < 3; i++) mismatch_[i] = a[i], mismatch_[3 + i] = b[i];  // pass it on unchanged
+        mismatch_[6] = ranks;
+        auto text = [](const uint64_t* c) {
+          return describeFingerprint(c[0], c[1], static_cast<uint32_t>(c[2]), static_cast<int32_t>(c[2] >> 32));
+        };
+        std::string mine = describeFingerprint(fp_.seq, fp_.count, fp_.desc, fp_.root);
+        if (comm_->rank == offender) {
+          snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank,
+                   mine.c_str(), detector, text(a).c_str());
+        } else {
+          snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s (this rank called "
+                   "%s; reported through rank %d)", detector, text(a).c_str(), offender, text(b).c_str(),
+                   mine.c_str(), f->peer);
+        }
+      } else {
+        snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
+                 culprit != f->peer ? " and the failure reached this rank through its peers" : "");
+      }
       return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, msg);
     }
     if (conn && conn->peerLocalProc && conn->peerPid > 0 && kill(conn->peerPid, 0) != 0 && errno == ESRCH) {
@@ -176,7 +200,14 @@ ncclResult_t HostPlatform::mismatch(Fifo* f, const SlotHeader& got, const Finger
     snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank, a.c_str(),
              f->peer, b.c_str());
   }
-  return fail(ncclInvalidUsage, PoisonReason::kMismatch, comm_->rank, msg);
+  mismatch_[0] = mine.seq;
+  mismatch_[1] = mine.count;
+  mismatch_[2] = mine.desc | (static_cast<uint64_t>(static_cast<uint32_t>(mine.root)) << 32);
+  mismatch_[3] = got.seq;
+  mismatch_[4] = got.count;
+  mismatch_[5] = got.desc | (static_cast<uint64_t>(static_cast<uint32_t>(got.root)) << 32);
+  mismatch_[6] = static_cast<uint64_t>(comm_->rank) | (static_cast<uint64_t>(f->peer) << 32);
+  return fail(ncclInvalidUsage, PoisonReason::kMismatch, f->peer, msg);
 }
 
 ncclResult_t HostPlatform::internalError(const char* what) {

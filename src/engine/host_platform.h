@@ -29,9 +29,16 @@ class HostPlatform {
  public:
   HostPlatform(ncclComm* comm, Connections* conns) : comm_(comm), conns_(conns) {}
 
-  void setOp(const OpLabel& label, const RedOp& red) {
+  void setOp(const OpLabel& label, const RedOp& red, const Fingerprint& fp) {
     label_ = label;
     red_ = red;
+    fp_ = fp;
+  }
+  /// After a mismatch: {this rank's call[3], the offender's call[3], ranks} for poisonAll; false otherwise.
+  bool mismatchCalls(uint64_t out[7]) const {
+    if (failReason_ != PoisonReason::kMismatch) return false;
+    for (int i = 0; i < 7; i++) out[i] = mismatch_[i];
+    return true;
   }
 
   ncclResult_t sendFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL);
@@ -65,6 +72,8 @@ class HostPlatform {
   Connections* conns_;
   OpLabel label_;
   RedOp red_{};
+  Fingerprint fp_{};
+  uint64_t mismatch_[7] = {0};
   std::vector<char> staging_[2];
   std::vector<std::pair<Fifo*, Conn*>> fifoConns_;
   PoisonReason failReason_ = PoisonReason::kNone;

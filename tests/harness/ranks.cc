@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -21,7 +22,8 @@ std::string describeStatus(int status) {
   return "status " + std::to_string(status);
 }
 
-std::vector<int> forkRanks(int n, const std::function<int(int, const ncclUniqueId&)>& child, double deadlineS) {
+std::vector<int> forkRanks(int n, const std::function<int(int, const ncclUniqueId&)>& child, double deadlineS,
+                           const std::vector<int>& killWhenOthersExit) {
   // Fork before creating the id: the id's root thread must not exist in the children.
   std::vector<int> pipes(n * 2);
   std::vector<pid_t> pids(n);
@@ -67,6 +69,11 @@ std::vector<int> forkRanks(int n, const std::function<int(int, const ncclUniqueI
         remaining--;
       }
     }
+    int othersLeft = 0;
+    for (int r = 0; r < n; r++)
+      if (!done[r] && std::find(killWhenOthersExit.begin(), killWhenOthersExit.end(), r) == killWhenOthersExit.end())
+        othersLeft++;
+    if (othersLeft == 0 && remaining > 0) break;
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (int r = 0; r < n; r++) {
