@@ -76,9 +76,9 @@ struct Schedule {
   int nranks = 1;
   int rank = 0;
   int channel = 0;
-  int root = 0;        ///< for rooted collectives
-  int inBlocks = 1;    ///< input viewed as this many blocks
-  int outBlocks = 1;   ///< output viewed as this many blocks
+  int root = 0;       ///< for rooted collectives
+  int inBlocks = 1;   ///< input viewed as this many blocks
+  int outBlocks = 1;  ///< output viewed as this many blocks
   std::vector<Step> steps;
 };
 

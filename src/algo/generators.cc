@@ -1,0 +1,164 @@
+// Dispatch, block layouts, the nranks == 1 case and the point-to-point group (generators.h).
+#include "algo/generators.h"
+
+#include <algorithm>
+
+#include "algo/gen_util.h"
+
+namespace chorus {
+
+namespace {
+
+using gen::in;
+using gen::out;
+
+/// Block layout (inBlocks, outBlocks) of a supported (coll, algo) pair.
+void blockLayout(Coll coll, Algo algo, int n, int* inBlocks, int* outBlocks) {
+  *inBlocks = 1;
+  *outBlocks = 1;
+  switch (coll) {
+    case Coll::kAllReduce:
+      if (algo == Algo::kRing || algo == Algo::kTwoShot) *inBlocks = *outBlocks = n;
+      break;
+    case Coll::kAllGather:
+    case Coll::kGather:
+      *outBlocks = n;
+      break;
+    case Coll::kReduceScatter:
+    case Coll::kScatter:
+      *inBlocks = n;
+      break;
+    case Coll::kAllToAll:
+      *inBlocks = *outBlocks = n;
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+bool algoSupported(Coll coll, Algo algo, int nranks) {
+  if (nranks < 1) return false;
+  switch (algo) {
+    case Algo::kRing:
+      return coll == Coll::kAllReduce || coll == Coll::kAllGather || coll == Coll::kReduceScatter ||
+             coll == Coll::kBroadcast || coll == Coll::kReduce;
+    case Algo::kTree:
+      return coll == Coll::kAllReduce || coll == Coll::kBroadcast || coll == Coll::kReduce;
+    case Algo::kDirect:
+      return coll == Coll::kAllToAll || coll == Coll::kGather || coll == Coll::kScatter || coll == Coll::kAllGather;
+    case Algo::kOneShot:
+    case Algo::kTwoShot:
+      return coll == Coll::kAllReduce;
+    default:
+      return false;
+  }
+}
+
+bool algoAliasSafe(Coll coll, Algo algo, int nranks) {
+  return !(coll == Coll::kAllReduce && algo == Algo::kOneShot && nranks >= 3);
+}
+
+bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) {
+  std::string why;
+  if (req.coll >= Coll::kNumColls || req.algo >= Algo::kNumAlgos) {
+    why = "unknown collective or algorithm";
+  } else if (req.coll == Coll::kSendRecv) {
+    why = "SendRecv schedules come from buildSendRecvSchedule";
+  } else if (req.nranks < 1) {
+    why = "nranks " + std::to_string(req.nranks) + " < 1";
+  } else if (req.rank < 0 || req.rank >= req.nranks) {
+    why = "rank " + std::to_string(req.rank) + " out of range [0, " + std::to_string(req.nranks) + ")";
+  } else if (collRooted(req.coll) && (req.root < 0 || req.root >= req.nranks)) {
+    why = "root " + std::to_string(req.root) + " out of range [0, " + std::to_string(req.nranks) + ")";
+  } else if (req.channel < 0 || (req.nChannels > 0 && req.channel >= req.nChannels)) {
+    why = "channel " + std::to_string(req.channel) + " out of range [0, " + std::to_string(req.nChannels) + ")";
+  } else if (!algoSupported(req.coll, req.algo, req.nranks)) {
+    why = std::string(algoName(req.algo)) + " does not implement " + collName(req.coll);
+  }
+  if (!why.empty()) {
+    if (err) *err = why;
+    return false;
+  }
+
+  *out = Schedule();
+  out->coll = req.coll;
+  out->algo = req.algo;
+  out->nranks = req.nranks;
+  out->rank = req.rank;
+  out->channel = req.channel;
+  out->root = collRooted(req.coll) ? req.root : 0;
+  blockLayout(req.coll, req.algo, req.nranks, &out->inBlocks, &out->outBlocks);
+
+  if (req.nranks == 1) {
+    // Every layout is 1/1 here: the collective is a local copy, which is where the post-op applies.
+    gen::Steps(out).copy(in(0), gen::out(0), collReduces(req.coll));
+    return true;
+  }
+  switch (req.algo) {
+    case Algo::kRing:
+      gen::genRing(req, out);
+      break;
+    case Algo::kTree:
+      gen::genTree(req, out);
+      break;
+    case Algo::kDirect:
+      gen::genDirect(req, out);
+      break;
+    case Algo::kOneShot:
+      gen::genOneShot(req, out);
+      break;
+    case Algo::kTwoShot:
+      gen::genTwoShot(req, out);
+      break;
+    default:
+      break;
+  }
+  return true;
+}
+
+Schedule buildSendRecvSchedule(int nranks, int rank, const std::vector<int>& sendPeers,
+                               const std::vector<int>& recvPeers) {
+  Schedule s;
+  s.coll = Coll::kSendRecv;
+  s.algo = Algo::kDirect;
+  s.nranks = nranks;
+  s.rank = rank;
+  s.inBlocks = static_cast<int>(sendPeers.size());
+  s.outBlocks = static_cast<int>(recvPeers.size());
+  gen::Steps steps(&s);
+  const int n = std::max(nranks, 1);
+
+  // Self pairs are local copies, matched in order like the operations with any other peer.
+  std::vector<int> selfSends, selfRecvs;
+  for (int i = 0; i < s.inBlocks; ++i) {
+    if (sendPeers[i] == rank) selfSends.push_back(i);
+  }
+  for (int j = 0; j < s.outBlocks; ++j) {
+    if (recvPeers[j] == rank) selfRecvs.push_back(j);
+  }
+  for (size_t k = 0; k < std::min(selfSends.size(), selfRecvs.size()); ++k) {
+    steps.copy(in(selfSends[k]), out(selfRecvs[k]));
+  }
+
+  // Stable sorts keep several operations with one peer in call order: the k-th send to p meets p's k-th receive.
+  std::vector<int> order;
+  for (int i = 0; i < s.inBlocks; ++i) {
+    if (sendPeers[i] != rank) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return gen::mod(sendPeers[a] - rank, n) < gen::mod(sendPeers[b] - rank, n); });
+  for (int i : order) steps.send(sendPeers[i], in(i));
+
+  order.clear();
+  for (int j = 0; j < s.outBlocks; ++j) {
+    if (recvPeers[j] != rank) order.push_back(j);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return gen::mod(rank - recvPeers[a], n) < gen::mod(rank - recvPeers[b], n); });
+  for (int j : order) steps.recv(recvPeers[j], out(j));
+  return s;
+}
+
+}  // namespace chorus

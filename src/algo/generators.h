@@ -1,0 +1,68 @@
+// Schedule generators: one function per algorithm family, all emitting schedule.h's data model.
+//
+// Ring order is rank order (next = rank+1). Trees are NCCL's double binary tree: even channels use tree A (in-order
+// binary tree, root 0), odd channels its mirror (even nranks) or shift by one (odd nranks), so that a rank that is a
+// leaf in one tree is interior in the other. Rooted collectives relabel the chosen tree so that it hangs from `root`.
+//
+// Block layouts (inBlocks/outBlocks): allreduce ring/two-shot n/n, tree/one-shot 1/1; allgather 1/n; reducescatter
+// n/1; broadcast and reduce 1/1; alltoall n/n; gather 1/n; scatter n/1; sendrecv = number of sends/recvs.
+//
+// Every schedule stays correct when the user's buffers alias (in place: verify.h lists the alias of each collective)
+// except one-shot allreduce for nranks >= 3: see algoAliasSafe(). Off the root, broadcast and scatter never read the
+// input; tree reduce keeps a partial in the output of ranks with two children, so off the root the engine supplies
+// scratch when the user passes no output (scheduleUses() says which schedules need it).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "algo/schedule.h"
+
+namespace chorus {
+
+/// What to generate: one rank's steps on one channel.
+struct ScheduleRequest {
+  Coll coll;
+  Algo algo;
+  int nranks;
+  int rank;
+  int channel;    ///< tree: parity picks tree A or B; the other families ignore it
+  int nChannels;  ///< only checked (channel < nChannels when > 0)
+  int root;       ///< rooted collectives only
+};
+
+/// Whether `algo` implements `coll` for nranks (e.g. tree only for allreduce/broadcast/reduce).
+bool algoSupported(Coll coll, Algo algo, int nranks);
+
+/// Whether the schedule stays correct when input and output alias. False only for one-shot allreduce with
+/// nranks >= 3: every rank folds the contributions in rank order 0..n-1 (bitwise identical results), so rank r >= 2
+/// must hold the prefix c0+c1 while its own input is still needed, and a 1-block layout has nowhere else to keep it.
+/// Callers run it out of place only: stage an in-place call's input in scratch, or pick another algorithm.
+bool algoAliasSafe(Coll coll, Algo algo, int nranks);
+
+/// Builds the steps of one rank on one channel; false + *err when unsupported.
+bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err);
+
+/// Point-to-point group: this rank sends to sendPeers[i] (input block i) and receives from recvPeers[j] (output
+/// block j). Per tile: local copies for self pairs (k-th self send to k-th self recv), then sends to rank+1, rank+2...,
+/// then receives from rank-1, rank-2...; several operations with one peer keep their order and match in that order.
+/// Sends run before receives, so more than fifoDepth operations per tile with one peer that also sends to us deadlock:
+/// the planner splits such groups.
+Schedule buildSendRecvSchedule(int nranks, int rank, const std::vector<int>& sendPeers,
+                               const std::vector<int>& recvPeers);
+
+/// Neighbours of a rank in one binary tree; -1 where absent.
+struct TreeLinks {
+  int parent = -1;
+  int children[2] = {-1, -1};
+};
+
+/// The double binary tree of `channel` (parity picks tree A or B), relabelled so that `root` is its root (root 0
+/// gives tree A unchanged; allreduce uses tree B's own root, rank 1 or nranks-1, via treeRoot()).
+TreeLinks treeLinks(int nranks, int rank, int channel, int root);
+
+/// The root of the double binary tree of `channel` before any relabelling: 0 for tree A; 1 (odd nranks) or
+/// nranks-1 (even) for tree B.
+int treeRoot(int nranks, int channel);
+
+}  // namespace chorus
