@@ -29,7 +29,10 @@ struct alignas(64) FifoCtrl {
   uint64_t failCall[3];
   uint64_t failCall2[3];
   uint64_t failRanks;
-  uint64_t pad2[7];
+  /// Heartbeats (CLOCK_MONOTONIC ms) each end writes while it waits: [0] producer, [1] consumer.
+  /// A peer whose beat is fresh is alive and waiting on someone else, so it is not blamed.
+  uint64_t beat[2];
+  uint64_t pad2[5];
 };
 
 /// Per-slot header: the operation's fingerprint and the payload size.
@@ -70,6 +73,7 @@ struct Fifo {
   FifoGeometry geo;
   uint64_t step = 0;  ///< this end's count: slots produced (send end) or consumed (recv end)
   int peer = -1;      ///< the rank at the other end
+  int end = 0;        ///< 0: this view is the producer, 1: the consumer
 
   /// Points the view at a mapped FIFO of geometry g starting at base.
   void attach(void* base, const FifoGeometry& g) {

@@ -96,13 +96,15 @@ void genOneShot(const ScheduleRequest& req, Schedule* s) {
   foldInRankOrder(n, r, 0, 0, 0, st);
 }
 
-// Direct reduce-scatter (rank b owns block b, folded in rank order), then direct all-gather of the owned blocks.
-// The prefix of rank r >= 2 lives in out[0]: in[0] has been sent by then, and the all-gather rewrites out[0] later.
+// Direct reduce-scatter (rank b owns block b), then direct all-gather of the owned blocks. Only rank b reduces
+// block b, so every rank ends with the same bits whatever the order; rank b starts from its own input and folds
+// straight into out[b] (in place, in[b] is out[b] and each element is read before it is written). Keeping block b's
+// data in block b matters: the last block is shorter than the others, so no other block can stand in for it.
 void genTwoShot(const ScheduleRequest& req, Schedule* s) {
   Steps st(s);
   const int n = req.nranks, r = req.rank;
   for (int k = 1; k < n; ++k) st.send(mod(r + k, n), in(mod(r + k, n)));
-  foldInRankOrder(n, r, r, r, 0, st);
+  for (int k = 1; k < n; ++k) st.recvReduceCopy(mod(r - k, n), k == 1 ? in(r) : out(r), out(r), k == n - 1);
   for (int k = 1; k < n; ++k) st.send(mod(r + k, n), out(r));
   for (int k = 1; k < n; ++k) st.recv(mod(r - k, n), out(mod(r - k, n)));
 }

@@ -85,6 +85,7 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
                         : sockets_->connectRecv(channel, peer, geo_, &c->fifo));
     INFO(kNet, "rank %d channel %d %s rank %d via socket", comm_->rank, channel, isSend ? "->" : "<-", peer);
   }
+  c->fifo.end = isSend ? 0 : 1;
   *out = c.get();
   conns_[key] = std::move(c);
   return ncclSuccess;

@@ -1,8 +1,10 @@
 #include "engine/host_platform.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
 
 #include "core/checks.h"
@@ -39,6 +41,12 @@ const char* reasonText(PoisonReason r) {
     case PoisonReason::kAborted: return "the communicator was aborted";
     default: return "an error";
   }
+}
+
+uint64_t monotonicMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
 }  // namespace
@@ -97,16 +105,55 @@ ncclResult_t HostPlatform::fail(ncclResult_t res, PoisonReason reason, int culpr
   return res;
 }
 
+ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where) {
+    auto reason = static_cast<PoisonReason>(poison >> 32);
+    int culprit = static_cast<int>(poison & 0xffffffff) - 1;
+    char msg[600];
+    if (reason == PoisonReason::kMismatch) {
+      uint64_t a[3], b[3];
+      for (int i = 0; i < 3; i++) {
+        a[i] = __atomic_load_n(&f->ctrl->failCall[i], __ATOMIC_RELAXED);
+        b[i] = __atomic_load_n(&f->ctrl->failCall2[i], __ATOMIC_RELAXED);
+      }
+      uint64_t ranks = __atomic_load_n(&f->ctrl->failRanks, __ATOMIC_RELAXED);
+      int detector = static_cast<int>(ranks & 0xffffffff), offender = static_cast<int>(ranks >> 32);
+      for (int i = 0; i < 3; i++) mismatch_[i] = a[i], mismatch_[3 + i] = b[i];  // pass it on unchanged
+      mismatch_[6] = ranks;
+      auto text = [](const uint64_t* c) {
+        return describeFingerprint(c[0], c[1], static_cast<uint32_t>(c[2]), static_cast<int32_t>(c[2] >> 32));
+      };
+      std::string mine = describeFingerprint(fp_.seq, fp_.count, fp_.desc, fp_.root);
+      if (comm_->rank == offender) {
+        snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank,
+                 mine.c_str(), detector, text(a).c_str());
+      } else {
+        snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s (this rank called "
+                 "%s; reported through rank %d)", detector, text(a).c_str(), offender, text(b).c_str(),
+                 mine.c_str(), f->peer);
+      }
+    } else {
+      snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
+               culprit != f->peer ? " and the failure reached this rank through its peers" : "");
+    }
+    return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, msg);
+}
+
 template <class Ready>
 ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   if (ready()) return ncclSuccess;
   Backoff backoff;
   Deadline deadline = Deadline::fromEnv();
+  bool extended = false;
   Conn* conn = connOf(f);
   for (;;) {
     for (int i = 0; i < 64; i++) {
       if (ready()) return ncclSuccess;
       backoff.pause();
+    }
+    uint64_t now = monotonicMs();
+    if (now - lastBeat_ >= 20) {
+      for (auto& fc : fifoConns_) __atomic_store_n(&fc.first->ctrl->beat[fc.first->end], now, __ATOMIC_RELAXED);
+      lastBeat_ = now;
     }
     char where[160];
     snprintf(where, sizeof(where), "rank %d (%s) waiting %s rank %d during %s #%lu", comm_->rank,
@@ -115,38 +162,7 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       return fail(ncclInvalidUsage, PoisonReason::kAborted, comm_->rank,
                   std::string(where) + ": the communicator was aborted (ncclCommAbort/ncclCommRevoke)");
     uint64_t poison = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
-    if (poison != 0) {
-      auto reason = static_cast<PoisonReason>(poison >> 32);
-      int culprit = static_cast<int>(poison & 0xffffffff) - 1;
-      char msg[600];
-      if (reason == PoisonReason::kMismatch) {
-        uint64_t a[3], b[3];
-        for (int i = 0; i < 3; i++) {
-          a[i] = __atomic_load_n(&f->ctrl->failCall[i], __ATOMIC_RELAXED);
-          b[i] = __atomic_load_n(&f->ctrl->failCall2[i], __ATOMIC_RELAXED);
-        }
-        uint64_t ranks = __atomic_load_n(&f->ctrl->failRanks, __ATOMIC_RELAXED);
-        int detector = static_cast<int>(ranks & 0xffffffff), offender = static_cast<int>(ranks >> 32);
-        for (int i = 0; i < 3; i++) mismatch_[i] = a[i], mismatch_[3 + i] = b[i];  // pass it on unchanged
-        mismatch_[6] = ranks;
-        auto text = [](const uint64_t* c) {
-          return describeFingerprint(c[0], c[1], static_cast<uint32_t>(c[2]), static_cast<int32_t>(c[2] >> 32));
-        };
-        std::string mine = describeFingerprint(fp_.seq, fp_.count, fp_.desc, fp_.root);
-        if (comm_->rank == offender) {
-          snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank,
-                   mine.c_str(), detector, text(a).c_str());
-        } else {
-          snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s (this rank called "
-                   "%s; reported through rank %d)", detector, text(a).c_str(), offender, text(b).c_str(),
-                   mine.c_str(), f->peer);
-        }
-      } else {
-        snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
-                 culprit != f->peer ? " and the failure reached this rank through its peers" : "");
-      }
-      return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, msg);
-    }
+    if (poison != 0) return poisoned(f, poison, where);
     if (conn && conn->peerLocalProc && conn->peerPid > 0 && kill(conn->peerPid, 0) != 0 && errno == ESRCH) {
       char msg[400];
       snprintf(msg, sizeof(msg), "%s: rank %d (pid %d on %s) died", where, f->peer, static_cast<int>(conn->peerPid),
@@ -154,9 +170,24 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       return fail(ncclRemoteError, PoisonReason::kPeerDied, f->peer, msg);
     }
     if (deadline.expired()) {
-      char msg[400];
-      snprintf(msg, sizeof(msg), "%s: rank %d made no progress for %.0f s (CHORUS_TIMEOUT_S); it may be stopped, "
-               "hung, or calling a different operation", where, f->peer, deadline.seconds());
+      // A peer that still beats is alive and itself waiting (on the rank that is really stuck,
+      // which that rank's own neighbour blames and poisons): give it one more period.
+      uint64_t peerBeat = __atomic_load_n(&f->ctrl->beat[1 - f->end], __ATOMIC_RELAXED);
+      bool peerAlive = peerBeat != 0 && now - peerBeat < 1000;
+      if (peerAlive && !extended) {
+        extended = true;
+        deadline = Deadline::fromEnv();
+        continue;
+      }
+      char msg[480];
+      if (peerAlive) {
+        snprintf(msg, sizeof(msg), "%s: rank %d is alive but sent nothing for 2 x %.0f s (CHORUS_TIMEOUT_S): it is "
+                 "waiting too, so the ranks are deadlocked (mismatched calls, or a rank stopped calling)", where,
+                 f->peer, deadline.seconds());
+      } else {
+        snprintf(msg, sizeof(msg), "%s: rank %d made no progress for %.0f s (CHORUS_TIMEOUT_S); it may be stopped, "
+                 "hung, or calling a different operation", where, f->peer, deadline.seconds());
+      }
       return fail(ncclRemoteError, PoisonReason::kTimeout, f->peer, msg);
     }
   }

@@ -66,6 +66,8 @@ class HostPlatform {
   template <class Ready>
   ncclResult_t waitFor(Fifo* f, Ready ready, const char* what);
   Conn* connOf(Fifo* f);
+  // Builds the error for a FIFO the far end poisoned (and remembers a mismatch to pass on).
+  ncclResult_t poisoned(Fifo* f, uint64_t poison, const char* where);
   ncclResult_t fail(ncclResult_t res, PoisonReason reason, int culprit, const std::string& text);
 
   ncclComm* comm_;
@@ -74,6 +76,7 @@ class HostPlatform {
   RedOp red_{};
   Fingerprint fp_{};
   uint64_t mismatch_[7] = {0};
+  uint64_t lastBeat_ = 0;  ///< when this rank last wrote its heartbeat into its FIFOs
   std::vector<char> staging_[2];
   std::vector<std::pair<Fifo*, Conn*>> fifoConns_;
   PoisonReason failReason_ = PoisonReason::kNone;

@@ -209,8 +209,8 @@ TEST(VerifyCatches, DroppedSteps) {
 }
 
 TEST(VerifyCatches, DuplicateContribution) {
-  auto all = buildAll(Coll::kAllReduce, Algo::kTwoShot, 4);
-  // Rank 2 adds its own block twice: step 5 is "localReduce src=in[2] dst=out[0]".
+  auto all = buildAll(Coll::kAllReduce, Algo::kOneShot, 4);
+  // Rank 2 adds its own block twice: step 5 is "localReduce src=in[0] dst=out[0]".
   ASSERT_EQ(all[2].steps[5].op, StepOp::kLocalReduce);
   all[2].steps.insert(all[2].steps.begin() + 5, all[2].steps[5]);
   expectError(verify(all), {"rank 2 step 6", "rank 2 counted twice"});
@@ -281,16 +281,19 @@ TEST(VerifyCatches, ReductionOrderDiffers) {
 }
 
 TEST(VerifyCatches, AliasCorruption) {
-  // Two-shot with rank 2 accumulating its prefix in out[2] instead of out[0]: fine out of place, but in place out[2]
-  // is in[2], overwritten before rank 2's own contribution is read.
+  // Two-shot with rank 2 receiving its first peer's block straight into out[2] and adding its own input last: fine
+  // out of place, but in place out[2] is in[2], overwritten before rank 2's own contribution is read.
   auto all = buildAll(Coll::kAllReduce, Algo::kTwoShot, 4);
-  for (int i = 3; i <= 6; ++i) {
-    Step& st = all[2].steps[i];
-    if (st.src.buf == Buf::kOutput) st.src.block = 2;
-    if (st.dst.buf == Buf::kOutput) st.dst.block = 2;
-  }
+  ASSERT_EQ(all[2].steps[3].op, StepOp::kRecvReduceCopy);
+  all[2].steps[3].op = StepOp::kRecv;
+  all[2].steps[3].src = {};
+  all[2].steps[4].src = {Buf::kOutput, 2};
+  all[2].steps[5].final = false;
+  all[2].steps.insert(all[2].steps.begin() + 6,
+                      makeStep(StepOp::kLocalReduce, -1, -1, {Buf::kInput, 2}, {Buf::kOutput, 2}));
+  all[2].steps[6].final = true;
   EXPECT_EQ(verify(all), "");
-  expectError(verify(all, /*inPlace=*/true), {"rank 2 step 5", "in-place alias corruption", "reads in[2]"});
+  expectError(verify(all, /*inPlace=*/true), {"rank 2 step 6", "in-place alias corruption", "reads in[2]"});
 
   // One-shot is documented not alias safe from 3 ranks on.
   expectError(verify(buildAll(Coll::kAllReduce, Algo::kOneShot, 3), true), {"rank 2", "alias corruption"});

@@ -1,0 +1,10 @@
+# Fails unless docs/env.md equals what the parameter registry generates (chorus-env --markdown).
+execute_process(COMMAND ${ENV_TOOL} --markdown OUTPUT_VARIABLE generated RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "chorus-env failed (${rc})")
+endif()
+file(READ ${DOC} committed)
+if(NOT generated STREQUAL committed)
+  message(FATAL_ERROR "docs/env.md is out of date; regenerate it with: ${ENV_TOOL} --markdown > docs/env.md")
+endif()
+message(STATUS "docs/env.md matches the parameter registry")
