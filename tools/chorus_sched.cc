@@ -36,7 +36,23 @@ bool parseInt(const char* s, int* v) {
 
 }  // namespace
 
+// Markdown table of which algorithm implements which collective (docs/algorithms.md).
+int printTable() {
+  std::printf("| collective | ring | tree | direct | one-shot | two-shot |\n|---|---|---|---|---|---|\n");
+  for (int c = 0; c < static_cast<int>(Coll::kSendRecv); ++c) {
+    std::printf("| %s |", collName(static_cast<Coll>(c)));
+    for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); ++a) {
+      bool ok = algoSupported(static_cast<Coll>(c), static_cast<Algo>(a), 8);
+      bool alias = ok && algoAliasSafe(static_cast<Coll>(c), static_cast<Algo>(a), 8);
+      std::printf(" %s |", !ok ? "-" : alias ? "yes" : "yes (not in place from 3 ranks)");
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--table") return printTable();
   if (argc < 4 || argc > 7) return usage();
   Coll coll;
   Algo algo;
