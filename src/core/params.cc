@@ -32,12 +32,13 @@ IntParam::IntParam(const char* env, int64_t def, const char* help, const char* g
 
 int64_t IntParam::get() const {
   uint64_t gen = paramsGeneration();
+  if (gen_.load(std::memory_order_acquire) == gen) return value_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(gParamMutex);
-  if (gen_ != gen) {
+  if (gen_.load(std::memory_order_relaxed) != gen) {
     const char* v = readEnv(info_.env);
-    set_ = v != nullptr && *v != '\0';
-    value_ = def_;
-    if (set_) {
+    bool set = v != nullptr && *v != '\0';
+    int64_t value = def_;
+    if (set) {
       char* end = nullptr;
       errno = 0;
       long long x = std::strtoll(v, &end, 0);
@@ -45,17 +46,19 @@ int64_t IntParam::get() const {
         std::fprintf(stderr, "chorus WARN %s=\"%s\" is not an integer; using the default %lld\n", info_.env, v,
                      static_cast<long long>(def_));
       } else {
-        value_ = x;
+        value = x;
       }
     }
-    gen_ = gen;
+    set_.store(set, std::memory_order_relaxed);
+    value_.store(value, std::memory_order_relaxed);
+    gen_.store(gen, std::memory_order_release);
   }
-  return value_;
+  return value_.load(std::memory_order_relaxed);
 }
 
 bool IntParam::isSet() const {
   get();
-  return set_;
+  return set_.load(std::memory_order_relaxed);
 }
 
 StrParam::StrParam(const char* env, const char* def, const char* help, const char* group) {

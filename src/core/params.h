@@ -4,6 +4,7 @@
 // docs/env.md from this registry.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,9 +42,10 @@ class IntParam {
   ParamInfo info_;
   int64_t def_;
   std::string defText_;
-  mutable uint64_t gen_ = 0;
-  mutable int64_t value_ = 0;
-  mutable bool set_ = false;
+  // Read on hot paths: the cached value is valid while gen_ equals paramsGeneration().
+  mutable std::atomic<uint64_t> gen_{0};
+  mutable std::atomic<int64_t> value_{0};
+  mutable std::atomic<bool> set_{false};
 };
 
 /// A string parameter (empty string when unset and no default).

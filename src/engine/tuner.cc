@@ -37,10 +37,10 @@ bool allowed(const std::string& list, const char* name) {
   return exclude ? !found : found;
 }
 
-Algo defaultAlgo(Coll coll, size_t bytes, int nranks) {
+Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax) {
   switch (coll) {
     case Coll::kAllReduce:
-      if (nranks > 2 && bytes <= static_cast<size_t>(kOneShotMax.get())) return Algo::kOneShot;
+      if (nranks > 2 && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
       return Algo::kRing;
     case Coll::kAllToAll:
     case Coll::kGather:
@@ -50,29 +50,53 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks) {
   }
 }
 
+// NCCL_ALGO / NCCL_PROTO parsed once per parameter generation (chooseAlgo runs on every call).
+struct Allowed {
+  uint64_t gen = 0;
+  bool algoSet = false, protoSet = false;
+  bool algo[static_cast<int>(Algo::kNumAlgos)] = {};
+  bool ll = true, simple = true;
+  int64_t llMax = 0, oneShotMax = 0;
+};
+
+const Allowed& allowedNow() {
+  static thread_local Allowed cache;
+  uint64_t gen = paramsGeneration();
+  if (cache.gen != gen) {
+    std::string algos = kAlgo.get(), protos = kProto.get();
+    cache.algoSet = !algos.empty();
+    for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) cache.algo[a] = allowed(algos, algoName(static_cast<Algo>(a)));
+    cache.protoSet = !protos.empty();
+    cache.ll = allowed(protos, "LL");
+    cache.simple = allowed(protos, "Simple") || allowed(protos, "LL128");
+    cache.llMax = kLLThreshold.get();
+    cache.oneShotMax = kOneShotMax.get();
+    cache.gen = gen;
+  }
+  return cache;
+}
+
 }  // namespace
 
 Choice chooseAlgo(Coll coll, size_t bytes, int nranks) {
+  const Allowed& al = allowedNow();
   Choice c;
-  std::string algos = kAlgo.get();
-  Algo def = defaultAlgo(coll, bytes, nranks);
+  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax);
   c.algo = def;
-  if (!algos.empty() && !allowed(algos, algoName(def))) {
+  if (al.algoSet && !al.algo[static_cast<int>(def)]) {
     // Prefer, in order, the algorithms a user is most likely to force.
     static const Algo kOrder[] = {Algo::kRing, Algo::kTree, Algo::kDirect, Algo::kOneShot, Algo::kTwoShot};
     for (Algo a : kOrder) {
-      if (allowed(algos, algoName(a)) && algoSupported(coll, a, nranks)) {
+      if (al.algo[static_cast<int>(a)] && algoSupported(coll, a, nranks)) {
         c.algo = a;
         break;
       }
     }
   }
   if (!algoSupported(coll, c.algo, nranks)) c.algo = algoSupported(coll, Algo::kRing, nranks) ? Algo::kRing : Algo::kDirect;
-  std::string protos = kProto.get();
-  bool llDefault = bytes <= static_cast<size_t>(kLLThreshold.get());
-  bool llOk = allowed(protos, "LL"), simpleOk = allowed(protos, "Simple") || allowed(protos, "LL128");
-  if (!protos.empty()) {
-    c.proto = llOk && (!simpleOk || llDefault) ? Proto::kLL : Proto::kSimple;
+  bool llDefault = bytes <= static_cast<size_t>(al.llMax);
+  if (al.protoSet) {
+    c.proto = al.ll && (!al.simple || llDefault) ? Proto::kLL : Proto::kSimple;
   } else {
     c.proto = llDefault ? Proto::kLL : Proto::kSimple;
   }
