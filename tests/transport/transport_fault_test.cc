@@ -1,0 +1,158 @@
+// Peer failures, for every transport: one forked rank is killed with SIGKILL in the middle of
+// a stream of large allreduces, or aborts its communicator; every other rank must return
+// ncclRemoteError naming that rank, well within CHORUS_TIMEOUT_S, instead of hanging.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "harness/ranks.h"
+#include "nccl.h"
+#include "transport/transport_env.h"
+
+namespace chorus_test {
+namespace {
+
+constexpr int kTimeoutS = 10;  // CHORUS_TIMEOUT_S for these runs
+constexpr int kKillAfterMs = 50;
+
+// Exit codes of a survivor, so that the parent can say what went wrong.
+enum : int { kOk = 0, kInitFailed = 10, kFirstOpFailed = 11, kWrongCode = 20, kNotNamed = 21, kTooSlow = 22, kNeverFailed = 30 };
+
+const char* exitText(int code) {
+  switch (code) {
+    case kInitFailed: return "init failed";
+    case kFirstOpFailed: return "the allreduce before the failure failed";
+    case kWrongCode: return "the failing call returned something other than ncclRemoteError";
+    case kNotNamed: return "ncclGetLastError did not name the dead rank";
+    case kTooSlow: return "the failure took longer than CHORUS_TIMEOUT_S to surface";
+    case kNeverFailed: return "no call failed although a peer died";
+    default: return "?";
+  }
+}
+
+int rankMain(int rank, const ncclUniqueId& id, int n, int victim) {
+  ncclComm_t comm;
+  if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
+    fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(nullptr));
+    return kInitFailed;
+  }
+  const size_t count = (1u << 20) + 3;
+  std::vector<float> in(count, 1.0f), out(count);
+  if (rank == victim) {
+    // Killed from a second thread so that the main thread is inside an operation when it dies.
+    std::thread([]() {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kKillAfterMs));
+      kill(getpid(), SIGKILL);
+    }).detach();
+    for (;;) ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
+  }
+  for (int iter = 0; iter < 100000; iter++) {
+    auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t res = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
+    if (res == ncclSuccess) continue;
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string text = ncclGetLastError(comm);
+    fprintf(stderr, "rank %d: allreduce #%d failed after %.3f s with %s: %s\n", rank, iter, took,
+            ncclGetErrorString(res), text.c_str());
+    ncclCommAbort(comm);
+    if (res != ncclRemoteError) return kWrongCode;
+    std::string named = "rank " + std::to_string(victim) + " ";
+    if (text.find(named + "failed") == std::string::npos && text.find(named + "(pid") == std::string::npos)
+      return kNotNamed;
+    if (took >= kTimeoutS) return kTooSlow;
+    return kOk;
+  }
+  ncclCommDestroy(comm);
+  return kNeverFailed;
+}
+
+using Param = std::tuple<Transport, int>;
+
+class TransportFault : public testing::TestWithParam<Param> {};
+
+TEST_P(TransportFault, KilledPeerIsNamed) {
+  const Transport t = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  const int victim = n - 1;
+  ScopedEnv env;
+  env.select(t);
+  env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> status =
+      forkRanks(n, [&](int rank, const ncclUniqueId& id) { return rankMain(rank, id, n, victim); }, 3.0 * kTimeoutS);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int r = 0; r < n; r++) {
+    if (r == victim) {
+      EXPECT_TRUE(WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL)
+          << "victim rank " << r << " " << describeStatus(status[r]);
+      continue;
+    }
+    bool exited = status[r] != -1 && WIFEXITED(status[r]);
+    int code = exited ? WEXITSTATUS(status[r]) : -1;
+    EXPECT_TRUE(exited && code == kOk) << "survivor rank " << r << " " << describeStatus(status[r])
+                                       << (exited ? std::string(": ") + exitText(code) : std::string());
+  }
+  EXPECT_LT(took, 2.0 * kTimeoutS) << "the run took " << took << " s";
+}
+
+// Rank 1 aborts after one good allreduce while the others start the next: the abort must reach
+// them as a failure of rank 1 (passed on by the transport, or seen as its connection closing).
+TEST_P(TransportFault, AbortedPeerIsNamed) {
+  const Transport t = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  ScopedEnv env;
+  env.select(t);
+  env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
+  std::vector<int> status = forkRanks(
+      n,
+      [&](int rank, const ncclUniqueId& id) {
+        ncclComm_t comm;
+        if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return static_cast<int>(kInitFailed);
+        std::vector<float> in(4099, 1.0f), out(4099);
+        if (ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+          return static_cast<int>(kFirstOpFailed);
+        if (rank == 1) {
+          // Abort drops what the transport has not delivered yet: give the others time to finish
+          // the first allreduce (milliseconds) so that only the second one is cut short.
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          ncclCommAbort(comm);
+          return static_cast<int>(kOk);
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr);
+        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::string text = ncclGetLastError(comm);
+        fprintf(stderr, "rank %d: allreduce after the abort returned %s after %.3f s: %s\n", rank,
+                ncclGetErrorString(res), took, text.c_str());
+        ncclCommAbort(comm);
+        if (res == ncclSuccess) return static_cast<int>(kNeverFailed);
+        if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
+        if (text.find("rank 1 failed") == std::string::npos) return static_cast<int>(kNotNamed);
+        return static_cast<int>(took < kTimeoutS ? kOk : kTooSlow);
+      },
+      3.0 * kTimeoutS);
+  for (int r = 0; r < n; r++) {
+    bool exited = status[r] != -1 && WIFEXITED(status[r]);
+    int code = exited ? WEXITSTATUS(status[r]) : -1;
+    EXPECT_TRUE(exited && code == kOk) << "rank " << r << " " << describeStatus(status[r])
+                                       << (exited ? std::string(": ") + exitText(code) : std::string());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportFault,
+                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket), testing::Values(2, 3)),
+                         [](const testing::TestParamInfo<Param>& info) {
+                           return std::string(transportName(std::get<0>(info.param))) + "_r" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace chorus_test

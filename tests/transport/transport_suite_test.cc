@@ -1,0 +1,173 @@
+// One suite, every transport: the same collectives and point-to-point exchanges, with
+// closed-form expected values, over shared memory and over the socket transport (forced with
+// NCCL_SHM_DISABLE=1), on 2 and 3 ranks, as threads and as forked processes.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness/ranks.h"
+#include "nccl.h"
+#include "transport/transport_env.h"
+
+namespace chorus_test {
+namespace {
+
+/// Counts: one element, an odd count that leaves partial slices, and a count of several MB.
+const size_t kCounts[] = {1, 1031, (1u << 20) + 3};
+
+// Small integers keep every float sum exact, so results compare with ==.
+float valueOf(int rank, size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 97)); }
+float pairValue(int src, int dst, size_t i) {
+  return static_cast<float>(src * 100 + dst * 10 + static_cast<int>(i % 7));
+}
+
+using Param = std::tuple<Transport, Driver, int>;
+
+std::string paramName(const testing::TestParamInfo<Param>& info) {
+  std::ostringstream s;
+  s << transportName(std::get<0>(info.param)) << "_" << driverName(std::get<1>(info.param)) << "_r"
+    << std::get<2>(info.param);
+  return s.str();
+}
+
+// Checks got[i] == want(i) for every element, reporting the first mismatch only so that a
+// broken 1M-element run stays readable.
+template <class Want>
+void expectAll(const RankCtx& ctx, const char* what, size_t count, const std::vector<float>& got, Want want) {
+  for (size_t i = 0; i < got.size(); i++) {
+    float w = want(i);
+    if (got[i] != w) {
+      ADD_FAILURE() << "rank " << ctx.rank << " of " << ctx.nranks << ": " << what << " count " << count
+                    << ": element " << i << " is " << got[i] << ", expected " << w;
+      return;
+    }
+  }
+}
+
+class TransportSuite : public testing::TestWithParam<Param> {
+ protected:
+  Transport transport() const { return std::get<0>(GetParam()); }
+  Driver driver() const { return std::get<1>(GetParam()); }
+  int nranks() const { return std::get<2>(GetParam()); }
+
+  /// Runs body on every rank with the transport selected, then checks the transport was the one in use.
+  void run(const std::function<void(RankCtx&)>& body) {
+    ScopedEnv env;
+    env.select(transport());
+    Transport t = transport();
+    runRanks(nranks(), driver(), [&](RankCtx& ctx) {
+      body(ctx);
+      // The socket proxy thread lives as long as the communicator: its presence tells which transport ran.
+      int proxies = countThreadsNamed("chorus-sock");
+      if (t == Transport::kSocket) {
+        EXPECT_GE(proxies, 1) << "rank " << ctx.rank << ": NCCL_SHM_DISABLE=1 but no socket proxy thread";
+      } else {
+        EXPECT_EQ(proxies, 0) << "rank " << ctx.rank << ": shm run started a socket proxy thread";
+      }
+    });
+  }
+};
+
+TEST_P(TransportSuite, AllReduce) {
+  run([](RankCtx& ctx) {
+    const int n = ctx.nranks;
+    for (size_t count : kCounts) {
+      std::vector<float> in(count), out(count, -1.0f);
+      for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i);
+      ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr), ncclSuccess)
+          << ncclGetLastError(ctx.comm);
+      expectAll(ctx, "allreduce", count, out,
+                [&](size_t i) { return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 97)); });
+    }
+  });
+}
+
+TEST_P(TransportSuite, AllGather) {
+  run([](RankCtx& ctx) {
+    const int n = ctx.nranks;
+    for (size_t count : kCounts) {
+      std::vector<float> in(count), out(count * n, -1.0f);
+      for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i);
+      ASSERT_EQ(ncclAllGather(in.data(), out.data(), count, ncclFloat32, ctx.comm, nullptr), ncclSuccess)
+          << ncclGetLastError(ctx.comm);
+      expectAll(ctx, "allgather", count, out,
+                [&](size_t i) { return valueOf(static_cast<int>(i / count), i % count); });
+    }
+  });
+}
+
+TEST_P(TransportSuite, Broadcast) {
+  run([](RankCtx& ctx) {
+    const int root = ctx.nranks - 1;  // not rank 0, so that a root-0 assumption cannot pass by accident
+    for (size_t count : kCounts) {
+      std::vector<float> in(count), out(count, -1.0f);
+      for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i);
+      ASSERT_EQ(ncclBroadcast(in.data(), out.data(), count, ncclFloat32, root, ctx.comm, nullptr), ncclSuccess)
+          << ncclGetLastError(ctx.comm);
+      expectAll(ctx, "broadcast", count, out, [&](size_t i) { return valueOf(root, i); });
+    }
+  });
+}
+
+TEST_P(TransportSuite, AllToAll) {
+  run([](RankCtx& ctx) {
+    const int n = ctx.nranks;
+    for (size_t count : kCounts) {
+      std::vector<float> in(count * n), out(count * n, -1.0f);
+      for (int dst = 0; dst < n; dst++)
+        for (size_t i = 0; i < count; i++) in[dst * count + i] = pairValue(ctx.rank, dst, i);
+      ASSERT_EQ(ncclAlltoAll(in.data(), out.data(), count, ncclFloat32, ctx.comm, nullptr), ncclSuccess)
+          << ncclGetLastError(ctx.comm);
+      expectAll(ctx, "alltoall", count, out,
+                [&](size_t i) { return pairValue(static_cast<int>(i / count), ctx.rank, i % count); });
+    }
+  });
+}
+
+// Every rank sends to its successor and receives from its predecessor in one group, then the
+// reverse direction: both directions of every pair connection carry data.
+TEST_P(TransportSuite, SendRecv) {
+  run([](RankCtx& ctx) {
+    const int n = ctx.nranks, r = ctx.rank;
+    for (size_t count : kCounts) {
+      for (int dir : {1, -1}) {
+        int to = (r + dir + n) % n, from = (r - dir + n) % n;
+        std::vector<float> in(count), out(count, -1.0f);
+        for (size_t i = 0; i < count; i++) in[i] = pairValue(r, to, i);
+        ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+        ASSERT_EQ(ncclSend(in.data(), count, ncclFloat32, to, ctx.comm, nullptr), ncclSuccess);
+        ASSERT_EQ(ncclRecv(out.data(), count, ncclFloat32, from, ctx.comm, nullptr), ncclSuccess);
+        ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(ctx.comm);
+        expectAll(ctx, dir > 0 ? "send/recv forward" : "send/recv backward", count, out,
+                  [&](size_t i) { return pairValue(from, r, i); });
+      }
+    }
+  });
+}
+
+// Many small operations back to back: exercises slot reuse, header batching and the proxy's
+// switch between spinning and blocking in poll().
+TEST_P(TransportSuite, ManySmallAllReduces) {
+  run([](RankCtx& ctx) {
+    const int n = ctx.nranks;
+    const size_t count = 7;
+    for (int iter = 0; iter < 200; iter++) {
+      std::vector<float> in(count, static_cast<float>(ctx.rank + iter)), out(count, -1.0f);
+      ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr), ncclSuccess)
+          << ncclGetLastError(ctx.comm);
+      float want = static_cast<float>(n * (n - 1) / 2 + n * iter);
+      expectAll(ctx, "small allreduce", count, out, [&](size_t) { return want; });
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite,
+                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket),
+                                          testing::Values(Driver::kThreads, Driver::kProcesses), testing::Values(2, 3)),
+                         paramName);
+
+}  // namespace
+}  // namespace chorus_test

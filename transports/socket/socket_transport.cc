@@ -1,0 +1,197 @@
+// Socket transport, executor-thread side: the collective setup, connecting the ends of a
+// connection, and shutdown. The proxy thread's loop is in socket_proxy.cc.
+#include "transports/socket/socket_transport.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+
+#include "core/checks.h"
+#include "transports/socket/socket_proxy.h"
+
+namespace chorus {
+namespace {
+
+// Connect failures the peer is to blame for (it is gone or unreachable) versus local ones.
+ncclResult_t connectError(const IoResult& r) {
+  switch (r.status) {
+    case IoStatus::kAborted: return ncclInternalError;
+    case IoStatus::kEof:
+    case IoStatus::kReset:
+    case IoStatus::kRefused:
+    case IoStatus::kTimeout: return ncclRemoteError;
+    default: return ncclSystemError;
+  }
+}
+
+}  // namespace
+
+ncclResult_t SocketTransport::create(ncclComm* comm, std::unique_ptr<SocketTransport>* out) {
+  out->reset();
+  // Every rank enters the allgather even when its own listen socket failed (with an empty
+  // address), so that the others fail naming it instead of waiting for the bootstrap deadline.
+  SockAddr addr;
+  std::string ifName, why;
+  Socket listen;
+  if (findInterface(&addr, &ifName, &why) == ncclSuccess) {
+    IoResult r = Socket::listen(addr, &listen);
+    if (!r.ok()) why = r.what;
+  }
+  std::vector<PackedAddr> all(comm->nranks);
+  if (listen.valid()) all[comm->rank] = packAddr(listen.local());
+  CHORUS_CHECK(comm->bootstrap->allGather(all.data(), sizeof(PackedAddr)));
+  if (!listen.valid())
+    CHORUS_FAIL(comm, ncclSystemError, "rank %d: socket transport: cannot listen: %s", comm->rank, why.c_str());
+  std::vector<SockAddr> addrs(comm->nranks);
+  for (int r = 0; r < comm->nranks; r++) {
+    if (!unpackAddr(all[r], &addrs[r]))
+      CHORUS_FAIL(comm, ncclSystemError, "rank %d: socket transport: rank %d could not open its listen socket (see "
+                  "its log)", comm->rank, r);
+  }
+  INFO(kNet | kInit, "rank %d: socket transport listening on %s (%s)", comm->rank, listen.local().str().c_str(),
+       ifName.c_str());
+  auto proxy = std::make_unique<SocketProxy>(comm, std::move(listen), std::move(addrs));
+  CHORUS_CHECK(proxy->start());
+  *out = std::move(proxy);
+  return ncclSuccess;
+}
+
+SocketProxy::SocketProxy(ncclComm* comm, Socket listen, std::vector<SockAddr> addrs)
+    : comm_(comm),
+      rank_(comm->rank),
+      nranks_(comm->nranks),
+      commHash_(comm->commHash),
+      addrs_(std::move(addrs)),
+      listen_(std::move(listen)) {}
+
+SocketProxy::~SocketProxy() {
+  shutdown();
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+  for (auto& c : conns_) std::free(c->mem);
+  for (auto& c : newConns_) std::free(c->mem);
+}
+
+ncclResult_t SocketProxy::start() {
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0)
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: socket transport: eventfd failed: %s", rank_, strerror(errno));
+  try {
+    thread_ = std::thread([this]() { run(); });
+  } catch (const std::system_error& e) {
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: socket transport: cannot start the proxy thread: %s", rank_,
+                e.what());
+  }
+  return ncclSuccess;
+}
+
+void SocketProxy::wake() {
+  uint64_t one = 1;
+  // A full counter (never in practice) still leaves the fd readable, which is all a wake needs.
+  ssize_t n = ::write(wakeFd_, &one, sizeof(one));
+  (void)n;
+}
+
+ncclResult_t SocketProxy::newConn(bool isSend, int channel, int peer, const FifoGeometry& geo,
+                                  std::unique_ptr<SocketConn>* out) {
+  if (peer < 0 || peer >= nranks_ || peer == rank_)
+    CHORUS_FAIL(comm_, ncclInternalError, "rank %d: socket transport: invalid peer %d", rank_, peer);
+  size_t bytes = geo.totalBytes();
+  void* mem = std::aligned_alloc(4096, bytes);
+  if (mem == nullptr)
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: socket transport: cannot allocate a %zu-byte FIFO for rank %d",
+                rank_, bytes, peer);
+  std::memset(mem, 0, bytes);
+  auto c = std::make_unique<SocketConn>();
+  c->isSend = isSend;
+  c->channel = channel;
+  c->peer = peer;
+  c->mem = mem;
+  c->fifo.attach(mem, geo);
+  c->fifo.peer = peer;
+  *out = std::move(c);
+  return ncclSuccess;
+}
+
+ncclResult_t SocketProxy::handOver(std::unique_ptr<SocketConn> conn, Fifo* out) {
+  Fifo view;
+  view.attach(conn->mem, conn->fifo.geo);
+  view.peer = conn->peer;
+  {
+    std::lock_guard<std::mutex> lock(newMutex_);
+    if (stop_.load(std::memory_order_acquire)) {
+      std::free(conn->mem);
+      CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: socket transport: connection %s rank %d requested after the "
+                  "transport was shut down (the communicator failed or was aborted)", rank_,
+                  conn->isSend ? "to" : "from", conn->peer);
+    }
+    newConns_.push_back(std::move(conn));
+    haveNew_.store(true, std::memory_order_release);
+  }
+  wake();
+  *out = view;
+  return ncclSuccess;
+}
+
+ncclResult_t SocketProxy::connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) {
+  std::unique_ptr<SocketConn> c;
+  CHORUS_CHECK(newConn(true, channel, peer, geo, &c));
+  const SockAddr& to = addrs_[peer];
+  Deadline deadline = Deadline::fromEnv();
+  IoResult r = Socket::connect(to, deadline, &comm_->abortFlag, &c->sock);
+  SocketHello hello;
+  hello.commHash = commHash_;
+  hello.channel = channel;
+  hello.from = rank_;
+  hello.to = peer;
+  hello.nSlots = geo.nSlots;
+  hello.slotBytes = geo.slotBytes;
+  if (r.ok()) r = c->sock.sendAll(&hello, sizeof(hello), deadline, &comm_->abortFlag);
+  if (!r.ok()) {
+    std::free(c->mem);
+    CHORUS_FAIL(comm_, connectError(r),
+                "rank %d: socket transport: cannot connect channel %d to rank %d (%s) at %s: %s", rank_, channel, peer,
+                comm_->peers[peer].hostname, to.str().c_str(), r.what.c_str());
+  }
+  c->state = SockConnState::kOpen;
+  INFO(kNet, "rank %d: socket channel %d -> rank %d connected %s -> %s", rank_, channel, peer,
+       c->sock.local().str().c_str(), to.str().c_str());
+  return handOver(std::move(c), out);
+}
+
+ncclResult_t SocketProxy::connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) {
+  // The sender connects to our listen socket on its own schedule; the proxy pairs its hello
+  // with this FIFO whenever it arrives (before or after this call).
+  std::unique_ptr<SocketConn> c;
+  CHORUS_CHECK(newConn(false, channel, peer, geo, &c));
+  c->state = SockConnState::kUnpaired;
+  return handOver(std::move(c), out);
+}
+
+void SocketProxy::shutdown() {
+  std::lock_guard<std::mutex> guard(shutdownMutex_);
+  if (shutDown_) return;
+  shutDown_ = true;
+  {
+    std::lock_guard<std::mutex> lock(newMutex_);
+    stop_.store(true, std::memory_order_release);
+  }
+  if (wakeFd_ >= 0) wake();
+  // The proxy flushes what the executor already published (a finished operation may still have
+  // bytes in flight) and tells peers about poisoned FIFOs before it returns; see SocketProxy::run.
+  if (thread_.joinable()) thread_.join();
+  listen_.close();
+  for (auto& p : pending_) p.sock.close();
+  for (auto& p : stash_) p.sock.close();
+  pending_.clear();
+  stash_.clear();
+  for (auto& c : conns_) c->sock.close();
+  std::lock_guard<std::mutex> lock(newMutex_);
+  for (auto& c : newConns_) c->sock.close();
+  INFO(kNet, "rank %d: socket transport shut down", rank_);
+}
+
+}  // namespace chorus
