@@ -83,7 +83,10 @@ ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op) {
     tGroup.ops.push_back({comm, op});
     return ncclSuccess;
   }
-  return runOnComm(comm, {op});
+  // Outside a group: an implicit group of one, without allocating.
+  static thread_local std::vector<OpDesc> single(1);
+  single[0] = op;
+  return runOnComm(comm, single);
 }
 
 ncclResult_t enqueueInit(std::function<ncclResult_t()> init) {

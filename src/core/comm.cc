@@ -1,5 +1,6 @@
 #include "core/comm.h"
 
+#include <atomic>
 #include <unordered_set>
 
 #include "engine/engine.h"
@@ -8,6 +9,11 @@ namespace {
 // Live communicators. A handle is valid only while it is in this set, so a destroyed
 // communicator is recognised without reading freed memory.
 std::mutex gLiveMutex;
+// Bumped whenever a communicator is destroyed: a thread's cached "this handle is live"
+// answer stays valid while the generation is unchanged (the check runs on every call).
+std::atomic<uint64_t> gDestroyGen{1};
+thread_local const ncclComm* tLastValid = nullptr;
+thread_local uint64_t tLastValidGen = 0;
 std::unordered_set<const ncclComm*>& liveComms() {
   static std::unordered_set<const ncclComm*> live;
   return live;
@@ -23,6 +29,7 @@ ncclComm::~ncclComm() {
   {
     std::lock_guard<std::mutex> lock(gLiveMutex);
     liveComms().erase(this);
+    gDestroyGen.fetch_add(1);
   }
   if (initThread.joinable()) initThread.join();
   // Abort poisons the connections so peers stop waiting; a plain destroy leaves data that
@@ -44,8 +51,15 @@ void commStoreLastError(ncclComm* comm, const char* text) {
 
 bool commValid(const ncclComm* comm) {
   if (comm == nullptr) return false;
+  uint64_t gen = gDestroyGen.load(std::memory_order_acquire);
+  if (comm == tLastValid && gen == tLastValidGen) return true;
   std::lock_guard<std::mutex> lock(gLiveMutex);
-  return liveComms().count(comm) != 0 && comm->magic == kCommMagic;
+  bool ok = liveComms().count(comm) != 0 && comm->magic == kCommMagic;
+  if (ok) {
+    tLastValid = comm;
+    tLastValidGen = gDestroyGen.load(std::memory_order_relaxed);
+  }
+  return ok;
 }
 
 std::string commLastError(ncclComm* comm) {

@@ -51,8 +51,6 @@ ncclResult_t Connections::init() {
   return ncclSuccess;
 }
 
-ncclResult_t Connections::send(int channel, int peer, Conn** out) { return make(channel, peer, true, out); }
-ncclResult_t Connections::recv(int channel, int peer, Conn** out) { return make(channel, peer, false, out); }
 
 ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
   auto key = std::make_tuple(channel, peer, isSend);
@@ -87,6 +85,9 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
   }
   c->fifo.end = isSend ? 0 : 1;
   *out = c.get();
+  if (static_cast<int>(table_.size()) <= channel) table_.resize(channel + 1);
+  table_[channel].resize(2 * comm_->nranks, nullptr);
+  table_[channel][2 * peer + (isSend ? 1 : 0)] = c.get();
   conns_[key] = std::move(c);
   return ncclSuccess;
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "core/comm.h"
 #include "kernels/fifo.h"
@@ -41,8 +42,17 @@ class Connections {
   ~Connections();
   /// Collective: sets up what every rank must agree on (the socket transport's listen sockets).
   ncclResult_t init();
-  ncclResult_t send(int channel, int peer, Conn** out);
-  ncclResult_t recv(int channel, int peer, Conn** out);
+  /// The connection for (channel, peer); made on first use. The fast path is a table lookup.
+  ncclResult_t send(int channel, int peer, Conn** out) {
+    Conn* c = lookup(channel, peer, true);
+    if (c) return (*out = c), ncclSuccess;
+    return make(channel, peer, true, out);
+  }
+  ncclResult_t recv(int channel, int peer, Conn** out) {
+    Conn* c = lookup(channel, peer, false);
+    if (c) return (*out = c), ncclSuccess;
+    return make(channel, peer, false, out);
+  }
   /// Whether rank `peer` is reached through shared memory.
   bool viaShm(int peer) const;
   /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting, and stops the proxy.
@@ -52,6 +62,12 @@ class Connections {
 
  private:
   ncclResult_t make(int channel, int peer, bool isSend, Conn** out);
+  // table_[channel][2 * peer + isSend], filled by make() (only the operation thread reads it).
+  Conn* lookup(int channel, int peer, bool isSend) const {
+    if (channel >= static_cast<int>(table_.size()) || peer < 0 || peer >= comm_->nranks) return nullptr;
+    return table_[channel][2 * peer + (isSend ? 1 : 0)];
+  }
+  std::vector<std::vector<Conn*>> table_;
 
   ncclComm* comm_;
   FifoGeometry geo_;

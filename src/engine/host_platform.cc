@@ -142,9 +142,21 @@ template <class Ready>
 ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   if (ready()) return ncclSuccess;
   Backoff backoff;
+  // The clock, the heartbeat and the checks below run once per 64 polls; most waits end
+  // before the first of them.
+  for (int i = 0; i < 64; i++) {
+    if (ready()) return ncclSuccess;
+    backoff.pause();
+  }
   Deadline deadline = Deadline::fromEnv();
   bool extended = false;
   Conn* conn = connOf(f);
+  auto where = [&]() {
+    char buf[160];
+    snprintf(buf, sizeof(buf), "rank %d (%s) waiting %s rank %d during %s #%lu", comm_->rank,
+             comm_->peers[comm_->rank].hostname, what, f->peer, label_.coll, static_cast<unsigned long>(label_.seq));
+    return std::string(buf);
+  };
   for (;;) {
     for (int i = 0; i < 64; i++) {
       if (ready()) return ncclSuccess;
@@ -155,18 +167,15 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       for (auto& fc : fifoConns_) __atomic_store_n(&fc.first->ctrl->beat[fc.first->end], now, __ATOMIC_RELAXED);
       lastBeat_ = now;
     }
-    char where[160];
-    snprintf(where, sizeof(where), "rank %d (%s) waiting %s rank %d during %s #%lu", comm_->rank,
-             comm_->peers[comm_->rank].hostname, what, f->peer, label_.coll, static_cast<unsigned long>(label_.seq));
     if (comm_->abortFlag.load(std::memory_order_relaxed))
       return fail(ncclInvalidUsage, PoisonReason::kAborted, comm_->rank,
-                  std::string(where) + ": the communicator was aborted (ncclCommAbort/ncclCommRevoke)");
+                  where() + ": the communicator was aborted (ncclCommAbort/ncclCommRevoke)");
     uint64_t poison = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
-    if (poison != 0) return poisoned(f, poison, where);
+    if (poison != 0) return poisoned(f, poison, where().c_str());
     if (conn && conn->peerLocalProc && conn->peerPid > 0 && kill(conn->peerPid, 0) != 0 && errno == ESRCH) {
       char msg[400];
-      snprintf(msg, sizeof(msg), "%s: rank %d (pid %d on %s) died", where, f->peer, static_cast<int>(conn->peerPid),
-               comm_->peers[f->peer].hostname);
+      snprintf(msg, sizeof(msg), "%s: rank %d (pid %d on %s) died", where().c_str(), f->peer,
+               static_cast<int>(conn->peerPid), comm_->peers[f->peer].hostname);
       return fail(ncclRemoteError, PoisonReason::kPeerDied, f->peer, msg);
     }
     if (deadline.expired()) {
@@ -182,11 +191,11 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       char msg[480];
       if (peerAlive) {
         snprintf(msg, sizeof(msg), "%s: rank %d is alive but sent nothing for 2 x %.0f s (CHORUS_TIMEOUT_S): it is "
-                 "waiting too, so the ranks are deadlocked (mismatched calls, or a rank stopped calling)", where,
-                 f->peer, deadline.seconds());
+                 "waiting too, so the ranks are deadlocked (mismatched calls, or a rank stopped calling)",
+                 where().c_str(), f->peer, deadline.seconds());
       } else {
         snprintf(msg, sizeof(msg), "%s: rank %d made no progress for %.0f s (CHORUS_TIMEOUT_S); it may be stopped, "
-                 "hung, or calling a different operation", where, f->peer, deadline.seconds());
+                 "hung, or calling a different operation", where().c_str(), f->peer, deadline.seconds());
       }
       return fail(ncclRemoteError, PoisonReason::kTimeout, f->peer, msg);
     }

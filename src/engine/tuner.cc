@@ -40,7 +40,7 @@ bool allowed(const std::string& list, const char* name) {
 Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax) {
   switch (coll) {
     case Coll::kAllReduce:
-      if (nranks > 2 && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
+      if (nranks >= 2 && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
       return Algo::kRing;
     case Coll::kAllToAll:
     case Coll::kGather:
