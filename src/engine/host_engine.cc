@@ -20,7 +20,7 @@ namespace {
 IntParam kHostChannels{"CHORUS_HOST_NCHANNELS", 1, "Channels (independent schedules) per host-path operation.",
                        "performance"};
 IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 8, "Slots in each connection FIFO.", "performance"};
-IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 65536, "Bytes in each Simple FIFO slot.", "performance"};
+IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072, "Bytes in each Simple FIFO slot.", "performance"};
 IntParam kLLLines{"CHORUS_LL_LINES", 512, "8-byte lines in each LL FIFO slot (4 payload bytes a line).", "performance"};
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
