@@ -18,8 +18,10 @@ install(FILES ${PROJECT_BINARY_DIR}/chorusConfig.cmake ${PROJECT_BINARY_DIR}/cho
 
 set(CHORUS_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
 set(CHORUS_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+# Relocatable: the prefix is found from the .pc file's own location.
+file(RELATIVE_PATH CHORUS_PC_UP /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 file(WRITE ${PROJECT_BINARY_DIR}/nccl.pc
-  "prefix=${CMAKE_INSTALL_PREFIX}\nlibdir=${CHORUS_PC_LIBDIR}\nincludedir=${CHORUS_PC_INCLUDEDIR}\n\n"
+  "prefix=\${pcfiledir}/${CHORUS_PC_UP}\nlibdir=${CHORUS_PC_LIBDIR}\nincludedir=${CHORUS_PC_INCLUDEDIR}\n\n"
   "Name: nccl\nDescription: chorus, NCCL-compatible collective communication\nVersion: ${PROJECT_VERSION}\n"
   "Libs: -L\${libdir} -lnccl\nCflags: -I\${includedir}\n")
 install(FILES ${PROJECT_BINARY_DIR}/nccl.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
