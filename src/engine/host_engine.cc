@@ -282,6 +282,8 @@ ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
   }
   auto engine = std::make_unique<HostEngine>(comm);
   CHORUS_CHECK(engine->init());
+  if (comm->rank == 0)
+    INFO(kInit, "comm %p: host path (this build has no GPU backend; buffers are used as host memory)", (void*)comm);
   *out = std::move(engine);
   return ncclSuccess;
 }
