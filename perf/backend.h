@@ -1,0 +1,107 @@
+// What the perf driver needs from the library under test. chorus (the NCCL API, backend_nccl.cc) and Open MPI
+// (mpi_perf.cc) implement it, so both print the same table from the same timing loop.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "perf/common.h"
+#include "perf/launch.h"
+
+namespace chorus {
+namespace perf {
+
+/// Process and rank layout (nccl-tests' proc, nProcs, nThreads, nGpus). A process owns localRanks() ranks,
+/// local index thread * nGpus + i, driven by its threads.
+struct Topology {
+  int proc = 0;        ///< process index in the job
+  int totalProcs = 1;  ///< processes in the job
+  int ncclProc = 0;    ///< process index inside this process's group (NCCL_TESTS_SPLIT)
+  int ncclProcs = 1;   ///< processes in the group
+  int color = 0;       ///< the group
+  int nThreads = 1;    ///< driving threads per process (-t)
+  int nGpus = 1;       ///< ranks per thread (-g)
+  int localRank = 0;   ///< index among this host's processes
+  int localSize = 1;   ///< processes on this host
+  int leaderProc = 0;  ///< the group's first process: it makes the unique id
+
+  /// Ranks this process drives.
+  int localRanks() const { return nThreads * nGpus; }
+  /// Ranks of the communicator.
+  int nranks() const { return ncclProcs * nThreads * nGpus; }
+  /// Communicator rank of a local index.
+  int rankOf(int local) const { return ncclProc * nThreads * nGpus + local; }
+};
+
+/// One call as the driver issues it for one rank.
+struct CallArgs {
+  PerfColl coll;
+  const void* send;  ///< send buffer (inside recv when in place)
+  void* recv;        ///< receive buffer
+  size_t count;      ///< the count argument (CallShape::paramCount)
+  ncclDataType_t type;
+  int op;  ///< PerfOp
+  int root;
+  int rank;
+  int nranks;
+};
+
+/// A library the driver can measure. Methods taking `local` are called only by the thread owning that rank;
+/// every method prints its own failure (host, rank, call, library message) and returns false.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// Library name for headers and JSON ("chorus", "Open MPI").
+  virtual std::string name() const = 0;
+  /// First header line after "# " (version of the tool and of the library).
+  virtual std::string versionLine() const = 0;
+  /// NCCL_VERSION_CODE the library reports, 0 for a non-NCCL library.
+  virtual int ncclVersionCode() const { return 0; }
+  /// Why this backend cannot run these options (empty: it can).
+  virtual std::string unsupported(const CollSpec& spec, const Options& opts) const = 0;
+  /// Whether -d all includes this dtype.
+  virtual bool supportsType(ncclDataType_t type) const { return true; }
+  /// Whether -o all includes this op (a PerfOp).
+  virtual bool supportsOp(int op) const { return true; }
+  /// Whether device (GPU) memory can be used.
+  virtual bool deviceAvailable() const { return false; }
+  /// Selects device or host memory; called once, before setup.
+  virtual bool selectMemory(bool device) = 0;
+  /// The "# Rank" line's device number, bracketed id and description for a local rank.
+  virtual void describeDevice(int local, const Topology& topo, int* device, std::string* busId,
+                              std::string* info) const = 0;
+  /// Process-wide preparation once the control channel exists (the unique id travels here).
+  virtual bool setup(Control& ctl, const Topology& topo, const Options& opts) = 0;
+  /// Creates the communicators of locals [first, first + n), from the calling thread.
+  virtual bool initComms(int first, int n) = 0;
+  /// Destroys every communicator.
+  virtual bool destroyComms() = 0;
+  /// Buffer memory for a local rank (device memory when selected); nullptr on failure.
+  virtual void* alloc(int local, size_t bytes) = 0;
+  /// Frees what alloc returned.
+  virtual void release(void* ptr) = 0;
+  /// Copies host memory into a buffer (plain memcpy for host memory).
+  virtual bool upload(void* dst, const void* src, size_t bytes) = 0;
+  /// Copies a buffer into host memory.
+  virtual bool download(void* dst, const void* src, size_t bytes) = 0;
+  /// -R 1/2: registers a local rank's buffers (mode 1 local, 2 symmetric).
+  virtual bool registerBuffers(int local, void* send, void* recv, size_t bytes, int mode) = 0;
+  /// Undoes every registerBuffers.
+  virtual bool unregisterAll() = 0;
+  /// Opens a group around the calls of several local ranks (or -m aggregated calls) made by one thread.
+  virtual bool groupStart() = 0;
+  /// Closes it, launching the calls.
+  virtual bool groupEnd() = 0;
+  /// Issues one call for one local rank.
+  virtual bool run(int local, const CallArgs& call) = 0;
+  /// Waits until a local rank's issued work is complete.
+  virtual bool sync(int local) = 0;
+  /// The library's last error text, for the trailer (may be empty).
+  virtual std::string lastError() const = 0;
+};
+
+/// Runs a tool: flags, launch, the timing loop and the report. Returns the process exit status.
+int runDriver(int argc, char** argv, const CollSpec& spec, Backend& backend, const Options* preset = nullptr);
+
+}  // namespace perf
+}  // namespace chorus

@@ -1,0 +1,46 @@
+// dlopen access to the CUDA runtime (see cuda_shim.h).
+#include "perf/cuda_shim.h"
+
+#include <dlfcn.h>
+
+namespace chorus {
+namespace perf {
+
+bool CudaRuntime::load() {
+  if (getDeviceCount != nullptr) return true;
+  void* lib = nullptr;
+  for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}) {
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) break;
+  }
+  if (lib == nullptr) return false;
+  auto sym = [&](const char* name) { return dlsym(lib, name); };
+  setDevice = reinterpret_cast<int (*)(int)>(sym("cudaSetDevice"));
+  memcpy = reinterpret_cast<int (*)(void*, const void*, size_t, int)>(sym("cudaMemcpy"));
+  streamCreateWithFlags = reinterpret_cast<int (*)(void**, unsigned)>(sym("cudaStreamCreateWithFlags"));
+  streamDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaStreamDestroy"));
+  streamSynchronize = reinterpret_cast<int (*)(void*)>(sym("cudaStreamSynchronize"));
+  deviceGetPCIBusId = reinterpret_cast<int (*)(char*, int, int)>(sym("cudaDeviceGetPCIBusId"));
+  getErrorString = reinterpret_cast<const char* (*)(int)>(sym("cudaGetErrorString"));
+  auto count = reinterpret_cast<int (*)(int*)>(sym("cudaGetDeviceCount"));
+  if (!setDevice || !memcpy || !streamCreateWithFlags || !streamDestroy || !streamSynchronize || !deviceGetPCIBusId ||
+      !getErrorString || !count) {
+    dlclose(lib);
+    return false;
+  }
+  getDeviceCount = count;  // set last: it marks the runtime as loaded
+  return true;
+}
+
+int CudaRuntime::deviceCount() {
+  int n = 0;
+  if (!load() || getDeviceCount(&n) != 0) return 0;
+  return n;
+}
+
+std::string CudaRuntime::errorText(int err) const {
+  return getErrorString ? getErrorString(err) : "cuda error " + std::to_string(err);
+}
+
+}  // namespace perf
+}  // namespace chorus
