@@ -4,7 +4,7 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-PKGS="build-essential cmake pkg-config libgtest-dev iproute2 ${CHORUS_EXTRA_PKGS:-}"
+PKGS="build-essential cmake pkg-config libgtest-dev iproute2 python3 ${CHORUS_EXTRA_PKGS:-}"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -77,6 +77,9 @@ ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
         CHORUS_FAIL(comm, ncclInvalidArgument,
                     "%s: rank %d: reduction op %d was created for datatype %d, used with datatype %d", fn,
                     comm->rank, o, static_cast<int>(it->second.dtype), static_cast<int>(op.dtype));
+      op.userOp = true;
+      op.scalarBits = it->second.scalarBits;
+      op.scalarPtr = it->second.scalarPtr;
     }
   }
   bool isP2P = op.coll == Coll::kSendRecv;

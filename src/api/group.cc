@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "core/checks.h"
+#include "core/worker.h"
 #include "engine/engine.h"
 
 namespace chorus {
@@ -65,12 +66,18 @@ ncclResult_t launchGroup(GroupState& g) {
   ncclResult_t res = ncclSuccess;
   if (!inits.empty()) res = runAll(inits);
   if (ops.empty()) return res;
-  std::vector<std::function<ncclResult_t()>> runs;
-  for (auto& [comm, list] : ops) {
-    CHORUS_CHECK(checkCommUsable(comm, "ncclGroupEnd"));
-    runs.push_back([comm = comm, &list = list]() { return runOnComm(comm, list); });
+  for (auto& [comm, list] : ops) CHORUS_CHECK(checkCommUsable(comm, "ncclGroupEnd"));
+  // Every communicator but the first runs on its own persistent worker; the first runs here.
+  for (size_t i = 1; i < ops.size(); i++) {
+    ncclComm* comm = ops[i].first;
+    if (!comm->worker) comm->worker = std::make_unique<Worker>();
+    comm->worker->post([comm, &list = ops[i].second]() { return runOnComm(comm, list); });
   }
-  ncclResult_t r = runAll(runs);
+  ncclResult_t r = runOnComm(ops[0].first, ops[0].second);
+  for (size_t i = 1; i < ops.size(); i++) {
+    ncclResult_t ri = ops[i].first->worker->wait();
+    if (r == ncclSuccess) r = ri;
+  }
   return res != ncclSuccess ? res : r;
 }
 

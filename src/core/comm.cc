@@ -3,6 +3,7 @@
 #include <atomic>
 #include <unordered_set>
 
+#include "core/worker.h"
 #include "engine/engine.h"
 
 namespace {
@@ -32,6 +33,7 @@ ncclComm::~ncclComm() {
     gDestroyGen.fetch_add(1);
   }
   if (initThread.joinable()) initThread.join();
+  worker.reset();
   // Abort poisons the connections so peers stop waiting; a plain destroy leaves data that
   // peers have yet to read where it is.
   if (engine && abortFlag.load()) engine->shutdown();

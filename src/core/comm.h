@@ -20,6 +20,7 @@
 namespace chorus {
 
 class Engine;
+class Worker;
 
 /// The subset of ncclConfig_t chorus acts on, with defaults resolved.
 struct CommConfig {
@@ -64,6 +65,7 @@ struct ncclComm {
   std::vector<chorus::PeerInfo> peers;
   std::unique_ptr<chorus::Engine> engine;
   std::thread initThread;  ///< nonblocking init runs here
+  std::unique_ptr<chorus::Worker> worker;  ///< runs this comm's part of multi-communicator groups
 
   std::mutex mutex;  ///< guards redOps
   std::mutex errMutex;  ///< guards lastError (taken inside setLastError, never held while calling out)

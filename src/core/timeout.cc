@@ -43,11 +43,13 @@ void Backoff::pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
-  } else if (static_cast<int64_t>(iter_) < spin + 200) {
+  } else if (static_cast<int64_t>(iter_) < spin + 20000) {
+    // Yielding hands the core to a rank that shares it and costs nothing when none does;
+    // this phase covers peers that arrive a few milliseconds late without adding latency.
     sched_yield();
   } else {
-    // Sleeping lets a rank that shares our core run; 50 us keeps the added latency small.
-    struct timespec ts = {0, iter_ < spin + 2000 ? 20000 : 200000};
+    // A long wait: sleep briefly so an idle rank does not burn a core.
+    struct timespec ts = {0, 20000};
     nanosleep(&ts, nullptr);
   }
 }

@@ -103,11 +103,9 @@ class HostEngine : public Engine {
   }
 
   RedOp redOpFor(const OpDesc& op) {
-    if (static_cast<int>(op.op) >= ncclNumOps) {
-      std::lock_guard<std::mutex> lock(comm_->mutex);
-      const UserRedOp& u = comm_->redOps.at(static_cast<int>(op.op));
+    if (op.userOp) {
       // A device-resident scalar is read when the operation starts (host memory on this path).
-      return makePreMulSum(op.dtype, u.scalarPtr ? u.scalarPtr : &u.scalarBits, comm_->nranks);
+      return makePreMulSum(op.dtype, op.scalarPtr ? op.scalarPtr : &op.scalarBits, comm_->nranks);
     }
     return makeRedOp(reducing(op.coll) ? op.op : ncclSum, op.dtype, comm_->nranks);
   }

@@ -20,6 +20,12 @@ struct OpDesc {
   ncclRedOp_t op = ncclSum;
   int root = 0;  ///< root, or peer for send/recv
   cudaStream_t stream = nullptr;
+  /// For an operator made by ncclRedOpCreatePreMulSum: its scalar, captured when the call is
+  /// enqueued (NCCL lets the operator be destroyed as soon as the call returns, even inside a
+  /// group). scalarPtr is set for a device-resident scalar, read when the operation starts.
+  bool userOp = false;
+  uint64_t scalarBits = 0;
+  const void* scalarPtr = nullptr;
 };
 
 }  // namespace chorus

@@ -186,6 +186,25 @@ TEST_F(ApiArgs, RedOpLifecycle) {
   expectWorks();
 }
 
+// NCCL lets an operator be destroyed as soon as the call using it returns, even before the
+// group that holds the call ends (nccl-tests does this). The group must still use its scalar.
+TEST_F(ApiArgs, RedOpDestroyedInsideTheGroupStillApplies) {
+  float scalar = 3.0f;
+  ncclRedOp_t ops[2];
+  std::vector<float> a(50, 1.0f), b(50, 2.0f);
+  for (int r = 0; r < 2; r++)
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&ops[r], &scalar, ncclFloat, ncclScalarHostImmediate, comms_[r]), ncclSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(a.data(), a.data(), 50, ncclFloat, ops[0], comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclRedOpDestroy(ops[0], comms_[0]), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(b.data(), b.data(), 50, ncclFloat, ops[1], comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclRedOpDestroy(ops[1], comms_[1]), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(a[0], 9.0f);  // 3 * 1 + 3 * 2
+  EXPECT_EQ(b[49], 9.0f);
+  expectWorks();
+}
+
 TEST_F(ApiArgs, MemAllocAndRegistration) {
   void* p = nullptr;
   EXPECT_EQ(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
