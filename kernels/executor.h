@@ -7,7 +7,9 @@
 // and forwarded before the next one, so a ring pipelines at slice granularity.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "algo/schedule.h"
 #include "kernels/fifo.h"
@@ -76,12 +78,26 @@ struct Fingerprint {
 /// Reduction flags (match kernels/reduce.h).
 enum : uint32_t { kExecPreLocal = 1, kExecPostOp = 2 };
 
+/// SlotHeader::step bit: the slot holds the sender's address of the data (8 bytes at the start
+/// of the slot) instead of the data; the receiver reads it in place (single copy).
+constexpr uint32_t kDescribedSlot = 0x80000000u;
+
 /// Runs schedules over a Platform.
 template <class Platform>
 class Executor {
  public:
-  Executor(Platform& p, const Fingerprint& fp, bool reducing, bool ll, uint32_t sliceBytes)
-      : p_(p), fp_(fp), reducing_(reducing), ll_(ll), sliceBytes_(sliceBytes) {}
+  /// `describe`: slices may be passed by address (single copy) on connections that allow it.
+  /// Only for schedules that never rewrite a block they sent from, and never in place.
+  Executor(Platform& p, const Fingerprint& fp, bool reducing, bool ll, uint32_t sliceBytes, bool describe = false)
+      : p_(p), fp_(fp), reducing_(reducing), ll_(ll), sliceBytes_(sliceBytes), describe_(describe && !ll) {}
+
+  /// Waits until every slice passed by address has been read by its receiver, so the caller
+  /// may return (and the user reuse the buffers). Call after the last tile.
+  ncclResult_t drain() {
+    for (Fifo* f : described_) CHORUS_EXEC_CHECK(p_.waitConsumed(f));
+    described_.clear();
+    return ncclSuccess;
+  }
 
   /// Runs every step of `s` for tile `tile` of the blocks in `map`.
   ncclResult_t runTile(const Schedule& s, const BlockMap& map, size_t tile) {
@@ -115,32 +131,67 @@ class Executor {
     if (send) CHORUS_EXEC_CHECK(p_.sendFifo(s.channel, st.sendPeer, ll_, &sf, &sll));
     size_t bytes = n * map.esize;
     size_t es = map.esize;
+    // Which local memory could stand for the outgoing data (so the receiver reads it in place).
+    bool canDescribe = send && !sll && describe_ && bytes >= p_.describeMinBytes() && p_.canDescribe(sf) &&
+                       ((st.op == StepOp::kSend && p_.identityCopy(localFlags)) ||
+                        st.op == StepOp::kRecvReduceCopySend || st.op == StepOp::kRecvCopySend);
     for (size_t off = 0; off < bytes; off += sliceBytes_) {
       size_t b = bytes - off < sliceBytes_ ? bytes - off : sliceBytes_;
       size_t ne = b / es;
+      const char* srcp = src ? src + off : nullptr;
+      char* dstp = dst ? dst + off : nullptr;
       const char* r = nullptr;
+      bool fetchedToDst = false;
       if (recv) {
         CHORUS_EXEC_CHECK(rll ? recvLL(rf, rfp, b, idx, &r) : recvSimple(rf, rfp, b, idx, &r));
+        if (!rll && (rf->hdrs[rf->slot()].step & kDescribedSlot)) {
+          uint64_t remote;
+          std::memcpy(&remote, r, sizeof(remote));
+          // Data that only lands in dst is read straight there; an operand goes to staging.
+          fetchedToDst = st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend;
+          char* into = fetchedToDst ? dstp : p_.staging(0, b);
+          CHORUS_EXEC_CHECK(p_.fetch(rf, into, remote, b));
+          r = into;
+        }
       }
       char* out = nullptr;
       if (send) {
         CHORUS_EXEC_CHECK(p_.waitSendSpace(sf));
-        out = sll ? p_.staging(1, b) : sf->slotData();
+        out = sll ? p_.staging(1, b) : canDescribe ? nullptr : sf->slotData();
       }
-      const char* srcp = src ? src + off : nullptr;
-      char* dstp = dst ? dst + off : nullptr;
+      const char* sendFrom = nullptr;  // set when the slice goes by address
       switch (st.op) {
-        case StepOp::kSend: p_.copy(out, srcp, ne, localFlags); break;
-        case StepOp::kRecv: p_.copy(dstp, r, ne, st.final ? kExecPostOp : 0); break;
+        case StepOp::kSend:
+          if (canDescribe) {
+            sendFrom = srcp;
+          } else {
+            p_.copy(out, srcp, ne, localFlags);
+          }
+          break;
+        case StepOp::kRecv:
+          if (!fetchedToDst) {
+            p_.copy(dstp, r, ne, st.final ? kExecPostOp : 0);
+          } else if (st.final && !p_.identityCopy(kExecPostOp)) {
+            p_.copy(dstp, dstp, ne, kExecPostOp);
+          }
+          break;
         case StepOp::kRecvReduceSend: p_.reduce(out, r, srcp, ne, localFlags); break;
         case StepOp::kRecvReduceCopy: p_.reduce(dstp, r, srcp, ne, localFlags); break;
         case StepOp::kRecvReduceCopySend:
           p_.reduce(dstp, r, srcp, ne, localFlags);
-          p_.copy(out, dstp, ne, 0);
+          if (canDescribe) {
+            sendFrom = dstp;
+          } else {
+            p_.copy(out, dstp, ne, 0);
+          }
           break;
         case StepOp::kRecvCopySend:
-          p_.copy(dstp, r, ne, 0);
-          p_.copy(out, r, ne, 0);
+          if (!fetchedToDst) p_.copy(dstp, r, ne, 0);
+          if (canDescribe) {
+            sendFrom = dstp;
+          } else {
+            p_.copy(out, r, ne, 0);
+          }
           break;
         case StepOp::kCopy: p_.copy(dstp, srcp, ne, localFlags); break;
         case StepOp::kLocalReduce: p_.reduce(dstp, dstp, srcp, ne, localFlags); break;
@@ -150,7 +201,14 @@ class Executor {
         if (sll) {
           sendLL(sf, sfp, out, b, idx);
         } else {
-          stamp(&sf->hdrs[sf->slot()], sfp, b, idx);
+          uint32_t tag = idx;
+          if (sendFrom) {
+            uint64_t addr = reinterpret_cast<uint64_t>(sendFrom);
+            std::memcpy(sf->slotData(), &addr, sizeof(addr));
+            tag |= kDescribedSlot;
+            if (std::find(described_.begin(), described_.end(), sf) == described_.end()) described_.push_back(sf);
+          }
+          stamp(&sf->hdrs[sf->slot()], sfp, b, tag);
           p_.publishTail(sf);
         }
       }
@@ -227,6 +285,8 @@ class Executor {
   bool reducing_;
   bool ll_;
   size_t sliceBytes_;
+  bool describe_;
+  std::vector<Fifo*> described_;  ///< send FIFOs that carried slices by address
 };
 
 }  // namespace chorus

@@ -1,6 +1,9 @@
 // The host engine: plans each operation of a group into per-channel schedules and runs
 // them with the executor on this thread. Collectives run in call order, then the
 // group's sends and receives (in batches that keep one operation per peer and direction).
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -22,6 +25,11 @@ IntParam kHostChannels{"CHORUS_HOST_NCHANNELS", 1, "Channels (independent schedu
 IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 8, "Slots in each connection FIFO.", "performance"};
 IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072, "Bytes in each Simple FIFO slot.", "performance"};
 IntParam kLLLines{"CHORUS_LL_LINES", 512, "8-byte lines in each LL FIFO slot (4 payload bytes a line).", "performance"};
+IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
+                        "Slices at least this large go by address between ranks of one host (the receiver reads "
+                        "the sender's buffer with process_vm_readv, or directly between threads); 0 disables. Off "
+                        "by default: on the 2-core test machine the FIFO path measured faster (docs/perf/cpu.md).",
+                        "performance"};
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
 
@@ -45,7 +53,10 @@ class HostEngine : public Engine {
     recvSeq_.assign(comm->nranks, 0);
   }
 
-  ncclResult_t init() { return conns_->init(); }
+  ncclResult_t init() {
+    CHORUS_CHECK(conns_->init());
+    return probeSingleCopy();
+  }
 
   ncclResult_t run(const std::vector<OpDesc>& ops) override {
     std::vector<OpDesc> p2p;
@@ -157,14 +168,17 @@ class HostEngine : public Engine {
                    (op.coll == Coll::kBroadcast || op.coll == Coll::kReduce || op.coll == Coll::kGather ||
                     op.coll == Coll::kScatter) ? op.root : -1};
     platform_->setOp(OpLabel{collName(op.coll), seq, op.count, op.dtype}, redOpFor(op), fp);
-    Executor<HostPlatform> exec(*platform_, fp, reducing(op.coll), proto == Proto::kLL, slice);
+    // By-address slices need a schedule that never rewrites a block it sent from (ring, direct,
+    // one-shot and two-shot; tree accumulates in its output) and distinct buffers.
+    bool describe = !inPlace && choice.algo != Algo::kTree;
+    Executor<HostPlatform> exec(*platform_, fp, reducing(op.coll), proto == Proto::kLL, slice, describe);
     for (int ch = 0; ch < nch; ch++) {
       map.chanStart = ch * chanElems;
       map.chanEnd = std::min(map.blockElems, (ch + 1) * chanElems);
       if (map.chanStart >= map.chanEnd) continue;
       for (size_t t = 0; t < nTiles; t++) CHORUS_CHECK(exec.runTile(scheds[ch], map, t));
     }
-    return ncclSuccess;
+    return exec.drain();
   }
 
   bool isInPlaceOffset(const OpDesc& op) const {
@@ -237,12 +251,57 @@ class HostEngine : public Engine {
     size_t nTiles = (maxBytes + map.tileElems - 1) / map.tileElems;
     platform_->setOp(OpLabel{"ncclSend/ncclRecv", 0, maxBytes, ncclInt8}, makeRedOp(ncclSum, ncclInt8, comm_->nranks),
                      sendFps.empty() ? recvFps[0] : sendFps[0]);
-    Executor<HostPlatform> exec(*platform_, Fingerprint{}, false, ll, slice);
+    // A send passed by address is read later by its receiver: not if this group also receives into it.
+    bool describe = true;
+    for (size_t i = 0; i < sendPtrs.size() && describe; i++)
+      for (size_t j = 0; j < recvPtrs.size(); j++)
+        if (sendPtrs[i] < recvPtrs[j] + recvBytes[j] && recvPtrs[j] < sendPtrs[i] + sendBytes[i]) describe = false;
+    Executor<HostPlatform> exec(*platform_, Fingerprint{}, false, ll, slice, describe);
     for (size_t t = 0; t < nTiles; t++) CHORUS_CHECK(exec.runTile(s, map, t));
-    return ncclSuccess;
+    return exec.drain();
   }
 
   static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+  // Collective: finds which peers can read this process's memory. Threads of one process
+  // always can; another process on this host can if process_vm_readv is allowed (ptrace
+  // policy, containers). Every rank tries to read a known word in each local peer and the
+  // results are exchanged, so a sender only passes slices by address to a peer that can read them.
+  ncclResult_t probeSingleCopy() {
+    static const uint64_t kProbeWord = 0x63686f7275732d31ull;
+    int n = comm_->nranks, me = comm_->rank;
+    int64_t minBytes = kSingleCopyMin.get();
+    struct Probe {
+      uint64_t pid, addr;
+    };
+    std::vector<Probe> probes(n);
+    probes[me] = Probe{static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&kProbeWord)};
+    CHORUS_CHECK(comm_->bootstrap->allGather(probes.data(), sizeof(Probe)));
+    std::vector<uint8_t> canRead(static_cast<size_t>(n) * n, 0);  // canRead[r * n + p]: r can read p
+    for (int p = 0; p < n; p++) {
+      if (p == me || !conns_->viaShm(p)) continue;
+      bool ok = probes[p].pid == static_cast<uint64_t>(getpid());
+      if (!ok) {
+        uint64_t word = 0;
+        struct iovec local = {&word, sizeof(word)};
+        struct iovec far = {reinterpret_cast<void*>(probes[p].addr), sizeof(word)};
+        ok = process_vm_readv(static_cast<pid_t>(probes[p].pid), &local, 1, &far, 1, 0) ==
+                 static_cast<ssize_t>(sizeof(word)) && word == kProbeWord;
+      }
+      canRead[static_cast<size_t>(me) * n + p] = ok;
+    }
+    CHORUS_CHECK(comm_->bootstrap->allGather(canRead.data(), static_cast<size_t>(n)));
+    std::vector<bool> readableBy(n, false);
+    int count = 0;
+    for (int p = 0; p < n; p++) {
+      readableBy[p] = minBytes > 0 && canRead[static_cast<size_t>(p) * n + me];
+      count += readableBy[p];
+    }
+    platform_->setReadableBy(std::move(readableBy), minBytes > 0 ? static_cast<size_t>(minBytes) : SIZE_MAX);
+    INFO(kShm, "rank %d: %d local peer(s) can read its buffers directly (single copy from %ld bytes)", me, count,
+         static_cast<long>(minBytes));
+    return ncclSuccess;
+  }
 
   char* scratch(size_t bytes) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);

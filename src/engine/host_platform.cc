@@ -1,11 +1,13 @@
 #include "engine/host_platform.h"
 
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "core/checks.h"
 
@@ -248,6 +250,47 @@ ncclResult_t HostPlatform::mismatch(Fifo* f, const SlotHeader& got, const Finger
   mismatch_[5] = got.desc | (static_cast<uint64_t>(static_cast<uint32_t>(got.root)) << 32);
   mismatch_[6] = static_cast<uint64_t>(comm_->rank) | (static_cast<uint64_t>(f->peer) << 32);
   return fail(ncclInvalidUsage, PoisonReason::kMismatch, f->peer, msg);
+}
+
+bool HostPlatform::canDescribe(Fifo* f) {
+  Conn* c = connOf(f);
+  return c != nullptr && c->shm && f->peer < static_cast<int>(readableBy_.size()) && readableBy_[f->peer];
+}
+
+bool HostPlatform::identityCopy(uint32_t flags) const {
+  return !((flags & kPreLocal) && red_.kind == RedKind::kPreMulSum) &&
+         !((flags & kPostOp) && red_.kind == RedKind::kSumPostDiv);
+}
+
+ncclResult_t HostPlatform::fetch(Fifo* f, char* dst, uint64_t remote, size_t bytes) {
+  Conn* c = connOf(f);
+  if (c != nullptr && !c->peerLocalProc) {
+    std::memcpy(dst, reinterpret_cast<const void*>(remote), bytes);  // a thread of this process
+    return ncclSuccess;
+  }
+  pid_t pid = c ? c->peerPid : 0;
+  size_t done = 0;
+  while (done < bytes) {
+    struct iovec local = {dst + done, bytes - done};
+    struct iovec far = {reinterpret_cast<void*>(remote + done), bytes - done};
+    ssize_t got = process_vm_readv(pid, &local, 1, &far, 1, 0);
+    int e = errno;
+    if (got <= 0) {
+      errno = e;
+      char msg[300];
+      snprintf(msg, sizeof(msg), "rank %d: reading %zu bytes from rank %d (pid %d) with process_vm_readv failed: %s",
+               comm_->rank, bytes, f->peer, static_cast<int>(pid), got < 0 ? strerror(e) : "no progress");
+      return fail(e == ESRCH ? ncclRemoteError : ncclSystemError,
+                  e == ESRCH ? PoisonReason::kPeerDied : PoisonReason::kError, f->peer, msg);
+    }
+    done += static_cast<size_t>(got);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t HostPlatform::waitConsumed(Fifo* f) {
+  return waitFor(f, [f]() { return __atomic_load_n(&f->ctrl->head, __ATOMIC_ACQUIRE) >= f->step; },
+                 "until it has read the data passed by address, for");
 }
 
 ncclResult_t HostPlatform::internalError(const char* what) {

@@ -55,6 +55,22 @@ class HostPlatform {
     reduceHost(red_, dst, recv, local, n, flags);
   }
   ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t bytes, uint32_t step);
+
+  // Single copy: a slice may be passed by address when the receiver can read this process's
+  // memory (a thread of this process, or another process through process_vm_readv).
+  bool canDescribe(Fifo* f);
+  size_t describeMinBytes() const { return describeMin_; }
+  /// Whether copy() with these flags is a plain memcpy for the current reduction.
+  bool identityCopy(uint32_t flags) const;
+  /// Reads `bytes` at the far end's address `remote` into dst.
+  ncclResult_t fetch(Fifo* f, char* dst, uint64_t remote, size_t bytes);
+  /// Waits until the far end has consumed every slot produced on f.
+  ncclResult_t waitConsumed(Fifo* f);
+  /// Which peers may read this process's memory (set once at init).
+  void setReadableBy(std::vector<bool> readable, size_t minBytes) {
+    readableBy_ = std::move(readable);
+    describeMin_ = minBytes;
+  }
   ncclResult_t internalError(const char* what);
 
   /// The failure that stopped the last operation (reason and culprit rank), for poisoning.
@@ -77,6 +93,8 @@ class HostPlatform {
   Fingerprint fp_{};
   uint64_t mismatch_[7] = {0};
   uint64_t lastBeat_ = 0;  ///< when this rank last wrote its heartbeat into its FIFOs
+  std::vector<bool> readableBy_;  ///< peer p can read this process's memory
+  size_t describeMin_ = SIZE_MAX;
   std::vector<char> staging_[2];
   std::vector<std::pair<Fifo*, Conn*>> fifoConns_;
   PoisonReason failReason_ = PoisonReason::kNone;
