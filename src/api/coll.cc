@@ -6,20 +6,11 @@
 #include "api/group.h"
 #include "core/checks.h"
 #include "core/comm.h"
+#include "kernels/dtypes.h"
 
 using namespace chorus;
 
 namespace {
-
-size_t dtypeBytes(ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
-  }
-}
 
 // How many elements each buffer spans, in units of `count`.
 struct Shape {
@@ -89,7 +80,7 @@ ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
                   isP2P ? "peer" : "root", op.root, comm->nranks);
   }
   Shape sh = shapeOf(op.coll, comm->rank, op.root, comm->nranks, op.isSend);
-  size_t esize = dtypeBytes(op.dtype);
+  size_t esize = DType::size(op.dtype);
   size_t maxMul = std::max(sh.sendMul, sh.recvMul);
   if (op.count > 0 && op.count > SIZE_MAX / esize / maxMul)
     CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: count %zu x %zu ranks x %zu bytes overflows", fn, comm->rank,
@@ -219,7 +210,7 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, 
   u.dtype = datatype;
   u.residence = residence;
   if (residence == ncclScalarHostImmediate) {
-    std::memcpy(&u.scalarBits, scalar, dtypeBytes(datatype));
+    std::memcpy(&u.scalarBits, scalar, DType::size(datatype));
   } else {
     u.scalarPtr = scalar;  // read when each operation starts
   }

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/host_platform.h"
 #include "engine/tuner.h"
+#include "kernels/dtypes.h"
 
 namespace chorus {
 namespace {
@@ -32,11 +33,6 @@ IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
                         "performance"};
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
-
-size_t dtypeSize(int d) {
-  static const size_t kSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  return kSizes[d];
-}
 
 bool reducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 
@@ -78,7 +74,7 @@ class HostEngine : public Engine {
   float estimateUs(const std::vector<OpDesc>& ops) override {
     // A simple alpha-beta model of the host path: 2 us per step plus bytes at 4 GB/s.
     float us = 0;
-    for (const OpDesc& op : ops) us += 2.0f * comm_->nranks + op.count * dtypeSize(op.dtype) / 4000.0f;
+    for (const OpDesc& op : ops) us += 2.0f * comm_->nranks + op.count * DType::size(op.dtype) / 4000.0f;
     return us;
   }
 
@@ -125,7 +121,7 @@ class HostEngine : public Engine {
     uint64_t seq = ++collSeq_;
     if (op.count == 0) return ncclSuccess;
     int n = comm_->nranks;
-    size_t es = dtypeSize(op.dtype);
+    size_t es = DType::size(op.dtype);
     Choice choice = chooseAlgo(op.coll, op.count * es, n);
     bool inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
     if (inPlace && !algoAliasSafe(op.coll, choice.algo, n)) choice.algo = Algo::kRing;
@@ -182,7 +178,7 @@ class HostEngine : public Engine {
   }
 
   bool isInPlaceOffset(const OpDesc& op) const {
-    size_t bytes = op.count * dtypeSize(op.dtype);
+    size_t bytes = op.count * DType::size(op.dtype);
     auto s = reinterpret_cast<uintptr_t>(op.sendbuff);
     auto r = reinterpret_cast<uintptr_t>(op.recvbuff);
     switch (op.coll) {
@@ -216,7 +212,7 @@ class HostEngine : public Engine {
     std::vector<Fingerprint> sendFps, recvFps;
     size_t maxBytes = 0;
     for (const OpDesc* op : ops) {
-      size_t bytes = op->count * dtypeSize(op->dtype);
+      size_t bytes = op->count * DType::size(op->dtype);
       Fingerprint fp{0, op->count, packDesc(Coll::kSendRecv, op->dtype, 0), -1};
       if (op->isSend) {
         fp.seq = ++sendSeq_[op->root];

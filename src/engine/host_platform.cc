@@ -10,15 +10,10 @@
 #include <cstring>
 
 #include "core/checks.h"
+#include "kernels/dtypes.h"
 
 namespace chorus {
 namespace {
-
-const char* dtypeName(int d) {
-  static const char* kNames[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
-                                 "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-  return d >= 0 && d < 12 ? kNames[d] : "?";
-}
 
 const char* collApiName(Coll c) {
   switch (c) {
@@ -62,7 +57,7 @@ std::string describeFingerprint(uint64_t seq, uint64_t count, uint32_t desc, int
   int dtype = (desc >> 8) & 0xff, op = (desc >> 16) & 0xffff;
   char buf[200];
   int n = snprintf(buf, sizeof(buf), "%s #%lu (count %lu, %s", collApiName(c), static_cast<unsigned long>(seq),
-                   static_cast<unsigned long>(count), dtypeName(dtype));
+                   static_cast<unsigned long>(count), DType::name(dtype));
   if (c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter)
     n += snprintf(buf + n, sizeof(buf) - n, ", op %d", op);
   if (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter)

@@ -74,25 +74,30 @@ void expectSurvivorsOk(const std::vector<int>& status, int victim) {
 
 class FaultKill : public ::testing::TestWithParam<int> {};
 
-// The victim's helper thread kills its own process while the main thread is inside a collective.
-TEST_P(FaultKill, SigkillMidCollectiveIsNamedOnEveryRank) {
-  const int n = GetParam(), victim = n - 1;
-  auto status = forkRanks(
+// Runs n ranks looping allreduces; the victim's helper thread raises `sig` on its own process
+// while its main thread is inside a collective. Returns every rank's wait status.
+std::vector<int> runWithVictim(int n, int victim, int sig, double limitS) {
+  return forkRanks(
       n,
       [&](int rank, const ncclUniqueId& id) -> int {
         ncclComm_t comm;
         if (int rc = initRank(rank, n, id, &comm)) return rc;
         if (rank == victim) {
-          std::thread([]() {
+          std::thread([sig]() {
             std::this_thread::sleep_for(std::chrono::milliseconds(300));
-            raise(SIGKILL);
+            raise(sig);
           }).detach();
           std::vector<float> buf(1 << 18, 1.0f);
           for (;;) ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
         }
-        return loopUntilFailure(comm, rank, {ncclRemoteError, "rank " + std::to_string(victim)}, kTimeoutS + 3);
+        return loopUntilFailure(comm, rank, {ncclRemoteError, "rank " + std::to_string(victim)}, limitS);
       },
-      60);
+      60, {victim});
+}
+
+TEST_P(FaultKill, SigkillMidCollectiveIsNamedOnEveryRank) {
+  const int n = GetParam(), victim = n - 1;
+  auto status = runWithVictim(n, victim, SIGKILL, kTimeoutS + 3);
   EXPECT_TRUE(WIFSIGNALED(status[victim]) && WTERMSIG(status[victim]) == SIGKILL) << describeStatus(status[victim]);
   expectSurvivorsOk(status, victim);
 }
@@ -100,22 +105,7 @@ TEST_P(FaultKill, SigkillMidCollectiveIsNamedOnEveryRank) {
 // SIGSTOP freezes the victim without killing it: only the deadline can catch it.
 TEST_P(FaultKill, SigstopMidCollectiveIsNamedWithinTheDeadline) {
   const int n = GetParam(), victim = 1;
-  auto status = forkRanks(
-      n,
-      [&](int rank, const ncclUniqueId& id) -> int {
-        ncclComm_t comm;
-        if (int rc = initRank(rank, n, id, &comm)) return rc;
-        if (rank == victim) {
-          std::thread([]() {
-            std::this_thread::sleep_for(std::chrono::milliseconds(300));
-            raise(SIGSTOP);
-          }).detach();
-          std::vector<float> buf(1 << 18, 1.0f);
-          for (;;) ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
-        }
-        return loopUntilFailure(comm, rank, {ncclRemoteError, "rank " + std::to_string(victim)}, 2 * kTimeoutS + 3);
-      },
-      60, {victim});
+  auto status = runWithVictim(n, victim, SIGSTOP, 2 * kTimeoutS + 3);
   expectSurvivorsOk(status, victim);
 }
 
