@@ -7,6 +7,7 @@
 #include "core/checks.h"
 #include "core/comm.h"
 #include "kernels/dtypes.h"
+#include "runtime/device_probe.h"
 
 using namespace chorus;
 
@@ -107,6 +108,13 @@ ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
                       block ? " + rank*count" : "");
       }
     }
+  }
+  if (op.count > 0) {
+    for (const void* p : {op.sendbuff, static_cast<const void*>(op.recvbuff)})
+      if (isDevicePointer(p))
+        CHORUS_FAIL(comm, ncclInvalidUsage,
+                    "%s: rank %d: buffer %p is GPU device memory, but this chorus build has no GPU backend yet "
+                    "(host buffers only; see docs/status.md)", fn, comm->rank, p);
   }
   TRACE(kCall, "%s: rank %d send %p recv %p count %zu dtype %d op %d root/peer %d", fn, comm->rank, op.sendbuff,
         op.recvbuff, op.count, op.dtype, op.op, op.root);
