@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "api/api.h"
@@ -58,8 +59,18 @@ uint64_t hashBytes(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ul
   return h;
 }
 
+// NCCL prints its version once per process at NCCL_DEBUG=VERSION and above; so does chorus.
+void printVersionOnce() {
+  static std::once_flag once;
+  std::call_once(once, []() {
+    CHORUS_LOG(LogLevel::kVersion, kInit, "version %d.%d.%d (NCCL %d.%d.%d API, host path)", CHORUS_MAJOR,
+               CHORUS_MINOR, CHORUS_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  });
+}
+
 // Bootstrap and connections; runs on the calling thread (blocking) or the init thread.
 ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
+  printVersionOnce();
   PeerInfo mine;
   mine.rank = comm->rank;
   mine.cudaDev = comm->cudaDev;

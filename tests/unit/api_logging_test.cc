@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -74,6 +75,18 @@ TEST_F(Logging, WarnLevelHidesInfo) {
   std::string log = slurp(file_);
   EXPECT_EQ(log.find(" chorus INFO "), std::string::npos) << log;
   EXPECT_NE(log.find("invalid datatype 99"), std::string::npos) << log;
+}
+
+TEST_F(Logging, VersionLevelPrintsTheVersionOnly) {
+  setenv("NCCL_DEBUG", "VERSION", 1);
+  ncclResetDebugInit();
+  makeAndDestroyComms();
+  std::string log = slurp(file_);
+  EXPECT_EQ(log.find(" chorus INFO "), std::string::npos) << log;
+  EXPECT_EQ(log.find(" chorus WARN "), std::string::npos) << log;
+  // Printed once per process; an earlier test in this process may already have printed it.
+  EXPECT_LE(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  if (!log.empty()) EXPECT_NE(log.find("(NCCL 2.28.9 API"), std::string::npos) << log;
 }
 
 TEST_F(Logging, UnsetPrintsNothing) {
