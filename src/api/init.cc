@@ -11,6 +11,7 @@
 #include "api/group.h"
 #include "core/checks.h"
 #include "core/comm.h"
+#include "core/hash.h"
 #include "core/params.h"
 #include "engine/engine.h"
 
@@ -53,12 +54,6 @@ ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, Com
   return ncclSuccess;
 }
 
-uint64_t hashBytes(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 // NCCL prints its version once per process at NCCL_DEBUG=VERSION and above; so does chorus.
 void printVersionOnce() {
   static std::once_flag once;
@@ -78,7 +73,7 @@ ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
   mine.envHash = engineEnvHash();
   CHORUS_CHECK(Bootstrap::create(comm, id, comm->rank, comm->nranks, mine, &comm->abortFlag, &comm->bootstrap));
   comm->peers = comm->bootstrap->peers();
-  comm->commHash = hashBytes(id.internal, sizeof(id.internal));
+  comm->commHash = fnv1a64(id.internal, sizeof(id.internal));
   CHORUS_CHECK(Engine::create(comm, &comm->engine));
   comm->state.store(static_cast<int>(CommState::kReady));
   INFO(kInit, "comm %p rank %d nranks %d cudaDev %d commHash %#lx name \"%s\" - Init COMPLETE", (void*)comm,

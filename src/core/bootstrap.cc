@@ -103,16 +103,6 @@ struct PeerWire {
 
 // ---- helpers shared with the root --------------------------------------------------------
 
-uint64_t fnv1a64(const void* data, size_t len, uint64_t seed) {
-  uint64_t h = seed;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < len; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 uint32_t bootstrapVersion() { return tVersionOverride != 0 ? tVersionOverride : NCCL_VERSION_CODE; }
 void bootstrapSetVersionForTest(uint32_t version) { tVersionOverride = version; }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/hash.h"
 #include "core/socket.h"
 #include "nccl.h"
 
@@ -82,7 +83,6 @@ struct FrameHeader {
 };
 
 /// FNV-1a 64-bit hash.
-uint64_t fnv1a64(const void* data, size_t len, uint64_t seed = 0xcbf29ce484222325ull);
 /// Version this thread's bootstrap announces (NCCL_VERSION_CODE unless a test overrides it).
 uint32_t bootstrapVersion();
 /// Test seam: makes this thread's bootstrap announce `version` (0 restores NCCL_VERSION_CODE).

@@ -11,6 +11,7 @@
 
 #include "algo/generators.h"
 #include "core/checks.h"
+#include "core/hash.h"
 #include "core/params.h"
 #include "engine/connections.h"
 #include "engine/engine.h"
@@ -321,9 +322,7 @@ unsigned long engineEnvHash() {
   std::string s = std::to_string(kHostChannels.get()) + "|" + std::to_string(kFifoSlots.get()) + "|" +
                   std::to_string(kSlotBytes.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting());
-  unsigned long h = 1469598103934665603ul;
-  for (char ch : s) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ul;
-  return h;
+  return fnv1a64(s);
 }
 
 ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {

@@ -72,20 +72,11 @@ Conn* HostPlatform::connOf(Fifo* f) {
   return nullptr;
 }
 
-ncclResult_t HostPlatform::sendFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+ncclResult_t HostPlatform::fifoFor(bool isSend, int ch, int peer, bool ll, Fifo** f, bool* useLL) {
   Conn* c;
-  CHORUS_CHECK(conns_->send(ch, peer, &c));
+  CHORUS_CHECK(isSend ? conns_->send(ch, peer, &c) : conns_->recv(ch, peer, &c));
   *f = &c->fifo;
-  *useLL = ll && c->shm;
-  if (!connOf(*f)) fifoConns_.push_back({*f, c});
-  return ncclSuccess;
-}
-
-ncclResult_t HostPlatform::recvFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
-  Conn* c;
-  CHORUS_CHECK(conns_->recv(ch, peer, &c));
-  *f = &c->fifo;
-  *useLL = ll && c->shm;
+  *useLL = ll && c->shm;  // LL needs both ends to see the same memory
   if (!connOf(*f)) fifoConns_.push_back({*f, c});
   return ncclSuccess;
 }

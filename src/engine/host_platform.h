@@ -41,8 +41,12 @@ class HostPlatform {
     return true;
   }
 
-  ncclResult_t sendFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL);
-  ncclResult_t recvFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL);
+  ncclResult_t sendFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+    return fifoFor(true, ch, peer, ll, f, useLL);
+  }
+  ncclResult_t recvFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+    return fifoFor(false, ch, peer, ll, f, useLL);
+  }
   ncclResult_t waitSendSpace(Fifo* f);
   ncclResult_t waitRecvData(Fifo* f);
   ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words);
@@ -82,6 +86,7 @@ class HostPlatform {
   template <class Ready>
   ncclResult_t waitFor(Fifo* f, Ready ready, const char* what);
   Conn* connOf(Fifo* f);
+  ncclResult_t fifoFor(bool isSend, int ch, int peer, bool ll, Fifo** f, bool* useLL);
   // Builds the error for a FIFO the far end poisoned (and remembers a mismatch to pass on).
   ncclResult_t poisoned(Fifo* f, uint64_t poison, const char* where);
   ncclResult_t fail(ncclResult_t res, PoisonReason reason, int culprit, const std::string& text);

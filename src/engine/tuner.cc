@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algo/generators.h"
+#include "core/hash.h"
 #include "core/params.h"
 
 namespace chorus {
@@ -109,9 +110,7 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks) {
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get());
-  unsigned long h = 1469598103934665603ul;
-  for (char ch : s) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ul;
-  return h;
+  return fnv1a64(s);
 }
 
 }  // namespace chorus
