@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include <sched.h>
+#include <time.h>
+
 // Which compiler is reading this file. clang in HIP mode defines __HIP__; hipcc adds __HIPCC__. clang in CUDA mode
 // defines __CUDACC__ too, so HIP is tested first.
 #if defined(__HIPCC__) || defined(__HIP__)
@@ -152,6 +155,57 @@ CHORUS_HOST_DEVICE CHORUS_INLINE void cpuRelax() {
   __asm__ __volatile__("yield" ::: "memory");
 #else
   __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/// Barrier of the threads of one block. On the host a "block" is one thread, so it is a no-op.
+CHORUS_HOST_DEVICE CHORUS_INLINE void blockSync() {
+#if CHORUS_ON_DEVICE
+  __syncthreads();
+#endif
+}
+
+/// The timer device-side deadlines read: %globaltimer (ns) on CUDA, wall_clock64() on HIP (rate from
+/// hipDeviceAttributeWallClockRate), CLOCK_MONOTONIC ns on the host. GpuRuntime::clockTicksPerMs gives the rate.
+CHORUS_HOST_DEVICE CHORUS_INLINE uint64_t deviceClock() {
+#if CHORUS_ON_DEVICE && CHORUS_CUDA
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#elif CHORUS_ON_DEVICE && CHORUS_HIP
+  return static_cast<uint64_t>(wall_clock64());
+#else
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+#endif
+}
+
+/// Pause between polls of a waiting loop. On the device the warp sleeps briefly (so that ranks sharing a GPU leave
+/// it cycles); on the host the thread yields once it has spun a while, since ranks may outnumber cores.
+CHORUS_HOST_DEVICE CHORUS_INLINE void pollPause(uint32_t iter) {
+#if CHORUS_ON_DEVICE && CHORUS_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  if (iter > 64) __nanosleep(100);
+#elif CHORUS_ON_DEVICE && CHORUS_HIP
+  if (iter > 64) __builtin_amdgcn_s_sleep(2);
+#elif CHORUS_ON_DEVICE
+  (void)iter;
+#else
+  if (iter > 256) {
+    sched_yield();
+  } else {
+    cpuRelax();
+  }
+#endif
+}
+
+/// Compare-and-swap of a 32-bit word (records the first failure of a launch).
+CHORUS_HOST_DEVICE CHORUS_INLINE uint32_t atomicCas32(uint32_t* p, uint32_t expected, uint32_t desired) {
+#if CHORUS_ON_DEVICE
+  return atomicCAS(reinterpret_cast<unsigned int*>(p), expected, desired);
+#else
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return expected;
 #endif
 }
 

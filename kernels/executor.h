@@ -1,17 +1,21 @@
 // The executor: runs one rank's schedule for one channel over its connections.
 //
-// Written once against a Platform policy that supplies connections, waits and reductions
-// (the host platform lives in src/engine/host_platform.h; a device platform plugs in the
-// same way). For each tile of the blocks, the steps run in order; a step moves its data
-// in slices through the FIFOs of kernels/fifo.h, streaming: a slice is received, reduced
-// and forwarded before the next one, so a ring pipelines at slice granularity.
+// Written once against a Platform policy that supplies connections, waits and reductions:
+// the host platform (src/engine/host_platform.h) runs it on a CPU thread, the device platform
+// (kernels/device_platform.h) on every thread of a GPU block. For each tile of the blocks, the
+// steps run in order; a step moves its data in slices through the FIFOs of kernels/fifo.h,
+// streaming: a slice is received, reduced and forwarded before the next one, so a ring
+// pipelines at slice granularity.
+//
+// On the device every thread of the block runs this code with the same values, so control flow
+// stays uniform; everything that writes shared state (FIFO counters, slot headers, LL lines,
+// data) goes through the platform, which divides the work among the threads and synchronises.
 #pragma once
 
-#include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "algo/schedule.h"
+#include "kernels/arch.h"
 #include "kernels/fifo.h"
 #include "nccl.h"
 
@@ -43,7 +47,7 @@ struct BlockMap {
   const struct Fingerprint* recvFps = nullptr;  ///< per recv
 
   /// Pointer and element count of (buf, block) at tile t; count 0 when the tile is past its end.
-  char* range(Buf buf, int block, size_t tile, size_t* n) const {
+  CHORUS_HOST_DEVICE char* range(Buf buf, int block, size_t tile, size_t* n) const {
     size_t off, len;
     char* base;
     if (p2p) {
@@ -88,34 +92,38 @@ class Executor {
  public:
   /// `describe`: slices may be passed by address (single copy) on connections that allow it.
   /// Only for schedules that never rewrite a block they sent from, and never in place.
-  Executor(Platform& p, const Fingerprint& fp, bool reducing, bool ll, uint32_t sliceBytes, bool describe = false)
+  CHORUS_HOST_DEVICE Executor(Platform& p, const Fingerprint& fp, bool reducing, bool ll, uint32_t sliceBytes,
+                               bool describe = false)
       : p_(p), fp_(fp), reducing_(reducing), ll_(ll), sliceBytes_(sliceBytes), describe_(describe && !ll) {}
 
   /// Waits until every slice passed by address has been read by its receiver, so the caller
   /// may return (and the user reuse the buffers). Call after the last tile.
-  ncclResult_t drain() {
-    for (Fifo* f : described_) CHORUS_EXEC_CHECK(p_.waitConsumed(f));
-    described_.clear();
-    return ncclSuccess;
+  CHORUS_HOST_DEVICE ncclResult_t drain() { return p_.drainDescribed(); }
+
+  /// Runs every step of `s` for tile `tile` of the blocks in `map` (host callers).
+  ncclResult_t runTile(const Schedule& s, const BlockMap& map, size_t tile) {
+    return runTile(s.steps.data(), s.steps.size(), s.channel, map, tile);
   }
 
-  /// Runs every step of `s` for tile `tile` of the blocks in `map`.
-  ncclResult_t runTile(const Schedule& s, const BlockMap& map, size_t tile) {
-    for (size_t i = 0; i < s.steps.size(); i++) {
-      const Step& st = s.steps[i];
+  /// Runs steps[0, nSteps) of channel `channel` for tile `tile` of the blocks in `map`.
+  CHORUS_HOST_DEVICE ncclResult_t runTile(const Step* steps, size_t nSteps, int channel, const BlockMap& map,
+                                          size_t tile) {
+    for (size_t i = 0; i < nSteps; i++) {
+      const Step& st = steps[i];
       BufRef ref = stepRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
       if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
       size_t n = 0;
       map.range(ref.buf, ref.block, tile, &n);
       if (n == 0) continue;
-      ncclResult_t res = runStep(s, st, static_cast<uint32_t>(i), map, tile, n);
+      ncclResult_t res = runStep(channel, st, static_cast<uint32_t>(i), map, tile, n);
       if (res != ncclSuccess) return res;
     }
     return ncclSuccess;
   }
 
  private:
-  ncclResult_t runStep(const Schedule& s, const Step& st, uint32_t idx, const BlockMap& map, size_t tile, size_t n) {
+  CHORUS_HOST_DEVICE ncclResult_t runStep(int channel, const Step& st, uint32_t idx, const BlockMap& map, size_t tile,
+                                          size_t n) {
     // Point-to-point steps carry the fingerprint of their own send/recv; collectives one for all.
     const Fingerprint& sfp = map.p2p && st.src.buf == Buf::kInput ? map.sendFps[st.src.block] : fp_;
     const Fingerprint& rfp = map.p2p && st.dst.buf == Buf::kOutput ? map.recvFps[st.dst.block] : fp_;
@@ -127,8 +135,8 @@ class Executor {
     Fifo* rf = nullptr;
     Fifo* sf = nullptr;
     bool rll = false, sll = false;
-    if (recv) CHORUS_EXEC_CHECK(p_.recvFifo(s.channel, st.recvPeer, ll_, &rf, &rll));
-    if (send) CHORUS_EXEC_CHECK(p_.sendFifo(s.channel, st.sendPeer, ll_, &sf, &sll));
+    if (recv) CHORUS_EXEC_CHECK(p_.recvFifo(channel, st.recvPeer, ll_, &rf, &rll));
+    if (send) CHORUS_EXEC_CHECK(p_.sendFifo(channel, st.sendPeer, ll_, &sf, &sll));
     size_t bytes = n * map.esize;
     size_t es = map.esize;
     // Which local memory could stand for the outgoing data (so the receiver reads it in place).
@@ -145,8 +153,7 @@ class Executor {
       if (recv) {
         CHORUS_EXEC_CHECK(rll ? recvLL(rf, rfp, b, idx, &r) : recvSimple(rf, rfp, b, idx, &r));
         if (!rll && (rf->hdrs[rf->slot()].step & kDescribedSlot)) {
-          uint64_t remote;
-          std::memcpy(&remote, r, sizeof(remote));
+          uint64_t remote = *reinterpret_cast<const uint64_t*>(r);  // slots are 4 KiB aligned
           // Data that only lands in dst is read straight there; an operand goes to staging.
           fetchedToDst = st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend;
           char* into = fetchedToDst ? dstp : p_.staging(0, b);
@@ -203,12 +210,11 @@ class Executor {
         } else {
           uint32_t tag = idx;
           if (sendFrom) {
-            uint64_t addr = reinterpret_cast<uint64_t>(sendFrom);
-            std::memcpy(sf->slotData(), &addr, sizeof(addr));
+            *reinterpret_cast<uint64_t*>(sf->slotData()) = reinterpret_cast<uint64_t>(sendFrom);
             tag |= kDescribedSlot;
-            if (std::find(described_.begin(), described_.end(), sf) == described_.end()) described_.push_back(sf);
+            p_.noteDescribed(sf);
           }
-          stamp(&sf->hdrs[sf->slot()], sfp, b, tag);
+          p_.writeHeader(&sf->hdrs[sf->slot()], header(sfp, b, tag));
           p_.publishTail(sf);
         }
       }
@@ -217,67 +223,49 @@ class Executor {
     return ncclSuccess;
   }
 
-  static void stamp(SlotHeader* h, const Fingerprint& fp, size_t bytes, uint32_t idx) {
-    h->seq = fp.seq;
-    h->count = fp.count;
-    h->desc = fp.desc;
-    h->root = fp.root;
-    h->bytes = static_cast<uint32_t>(bytes);
-    h->step = idx;
+  CHORUS_HOST_DEVICE static SlotHeader header(const Fingerprint& fp, size_t bytes, uint32_t idx) {
+    SlotHeader h;
+    h.seq = fp.seq;
+    h.count = fp.count;
+    h.desc = fp.desc;
+    h.root = fp.root;
+    h.bytes = static_cast<uint32_t>(bytes);
+    h.step = idx;
+    return h;
   }
 
-  ncclResult_t checkHeader(Fifo* f, const Fingerprint& fp, const SlotHeader& h, size_t bytes, uint32_t idx) {
+  CHORUS_HOST_DEVICE ncclResult_t checkHeader(Fifo* f, const Fingerprint& fp, const SlotHeader& h, size_t bytes, uint32_t idx) {
     if (h.seq != fp.seq || h.count != fp.count || h.desc != fp.desc || h.root != fp.root || h.bytes != bytes)
       return p_.mismatch(f, h, fp, bytes, idx);
     return ncclSuccess;
   }
 
-  ncclResult_t recvSimple(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
+  CHORUS_HOST_DEVICE ncclResult_t recvSimple(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
     CHORUS_EXEC_CHECK(p_.waitRecvData(f));
     CHORUS_EXEC_CHECK(checkHeader(f, fp, f->hdrs[f->slot()], bytes, idx));
     *r = f->slotData();
     return ncclSuccess;
   }
 
-  // LL: header words then payload words, each in a line with flag = step + 1.
-  ncclResult_t recvLL(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
+  // LL: header words then payload words, each in a line with flag = step + 1. The header is
+  // waited for first, so that a slot of the wrong size is reported as a mismatch, not a timeout.
+  // Both land in staging area 0: header words, then the payload.
+  CHORUS_HOST_DEVICE ncclResult_t recvLL(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
     uint32_t flag = static_cast<uint32_t>(f->step + 1);
     uint64_t* lines = f->slotLL();
-    uint32_t words[FifoGeometry::kLLHeaderLines];
-    CHORUS_EXEC_CHECK(p_.waitLines(f, lines, FifoGeometry::kLLHeaderLines, flag, words));
-    SlotHeader h;
-    std::memcpy(&h, words, sizeof(h));
+    constexpr uint32_t kHdr = FifoGeometry::kLLHeaderLines;
+    char* buf = p_.staging(0, kHdr * 4 + bytes + 4);
+    uint32_t* words = reinterpret_cast<uint32_t*>(buf);
+    CHORUS_EXEC_CHECK(p_.waitLines(f, lines, kHdr, flag, words));
+    SlotHeader h = *reinterpret_cast<const SlotHeader*>(buf);
     CHORUS_EXEC_CHECK(checkHeader(f, fp, h, bytes, idx));
-    char* buf = p_.staging(0, bytes + 4);
-    size_t nw = (bytes + 3) / 4;
-    CHORUS_EXEC_CHECK(p_.waitLines(f, lines + FifoGeometry::kLLHeaderLines, nw, flag,
-                                   reinterpret_cast<uint32_t*>(buf)));
-    *r = buf;
+    CHORUS_EXEC_CHECK(p_.waitLines(f, lines + kHdr, (bytes + 3) / 4, flag, words + kHdr));
+    *r = buf + kHdr * 4;
     return ncclSuccess;
   }
 
-  void sendLL(Fifo* f, const Fingerprint& fp, const char* payload, size_t bytes, uint32_t idx) {
-    uint64_t flag = static_cast<uint64_t>(static_cast<uint32_t>(f->step + 1)) << 32;
-    uint64_t* lines = f->slotLL();
-    SlotHeader h;
-    stamp(&h, fp, bytes, idx);
-    uint32_t words[FifoGeometry::kLLHeaderLines];
-    std::memcpy(words, &h, sizeof(h));
-    for (uint32_t i = 0; i < FifoGeometry::kLLHeaderLines; i++) p_.storeLine(&lines[i], flag | words[i]);
-    size_t nw = bytes / 4;
-    const char* p = payload;
-    uint64_t* d = lines + FifoGeometry::kLLHeaderLines;
-    for (size_t i = 0; i < nw; i++) {
-      uint32_t w;
-      std::memcpy(&w, p + 4 * i, 4);
-      p_.storeLine(&d[i], flag | w);
-    }
-    if (bytes % 4) {
-      uint32_t w = 0;
-      std::memcpy(&w, p + 4 * nw, bytes % 4);
-      p_.storeLine(&d[nw], flag | w);
-    }
-    f->step++;  // LL needs no tail: the flags are the signal
+  CHORUS_HOST_DEVICE void sendLL(Fifo* f, const Fingerprint& fp, const char* payload, size_t bytes, uint32_t idx) {
+    p_.sendLL(f, header(fp, bytes, idx), payload, bytes);  // advances f->step: the flags are the signal
   }
 
   Platform& p_;
@@ -286,7 +274,6 @@ class Executor {
   bool ll_;
   size_t sliceBytes_;
   bool describe_;
-  std::vector<Fifo*> described_;  ///< send FIFOs that carried slices by address
 };
 
 }  // namespace chorus

@@ -279,6 +279,39 @@ ncclResult_t HostPlatform::waitConsumed(Fifo* f) {
                  "until it has read the data passed by address, for");
 }
 
+ncclResult_t HostPlatform::drainDescribed() {
+  for (Fifo* f : described_) {
+    ncclResult_t res = waitConsumed(f);
+    if (res != ncclSuccess) {
+      described_.clear();
+      return res;
+    }
+  }
+  described_.clear();
+  return ncclSuccess;
+}
+
+void HostPlatform::sendLL(Fifo* f, const SlotHeader& h, const char* payload, size_t bytes) {
+  uint64_t flag = static_cast<uint64_t>(static_cast<uint32_t>(f->step + 1)) << 32;
+  uint64_t* lines = f->slotLL();
+  uint32_t words[FifoGeometry::kLLHeaderLines];
+  std::memcpy(words, &h, sizeof(h));
+  for (uint32_t i = 0; i < FifoGeometry::kLLHeaderLines; i++) __atomic_store_n(&lines[i], flag | words[i], __ATOMIC_RELAXED);
+  size_t nw = bytes / 4;
+  uint64_t* d = lines + FifoGeometry::kLLHeaderLines;
+  for (size_t i = 0; i < nw; i++) {
+    uint32_t w;
+    std::memcpy(&w, payload + 4 * i, 4);
+    __atomic_store_n(&d[i], flag | w, __ATOMIC_RELAXED);
+  }
+  if (bytes % 4) {
+    uint32_t w = 0;
+    std::memcpy(&w, payload + 4 * nw, bytes % 4);
+    __atomic_store_n(&d[nw], flag | w, __ATOMIC_RELAXED);
+  }
+  f->step++;
+}
+
 ncclResult_t HostPlatform::internalError(const char* what) {
   return fail(ncclInternalError, PoisonReason::kError, comm_->rank, std::string("internal error: ") + what);
 }

@@ -52,7 +52,10 @@ class HostPlatform {
   ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words);
   void publishTail(Fifo* f) { __atomic_store_n(&f->ctrl->tail, ++f->step, __ATOMIC_RELEASE); }
   void publishHead(Fifo* f) { __atomic_store_n(&f->ctrl->head, ++f->step, __ATOMIC_RELEASE); }
-  static void storeLine(uint64_t* line, uint64_t v) { __atomic_store_n(line, v, __ATOMIC_RELAXED); }
+  /// Writes a slot header (before publishTail releases it).
+  static void writeHeader(SlotHeader* h, const SlotHeader& v) { *h = v; }
+  /// Packs header and payload into LL lines with flag step + 1, then advances f's step.
+  void sendLL(Fifo* f, const SlotHeader& h, const char* payload, size_t bytes);
   char* staging(int which, size_t bytes);
   void copy(char* dst, const char* src, size_t n, uint32_t flags) { copyHost(red_, dst, src, n, flags); }
   void reduce(char* dst, const char* recv, const char* local, size_t n, uint32_t flags) {
@@ -70,6 +73,14 @@ class HostPlatform {
   ncclResult_t fetch(Fifo* f, char* dst, uint64_t remote, size_t bytes);
   /// Waits until the far end has consumed every slot produced on f.
   ncclResult_t waitConsumed(Fifo* f);
+  /// Remembers that f carried a slice by address (drainDescribed waits for its reader).
+  void noteDescribed(Fifo* f) {
+    for (Fifo* d : described_)
+      if (d == f) return;
+    described_.push_back(f);
+  }
+  /// Waits until every slice passed by address has been read.
+  ncclResult_t drainDescribed();
   /// Which peers may read this process's memory (set once at init).
   void setReadableBy(std::vector<bool> readable, size_t minBytes) {
     readableBy_ = std::move(readable);
@@ -101,6 +112,7 @@ class HostPlatform {
   std::vector<bool> readableBy_;  ///< peer p can read this process's memory
   size_t describeMin_ = SIZE_MAX;
   std::vector<char> staging_[2];
+  std::vector<Fifo*> described_;  ///< send FIFOs that carried slices by address in this operation
   std::vector<std::pair<Fifo*, Conn*>> fifoConns_;
   PoisonReason failReason_ = PoisonReason::kNone;
   int failCulprit_ = -1;
