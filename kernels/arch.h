@@ -25,6 +25,10 @@
 #define CHORUS_CUDA 0
 #endif
 
+#if CHORUS_HIP
+#include <hip/hip_runtime.h>
+#endif
+
 /// 1 inside a device compilation pass (CUDA __CUDA_ARCH__ or HIP __HIP_DEVICE_COMPILE__), else 0.
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #define CHORUS_ON_DEVICE 1

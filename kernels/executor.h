@@ -80,11 +80,21 @@ struct Fingerprint {
 };
 
 /// Reduction flags (match kernels/reduce.h).
-enum : uint32_t { kExecPreLocal = 1, kExecPostOp = 2 };
+constexpr uint32_t kExecPreLocal = 1, kExecPostOp = 2;
 
 /// SlotHeader::step bit: the slot holds the sender's address of the data (8 bytes at the start
 /// of the slot) instead of the data; the receiver reads it in place (single copy).
 constexpr uint32_t kDescribedSlot = 0x80000000u;
+
+/// stepRecvs/stepSends of algo/schedule.h, callable from device code.
+CHORUS_HOST_DEVICE inline bool execRecvs(StepOp op) {
+  return op == StepOp::kRecv || op == StepOp::kRecvReduceSend || op == StepOp::kRecvReduceCopy ||
+         op == StepOp::kRecvReduceCopySend || op == StepOp::kRecvCopySend;
+}
+CHORUS_HOST_DEVICE inline bool execSends(StepOp op) {
+  return op == StepOp::kSend || op == StepOp::kRecvReduceSend || op == StepOp::kRecvReduceCopySend ||
+         op == StepOp::kRecvCopySend;
+}
 
 /// Runs schedules over a Platform.
 template <class Platform>
@@ -110,7 +120,7 @@ class Executor {
                                           size_t tile) {
     for (size_t i = 0; i < nSteps; i++) {
       const Step& st = steps[i];
-      BufRef ref = stepRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
+      BufRef ref = execRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
       if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
       size_t n = 0;
       map.range(ref.buf, ref.block, tile, &n);
@@ -131,7 +141,7 @@ class Executor {
     const char* src = st.src.buf != Buf::kNone ? map.range(st.src.buf, st.src.block, tile, &dummy) : nullptr;
     char* dst = st.dst.buf != Buf::kNone ? map.range(st.dst.buf, st.dst.block, tile, &dummy) : nullptr;
     uint32_t localFlags = (reducing_ && st.src.buf == Buf::kInput ? kExecPreLocal : 0) | (st.final ? kExecPostOp : 0);
-    bool recv = stepRecvs(st.op), send = stepSends(st.op);
+    bool recv = execRecvs(st.op), send = execSends(st.op);
     Fifo* rf = nullptr;
     Fifo* sf = nullptr;
     bool rll = false, sll = false;

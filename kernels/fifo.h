@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/arch.h"
+
 namespace chorus {
 
 /// Control words of a FIFO, each written by one side only (poison by either).
@@ -54,14 +56,14 @@ struct FifoGeometry {
   uint32_t slotBytes = 64 << 10;
   uint32_t llLines = 1024;  ///< lines per LL slot (8 header lines + data: 4 bytes a line)
 
-  size_t hdrOffset() const { return sizeof(FifoCtrl); }
-  size_t dataOffset() const { return align(hdrOffset() + sizeof(SlotHeader) * nSlots); }
-  size_t llOffset() const { return align(dataOffset() + static_cast<size_t>(slotBytes) * nSlots); }
-  size_t totalBytes() const { return align(llOffset() + static_cast<size_t>(llLines) * 8 * nSlots); }
+  CHORUS_HOST_DEVICE size_t hdrOffset() const { return sizeof(FifoCtrl); }
+  CHORUS_HOST_DEVICE size_t dataOffset() const { return align(hdrOffset() + sizeof(SlotHeader) * nSlots); }
+  CHORUS_HOST_DEVICE size_t llOffset() const { return align(dataOffset() + static_cast<size_t>(slotBytes) * nSlots); }
+  CHORUS_HOST_DEVICE size_t totalBytes() const { return align(llOffset() + static_cast<size_t>(llLines) * 8 * nSlots); }
   /// Payload bytes one LL slot carries.
-  uint32_t llPayload() const { return (llLines - kLLHeaderLines) * 4; }
+  CHORUS_HOST_DEVICE uint32_t llPayload() const { return (llLines - kLLHeaderLines) * 4; }
   static constexpr uint32_t kLLHeaderLines = sizeof(SlotHeader) / 4;
-  static size_t align(size_t x) { return (x + 4095) & ~static_cast<size_t>(4095); }
+  CHORUS_HOST_DEVICE static size_t align(size_t x) { return (x + 4095) & ~static_cast<size_t>(4095); }
 };
 
 /// One end's view of a FIFO in mapped memory.
@@ -76,7 +78,7 @@ struct Fifo {
   int end = 0;        ///< 0: this view is the producer, 1: the consumer
 
   /// Points the view at a mapped FIFO of geometry g starting at base.
-  void attach(void* base, const FifoGeometry& g) {
+  CHORUS_HOST_DEVICE void attach(void* base, const FifoGeometry& g) {
     char* b = static_cast<char*>(base);
     geo = g;
     ctrl = reinterpret_cast<FifoCtrl*>(b);
@@ -84,9 +86,9 @@ struct Fifo {
     data = b + g.dataOffset();
     ll = reinterpret_cast<uint64_t*>(b + g.llOffset());
   }
-  uint32_t slot() const { return static_cast<uint32_t>(step % geo.nSlots); }
-  char* slotData() const { return data + static_cast<size_t>(slot()) * geo.slotBytes; }
-  uint64_t* slotLL() const { return ll + static_cast<size_t>(slot()) * geo.llLines; }
+  CHORUS_HOST_DEVICE uint32_t slot() const { return static_cast<uint32_t>(step % geo.nSlots); }
+  CHORUS_HOST_DEVICE char* slotData() const { return data + static_cast<size_t>(slot()) * geo.slotBytes; }
+  CHORUS_HOST_DEVICE uint64_t* slotLL() const { return ll + static_cast<size_t>(slot()) * geo.llLines; }
 };
 
 }  // namespace chorus

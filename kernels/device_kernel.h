@@ -1,0 +1,51 @@
+// Body of the collective kernel: block b runs channel b's steps of a DevWork with the executor over the device
+// platform. kernels/device_kernel.cu wraps it in a __global__ function for CUDA and HIP; g++ compiles it for the
+// host emulation the CPU tests use (a block of one thread).
+#pragma once
+
+#include "kernels/arch.h"
+#include "kernels/device_platform.h"
+#include "kernels/device_work.h"
+#include "kernels/executor.h"
+
+namespace chorus {
+
+/// Threads per block of the collective kernel.
+constexpr int kDevThreads = 256;
+
+/// Runs block `block` of `w` on thread tid of nt (every thread of the block calls it).
+CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShared& sh, int tid, int nt) {
+  DevicePlatform p(w, block, sh, tid, nt);
+  BlockMap map;
+  map.in = w.in;
+  map.out = w.out;
+  map.esize = w.esize;
+  map.inTotal = w.inTotal;
+  map.outTotal = w.outTotal;
+  map.blockElems = w.blockElems;
+  map.chanStart = static_cast<size_t>(block) * w.chanElems;
+  map.chanEnd = map.chanStart + w.chanElems < w.blockElems ? map.chanStart + w.chanElems : w.blockElems;
+  map.tileElems = w.tileElems;
+  if (w.p2p) {
+    map.p2p = true;
+    map.sendPtrs = w.sendPtrs;
+    map.sendCounts = w.sendCounts;
+    map.recvPtrs = w.recvPtrs;
+    map.recvCounts = w.recvCounts;
+    map.sendFps = w.sendFps;
+    map.recvFps = w.recvFps;
+  }
+  ncclResult_t res = ncclSuccess;
+  if (w.p2p || map.chanStart < map.chanEnd) {
+    Executor<DevicePlatform> exec(p, w.fp, w.reducing != 0, w.ll != 0, w.sliceBytes, false);
+    const Step* steps = w.steps + w.chanFirst[block];
+    size_t nSteps = static_cast<size_t>(w.chanFirst[block + 1] - w.chanFirst[block]);
+    for (uint64_t t = 0; t < w.nTiles && res == ncclSuccess; t++) res = exec.runTile(steps, nSteps, block, map, t);
+  }
+  p.finish(res);
+}
+
+/// Launches the collective kernel (GPU builds only); returns the runtime's error code (0 on success).
+int launchCollKernel(const DevWork& work, int threads, void* stream);
+
+}  // namespace chorus

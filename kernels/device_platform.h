@@ -1,0 +1,280 @@
+// The device Platform for kernels/executor.h: every thread of a block calls every method with the same
+// arguments. Waits are done by thread 0 (LL lines: by all threads, one line each) and their result is broadcast
+// through shared memory; data movement is divided among the threads; counters are published by thread 0 after
+// a barrier, with a system-scope fence, so that peers (other GPUs, other processes, the host) see the data first.
+//
+// No silent hang: every wait polls the communicator's abort word (pinned host memory), the FIFO's poison word
+// and a deadline on the device timer. A failure is recorded once in DevStatus (pinned host memory) and poisons
+// every FIFO this block uses, so that the peers' kernels stop too and name this rank.
+//
+// Compiled for the device by nvcc/hipcc (kernels/device_kernel.cu) and for the host by g++, where a block is one
+// thread; the CPU tests run the device engine that way (tests/harness/emu_runtime.*).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/arch.h"
+#include "kernels/device_work.h"
+#include "kernels/executor.h"
+#include "kernels/fifo.h"
+#include "kernels/reduce_block.h"
+
+namespace chorus {
+
+/// Per-block state in shared memory.
+struct DevShared {
+  Fifo fifos[kDevMaxFifos];
+  int16_t channel[kDevMaxFifos];
+  int16_t isSend[kDevMaxFifos];
+  int16_t slot[kDevMaxFifos];  ///< index into DevWork::fifos
+  int32_t nFifos;
+  int32_t result;  ///< a wait's result, broadcast from the waiting thread(s)
+  int32_t failed;  ///< nonzero once this block failed: reason << 16 | (culprit + 1)
+};
+
+/// Device implementation of the executor's Platform policy.
+class DevicePlatform {
+ public:
+  /// Thread 0 loads this block's connection ends (and their step counters) into shared memory.
+  CHORUS_HOST_DEVICE DevicePlatform(const DevWork& w, int block, DevShared& sh, int tid, int nt)
+      : w_(w), sh_(sh), block_(block), tid_(tid), nt_(nt) {
+    if (tid == 0) {
+      int n = 0;
+      for (int i = 0; i < w.nFifos; i++) {
+        const DevFifo& d = w.fifos[i];
+        if (d.channel != block) continue;
+        Fifo& f = sh.fifos[n];
+        f.attach(d.base, d.geo);
+        f.step = *d.step;
+        f.peer = d.peer;
+        f.end = d.isSend ? 0 : 1;
+        sh.channel[n] = d.channel;
+        sh.isSend[n] = d.isSend;
+        sh.slot[n] = static_cast<int16_t>(i);
+        n++;
+      }
+      sh.nFifos = n;
+      sh.result = 0;
+      sh.failed = 0;
+    }
+    blockSync();
+  }
+
+  CHORUS_HOST_DEVICE ncclResult_t sendFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+    return find(true, ch, peer, ll, f, useLL);
+  }
+  CHORUS_HOST_DEVICE ncclResult_t recvFifo(int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+    return find(false, ch, peer, ll, f, useLL);
+  }
+
+  CHORUS_HOST_DEVICE ncclResult_t waitSendSpace(Fifo* f) {
+    uint64_t limit = f->geo.nSlots;
+    return waitFor(f, kDevWaitSpace, [f, limit]() { return f->step - loadRelaxed(&f->ctrl->head) < limit; });
+  }
+  CHORUS_HOST_DEVICE ncclResult_t waitRecvData(Fifo* f) {
+    return waitFor(f, kDevWaitData, [f]() { return loadRelaxed(&f->ctrl->tail) > f->step; });
+  }
+
+  /// LL: thread t waits for lines t, t + nt, ...; a line is ready when its flag half equals `flag`.
+  CHORUS_HOST_DEVICE ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag,
+                                            uint32_t* words) {
+    int res = 0;
+    for (size_t i = tid_; i < n && res == 0; i += nt_) {
+      uint64_t v;
+      uint32_t iter = 0;
+      uint64_t start = 0;
+      while (static_cast<uint32_t>((v = loadRelaxed(&lines[i])) >> 32) != flag) {
+        pollPause(iter);
+        if ((++iter & 1023) == 0 && (res = check(f, kDevWaitLL, &start)) != 0) break;
+      }
+      words[i] = static_cast<uint32_t>(v);
+    }
+    if (res != 0) sh_.result = res;  // any failing thread; all write the same kind of value
+    return broadcastResult();
+  }
+
+  CHORUS_HOST_DEVICE void publishTail(Fifo* f) {
+    blockSync();
+    if (tid_ == 0) {
+      f->step++;
+      storeRelease(&f->ctrl->tail, f->step);
+    }
+    blockSync();
+  }
+  CHORUS_HOST_DEVICE void publishHead(Fifo* f) {
+    blockSync();
+    if (tid_ == 0) {
+      f->step++;
+      storeRelease(&f->ctrl->head, f->step);
+    }
+    blockSync();
+  }
+  CHORUS_HOST_DEVICE void writeHeader(SlotHeader* h, const SlotHeader& v) {
+    if (tid_ == 0) *h = v;
+  }
+  CHORUS_HOST_DEVICE void sendLL(Fifo* f, const SlotHeader& h, const char* payload, size_t bytes) {
+    uint64_t flag = static_cast<uint64_t>(static_cast<uint32_t>(f->step + 1)) << 32;
+    uint64_t* lines = f->slotLL();
+    const uint32_t* hw = reinterpret_cast<const uint32_t*>(&h);
+    for (uint32_t i = tid_; i < FifoGeometry::kLLHeaderLines; i += nt_) storeRelaxed(&lines[i], flag | hw[i]);
+    uint64_t* d = lines + FifoGeometry::kLLHeaderLines;
+    const uint32_t* pw = reinterpret_cast<const uint32_t*>(payload);  // staging: aligned
+    size_t nw = bytes / 4;
+    for (size_t i = tid_; i < nw; i += nt_) storeRelaxed(&d[i], flag | pw[i]);
+    if (tid_ == 0 && bytes % 4) {
+      uint32_t w = 0;
+      for (size_t b = 0; b < bytes % 4; b++) w |= static_cast<uint32_t>(static_cast<uint8_t>(payload[4 * nw + b])) << (8 * b);
+      storeRelaxed(&d[nw], flag | w);
+    }
+    blockSync();
+    if (tid_ == 0) f->step++;
+    blockSync();
+  }
+
+  CHORUS_HOST_DEVICE char* staging(int which, size_t /*bytes: the engine sizes scratchBytes for the largest*/) {
+    return w_.scratch + (static_cast<size_t>(block_) * 2 + which) * w_.scratchBytes;
+  }
+  CHORUS_HOST_DEVICE void copy(char* dst, const char* src, size_t n, uint32_t flags) {
+    blockCopy(w_.red, dst, src, n, flags, tid_, nt_);
+    blockSync();
+  }
+  CHORUS_HOST_DEVICE void reduce(char* dst, const char* recv, const char* local, size_t n, uint32_t flags) {
+    blockReduce(w_.red, dst, recv, local, n, flags, tid_, nt_);
+    blockSync();
+  }
+  CHORUS_HOST_DEVICE bool identityCopy(uint32_t flags) const { return !copyTransforms(w_.red, flags); }
+
+  CHORUS_HOST_DEVICE ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t,
+                                           uint32_t step) {
+    if (tid_ == 0) {
+      DevStatus* st = w_.status;
+      if (atomicCas32(&st->code, 0, ncclInvalidUsage) == 0) {
+        st->reason = static_cast<uint32_t>(PoisonReason::kMismatch);
+        st->channel = block_;
+        st->peer = f->peer;
+        st->step = step;
+        st->what = kDevWaitData;
+        st->seq = mine.seq;
+        st->got[0] = got.seq;
+        st->got[1] = got.count;
+        st->got[2] = got.desc | (static_cast<uint64_t>(static_cast<uint32_t>(got.root)) << 32);
+        memoryFence();
+      }
+      sh_.failed = (static_cast<int>(PoisonReason::kMismatch) << 16) | (f->peer + 1);
+    }
+    blockSync();
+    return ncclInvalidUsage;
+  }
+  CHORUS_HOST_DEVICE ncclResult_t internalError(const char*) {
+    if (tid_ == 0) record(ncclInternalError, PoisonReason::kError, w_.rank, 0, nullptr);
+    blockSync();
+    return ncclInternalError;
+  }
+
+  // Single copy is a host-path feature: device slices always go through the FIFO.
+  CHORUS_HOST_DEVICE bool canDescribe(Fifo*) { return false; }
+  CHORUS_HOST_DEVICE size_t describeMinBytes() const { return ~static_cast<size_t>(0); }
+  CHORUS_HOST_DEVICE ncclResult_t fetch(Fifo*, char*, uint64_t, size_t) { return internalError("fetch"); }
+  CHORUS_HOST_DEVICE void noteDescribed(Fifo*) {}
+  CHORUS_HOST_DEVICE ncclResult_t drainDescribed() { return ncclSuccess; }
+
+  /// End of the block: thread 0 stores the step counters back for the next launch; after a failure it poisons
+  /// every FIFO of the block instead, so that peers stop waiting and name the culprit.
+  CHORUS_HOST_DEVICE void finish(ncclResult_t res) {
+    blockSync();
+    if (tid_ == 0) {
+      int failed = sh_.failed;
+      if (res != ncclSuccess && failed == 0)
+        failed = (static_cast<int>(PoisonReason::kError) << 16) | (w_.rank + 1);
+      for (int i = 0; i < sh_.nFifos; i++) {
+        const Fifo& f = sh_.fifos[i];
+        if (failed != 0) {
+          uint64_t poison = (static_cast<uint64_t>(failed >> 16) << 32) | static_cast<uint32_t>(failed & 0xffff);
+          if (loadRelaxed(&f.ctrl->poison) == 0) storeRelease(&f.ctrl->poison, poison);
+        } else {
+          *w_.fifos[sh_.slot[i]].step = f.step;
+        }
+      }
+      memoryFence();
+    }
+    blockSync();
+  }
+
+ private:
+  CHORUS_HOST_DEVICE ncclResult_t find(bool isSend, int ch, int peer, bool ll, Fifo** f, bool* useLL) {
+    for (int i = 0; i < sh_.nFifos; i++) {
+      if (sh_.channel[i] == ch && sh_.fifos[i].peer == peer && (sh_.isSend[i] != 0) == isSend) {
+        *f = &sh_.fifos[i];
+        *useLL = ll;
+        return ncclSuccess;
+      }
+    }
+    return internalError("no connection for this step");
+  }
+
+  // Thread 0 polls; everyone learns the result.
+  template <class Ready>
+  CHORUS_HOST_DEVICE ncclResult_t waitFor(Fifo* f, uint32_t what, Ready ready) {
+    if (tid_ == 0) {
+      int res = 0;
+      uint32_t iter = 0;
+      uint64_t start = 0;
+      while (!ready()) {
+        pollPause(iter);
+        if ((++iter & 255) == 0 && (res = check(f, what, &start)) != 0) break;
+      }
+      memoryFence();  // acquire: the data behind the counter is read after it
+      sh_.result = res;
+    }
+    return broadcastResult();
+  }
+
+  CHORUS_HOST_DEVICE ncclResult_t broadcastResult() {
+    blockSync();
+    int res = sh_.result;
+    blockSync();
+    if (res != 0 && tid_ == 0) sh_.result = 0;
+    return static_cast<ncclResult_t>(res);
+  }
+
+  // Between polls: abort, poison from a peer, deadline. Returns 0 or the error (already recorded).
+  CHORUS_HOST_DEVICE int check(Fifo* f, uint32_t what, uint64_t* start) {
+    if (*w_.abortFlag != 0) return record(ncclRemoteError, PoisonReason::kAborted, w_.rank, what, f);
+    uint64_t poison = loadRelaxed(&f->ctrl->poison);
+    if (poison != 0) {
+      PoisonReason reason = static_cast<PoisonReason>(poison >> 32);
+      int culprit = static_cast<int>(poison & 0xffffffffu) - 1;
+      return record(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, what, f);
+    }
+    uint64_t now = deviceClock();
+    if (*start == 0) {
+      *start = now;
+    } else if (w_.timeoutTicks != 0 && now - *start > w_.timeoutTicks) {
+      return record(ncclRemoteError, PoisonReason::kTimeout, f->peer, what, f);
+    }
+    return 0;
+  }
+
+  // Records the first failure of the launch in DevStatus and marks the block failed.
+  CHORUS_HOST_DEVICE int record(ncclResult_t code, PoisonReason reason, int culprit, uint32_t what, const Fifo* f) {
+    DevStatus* st = w_.status;
+    if (atomicCas32(&st->code, 0, static_cast<uint32_t>(code)) == 0) {
+      st->reason = static_cast<uint32_t>(reason);
+      st->channel = block_;
+      st->peer = f ? f->peer : culprit;
+      st->step = f ? static_cast<uint32_t>(f->step) : 0;
+      st->what = what;
+      st->seq = w_.fp.seq;
+      st->got[0] = static_cast<uint64_t>(culprit + 1);
+      memoryFence();
+    }
+    sh_.failed = (static_cast<int>(reason) << 16) | (culprit + 1);
+    return static_cast<int>(code);
+  }
+
+  const DevWork& w_;
+  DevShared& sh_;
+  int block_, tid_, nt_;
+};
+
+}  // namespace chorus

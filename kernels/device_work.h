@@ -1,0 +1,82 @@
+// One launch of the collective kernel, as plain data passed by value as the kernel argument (so that a launch
+// captured in a CUDA/HIP graph replays exactly). The engine (src/engine/device_engine.cc) fills it from the same
+// schedules and block layout the host path runs; kernels/device_kernel.h runs it with the executor of
+// kernels/executor.h over the device platform of kernels/device_platform.h.
+#pragma once
+
+#include <cstdint>
+
+#include "algo/schedule.h"
+#include "kernels/executor.h"
+#include "kernels/fifo.h"
+#include "kernels/reduce.h"
+
+namespace chorus {
+
+/// Size limits of one launch (the argument stays under the 4 KiB every CUDA and HIP target accepts).
+constexpr int kDevMaxSteps = 40;     ///< schedule steps over all channels (ring over 8 ranks, 2 channels: 30)
+constexpr int kDevMaxFifos = 24;     ///< connection ends one launch uses
+constexpr int kDevMaxChannels = 2;   ///< blocks of the kernel (one schedule each)
+constexpr int kDevMaxP2P = 8;        ///< sends (and receives) in one point-to-point launch
+
+/// One connection end as the kernel sees it: FIFO memory mapped for this device and this end's step counter,
+/// which lives in this rank's device memory and carries over from one launch to the next (stream order).
+struct DevFifo {
+  char* base;       ///< FIFO memory (kernels/fifo.h layout), local, peer (IPC) or pinned host
+  uint64_t* step;   ///< this end's slots produced (send) or consumed (recv) so far
+  FifoGeometry geo;
+  int16_t channel;
+  int16_t peer;
+  int16_t isSend;
+  int16_t pad;
+};
+
+/// Written by the kernel (pinned host memory) when a launch fails; read by the host at the next call and by
+/// ncclCommGetAsyncError. code 0 means no failure.
+struct DevStatus {
+  uint32_t code;      ///< ncclResult_t of the failure
+  uint32_t reason;    ///< PoisonReason
+  int32_t channel;    ///< block that failed
+  int32_t peer;       ///< peer it was waiting for or that sent the offending slot
+  uint32_t step;      ///< schedule step index
+  uint32_t what;      ///< DevWait: what the kernel was waiting for
+  uint64_t seq;       ///< operation sequence number
+  uint64_t got[3];    ///< for a mismatch: the peer's slot header {seq, count, desc | root << 32}
+};
+
+/// What a failed kernel was waiting for.
+enum DevWait : uint32_t { kDevWaitNone = 0, kDevWaitSpace = 1, kDevWaitData = 2, kDevWaitLL = 3 };
+
+/// The collective kernel's argument.
+struct DevWork {
+  // Block layout (BlockMap fields without pointers to host arrays).
+  const char* in;
+  char* out;
+  uint64_t esize, inTotal, outTotal, blockElems, chanElems, tileElems, nTiles;
+  RedOp red;
+  Fingerprint fp;
+  uint8_t reducing, ll, p2p, nChannels;
+  uint32_t sliceBytes;
+  uint16_t chanFirst[kDevMaxChannels + 1];  ///< channel c runs steps [chanFirst[c], chanFirst[c + 1])
+  uint8_t nFifos, nSends, nRecvs, pad0;
+  Step steps[kDevMaxSteps];
+  DevFifo fifos[kDevMaxFifos];
+  // Point-to-point: send i / recv j (bytes), with their own fingerprints.
+  const char* sendPtrs[kDevMaxP2P];
+  char* recvPtrs[kDevMaxP2P];
+  size_t sendCounts[kDevMaxP2P];
+  size_t recvCounts[kDevMaxP2P];
+  Fingerprint sendFps[kDevMaxP2P];
+  Fingerprint recvFps[kDevMaxP2P];
+  char* scratch;          ///< per block: 2 staging areas of scratchBytes (LL unpacking)
+  uint64_t scratchBytes;
+  DevStatus* status;      ///< device view of the communicator's pinned status word
+  const volatile int32_t* abortFlag;  ///< device view of the communicator's pinned abort word
+  uint64_t timeoutTicks;  ///< longest wait in device-timer ticks (0: none)
+  int32_t rank;
+  int32_t pad1;
+};
+
+static_assert(sizeof(DevWork) <= 4096, "DevWork must stay a portable kernel argument");
+
+}  // namespace chorus
