@@ -43,8 +43,6 @@ constexpr int kAcceptPauseMs = 100;
 /// Most frames one sendmsg() gathers (two iovecs each).
 constexpr int kMaxFramesPerWrite = 16;
 
-uint64_t loadAcquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-void storeRelease(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 // Sets the poison word unless one is already there (the first failure wins, as in Connections::poisonAll).
 void poisonFifo(const Fifo& f, uint64_t word) {
