@@ -16,6 +16,7 @@
 #include "engine/connections.h"
 #include "engine/engine.h"
 #include "engine/host_platform.h"
+#include "engine/plan.h"
 #include "engine/tuner.h"
 #include "kernels/dtypes.h"
 
@@ -32,11 +33,6 @@ IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
                         "the sender's buffer with process_vm_readv, or directly between threads); 0 disables. Off "
                         "by default: on the 2-core test machine the FIFO path measured faster (docs/perf/cpu.md).",
                         "performance"};
-IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
-                        "debugging"};
-
-bool reducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
-
 class HostEngine : public Engine {
  public:
   explicit HostEngine(ncclComm* comm) : comm_(comm) {
@@ -46,8 +42,7 @@ class HostEngine : public Engine {
     nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(16, kHostChannels.get())));
     conns_ = std::make_unique<Connections>(comm, geo_);
     platform_ = std::make_unique<HostPlatform>(comm, conns_.get());
-    sendSeq_.assign(comm->nranks, 0);
-    recvSeq_.assign(comm->nranks, 0);
+    planner_ = std::make_unique<Planner>(comm, geo_);
   }
 
   ncclResult_t init() {
@@ -96,169 +91,52 @@ class HostEngine : public Engine {
     return res;
   }
 
-  const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch) {
-    auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root, nch);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-    std::vector<Schedule> list(nch);
-    for (int ch = 0; ch < nch; ch++) {
-      ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root};
-      std::string err;
-      if (!buildSchedule(req, &list[ch], &err)) list[ch].steps.clear(), list[ch].nranks = -1;
-      if (kPrintSchedule.get()) INFO(kColl, "schedule:\n%s", formatSchedule(list[ch]).c_str());
-    }
-    return cache_.emplace(key, std::move(list)).first->second;
-  }
-
-  RedOp redOpFor(const OpDesc& op) {
-    if (op.userOp) {
-      // A device-resident scalar is read when the operation starts (host memory on this path).
-      return makePreMulSum(op.dtype, op.scalarPtr ? op.scalarPtr : &op.scalarBits, comm_->nranks);
-    }
-    return makeRedOp(reducing(op.coll) ? op.op : ncclSum, op.dtype, comm_->nranks);
-  }
-
   ncclResult_t runColl(const OpDesc& op) {
-    uint64_t seq = ++collSeq_;
-    if (op.count == 0) return ncclSuccess;
-    int n = comm_->nranks;
-    size_t es = DType::size(op.dtype);
-    Choice choice = chooseAlgo(op.coll, op.count * es, n);
-    bool inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
-    if (inPlace && !algoAliasSafe(op.coll, choice.algo, n)) choice.algo = Algo::kRing;
-    int nch = nChannels_;
-    if (choice.algo == Algo::kTree) nch = std::max(nch, 2);  // double binary tree: one tree per channel
-    const std::vector<Schedule>& scheds = schedules(op.coll, choice.algo, op.root, nch);
-    if (scheds[0].nranks < 0) return platform_->internalError("no schedule for this collective");
-
-    BlockMap map;
-    map.in = static_cast<const char*>(op.sendbuff);
-    map.out = static_cast<char*>(op.recvbuff);
-    map.esize = es;
-    size_t N = op.count;
-    switch (op.coll) {
-      case Coll::kAllGather: map.inTotal = N, map.outTotal = N * n; break;
-      case Coll::kReduceScatter: map.inTotal = N * n, map.outTotal = N; break;
-      case Coll::kAllToAll: map.inTotal = map.outTotal = N * n; break;
-      case Coll::kGather: map.inTotal = N, map.outTotal = comm_->rank == op.root ? N * n : 0; break;
-      case Coll::kScatter: map.inTotal = comm_->rank == op.root ? N * n : 0, map.outTotal = N; break;
-      case Coll::kBroadcast: map.inTotal = comm_->rank == op.root ? N : 0, map.outTotal = N; break;
-      case Coll::kReduce:
-        // Non-root ranks may pass no recvbuff, but tree schedules accumulate in the output.
-        map.inTotal = map.outTotal = N;
-        if (comm_->rank != op.root) map.out = scratch(N * es);
-        break;
-      default: map.inTotal = map.outTotal = N; break;
-    }
-    // Blocks are the unit the schedule names; for allreduce over several blocks, split the
-    // count evenly (rounded to 16 elements so that slices stay vector-aligned).
-    const Schedule& s0 = scheds[0];
-    int blocks = op.coll == Coll::kAllReduce ? std::max(s0.inBlocks, s0.outBlocks) : 1;
-    map.blockElems = blocks > 1 ? roundUp((N + blocks - 1) / blocks, 16) : N;
-    size_t chanElems = roundUp((map.blockElems + nch - 1) / nch, 16);
-    Proto proto = choice.proto;
-    uint32_t slice = proto == Proto::kLL ? geo_.llPayload() & ~7u : geo_.slotBytes;
-    map.tileElems = std::max<size_t>(1, (static_cast<size_t>(slice) * geo_.nSlots / 2) / es);
-    size_t nTiles = (chanElems + map.tileElems - 1) / map.tileElems;
-
-    Fingerprint fp{seq, op.count, packDesc(op.coll, op.dtype, reducing(op.coll) ? op.op : 0),
-                   (op.coll == Coll::kBroadcast || op.coll == Coll::kReduce || op.coll == Coll::kGather ||
-                    op.coll == Coll::kScatter) ? op.root : -1};
-    platform_->setOp(OpLabel{collName(op.coll), seq, op.count, op.dtype}, redOpFor(op), fp);
+    CollPlan plan;
+    bool empty = false;
+    ncclResult_t res = planner_->planColl(op, nChannels_, static_cast<size_t>(-1) /* tuner default */,
+                                          [this](size_t bytes) { return scratch(bytes); }, &plan, &empty);
+    if (res != ncclSuccess) return platform_->internalError("no schedule for this collective");
+    if (empty) return ncclSuccess;
+    platform_->setOp(plan.label, plan.red, plan.fp);
     // By-address slices need a schedule that never rewrites a block it sent from (ring, direct,
     // one-shot and two-shot; tree accumulates in its output) and distinct buffers.
-    bool describe = !inPlace && choice.algo != Algo::kTree;
-    Executor<HostPlatform> exec(*platform_, fp, reducing(op.coll), proto == Proto::kLL, slice, describe);
-    for (int ch = 0; ch < nch; ch++) {
-      map.chanStart = ch * chanElems;
-      map.chanEnd = std::min(map.blockElems, (ch + 1) * chanElems);
+    bool describe = !plan.inPlace && plan.choice.algo != Algo::kTree;
+    Executor<HostPlatform> exec(*platform_, plan.fp, plan.reducing, plan.choice.proto == Proto::kLL, plan.sliceBytes,
+                                describe);
+    BlockMap map = plan.map;
+    for (int ch = 0; ch < plan.nChannels; ch++) {
+      map.chanStart = ch * plan.chanElems;
+      map.chanEnd = std::min(map.blockElems, (ch + 1) * plan.chanElems);
       if (map.chanStart >= map.chanEnd) continue;
-      for (size_t t = 0; t < nTiles; t++) CHORUS_CHECK(exec.runTile(scheds[ch], map, t));
+      for (size_t t = 0; t < plan.nTiles; t++) CHORUS_CHECK(exec.runTile((*plan.scheds)[ch], map, t));
     }
     return exec.drain();
   }
 
-  bool isInPlaceOffset(const OpDesc& op) const {
-    size_t bytes = op.count * DType::size(op.dtype);
-    auto s = reinterpret_cast<uintptr_t>(op.sendbuff);
-    auto r = reinterpret_cast<uintptr_t>(op.recvbuff);
-    switch (op.coll) {
-      case Coll::kAllGather: return s == r + bytes * comm_->rank;
-      case Coll::kReduceScatter: return r == s + bytes * comm_->rank;
-      case Coll::kGather: return s == r + bytes * op.root;
-      case Coll::kScatter: return r == s + bytes * op.root;
-      default: return false;
-    }
-  }
-
-  // Sends and receives of one group, in batches: batch k holds the k-th operation of each
-  // (peer, direction), so the schedule never queues two operations behind each other.
   ncclResult_t runP2P(const std::vector<OpDesc>& ops) {
-    std::map<std::pair<int, bool>, int> nth;
-    std::vector<std::vector<const OpDesc*>> batches;
-    for (const OpDesc& op : ops) {
-      int k = nth[{op.root, op.isSend}]++;
-      if (static_cast<int>(batches.size()) <= k) batches.resize(k + 1);
-      batches[k].push_back(&op);
+    for (auto& batch : Planner::p2pBatches(ops)) {
+      P2PPlan plan;
+      planner_->planP2P(batch, &plan);
+      if (plan.maxBytes == 0) continue;
+      BlockMap map;
+      map.p2p = true;
+      map.esize = 1;
+      map.sendPtrs = plan.sendPtrs.data();
+      map.sendCounts = plan.sendBytes.data();
+      map.recvPtrs = plan.recvPtrs.data();
+      map.recvCounts = plan.recvBytes.data();
+      map.sendFps = plan.sendFps.data();
+      map.recvFps = plan.recvFps.data();
+      map.tileElems = plan.tileBytes;
+      platform_->setOp(plan.label, makeRedOp(ncclSum, ncclInt8, comm_->nranks), plan.fp);
+      // A send passed by address is read later by its receiver: not if this group also receives into it.
+      Executor<HostPlatform> exec(*platform_, Fingerprint{}, false, false, plan.sliceBytes, !plan.overlap);
+      for (size_t t = 0; t < plan.nTiles; t++) CHORUS_CHECK(exec.runTile(plan.schedule, map, t));
+      CHORUS_CHECK(exec.drain());
     }
-    for (auto& batch : batches) CHORUS_CHECK(runP2PBatch(batch));
     return ncclSuccess;
   }
-
-  ncclResult_t runP2PBatch(const std::vector<const OpDesc*>& ops) {
-    std::vector<int> sendPeers, recvPeers;
-    std::vector<const char*> sendPtrs;
-    std::vector<char*> recvPtrs;
-    std::vector<size_t> sendBytes, recvBytes;
-    std::vector<Fingerprint> sendFps, recvFps;
-    size_t maxBytes = 0;
-    for (const OpDesc* op : ops) {
-      size_t bytes = op->count * DType::size(op->dtype);
-      Fingerprint fp{0, op->count, packDesc(Coll::kSendRecv, op->dtype, 0), -1};
-      if (op->isSend) {
-        fp.seq = ++sendSeq_[op->root];
-        sendPeers.push_back(op->root);
-        sendPtrs.push_back(static_cast<const char*>(op->sendbuff));
-        sendBytes.push_back(bytes);
-        sendFps.push_back(fp);
-      } else {
-        fp.seq = ++recvSeq_[op->root];
-        recvPeers.push_back(op->root);
-        recvPtrs.push_back(static_cast<char*>(op->recvbuff));
-        recvBytes.push_back(bytes);
-        recvFps.push_back(fp);
-      }
-      maxBytes = std::max(maxBytes, bytes);
-    }
-    if (maxBytes == 0) return ncclSuccess;
-    Schedule s = buildSendRecvSchedule(comm_->nranks, comm_->rank, sendPeers, recvPeers);
-    BlockMap map;
-    map.p2p = true;
-    map.esize = 1;
-    map.sendPtrs = sendPtrs.data();
-    map.sendCounts = sendBytes.data();
-    map.recvPtrs = recvPtrs.data();
-    map.recvCounts = recvBytes.data();
-    map.sendFps = sendFps.data();
-    map.recvFps = recvFps.data();
-    // Sends and receives pick LL by the size of the exchange, which both ends know.
-    bool ll = false;
-    uint32_t slice = geo_.slotBytes;
-    map.tileElems = static_cast<size_t>(slice) * geo_.nSlots / 2;
-    size_t nTiles = (maxBytes + map.tileElems - 1) / map.tileElems;
-    platform_->setOp(OpLabel{"ncclSend/ncclRecv", 0, maxBytes, ncclInt8}, makeRedOp(ncclSum, ncclInt8, comm_->nranks),
-                     sendFps.empty() ? recvFps[0] : sendFps[0]);
-    // A send passed by address is read later by its receiver: not if this group also receives into it.
-    bool describe = true;
-    for (size_t i = 0; i < sendPtrs.size() && describe; i++)
-      for (size_t j = 0; j < recvPtrs.size(); j++)
-        if (sendPtrs[i] < recvPtrs[j] + recvBytes[j] && recvPtrs[j] < sendPtrs[i] + sendBytes[i]) describe = false;
-    Executor<HostPlatform> exec(*platform_, Fingerprint{}, false, ll, slice, describe);
-    for (size_t t = 0; t < nTiles; t++) CHORUS_CHECK(exec.runTile(s, map, t));
-    return exec.drain();
-  }
-
-  static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
   // Collective: finds which peers can read this process's memory. Threads of one process
   // always can; another process on this host can if process_vm_readv is allowed (ptrace
@@ -310,9 +188,7 @@ class HostEngine : public Engine {
   int nChannels_ = 1;
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
-  std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
-  uint64_t collSeq_ = 0;
-  std::vector<uint64_t> sendSeq_, recvSeq_;
+  std::unique_ptr<Planner> planner_;
   std::vector<char> scratch_;  ///< output stand-in for non-root ranks of ncclReduce
 };
 

@@ -11,18 +11,11 @@
 #include "core/comm.h"
 #include "core/timeout.h"
 #include "engine/connections.h"
+#include "engine/op.h"
 #include "kernels/executor.h"
 #include "kernels/reduce.h"
 
 namespace chorus {
-
-/// What the current operation is, for error messages.
-struct OpLabel {
-  const char* coll = "";
-  uint64_t seq = 0;
-  size_t count = 0;
-  int dtype = 0;
-};
 
 /// Host implementation of the executor's Platform policy.
 class HostPlatform {

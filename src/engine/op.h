@@ -9,6 +9,14 @@
 
 namespace chorus {
 
+/// What the current operation is, for error messages.
+struct OpLabel {
+  const char* coll = "";
+  uint64_t seq = 0;
+  size_t count = 0;
+  int dtype = 0;
+};
+
 /// One collective or point-to-point call, validated, waiting in a group.
 struct OpDesc {
   Coll coll = Coll::kAllReduce;  ///< kSendRecv for ncclSend/ncclRecv
@@ -20,6 +28,8 @@ struct OpDesc {
   ncclRedOp_t op = ncclSum;
   int root = 0;  ///< root, or peer for send/recv
   cudaStream_t stream = nullptr;
+  /// The buffers are GPU memory: the call runs as a kernel on `stream` (src/engine/device_engine.cc).
+  bool device = false;
   /// For an operator made by ncclRedOpCreatePreMulSum: its scalar, captured when the call is
   /// enqueued (NCCL lets the operator be destroyed as soon as the call returns, even inside a
   /// group). scalarPtr is set for a device-resident scalar, read when the operation starts.

@@ -82,7 +82,7 @@ const Allowed& allowedNow() {
 
 }  // namespace
 
-Choice chooseAlgo(Coll coll, size_t bytes, int nranks) {
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax) {
   const Allowed& al = allowedNow();
   Choice c;
   Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax);
@@ -98,7 +98,8 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks) {
     }
   }
   if (!algoSupported(coll, c.algo, nranks)) c.algo = algoSupported(coll, Algo::kRing, nranks) ? Algo::kRing : Algo::kDirect;
-  bool llDefault = bytes <= static_cast<size_t>(al.llMax);
+  if (llMax < 0) llMax = al.llMax;
+  bool llDefault = bytes <= static_cast<size_t>(llMax);
   if (al.protoSet) {
     c.proto = al.ll && (!al.simple || llDefault) ? Proto::kLL : Proto::kSimple;
   } else {

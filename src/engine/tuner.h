@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "algo/schedule.h"
 
@@ -18,7 +19,8 @@ struct Choice {
 };
 
 /// Picks the algorithm and protocol; honours NCCL_ALGO and NCCL_PROTO when they allow one that applies.
-Choice chooseAlgo(Coll coll, size_t bytes, int nranks);
+/// llMax: largest message that uses LL by default (-1: CHORUS_LL_MAX_BYTES, the host path's setting).
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1);
 /// Hash of the tuning environment (ranks must agree on it).
 unsigned long tunerEnvHash();
 

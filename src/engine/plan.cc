@@ -1,0 +1,160 @@
+#include "engine/plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "algo/generators.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "engine/host_platform.h"
+#include "kernels/dtypes.h"
+
+namespace chorus {
+namespace {
+
+IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
+                        "debugging"};
+
+size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(geo) {
+  sendSeq_.assign(comm->nranks, 0);
+  recvSeq_.assign(comm->nranks, 0);
+}
+
+const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, int nch) {
+  auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root, nch);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  std::vector<Schedule> list(nch);
+  for (int ch = 0; ch < nch; ch++) {
+    ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root};
+    std::string err;
+    if (!buildSchedule(req, &list[ch], &err)) list[ch].steps.clear(), list[ch].nranks = -1;
+    if (kPrintSchedule.get()) INFO(kColl, "schedule:\n%s", formatSchedule(list[ch]).c_str());
+  }
+  return cache_.emplace(key, std::move(list)).first->second;
+}
+
+RedOp Planner::redOpFor(const OpDesc& op) const {
+  if (op.userOp) {
+    // A device-resident scalar is read when the operation starts (host memory on this path).
+    return makePreMulSum(op.dtype, op.scalarPtr ? op.scalarPtr : &op.scalarBits, comm_->nranks);
+  }
+  return makeRedOp(collReducing(op.coll) ? op.op : ncclSum, op.dtype, comm_->nranks);
+}
+
+bool Planner::isInPlaceOffset(const OpDesc& op) const {
+  size_t bytes = op.count * DType::size(op.dtype);
+  auto s = reinterpret_cast<uintptr_t>(op.sendbuff);
+  auto r = reinterpret_cast<uintptr_t>(op.recvbuff);
+  switch (op.coll) {
+    case Coll::kAllGather: return s == r + bytes * comm_->rank;
+    case Coll::kReduceScatter: return r == s + bytes * comm_->rank;
+    case Coll::kGather: return s == r + bytes * op.root;
+    case Coll::kScatter: return r == s + bytes * op.root;
+    default: return false;
+  }
+}
+
+ncclResult_t Planner::plan(const OpDesc& op, int nChannels, size_t llMaxBytes, char* outStandIn, CollPlan* out,
+                           bool* empty) {
+  uint64_t seq = ++collSeq_;
+  *empty = op.count == 0;
+  if (*empty) return ncclSuccess;
+  CollPlan& p = *out;
+  int n = comm_->nranks;
+  size_t es = DType::size(op.dtype);
+  p.choice = chooseAlgo(op.coll, op.count * es, n, static_cast<int64_t>(llMaxBytes));
+  p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
+  if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n)) p.choice.algo = Algo::kRing;
+  int nch = nChannels;
+  if (p.choice.algo == Algo::kTree) nch = std::max(nch, 2);  // double binary tree: one tree per channel
+  p.nChannels = nch;
+  p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
+  if ((*p.scheds)[0].nranks < 0) return ncclInternalError;
+
+  BlockMap& map = p.map;
+  map = BlockMap();
+  map.in = static_cast<const char*>(op.sendbuff);
+  map.out = static_cast<char*>(op.recvbuff);
+  map.esize = es;
+  size_t N = op.count;
+  switch (op.coll) {
+    case Coll::kAllGather: map.inTotal = N, map.outTotal = N * n; break;
+    case Coll::kReduceScatter: map.inTotal = N * n, map.outTotal = N; break;
+    case Coll::kAllToAll: map.inTotal = map.outTotal = N * n; break;
+    case Coll::kGather: map.inTotal = N, map.outTotal = comm_->rank == op.root ? N * n : 0; break;
+    case Coll::kScatter: map.inTotal = comm_->rank == op.root ? N * n : 0, map.outTotal = N; break;
+    case Coll::kBroadcast: map.inTotal = comm_->rank == op.root ? N : 0, map.outTotal = N; break;
+    case Coll::kReduce:
+      // Non-root ranks may pass no recvbuff, but tree schedules accumulate in the output.
+      map.inTotal = map.outTotal = N;
+      if (comm_->rank != op.root) map.out = outStandIn;
+      break;
+    default: map.inTotal = map.outTotal = N; break;
+  }
+  // Blocks are the unit the schedule names; for allreduce over several blocks, split the
+  // count evenly (rounded to 16 elements so that slices stay vector-aligned).
+  const Schedule& s0 = (*p.scheds)[0];
+  int blocks = op.coll == Coll::kAllReduce ? std::max(s0.inBlocks, s0.outBlocks) : 1;
+  map.blockElems = blocks > 1 ? roundUp((N + blocks - 1) / blocks, 16) : N;
+  p.chanElems = roundUp((map.blockElems + nch - 1) / nch, 16);
+  p.sliceBytes = p.choice.proto == Proto::kLL ? geo_.llPayload() & ~7u : geo_.slotBytes;
+  map.tileElems = std::max<size_t>(1, (static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2) / es);
+  p.nTiles = (p.chanElems + map.tileElems - 1) / map.tileElems;
+  p.reducing = collReducing(op.coll);
+  p.fp = Fingerprint{seq, op.count, packDesc(op.coll, op.dtype, p.reducing ? op.op : 0), collRooted(op.coll) ? op.root : -1};
+  p.red = redOpFor(op);
+  p.label = OpLabel{collName(op.coll), seq, op.count, op.dtype};
+  return ncclSuccess;
+}
+
+std::vector<std::vector<const OpDesc*>> Planner::p2pBatches(const std::vector<OpDesc>& ops) {
+  std::map<std::pair<int, bool>, int> nth;
+  std::vector<std::vector<const OpDesc*>> batches;
+  for (const OpDesc& op : ops) {
+    if (op.coll != Coll::kSendRecv) continue;
+    int k = nth[{op.root, op.isSend}]++;
+    if (static_cast<int>(batches.size()) <= k) batches.resize(k + 1);
+    batches[k].push_back(&op);
+  }
+  return batches;
+}
+
+void Planner::planP2P(const std::vector<const OpDesc*>& ops, P2PPlan* out) {
+  P2PPlan& p = *out;
+  std::vector<int> sendPeers, recvPeers;
+  for (const OpDesc* op : ops) {
+    size_t bytes = op->count * DType::size(op->dtype);
+    Fingerprint fp{0, op->count, packDesc(Coll::kSendRecv, op->dtype, 0), -1};
+    if (op->isSend) {
+      fp.seq = ++sendSeq_[op->root];
+      sendPeers.push_back(op->root);
+      p.sendPtrs.push_back(static_cast<const char*>(op->sendbuff));
+      p.sendBytes.push_back(bytes);
+      p.sendFps.push_back(fp);
+    } else {
+      fp.seq = ++recvSeq_[op->root];
+      recvPeers.push_back(op->root);
+      p.recvPtrs.push_back(static_cast<char*>(op->recvbuff));
+      p.recvBytes.push_back(bytes);
+      p.recvFps.push_back(fp);
+    }
+    p.maxBytes = std::max(p.maxBytes, bytes);
+  }
+  p.schedule = buildSendRecvSchedule(comm_->nranks, comm_->rank, sendPeers, recvPeers);
+  p.sliceBytes = geo_.slotBytes;
+  p.tileBytes = static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2;
+  p.nTiles = (p.maxBytes + p.tileBytes - 1) / p.tileBytes;
+  p.fp = p.sendFps.empty() ? (p.recvFps.empty() ? Fingerprint{} : p.recvFps[0]) : p.sendFps[0];
+  p.label = OpLabel{"ncclSend/ncclRecv", 0, p.maxBytes, ncclInt8};
+  for (size_t i = 0; i < p.sendPtrs.size() && !p.overlap; i++)
+    for (size_t j = 0; j < p.recvPtrs.size(); j++)
+      if (p.sendPtrs[i] < p.recvPtrs[j] + p.recvBytes[j] && p.recvPtrs[j] < p.sendPtrs[i] + p.sendBytes[i])
+        p.overlap = true;
+}
+
+}  // namespace chorus

@@ -1,0 +1,92 @@
+// Planning, shared by the host and device engines: an operation becomes (schedules, block layout, tiling,
+// fingerprint, reduction). The host engine runs the plan with the executor on its thread; the device engine
+// packs it into a DevWork and launches the kernel. Both paths therefore tile and fingerprint identically.
+#pragma once
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "core/comm.h"
+#include "engine/op.h"
+#include "engine/tuner.h"
+#include "kernels/executor.h"
+#include "kernels/fifo.h"
+#include "kernels/reduce.h"
+
+namespace chorus {
+
+/// One collective, planned.
+struct CollPlan {
+  Choice choice{};
+  int nChannels = 1;
+  const std::vector<Schedule>* scheds = nullptr;  ///< one per channel
+  BlockMap map;            ///< chanStart/chanEnd left for the runner (channel c: [c * chanElems, ...))
+  size_t chanElems = 0;
+  size_t nTiles = 0;
+  uint32_t sliceBytes = 0;
+  bool inPlace = false;
+  bool reducing = false;
+  Fingerprint fp;
+  RedOp red{};
+  OpLabel label;
+};
+
+/// One batch of sends and receives (at most one per peer and direction), planned.
+struct P2PPlan {
+  Schedule schedule;
+  std::vector<const char*> sendPtrs;
+  std::vector<char*> recvPtrs;
+  std::vector<size_t> sendBytes, recvBytes;
+  std::vector<Fingerprint> sendFps, recvFps;
+  size_t maxBytes = 0;
+  size_t tileBytes = 0, nTiles = 0;
+  uint32_t sliceBytes = 0;
+  bool overlap = false;  ///< a send buffer overlaps a receive buffer of the batch
+  Fingerprint fp;        ///< of the first operation (for messages)
+  OpLabel label;
+};
+
+/// Whether a collective combines values.
+inline bool collReducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
+
+/// Per-communicator planning state: the schedule cache and the sequence numbers every fingerprint carries.
+class Planner {
+ public:
+  Planner(ncclComm* comm, const FifoGeometry& geo);
+  /// Plans a collective (advances the collective sequence number even for count 0, when *empty is set).
+  /// `scratch(bytes)` gives memory that stands in for the output where a rank has none (ncclReduce off the
+  /// root). `llAllowed`: the protocol may be LL; `llMaxBytes` > 0 picks LL by default up to that size.
+  template <class Scratch>
+  ncclResult_t planColl(const OpDesc& op, int nChannels, size_t llMaxBytes, Scratch scratch, CollPlan* out,
+                        bool* empty) {
+    char* outStandIn = nullptr;
+    size_t bytes = op.count * DType::size(op.dtype);
+    if (op.coll == Coll::kReduce && comm_->rank != op.root && op.count > 0) {
+      outStandIn = scratch(bytes);
+      if (outStandIn == nullptr) return ncclSystemError;
+    }
+    return plan(op, nChannels, llMaxBytes, outStandIn, out, empty);
+  }
+  /// Splits a group's sends and receives into batches: batch k holds the k-th operation of each (peer,
+  /// direction), so that a schedule never queues two operations behind each other.
+  static std::vector<std::vector<const OpDesc*>> p2pBatches(const std::vector<OpDesc>& ops);
+  /// Plans one batch (advances the per-peer sequence numbers).
+  void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
+  const FifoGeometry& geometry() const { return geo_; }
+
+ private:
+  ncclResult_t plan(const OpDesc& op, int nChannels, size_t llMaxBytes, char* outStandIn, CollPlan* out,
+                    bool* empty);
+  const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
+  bool isInPlaceOffset(const OpDesc& op) const;
+  RedOp redOpFor(const OpDesc& op) const;
+
+  ncclComm* comm_;
+  FifoGeometry geo_;
+  std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
+  uint64_t collSeq_ = 0;
+  std::vector<uint64_t> sendSeq_, recvSeq_;
+};
+
+}  // namespace chorus
