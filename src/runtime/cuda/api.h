@@ -1,0 +1,91 @@
+// CUDA side of the GPU runtime mapping: the gpu* names src/runtime/gpu/gpu_runtime.cc is written against, each a
+// one-line forward to the CUDA runtime API. src/runtime/hip/api.h maps the same names to HIP; nothing else differs
+// between the two backends, so fix behaviour in gpu_runtime.cc, not here.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/runtime.h"
+
+namespace chorus {
+namespace gpu {
+
+using Error = cudaError_t;
+using Stream = cudaStream_t;
+using PointerAttributes = cudaPointerAttributes;
+using IpcMemHandle = cudaIpcMemHandle_t;
+
+constexpr Error kSuccess = cudaSuccess;
+/// Backend name (GpuRuntime::name) and prefix of the API calls named in error texts.
+constexpr const char* kName = "cuda";
+constexpr const char* kApi = "cuda";
+
+/// The backend's stream from the type nccl.h declares (the same type under CUDA).
+inline Stream toStream(cudaStream_t s) { return s; }
+
+inline Error gpuGetDeviceCount(int* n) { return cudaGetDeviceCount(n); }
+inline Error gpuGetDevice(int* dev) { return cudaGetDevice(dev); }
+inline Error gpuSetDevice(int dev) { return cudaSetDevice(dev); }
+inline Error gpuGetLastError() { return cudaGetLastError(); }
+inline const char* gpuGetErrorString(Error e) { return cudaGetErrorString(e); }
+inline const char* gpuGetErrorName(Error e) { return cudaGetErrorName(e); }
+inline Error gpuDeviceGetPCIBusId(char* buf, int len, int dev) { return cudaDeviceGetPCIBusId(buf, len, dev); }
+inline Error gpuPointerGetAttributes(PointerAttributes* a, const void* p) { return cudaPointerGetAttributes(a, p); }
+inline Error gpuMalloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+inline Error gpuMemset(void* p, int v, size_t bytes) { return cudaMemset(p, v, bytes); }
+inline Error gpuFree(void* p) { return cudaFree(p); }
+/// Pinned host memory mapped into every device's address space.
+inline Error gpuHostAlloc(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocMapped); }
+inline Error gpuFreeHost(void* p) { return cudaFreeHost(p); }
+/// Pins existing host memory for all devices (portable) and maps it.
+inline Error gpuHostRegister(void* p, size_t bytes) {
+  return cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+}
+inline Error gpuHostUnregister(void* p) { return cudaHostUnregister(p); }
+inline Error gpuHostGetDevicePointer(void** dev, void* host) { return cudaHostGetDevicePointer(dev, host, 0); }
+inline Error gpuIpcGetMemHandle(IpcMemHandle* h, void* p) { return cudaIpcGetMemHandle(h, p); }
+inline Error gpuIpcOpenMemHandle(void** p, const IpcMemHandle& h) {
+  return cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess);
+}
+inline Error gpuIpcCloseMemHandle(void* p) { return cudaIpcCloseMemHandle(p); }
+inline Error gpuDeviceCanAccessPeer(int* can, int dev, int peer) { return cudaDeviceCanAccessPeer(can, dev, peer); }
+/// Enables peer access; "already enabled" counts as success (and is cleared from the sticky last error).
+inline Error gpuDeviceEnablePeerAccess(int peer) {
+  Error e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();
+    return cudaSuccess;
+  }
+  return e;
+}
+inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  Error e = cudaStreamIsCapturing(s, &st);
+  *capturing = st != cudaStreamCaptureStatusNone;
+  return e;
+}
+inline Error gpuStreamSynchronize(Stream s) { return cudaStreamSynchronize(s); }
+
+/// The memory kind of a successful gpuPointerGetAttributes.
+inline MemKind gpuPointerKind(const PointerAttributes& a) {
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+      return MemKind::kDevice;
+    case cudaMemoryTypeManaged:
+      return MemKind::kManaged;
+    default:  // cudaMemoryTypeHost (pinned) and cudaMemoryTypeUnregistered
+      return MemKind::kHost;
+  }
+}
+
+/// Ticks per millisecond of deviceClock() (kernels/arch.h): %globaltimer counts nanoseconds.
+inline Error gpuClockTicksPerMs(int dev, uint64_t* ticks) {
+  (void)dev;
+  *ticks = 1000000;
+  return cudaSuccess;
+}
+
+}  // namespace gpu
+}  // namespace chorus

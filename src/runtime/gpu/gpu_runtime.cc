@@ -1,0 +1,237 @@
+// GpuRuntime over the CUDA or the HIP runtime API: one source for both backends. The build compiles it with
+// CHORUS_HAVE_CUDA (against src/runtime/cuda/api.h) or CHORUS_HAVE_HIP (src/runtime/hip/api.h); both headers map
+// the same gpu* names, so behaviour lives here once and is never hipified.
+//
+// Thread safety: the runtime APIs are thread-safe; this object's own state is the device count (computed once) and
+// the last error text (under a mutex, since ranks of one process share the singleton).
+#if defined(CHORUS_HAVE_CUDA)
+#include "runtime/cuda/api.h"
+#elif defined(CHORUS_HAVE_HIP)
+#include "runtime/hip/api.h"
+#else
+#error "gpu_runtime.cc is compiled only by GPU builds (CHORUS_HAVE_CUDA or CHORUS_HAVE_HIP)"
+#endif
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "core/debug.h"
+#include "kernels/device_kernel.h"
+#include "runtime/runtime.h"
+
+namespace chorus {
+namespace {
+
+static_assert(sizeof(gpu::IpcMemHandle) == sizeof(IpcHandle), "IPC handles are 64 bytes on CUDA and HIP");
+
+// Returns early from the enclosing method when a runtime call fails (check() has set the lastError() text).
+#define CHECK_GPU(call, ...)                                    \
+  do {                                                          \
+    ncclResult_t chorus_gpu_res_ = check((call), __VA_ARGS__);  \
+    if (chorus_gpu_res_ != ncclSuccess) return chorus_gpu_res_; \
+  } while (0)
+
+class BuiltinGpuRuntime final : public GpuRuntime {
+ public:
+  const char* name() const override { return gpu::kName; }
+
+  int deviceCount() override {
+    std::call_once(countOnce_, [this]() {
+      int n = 0;
+      gpu::Error e = gpu::gpuGetDeviceCount(&n);
+      if (e != gpu::kSuccess || n <= 0) {
+        // No driver, no device, or a runtime/driver mismatch: every call takes the host path.
+        const char* why = e != gpu::kSuccess ? gpu::gpuGetErrorString(e) : "no device";
+        (void)gpu::gpuGetLastError();
+        INFO(kInit, "no GPU visible (%s): host path", why);
+        n = 0;
+      } else {
+        INFO(kInit, "GPU runtime %s: %d device(s) visible", gpu::kName, n);
+      }
+      count_ = n;
+    });
+    return count_;
+  }
+
+  ncclResult_t getDevice(int* dev) override { return check(gpu::gpuGetDevice(dev), "GetDevice()"); }
+
+  ncclResult_t setDevice(int dev) override { return check(gpu::gpuSetDevice(dev), "SetDevice(%d)", dev); }
+
+  int64_t busId(int dev) override {
+    char buf[64] = {};
+    if (check(gpu::gpuDeviceGetPCIBusId(buf, sizeof(buf), dev), "DeviceGetPCIBusId(%d)", dev) != ncclSuccess) {
+      return -1;
+    }
+    // "dddd:bb:dd.f" (domain may have more digits): the function number is dropped, as NCCL's busId does.
+    unsigned long domain = 0, bus = 0, device = 0;
+    if (std::sscanf(buf, "%lx:%lx:%lx", &domain, &bus, &device) != 3) return -1;
+    return static_cast<int64_t>(domain << 32 | bus << 8 | device);
+  }
+
+  MemKind pointerKind(const void* p, int* dev) override {
+    if (dev != nullptr) *dev = -1;
+    if (p == nullptr || deviceCount() == 0) return MemKind::kHost;
+    gpu::PointerAttributes attr;
+    std::memset(&attr, 0, sizeof(attr));
+    if (gpu::gpuPointerGetAttributes(&attr, p) != gpu::kSuccess) {
+      // Older runtimes fail on memory they never saw: that is plain host memory. Clear the sticky error so that
+      // the next launch's error check does not report it.
+      (void)gpu::gpuGetLastError();
+      return MemKind::kHost;
+    }
+    MemKind kind = gpu::gpuPointerKind(attr);
+    if (kind != MemKind::kHost && dev != nullptr) *dev = attr.device;
+    return kind;
+  }
+
+  ncclResult_t deviceAlloc(size_t bytes, void** p) override {
+    *p = nullptr;
+    CHECK_GPU(gpu::gpuMalloc(p, bytes), "Malloc(%zu bytes)", bytes);
+    ncclResult_t r = check(gpu::gpuMemset(*p, 0, bytes), "Memset(%zu bytes)", bytes);
+    if (r != ncclSuccess) {
+      (void)gpu::gpuFree(*p);
+      *p = nullptr;
+    }
+    return r;
+  }
+
+  void deviceFree(void* p) override {
+    if (p != nullptr) (void)check(gpu::gpuFree(p), "Free(%p)", p);
+  }
+
+  ncclResult_t hostAllocMapped(size_t bytes, void** host, void** dev) override {
+    *host = *dev = nullptr;
+    CHECK_GPU(gpu::gpuHostAlloc(host, bytes), "HostAlloc(%zu bytes, mapped)", bytes);
+    std::memset(*host, 0, bytes);
+    ncclResult_t r = check(gpu::gpuHostGetDevicePointer(dev, *host), "HostGetDevicePointer(%p)", *host);
+    if (r != ncclSuccess) {
+      (void)gpu::gpuFreeHost(*host);
+      *host = *dev = nullptr;
+    }
+    return r;
+  }
+
+  void hostFree(void* host) override {
+    if (host != nullptr) (void)check(gpu::gpuFreeHost(host), "FreeHost(%p)", host);
+  }
+
+  ncclResult_t hostRegister(void* p, size_t bytes, void** dev) override {
+    *dev = nullptr;
+    CHECK_GPU(gpu::gpuHostRegister(p, bytes), "HostRegister(%p, %zu bytes, mapped|portable)", p, bytes);
+    ncclResult_t r = check(gpu::gpuHostGetDevicePointer(dev, p), "HostGetDevicePointer(%p)", p);
+    if (r != ncclSuccess) {
+      (void)gpu::gpuHostUnregister(p);
+      *dev = nullptr;
+    }
+    return r;
+  }
+
+  void hostUnregister(void* p) override {
+    if (p != nullptr) (void)check(gpu::gpuHostUnregister(p), "HostUnregister(%p)", p);
+  }
+
+  ncclResult_t ipcGetHandle(void* p, IpcHandle* h) override {
+    gpu::IpcMemHandle mh;
+    CHECK_GPU(gpu::gpuIpcGetMemHandle(&mh, p), "IpcGetMemHandle(%p)", p);
+    std::memcpy(h->bytes, &mh, sizeof(h->bytes));
+    return ncclSuccess;
+  }
+
+  ncclResult_t ipcOpenHandle(const IpcHandle& h, void** p) override {
+    gpu::IpcMemHandle mh;
+    std::memcpy(&mh, h.bytes, sizeof(mh));
+    *p = nullptr;
+    return check(gpu::gpuIpcOpenMemHandle(p, mh), "IpcOpenMemHandle()");
+  }
+
+  void ipcCloseHandle(void* p) override {
+    if (p != nullptr) (void)check(gpu::gpuIpcCloseMemHandle(p), "IpcCloseMemHandle(%p)", p);
+  }
+
+  bool canAccessPeer(int dev, int peerDev) override {
+    if (dev == peerDev) return true;
+    int can = 0;
+    if (check(gpu::gpuDeviceCanAccessPeer(&can, dev, peerDev), "DeviceCanAccessPeer(%d, %d)", dev, peerDev) !=
+        ncclSuccess) {
+      return false;
+    }
+    return can != 0;
+  }
+
+  ncclResult_t enablePeerAccess(int peerDev) override {
+    return check(gpu::gpuDeviceEnablePeerAccess(peerDev), "DeviceEnablePeerAccess(%d)", peerDev);
+  }
+
+  ncclResult_t streamIsCapturing(cudaStream_t s, bool* capturing) override {
+    *capturing = false;
+    return check(gpu::gpuStreamIsCapturing(gpu::toStream(s), capturing), "StreamIsCapturing(%p)",
+                 static_cast<void*>(s));
+  }
+
+  uint64_t clockTicksPerMs(int dev) override {
+    uint64_t ticks = 0;
+    if (check(gpu::gpuClockTicksPerMs(dev, &ticks), "DeviceGetAttribute(wall clock rate, %d)", dev) !=
+        ncclSuccess) {
+      return 0;
+    }
+    return ticks;
+  }
+
+  int blockThreads() override { return kDevThreads; }
+
+  ncclResult_t launch(const DevWork& work, cudaStream_t stream) override {
+    int code = launchCollKernel(work, kDevThreads, static_cast<void*>(gpu::toStream(stream)));
+    return check(static_cast<gpu::Error>(code), "LaunchKernel(collKernel, %d blocks x %d threads, stream %p)",
+                 static_cast<int>(work.nChannels), kDevThreads, static_cast<void*>(stream));
+  }
+
+  ncclResult_t streamSynchronize(cudaStream_t stream) override {
+    return check(gpu::gpuStreamSynchronize(gpu::toStream(stream)), "StreamSynchronize(%p)",
+                 static_cast<void*>(stream));
+  }
+
+  std::string lastError() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lastError_;
+  }
+
+ private:
+  /// Turns a runtime error into ncclUnhandledCudaError with lastError() text "<api><call>: <error text>", e.g.
+  /// "cudaMalloc(1048576 bytes): out of memory". The runtime's sticky last error is cleared.
+  ncclResult_t check(gpu::Error e, const char* fmt, ...) __attribute__((format(printf, 3, 4))) {
+    if (e == gpu::kSuccess) return ncclSuccess;
+    (void)gpu::gpuGetLastError();
+    char call[256];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(call, sizeof(call), fmt, ap);
+    va_end(ap);
+    char text[512];
+    std::snprintf(text, sizeof(text), "%s%s: %s", gpu::kApi, call, gpu::gpuGetErrorString(e));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lastError_ = text;
+    }
+    WARN("%s", text);
+    return ncclUnhandledCudaError;
+  }
+  std::once_flag countOnce_;
+  int count_ = 0;
+  std::mutex mu_;
+  std::string lastError_;
+};
+
+#undef CHECK_GPU
+
+}  // namespace
+
+GpuRuntime* makeBuiltinGpuRuntime() {
+  // Process lifetime: never destroyed, so that communicators torn down from atexit handlers can still use it.
+  static BuiltinGpuRuntime* rt = new BuiltinGpuRuntime();
+  return rt;
+}
+
+}  // namespace chorus

@@ -1,0 +1,100 @@
+// HIP side of the GPU runtime mapping: the same gpu* names as src/runtime/cuda/api.h, forwarded to the HIP runtime
+// API. Compiled with g++ against hip::host (__HIP_PLATFORM_AMD__); no device code here.
+#pragma once
+
+#include <hip/hip_runtime_api.h>
+#include <hip/hip_version.h>
+
+#include <cstdint>
+
+#include "runtime/runtime.h"
+
+namespace chorus {
+namespace gpu {
+
+using Error = hipError_t;
+using Stream = hipStream_t;
+using PointerAttributes = hipPointerAttribute_t;
+using IpcMemHandle = hipIpcMemHandle_t;
+
+constexpr Error kSuccess = hipSuccess;
+constexpr const char* kName = "hip";
+constexpr const char* kApi = "hip";
+
+/// nccl.h declares streams with CUDA's opaque type; under HIP the same pointer is a hipStream_t.
+inline Stream toStream(cudaStream_t s) { return reinterpret_cast<Stream>(s); }
+
+inline Error gpuGetDeviceCount(int* n) { return hipGetDeviceCount(n); }
+inline Error gpuGetDevice(int* dev) { return hipGetDevice(dev); }
+inline Error gpuSetDevice(int dev) { return hipSetDevice(dev); }
+inline Error gpuGetLastError() { return hipGetLastError(); }
+inline const char* gpuGetErrorString(Error e) { return hipGetErrorString(e); }
+inline const char* gpuGetErrorName(Error e) { return hipGetErrorName(e); }
+inline Error gpuDeviceGetPCIBusId(char* buf, int len, int dev) { return hipDeviceGetPCIBusId(buf, len, dev); }
+inline Error gpuPointerGetAttributes(PointerAttributes* a, const void* p) { return hipPointerGetAttributes(a, p); }
+inline Error gpuMalloc(void** p, size_t bytes) { return hipMalloc(p, bytes); }
+inline Error gpuMemset(void* p, int v, size_t bytes) { return hipMemset(p, v, bytes); }
+inline Error gpuFree(void* p) { return hipFree(p); }
+/// Pinned host memory mapped into every device's address space.
+inline Error gpuHostAlloc(void** p, size_t bytes) { return hipHostMalloc(p, bytes, hipHostMallocMapped); }
+inline Error gpuFreeHost(void* p) { return hipHostFree(p); }
+/// Pins existing host memory for all devices (portable) and maps it.
+inline Error gpuHostRegister(void* p, size_t bytes) {
+  return hipHostRegister(p, bytes, hipHostRegisterMapped | hipHostRegisterPortable);
+}
+inline Error gpuHostUnregister(void* p) { return hipHostUnregister(p); }
+inline Error gpuHostGetDevicePointer(void** dev, void* host) { return hipHostGetDevicePointer(dev, host, 0); }
+inline Error gpuIpcGetMemHandle(IpcMemHandle* h, void* p) { return hipIpcGetMemHandle(h, p); }
+inline Error gpuIpcOpenMemHandle(void** p, const IpcMemHandle& h) {
+  return hipIpcOpenMemHandle(p, h, hipIpcMemLazyEnablePeerAccess);
+}
+inline Error gpuIpcCloseMemHandle(void* p) { return hipIpcCloseMemHandle(p); }
+inline Error gpuDeviceCanAccessPeer(int* can, int dev, int peer) { return hipDeviceCanAccessPeer(can, dev, peer); }
+/// Enables peer access; "already enabled" counts as success (and is cleared from the sticky last error).
+inline Error gpuDeviceEnablePeerAccess(int peer) {
+  Error e = hipDeviceEnablePeerAccess(peer, 0);
+  if (e == hipErrorPeerAccessAlreadyEnabled) {
+    (void)hipGetLastError();
+    return hipSuccess;
+  }
+  return e;
+}
+inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
+  hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
+  Error e = hipStreamIsCapturing(s, &st);
+  *capturing = st != hipStreamCaptureStatusNone;
+  return e;
+}
+inline Error gpuStreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
+
+/// The memory kind of a successful gpuPointerGetAttributes. HIP before 6.0 names the field memoryType and flags
+/// managed memory separately; 6.0 renamed it to type, like CUDA.
+inline MemKind gpuPointerKind(const PointerAttributes& a) {
+#if HIP_VERSION_MAJOR >= 6
+  if (a.type == hipMemoryTypeManaged) return MemKind::kManaged;
+  return a.type == hipMemoryTypeDevice ? MemKind::kDevice : MemKind::kHost;
+#else
+  if (a.isManaged) return MemKind::kManaged;
+  return a.memoryType == hipMemoryTypeDevice ? MemKind::kDevice : MemKind::kHost;
+#endif
+}
+
+/// Ticks per millisecond of deviceClock() (kernels/arch.h reads wall_clock64()). The rate attribute is in kHz,
+/// which is ticks per millisecond. HIP 5.2 (Debian) has no hipDeviceAttributeWallClockRate; there the constant
+/// 100 MHz of s_memrealtime on CDNA parts (gfx90a, gfx94x) is used.
+inline Error gpuClockTicksPerMs(int dev, uint64_t* ticks) {
+#if HIP_VERSION_MAJOR > 5 || (HIP_VERSION_MAJOR == 5 && HIP_VERSION_MINOR >= 3)
+  int khz = 0;
+  Error e = hipDeviceGetAttribute(&khz, hipDeviceAttributeWallClockRate, dev);
+  if (e != hipSuccess) return e;
+  *ticks = khz > 0 ? static_cast<uint64_t>(khz) : 100000;
+  return hipSuccess;
+#else
+  (void)dev;
+  *ticks = 100000;
+  return hipSuccess;
+#endif
+}
+
+}  // namespace gpu
+}  // namespace chorus
