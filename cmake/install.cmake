@@ -6,6 +6,17 @@ install(TARGETS nccl EXPORT chorusTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/nccl.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# HIP builds: librccl.so.1 (chorus::rccl) and rccl.h where RCCL puts it (<rccl/rccl.h>) and where older RCCL
+# releases put it (<rccl.h>).
+if(TARGET rccl)
+  install(TARGETS rccl EXPORT chorusTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/include/rccl.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  # nccl.h next to it too, so that -I<prefix>/include/rccl with #include <rccl.h> also works.
+  install(FILES ${PROJECT_SOURCE_DIR}/include/rccl.h ${PROJECT_SOURCE_DIR}/include/nccl.h
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/rccl)
+endif()
 install(EXPORT chorusTargets NAMESPACE chorus:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/chorus)
 
 file(WRITE ${PROJECT_BINARY_DIR}/chorusConfig.cmake.in

@@ -14,8 +14,9 @@
 #define CHORUS_HAVE_CUDA_HEADERS 1
 #endif
 #endif
-#ifndef CHORUS_HAVE_CUDA_HEADERS
-/** Opaque CUDA stream handle (same type as CUDA's own). NULL is the default stream. */
+#if !defined(CHORUS_HAVE_CUDA_HEADERS) && !defined(CHORUS_STREAM_TYPE_DECLARED)
+/** Opaque CUDA stream handle (same type as CUDA's own). NULL is the default stream. rccl.h sets
+ * CHORUS_STREAM_TYPE_DECLARED when it declares the API with hipStream_t instead. */
 typedef struct CUstream_st* cudaStream_t;
 #endif
 
