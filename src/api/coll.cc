@@ -8,6 +8,7 @@
 #include "core/comm.h"
 #include "kernels/dtypes.h"
 #include "runtime/device_probe.h"
+#include "runtime/runtime.h"
 
 using namespace chorus;
 
@@ -48,6 +49,48 @@ long inPlaceIndex(Coll coll, int rank, int root) {
     default: return 0;
   }
 }
+
+// Host or device path, per call: GPU buffers run as a kernel on the stream, host buffers on the host path.
+ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc* op) {
+  GpuRuntime* rt = gpuRuntime();
+  if (rt == nullptr) {
+    for (const void* p : {op->sendbuff, static_cast<const void*>(op->recvbuff)})
+      if (p != nullptr && isDevicePointer(p))
+        CHORUS_FAIL(comm, ncclInvalidUsage,
+                    "%s: rank %d: buffer %p is GPU device memory, but this chorus build has no GPU backend (a "
+                    "host-only build: host buffers only; build with CHORUS_CUDA or CHORUS_HIP, docs/build.md)", fn,
+                    comm->rank, p);
+    return ncclSuccess;
+  }
+  const void* bufs[2] = {sh.sendUsed ? op->sendbuff : nullptr, sh.recvUsed ? op->recvbuff : nullptr};
+  int nDevice = 0, nUsed = 0;
+  for (const void* p : bufs) {
+    if (p == nullptr) continue;
+    nUsed++;
+    int dev = -1;
+    MemKind kind = rt->pointerKind(p, &dev);
+    if (kind == MemKind::kHost) continue;
+    if (kind == MemKind::kDevice && dev != comm->cudaDev)
+      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: buffer %p is on GPU %d but the communicator uses GPU %d", fn,
+                  comm->rank, p, dev, comm->cudaDev);
+    nDevice++;
+  }
+  if (nDevice > 0 && nDevice != nUsed)
+    CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: sendbuff %p and recvbuff %p must both be GPU memory or both "
+                "host memory", fn, comm->rank, op->sendbuff, op->recvbuff);
+  op->device = nDevice > 0;
+  if (op->device && comm->cudaDev < 0)
+    CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: GPU buffers on a communicator created without a GPU", fn,
+                comm->rank);
+  if (op->device && op->scalarPtr != nullptr) {
+    int dev = -1;
+    if (rt->pointerKind(op->scalarPtr, &dev) != MemKind::kHost)
+      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: a ncclScalarDevice premulsum scalar is not supported on the "
+                  "device path yet; create the operator with ncclScalarHostImmediate", fn, comm->rank);
+  }
+  return ncclSuccess;
+}
+
 
 ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
   CHORUS_CHECK(checkCommUsable(comm, fn));
@@ -109,13 +152,7 @@ ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
       }
     }
   }
-  if (op.count > 0) {
-    for (const void* p : {op.sendbuff, static_cast<const void*>(op.recvbuff)})
-      if (isDevicePointer(p))
-        CHORUS_FAIL(comm, ncclInvalidUsage,
-                    "%s: rank %d: buffer %p is GPU device memory, but this chorus build has no GPU backend yet "
-                    "(host buffers only; see docs/status.md)", fn, comm->rank, p);
-  }
+  if (op.count > 0) CHORUS_CHECK(choosePath(comm, fn, sh, &op));
   TRACE(kCall, "%s: rank %d send %p recv %p count %zu dtype %d op %d root/peer %d", fn, comm->rank, op.sendbuff,
         op.recvbuff, op.count, op.dtype, op.op, op.root);
   return enqueueOp(comm, op);

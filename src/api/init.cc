@@ -10,6 +10,7 @@
 #include "api/api.h"
 #include "api/group.h"
 #include "core/checks.h"
+#include "runtime/runtime.h"
 #include "core/comm.h"
 #include "core/hash.h"
 #include "core/params.h"
@@ -100,6 +101,11 @@ ncclResult_t commInitRankImpl(ncclComm_t* out, int nranks, const ncclUniqueId& i
   comm->rank = rank;
   comm->nranks = nranks;
   comm->config = cfg;
+  // As in NCCL, the communicator belongs to the calling thread's current GPU (none: host ranks).
+  if (GpuRuntime* rt = gpuRuntime()) {
+    int dev = -1;
+    if (rt->getDevice(&dev) == ncclSuccess) comm->cudaDev = dev;
+  }
   *out = comm;
   if (cfg.blocking) {
     auto run = [comm, id]() {
@@ -242,19 +248,27 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
   if (ndev < 1) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitAll: ndev %d must be >= 1", ndev);
-  if (devlist != nullptr) {
-    for (int i = 0; i < ndev; i++)
-      if (devlist[i] != -1)
-        CHORUS_FAIL(nullptr, ncclInvalidArgument,
-                    "ncclCommInitAll: devlist[%d] = %d but this build has no GPU backend; pass devlist NULL (or -1 "
-                    "entries) for host ranks", i, devlist[i]);
+  // Rank i uses devlist[i] (NULL: GPU i). A device may repeat: several ranks then share one GPU.
+  GpuRuntime* rt = gpuRuntime();
+  int nGpus = rt ? rt->deviceCount() : 0;
+  for (int i = 0; i < ndev && (devlist != nullptr || nGpus > 0); i++) {
+    int d = devlist ? devlist[i] : i % nGpus;
+    if (d == -1 && devlist) continue;
+    if (d < 0 || d >= nGpus)
+      CHORUS_FAIL(nullptr, ncclInvalidArgument,
+                  "ncclCommInitAll: devlist[%d] = %d but %d GPU(s) are visible%s; pass devlist NULL (or -1 entries) "
+                  "for host ranks", i, d, nGpus, rt ? "" : " (no GPU backend in use)");
   }
   ncclUniqueId id;
   CHORUS_CHECK(bootstrapGetUniqueId(&id));
   std::vector<ncclResult_t> res(ndev, ncclSuccess);
   std::vector<std::thread> threads;
   for (int i = 0; i < ndev; i++)
-    threads.emplace_back([&, i]() { res[i] = commInitRankImpl(&comms[i], ndev, id, i, nullptr, nullptr); });
+    threads.emplace_back([&, i]() {
+      int d = devlist ? devlist[i] : (nGpus > 0 ? i % nGpus : -1);
+      if (rt != nullptr && d >= 0) rt->setDevice(d);
+      res[i] = commInitRankImpl(&comms[i], ndev, id, i, nullptr, nullptr);
+    });
   for (auto& t : threads) t.join();
   for (int i = 0; i < ndev; i++) {
     if (res[i] != ncclSuccess) {
@@ -354,6 +368,8 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
   if (comm == nullptr || !commValid(comm))
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError: %p is not a valid communicator", (void*)comm);
   if (asyncError == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  // Device-path kernels record their failures in pinned memory; look at it now.
+  if (comm->asyncError.load() == ncclSuccess && comm->engine) comm->engine->pollAsync();
   *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
   return ncclSuccess;
 }

@@ -1,5 +1,6 @@
 // The engine: turns a group of validated operations into schedules, plans them over the
-// communicator's connections and runs them (host threads here; CUDA/HIP kernels later).
+// communicator's connections and runs them: host buffers on the calling thread, device buffers
+// as kernels on the caller's stream (src/engine/device_engine.h).
 #pragma once
 
 #include <memory>
@@ -28,6 +29,8 @@ class Engine {
   /// Abort: marks every connection failed so that peers stop waiting for this rank.
   /// (Destroying the engine without it is the graceful path: data already sent stays readable.)
   virtual void shutdown() = 0;
+  /// The failure an asynchronous (device) operation recorded since the last call, or ncclSuccess.
+  virtual ncclResult_t pollAsync() { return ncclSuccess; }
 };
 
 }  // namespace chorus

@@ -14,11 +14,13 @@
 #include "core/hash.h"
 #include "core/params.h"
 #include "engine/connections.h"
+#include "engine/device_engine.h"
 #include "engine/engine.h"
 #include "engine/host_platform.h"
 #include "engine/plan.h"
 #include "engine/tuner.h"
 #include "kernels/dtypes.h"
+#include "runtime/runtime.h"
 
 namespace chorus {
 namespace {
@@ -51,6 +53,9 @@ class HostEngine : public Engine {
   }
 
   ncclResult_t run(const std::vector<OpDesc>& ops) override {
+    size_t nDevice = 0;
+    for (const OpDesc& op : ops) nDevice += op.device;
+    if (nDevice > 0) return runDevice(ops, nDevice);
     std::vector<OpDesc> p2p;
     for (const OpDesc& op : ops) {
       if (op.coll == Coll::kSendRecv) {
@@ -74,9 +79,30 @@ class HostEngine : public Engine {
     return us;
   }
 
-  void shutdown() override { conns_->poisonAll(PoisonReason::kAborted, comm_->rank); }
+  void shutdown() override {
+    if (device_) device_->abort();
+    conns_->poisonAll(PoisonReason::kAborted, comm_->rank);
+  }
+
+  ncclResult_t pollAsync() override { return device_ ? device_->checkStatus() : ncclSuccess; }
 
  private:
+  // Device buffers: the whole group becomes kernel launches (the device engine is made on first use).
+  ncclResult_t runDevice(const std::vector<OpDesc>& ops, size_t nDevice) {
+    if (nDevice != ops.size())
+      CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: a group mixes operations on GPU buffers with operations on host "
+                  "buffers; chorus runs them on different paths, so split the group", comm_->rank);
+    if (!device_) {
+      GpuRuntime* rt = gpuRuntime();
+      if (rt == nullptr || comm_->cudaDev < 0)
+        CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: GPU buffers on a communicator without a GPU", comm_->rank);
+      auto dev = std::make_unique<DeviceEngine>(comm_, rt, planner_.get());
+      CHORUS_CHECK(dev->init());
+      device_ = std::move(dev);
+    }
+    return device_->run(ops);
+  }
+
   // After a failure the connections may hold partial data: tell the peers and retire the comm.
   ncclResult_t failed(ncclResult_t res) {
     PoisonReason reason = platform_->failReason();
@@ -189,6 +215,7 @@ class HostEngine : public Engine {
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
   std::unique_ptr<Planner> planner_;
+  std::unique_ptr<DeviceEngine> device_;  ///< declared last: destroyed first (it waits for queued kernels)
   std::vector<char> scratch_;  ///< output stand-in for non-root ranks of ncclReduce
 };
 
@@ -211,7 +238,9 @@ ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
   auto engine = std::make_unique<HostEngine>(comm);
   CHORUS_CHECK(engine->init());
   if (comm->rank == 0)
-    INFO(kInit, "comm %p: host path (this build has no GPU backend; buffers are used as host memory)", (void*)comm);
+    INFO(kInit, "comm %p: %s", (void*)comm,
+         gpuRuntime() && comm->cudaDev >= 0 ? "host buffers on the host path, GPU buffers as kernels"
+                                            : "host path (no GPU in use: every buffer is host memory)");
   *out = std::move(engine);
   return ncclSuccess;
 }

@@ -1,0 +1,230 @@
+#include "engine/device_connections.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/checks.h"
+#include "core/params.h"
+#include "core/timeout.h"
+#include "kernels/device_work.h"
+
+namespace chorus {
+namespace {
+
+IntParam kP2PRead{"CHORUS_P2P_READ", 0,
+                  "Device connections: 0 (write mode) puts each FIFO in the receiver's GPU memory and the sender "
+                  "writes across the link; 1 (read mode) puts it in the sender's memory and the receiver reads.",
+                  "transport"};
+
+constexpr uint64_t kReady = 0x63686f7275734456ull;  // "chorusDV"
+
+/// What the owner of a device FIFO publishes for the other end.
+struct Rendezvous {
+  uint64_t ready;     ///< kReady once the fields below are written
+  uint64_t ownerPid;
+  int32_t ownerDev;
+  int32_t mode;       ///< 0: GPU memory (ptr in-process, handle otherwise), 1: pinned shm segment hostName
+  uint64_t ptr;
+  IpcHandle handle;
+  char hostName[96];
+};
+constexpr size_t kRendezvousBytes = 4096;
+static_assert(sizeof(Rendezvous) <= kRendezvousBytes, "rendezvous record fits its segment");
+
+void* mapNamed(const std::string& name, size_t size, bool create, int* err) {
+  int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT : 0), 0600);
+  if (fd < 0) return *err = errno, nullptr;
+  if (create && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    *err = errno;
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *err = errno;
+  close(fd);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+}  // namespace
+
+DeviceConnections::DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo)
+    : comm_(comm), rt_(rt), geo_(geo), readMode_(kP2PRead.get() != 0) {}
+
+DeviceConnections::~DeviceConnections() {
+  for (auto& kv : conns_) {
+    DevConn& c = kv.second;
+    if (c.opened) rt_->ipcCloseHandle(c.opened);
+    if (c.ownedDev) rt_->deviceFree(c.ownedDev);
+    if (c.hostSeg) {
+      rt_->hostUnregister(c.hostSeg);
+      munmap(c.hostSeg, c.hostSize);
+    }
+    if (!c.hostName.empty()) shm_unlink(c.hostName.c_str());  // harmless when the far end already did
+  }
+  for (const std::string& n : rendezvous_) shm_unlink(n.c_str());
+  if (steps_) rt_->deviceFree(steps_);
+}
+
+ncclResult_t DeviceConnections::init() {
+  size_t n = static_cast<size_t>(kDevMaxChannels) * comm_->nranks * 2;
+  void* p = nullptr;
+  if (rt_->deviceAlloc(n * sizeof(uint64_t), &p) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: allocating device step counters: %s", comm_->rank,
+                rt_->lastError().c_str());
+  steps_ = static_cast<uint64_t*>(p);
+  return ncclSuccess;
+}
+
+uint64_t* DeviceConnections::stepCounter(int ch, int peer, bool isSend) const {
+  return steps_ + (static_cast<size_t>(ch) * comm_->nranks + peer) * 2 + (isSend ? 1 : 0);
+}
+
+std::string DeviceConnections::rendezvousName(int ch, int from, int to) const {
+  char buf[96];
+  snprintf(buf, sizeof(buf), "/chorus-%016lx-d%d-%d-%d", static_cast<unsigned long>(comm_->commHash), ch, from, to);
+  return buf;
+}
+
+ncclResult_t DeviceConnections::get(const std::vector<std::tuple<int, int, bool>>& need, std::vector<DevFifo>* out) {
+  // Pass 1: what this rank owns (never waits). Pass 2: what it opens (waits for the owner's record).
+  for (int pass = 0; pass < 2; pass++) {
+    for (const auto& key : need) {
+      int ch = std::get<0>(key), peer = std::get<1>(key);
+      bool isSend = std::get<2>(key);
+      if (owns(isSend) != (pass == 0) || conns_.count(key)) continue;
+      DevConn c;
+      c.fifo.geo = geo_;
+      c.fifo.channel = static_cast<int16_t>(ch);
+      c.fifo.peer = static_cast<int16_t>(peer);
+      c.fifo.isSend = isSend ? 1 : 0;
+      c.fifo.step = stepCounter(ch, peer, isSend);
+      ncclResult_t res = pass == 0 ? publish(ch, peer, isSend, &c) : open(ch, peer, isSend, &c);
+      conns_.emplace(key, c);  // kept even on failure so the destructor releases what was made
+      if (res != ncclSuccess) return res;
+      INFO(kP2P, "rank %d: device connection channel %d %s rank %d via %s", comm_->rank, ch, isSend ? "to" : "from",
+           peer, c.kind);
+    }
+  }
+  out->clear();
+  for (const auto& key : need) out->push_back(conns_.at(key).fifo);
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* c) {
+  const PeerInfo& far = comm_->peers[peer];
+  const PeerInfo& me = comm_->peers[comm_->rank];
+  if (far.hostHash != me.hostHash)
+    CHORUS_FAIL(comm_, ncclInvalidUsage,
+                "rank %d: device buffers between hosts (rank %d on %s) need the network staging path, which this "
+                "build does not have yet; use host buffers across hosts (docs/status.md)", comm_->rank, peer,
+                far.hostname);
+  int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
+  std::string name = rendezvousName(ch, from, to);
+  int err = 0;
+  auto* rv = static_cast<Rendezvous*>(mapNamed(name, kRendezvousBytes, true, &err));
+  if (rv == nullptr)
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: creating %s for the device connection with rank %d: %s",
+                comm_->rank, name.c_str(), peer, strerror(err));
+  rendezvous_.push_back(name);
+  Rendezvous r = {};
+  r.ownerPid = static_cast<uint64_t>(getpid());
+  r.ownerDev = comm_->cudaDev;
+  size_t bytes = geo_.totalBytes();
+  bool samePid = far.pid == me.pid;
+  if (rt_->canAccessPeer(comm_->cudaDev, far.cudaDev)) {
+    ncclResult_t res = rt_->deviceAlloc(bytes, &c->ownedDev);
+    if (res == ncclSuccess && !samePid) res = rt_->ipcGetHandle(c->ownedDev, &r.handle);
+    if (res != ncclSuccess) {
+      munmap(rv, kRendezvousBytes);
+      CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device FIFO for rank %d: %s", comm_->rank, peer,
+                  rt_->lastError().c_str());
+    }
+    r.mode = 0;
+    r.ptr = reinterpret_cast<uint64_t>(c->ownedDev);
+    c->fifo.base = static_cast<char*>(c->ownedDev);
+    c->kind = comm_->cudaDev == far.cudaDev ? "local (same GPU)" : samePid ? "p2p (same process)" : "p2p/IPC";
+  } else {
+    // The GPUs cannot map each other: the FIFO lives in pinned host memory both map.
+    c->hostName = name + "-h";
+    c->hostSize = bytes;
+    c->hostSeg = mapNamed(c->hostName, bytes, true, &err);
+    void* dev = nullptr;
+    if (c->hostSeg == nullptr || rt_->hostRegister(c->hostSeg, bytes, &dev) != ncclSuccess) {
+      munmap(rv, kRendezvousBytes);
+      CHORUS_FAIL(comm_, ncclSystemError, "rank %d: pinned FIFO %s for rank %d: %s", comm_->rank,
+                  c->hostName.c_str(), peer, c->hostSeg ? rt_->lastError().c_str() : strerror(err));
+    }
+    r.mode = 1;
+    snprintf(r.hostName, sizeof(r.hostName), "%s", c->hostName.c_str());
+    c->fifo.base = static_cast<char*>(dev);
+    c->kind = "shm (pinned host memory)";
+  }
+  std::memcpy(reinterpret_cast<char*>(rv) + sizeof(uint64_t), reinterpret_cast<const char*>(&r) + sizeof(uint64_t),
+              sizeof(Rendezvous) - sizeof(uint64_t));
+  __atomic_store_n(&rv->ready, kReady, __ATOMIC_RELEASE);
+  munmap(rv, kRendezvousBytes);
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) {
+  const PeerInfo& far = comm_->peers[peer];
+  int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
+  std::string name = rendezvousName(ch, from, to);
+  int err = 0;
+  auto* rv = static_cast<Rendezvous*>(mapNamed(name, kRendezvousBytes, true, &err));
+  if (rv == nullptr)
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: opening %s for the device connection with rank %d: %s",
+                comm_->rank, name.c_str(), peer, strerror(err));
+  Deadline deadline = Deadline::fromEnv();
+  Backoff backoff;
+  while (__atomic_load_n(&rv->ready, __ATOMIC_ACQUIRE) != kReady) {
+    const char* why = nullptr;
+    if (comm_->abortFlag.load(std::memory_order_relaxed)) why = "the communicator was aborted";
+    if (far.pid != comm_->peers[comm_->rank].pid && kill(static_cast<pid_t>(far.pid), 0) != 0 && errno == ESRCH)
+      why = "that rank's process died";
+    if (why == nullptr && deadline.expired()) why = "it did not call the same operation before CHORUS_TIMEOUT_S";
+    if (why) {
+      munmap(rv, kRendezvousBytes);
+      CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: waiting for rank %d to set up the device connection on channel "
+                  "%d: %s", comm_->rank, peer, ch, why);
+    }
+    backoff.pause();
+  }
+  Rendezvous r;
+  std::memcpy(&r, rv, sizeof(r));
+  munmap(rv, kRendezvousBytes);
+  shm_unlink(name.c_str());  // both ends have it now
+  if (r.mode == 0) {
+    if (r.ownerPid == static_cast<uint64_t>(getpid())) {
+      c->fifo.base = reinterpret_cast<char*>(r.ptr);
+      if (r.ownerDev != comm_->cudaDev) rt_->enablePeerAccess(r.ownerDev);
+      c->kind = r.ownerDev == comm_->cudaDev ? "local (same GPU)" : "p2p (same process)";
+    } else {
+      if (rt_->ipcOpenHandle(r.handle, &c->opened) != ncclSuccess)
+        CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: mapping rank %d's FIFO (pid %lu) through IPC: %s",
+                    comm_->rank, peer, static_cast<unsigned long>(r.ownerPid), rt_->lastError().c_str());
+      c->fifo.base = static_cast<char*>(c->opened);
+      c->kind = "p2p/IPC";
+    }
+  } else {
+    c->hostName = r.hostName;
+    c->hostSize = geo_.totalBytes();
+    c->hostSeg = mapNamed(c->hostName, c->hostSize, false, &err);
+    void* dev = nullptr;
+    if (c->hostSeg == nullptr || rt_->hostRegister(c->hostSeg, c->hostSize, &dev) != ncclSuccess)
+      CHORUS_FAIL(comm_, ncclSystemError, "rank %d: mapping rank %d's pinned FIFO %s: %s", comm_->rank, peer,
+                  c->hostName.c_str(), c->hostSeg ? rt_->lastError().c_str() : strerror(err));
+    shm_unlink(c->hostName.c_str());
+    c->hostName.clear();
+    c->fifo.base = static_cast<char*>(dev);
+    c->kind = "shm (pinned host memory)";
+  }
+  return ncclSuccess;
+}
+
+}  // namespace chorus

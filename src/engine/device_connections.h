@@ -1,0 +1,62 @@
+// Connections of the device path: one FIFO (kernels/fifo.h layout) per (channel, peer, direction), in GPU memory
+// mapped by both ends (the same process: the pointer itself; another process: CUDA/HIP IPC), or in a pinned
+// shared-memory segment when the two GPUs cannot map each other's memory. Made lazily, the first time a launch
+// needs them; the owner (by default the receiver, so that LL polling stays local: "write mode"; the sender with
+// CHORUS_P2P_READ=1) allocates and publishes a rendezvous record in a small named shm segment that the other end
+// derives from the communicator hash alone, so no collective exchange is needed.
+//
+// Thread ownership: used by the thread that launches the communicator's operations.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/comm.h"
+#include "kernels/device_work.h"
+#include "kernels/fifo.h"
+#include "runtime/runtime.h"
+
+namespace chorus {
+
+/// One end of one device connection.
+struct DevConn {
+  DevFifo fifo{};
+  void* ownedDev = nullptr;   ///< FIFO memory this end allocated (deviceAlloc)
+  void* opened = nullptr;     ///< the peer's FIFO memory mapped through IPC
+  void* hostSeg = nullptr;    ///< pinned shm FIFO (mapped and registered)
+  size_t hostSize = 0;
+  std::string hostName;       ///< its name, unlinked once both ends have it
+  const char* kind = "";      ///< "local", "p2p/IPC", "shm (pinned host)"
+};
+
+/// Lazily created device connections of one communicator.
+class DeviceConnections {
+ public:
+  DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo);
+  ~DeviceConnections();
+  /// Allocates the step counters (zero: every FIFO starts empty).
+  ncclResult_t init();
+  /// Makes sure (channel, peer, direction) exists for every entry of `need`, owners first (each rank publishes
+  /// what it owns before it waits for what it opens, so ranks never wait on each other in a cycle), and returns
+  /// their kernel views in the same order.
+  ncclResult_t get(const std::vector<std::tuple<int, int, bool>>& need, std::vector<DevFifo>* out);
+
+ private:
+  bool owns(bool isSend) const { return isSend == readMode_; }
+  ncclResult_t publish(int ch, int peer, bool isSend, DevConn* c);
+  ncclResult_t open(int ch, int peer, bool isSend, DevConn* c);
+  std::string rendezvousName(int ch, int from, int to) const;
+  uint64_t* stepCounter(int ch, int peer, bool isSend) const;
+
+  ncclComm* comm_;
+  GpuRuntime* rt_;
+  FifoGeometry geo_;
+  bool readMode_;
+  uint64_t* steps_ = nullptr;  ///< device memory: one counter per (channel, peer, direction)
+  std::map<std::tuple<int, int, bool>, DevConn> conns_;
+  std::vector<std::string> rendezvous_;  ///< names this end created and must unlink if never opened
+};
+
+}  // namespace chorus

@@ -1,0 +1,260 @@
+#include "engine/device_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/checks.h"
+#include "core/params.h"
+#include "core/timeout.h"
+#include "engine/host_platform.h"
+#include "kernels/device_kernel.h"
+#include "kernels/dtypes.h"
+
+namespace chorus {
+namespace {
+
+IntParam kDevChannels{"CHORUS_DEVICE_NCHANNELS", 2, "Blocks (channels) per device-path operation (1 or 2).",
+                      "performance"};
+IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 65536,
+                   "Largest per-rank message that uses LL by default on the device path (NCCL_PROTO overrides).",
+                   "tuning"};
+
+const char* waitText(uint32_t what) {
+  switch (what) {
+    case kDevWaitSpace: return "for FIFO space toward";
+    case kDevWaitData: return "for data from";
+    case kDevWaitLL: return "for LL data from";
+    default: return "on";
+  }
+}
+
+size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner)
+    : comm_(comm), rt_(rt), planner_(planner) {
+  nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, kDevChannels.get())));
+  llMax_ = kDevLLMax.get();
+}
+
+DeviceEngine::~DeviceEngine() {
+  // Kernels still queued read the FIFOs, scratch and status freed below: wait for them (each is bounded by
+  // CHORUS_TIMEOUT_S, or stops at once when aborted).
+  for (cudaStream_t s : streams_) rt_->streamSynchronize(s);
+  conns_.reset();
+  if (scratch_) rt_->deviceFree(scratch_);
+  for (auto& p : outScratch_) rt_->deviceFree(p.first);
+  if (statusHost_) rt_->hostFree(statusHost_);
+}
+
+ncclResult_t DeviceEngine::init() {
+  if (rt_->setDevice(comm_->cudaDev) != ncclSuccess ||
+      rt_->hostAllocMapped(sizeof(DevStatus) + 64, &statusHost_, &statusDev_) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device path setup on GPU %d: %s", comm_->rank, comm_->cudaDev,
+                rt_->lastError().c_str());
+  const FifoGeometry& geo = planner_->geometry();
+  scratchBytes_ = roundUp(FifoGeometry::kLLHeaderLines * 4 + geo.llPayload() + 8, 256);
+  void* p = nullptr;
+  if (rt_->deviceAlloc(scratchBytes_ * 2 * kDevMaxChannels, &p) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device scratch: %s", comm_->rank, rt_->lastError().c_str());
+  scratch_ = static_cast<char*>(p);
+  ticksPerMs_ = rt_->clockTicksPerMs(comm_->cudaDev);
+  conns_ = std::make_unique<DeviceConnections>(comm_, rt_, geo);
+  CHORUS_CHECK(conns_->init());
+  if (comm_->rank == 0)
+    INFO(kInit, "comm %p: device path on %s GPU %d, %d channel(s), LL up to %ld bytes", (void*)comm_, rt_->name(),
+         comm_->cudaDev, nChannels_, static_cast<long>(llMax_));
+  return ncclSuccess;
+}
+
+void DeviceEngine::abort() {
+  if (statusHost_) {
+    auto* flag = reinterpret_cast<int32_t*>(static_cast<char*>(statusHost_) + sizeof(DevStatus));
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  }
+}
+
+ncclResult_t DeviceEngine::checkStatus() {
+  if (statusHost_ == nullptr) return ncclSuccess;
+  auto* st = static_cast<volatile DevStatus*>(statusHost_);
+  uint32_t code = st->code;
+  if (code == 0) return ncclSuccess;
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  auto reason = static_cast<PoisonReason>(st->reason);
+  int peer = st->peer;
+  char msg[600];
+  if (reason == PoisonReason::kMismatch) {
+    std::string theirs = describeFingerprint(st->got[0], st->got[1], static_cast<uint32_t>(st->got[2]),
+                                             static_cast<int32_t>(st->got[2] >> 32));
+    snprintf(msg, sizeof(msg), "rank %d: device operation #%lu does not match rank %d's call %s (channel %d, step %u)",
+             comm_->rank, static_cast<unsigned long>(st->seq), peer, theirs.c_str(), st->channel, st->step);
+  } else {
+    const char* why = reason == PoisonReason::kTimeout   ? "no progress before CHORUS_TIMEOUT_S"
+                      : reason == PoisonReason::kAborted ? "the communicator was aborted"
+                      : reason == PoisonReason::kPeerDied ? "a peer process died"
+                                                          : "a peer failed";
+    int culprit = static_cast<int>(st->got[0]) - 1;
+    snprintf(msg, sizeof(msg), "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): "
+             "%s%s%d", comm_->rank, static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel,
+             st->step, why, reason == PoisonReason::kTimeout ? "; rank " : "; reported by or about rank ",
+             reason == PoisonReason::kTimeout ? peer : culprit);
+  }
+  comm_->state.store(static_cast<int>(CommState::kFailed));
+  int expected = ncclSuccess;
+  comm_->asyncError.compare_exchange_strong(expected, static_cast<int>(code));
+  CHORUS_FAIL(comm_, static_cast<ncclResult_t>(code), "%s", msg);
+}
+
+void DeviceEngine::fillCommon(DevWork* w) const {
+  w->scratch = scratch_;
+  w->scratchBytes = scratchBytes_;
+  w->status = static_cast<DevStatus*>(statusDev_);
+  w->abortFlag = reinterpret_cast<const volatile int32_t*>(static_cast<char*>(statusDev_) + sizeof(DevStatus));
+  double s = timeoutSeconds();
+  w->timeoutTicks = s > 0 ? static_cast<uint64_t>(s * 1000.0 * static_cast<double>(ticksPerMs_)) : 0;
+  w->rank = comm_->rank;
+}
+
+char* DeviceEngine::outScratch(size_t bytes) {
+  for (auto& p : outScratch_)
+    if (p.second >= bytes) return p.first;
+  void* p = nullptr;
+  if (rt_->deviceAlloc(bytes, &p) != ncclSuccess) return nullptr;
+  outScratch_.emplace_back(static_cast<char*>(p), bytes);  // earlier ones may be in use by queued kernels
+  return static_cast<char*>(p);
+}
+
+ncclResult_t DeviceEngine::addFifos(DevWork* w, const std::vector<std::tuple<int, int, bool>>& need) {
+  std::vector<std::tuple<int, int, bool>> unique;
+  for (const auto& k : need)
+    if (std::find(unique.begin(), unique.end(), k) == unique.end()) unique.push_back(k);
+  if (unique.size() > static_cast<size_t>(kDevMaxFifos))
+    CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: this device operation needs %zu connections; one launch holds "
+                "at most %d (fewer ranks, or host buffers)", comm_->rank, unique.size(), kDevMaxFifos);
+  std::vector<DevFifo> fifos;
+  CHORUS_CHECK(conns_->get(unique, &fifos));
+  w->nFifos = static_cast<uint8_t>(fifos.size());
+  for (size_t i = 0; i < fifos.size(); i++) w->fifos[i] = fifos[i];
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what) {
+  fillCommon(&w);
+  if (rt_->launch(w, stream) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: launching %s: %s", comm_->rank, what,
+                rt_->lastError().c_str());
+  streams_.insert(stream);
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
+  CollPlan plan;
+  bool empty = false;
+  if (planner_->planColl(op, nChannels_, static_cast<size_t>(llMax_), [this](size_t b) { return outScratch(b); },
+                         &plan, &empty) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no schedule for %s", comm_->rank, collName(op.coll));
+  if (empty) return ncclSuccess;
+  if (plan.nChannels > kDevMaxChannels)
+    CHORUS_FAIL(comm_, ncclInternalError, "rank %d: %d channels exceed the kernel's %d", comm_->rank, plan.nChannels,
+                kDevMaxChannels);
+  DevWork w;
+  std::memset(&w, 0, sizeof(w));
+  const BlockMap& m = plan.map;
+  w.in = m.in;
+  w.out = m.out;
+  w.esize = m.esize;
+  w.inTotal = m.inTotal;
+  w.outTotal = m.outTotal;
+  w.blockElems = m.blockElems;
+  w.chanElems = plan.chanElems;
+  w.tileElems = m.tileElems;
+  w.nTiles = plan.nTiles;
+  w.red = plan.red;
+  w.fp = plan.fp;
+  w.reducing = plan.reducing;
+  w.ll = plan.choice.proto == Proto::kLL;
+  w.nChannels = static_cast<uint8_t>(plan.nChannels);
+  w.sliceBytes = plan.sliceBytes;
+  std::vector<std::tuple<int, int, bool>> need;
+  size_t nSteps = 0;
+  for (int ch = 0; ch < plan.nChannels; ch++) {
+    const Schedule& s = (*plan.scheds)[ch];
+    w.chanFirst[ch] = static_cast<uint16_t>(nSteps);
+    if (nSteps + s.steps.size() > static_cast<size_t>(kDevMaxSteps))
+      CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: %s over %d ranks needs more than the %d schedule steps one "
+                  "device launch holds (set NCCL_ALGO, CHORUS_DEVICE_NCHANNELS=1, or use host buffers)", comm_->rank,
+                  collName(op.coll), comm_->nranks, kDevMaxSteps);
+    for (const Step& st : s.steps) {
+      w.steps[nSteps++] = st;
+      if (execRecvs(st.op)) need.emplace_back(ch, st.recvPeer, false);
+      if (execSends(st.op)) need.emplace_back(ch, st.sendPeer, true);
+    }
+  }
+  w.chanFirst[plan.nChannels] = static_cast<uint16_t>(nSteps);
+  CHORUS_CHECK(addFifos(&w, need));
+  return launch(w, op.stream, collName(op.coll));
+}
+
+ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
+  P2PPlan plan;
+  planner_->planP2P(batch, &plan);
+  if (plan.maxBytes == 0) return ncclSuccess;
+  if (plan.sendPtrs.size() > static_cast<size_t>(kDevMaxP2P) || plan.recvPtrs.size() > static_cast<size_t>(kDevMaxP2P) ||
+      plan.schedule.steps.size() > static_cast<size_t>(kDevMaxSteps))
+    CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: a group of %zu sends and %zu receives on device buffers exceeds "
+                "the %d of each one launch holds; split the group", comm_->rank, plan.sendPtrs.size(),
+                plan.recvPtrs.size(), kDevMaxP2P);
+  DevWork w;
+  std::memset(&w, 0, sizeof(w));
+  w.p2p = 1;
+  w.esize = 1;
+  w.tileElems = plan.tileBytes;
+  w.nTiles = plan.nTiles;
+  w.red = makeRedOp(ncclSum, ncclInt8, comm_->nranks);
+  w.fp = plan.fp;
+  w.nChannels = 1;
+  w.sliceBytes = plan.sliceBytes;
+  w.nSends = static_cast<uint8_t>(plan.sendPtrs.size());
+  w.nRecvs = static_cast<uint8_t>(plan.recvPtrs.size());
+  for (size_t i = 0; i < plan.sendPtrs.size(); i++) {
+    w.sendPtrs[i] = plan.sendPtrs[i];
+    w.sendCounts[i] = plan.sendBytes[i];
+    w.sendFps[i] = plan.sendFps[i];
+  }
+  for (size_t i = 0; i < plan.recvPtrs.size(); i++) {
+    w.recvPtrs[i] = plan.recvPtrs[i];
+    w.recvCounts[i] = plan.recvBytes[i];
+    w.recvFps[i] = plan.recvFps[i];
+  }
+  std::vector<std::tuple<int, int, bool>> need;
+  size_t n = 0;
+  for (const Step& st : plan.schedule.steps) {
+    w.steps[n++] = st;
+    if (execRecvs(st.op)) need.emplace_back(0, st.recvPeer, false);
+    if (execSends(st.op)) need.emplace_back(0, st.sendPeer, true);
+  }
+  w.chanFirst[0] = 0;
+  w.chanFirst[1] = static_cast<uint16_t>(n);
+  CHORUS_CHECK(addFifos(&w, need));
+  return launch(w, batch[0]->stream, "ncclSend/ncclRecv");
+}
+
+ncclResult_t DeviceEngine::run(const std::vector<OpDesc>& ops) {
+  CHORUS_CHECK(checkStatus());
+  if (rt_->setDevice(comm_->cudaDev) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: selecting GPU %d: %s", comm_->rank, comm_->cudaDev,
+                rt_->lastError().c_str());
+  std::vector<OpDesc> p2p;
+  for (const OpDesc& op : ops) {
+    if (op.coll == Coll::kSendRecv) {
+      p2p.push_back(op);
+    } else {
+      CHORUS_CHECK(launchColl(op));
+    }
+  }
+  for (auto& batch : Planner::p2pBatches(p2p)) CHORUS_CHECK(launchP2P(batch));
+  return ncclSuccess;
+}
+
+}  // namespace chorus

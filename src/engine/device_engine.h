@@ -1,0 +1,55 @@
+// The device path of a communicator: operations on GPU buffers become launches of the collective kernel on the
+// caller's stream (asynchronous, stream-ordered, capturable), planned by the same Planner as the host path.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "core/comm.h"
+#include "engine/device_connections.h"
+#include "engine/op.h"
+#include "engine/plan.h"
+#include "kernels/device_work.h"
+#include "runtime/runtime.h"
+
+namespace chorus {
+
+/// Launches a communicator's device operations.
+class DeviceEngine {
+ public:
+  DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner);
+  ~DeviceEngine();
+  /// Pinned status and abort words, scratch, step counters.
+  ncclResult_t init();
+  /// Enqueues every operation of a group (all on device buffers) on its stream.
+  ncclResult_t run(const std::vector<OpDesc>& ops);
+  /// The failure an earlier kernel recorded, described with setLastError (ncclSuccess if none).
+  ncclResult_t checkStatus();
+  /// Makes running and future kernels of this communicator stop (ncclCommAbort).
+  void abort();
+
+ private:
+  ncclResult_t launchColl(const OpDesc& op);
+  ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
+  ncclResult_t addFifos(DevWork* w, const std::vector<std::tuple<int, int, bool>>& need);
+  ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what);
+  void fillCommon(DevWork* w) const;
+  char* outScratch(size_t bytes);
+
+  ncclComm* comm_;
+  GpuRuntime* rt_;
+  Planner* planner_;
+  std::unique_ptr<DeviceConnections> conns_;
+  int nChannels_ = 1;
+  int64_t llMax_ = 0;
+  void* statusHost_ = nullptr;  ///< DevStatus followed by the abort word, pinned and mapped
+  void* statusDev_ = nullptr;
+  char* scratch_ = nullptr;      ///< kDevMaxChannels x 2 staging areas of scratchBytes_
+  size_t scratchBytes_ = 0;
+  std::vector<std::pair<char*, size_t>> outScratch_;  ///< ncclReduce output stand-ins (kept until destroy)
+  std::set<cudaStream_t> streams_;  ///< streams this communicator launched on (synchronised at destroy)
+  uint64_t ticksPerMs_ = 1000000;
+};
+
+}  // namespace chorus
