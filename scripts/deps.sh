@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs what chorus needs to build and test on Debian (host-only build; the CUDA and HIP
-# backends are optional and detected when their toolchains are present).
+# Installs what chorus needs to build and test on Debian: the host build's packages and the HIP toolchain (Debian's
+# hipcc and libamdhip64-dev, for the HIP build; nothing HIP runs without an AMD GPU). The CUDA toolkit is not a
+# Debian package here: the CUDA build uses nvcc where it is installed (/usr/local/cuda) and is skipped elsewhere.
+# CHORUS_NO_HIP=1 leaves the HIP packages out.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake pkg-config libgtest-dev iproute2 python3 ${CHORUS_EXTRA_PKGS:-}"
+if [ "${CHORUS_NO_HIP:-0}" != "1" ]; then PKGS="$PKGS hipcc libamdhip64-dev"; fi
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

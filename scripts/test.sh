@@ -1,10 +1,57 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds chorus and runs the CPU test suite (ctest label "cpu").
+# Installs dependencies, then builds chorus three ways and runs the CPU test suite (ctest label "cpu") in each:
+#   1. host build  (build/, or $BUILD_DIR): no GPU backend
+#   2. CUDA build  (build-cuda/, sm_90 only): skipped when nvcc is not installed
+#   3. HIP build   (build-hip/, gfx90a only, librccl.so.1)
+# Without a GPU the GPU builds take the host path, so their CPU suites must pass too. Arguments go to ctest.
+# CHORUS_GPU_BUILDS=0 runs the host build only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-BUILD=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$BUILD" -j"$(nproc)"
-cd "$BUILD"
-ctest -L cpu --output-on-failure -j2 --timeout 600 "$@"
+JOBS=$(nproc)
+NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+results=()
+failed=0
+
+# run_build NAME DIR CMAKE_ARGS...: configure, build and run the CPU suite; records the outcome and goes on.
+run_build() {
+  local name=$1 dir=$2
+  shift 2
+  local start=$SECONDS status=0
+  echo "=== $name build ($dir) ==="
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" || status=$?
+  if [ "$status" = 0 ]; then cmake --build "$dir" -j"$JOBS" || status=$?; fi
+  local built=$((SECONDS - start))
+  if [ "$status" = 0 ]; then
+    (cd "$dir" && ctest -L cpu --output-on-failure -j2 --timeout 600 "${CTEST_ARGS[@]}") || status=$?
+  fi
+  local msg="$name: build ${built}s, total $((SECONDS - start))s"
+  if [ "$status" = 0 ]; then
+    results+=("PASS $msg")
+  else
+    results+=("FAIL $msg (exit $status)")
+    failed=1
+  fi
+}
+
+CTEST_ARGS=("$@")
+run_build host "${BUILD_DIR:-build}" -DCHORUS_CUDA=OFF -DCHORUS_HIP=OFF
+if [ "${CHORUS_GPU_BUILDS:-1}" != "0" ]; then
+  if [ -x "$NVCC" ] || command -v nvcc > /dev/null; then
+    run_build cuda build-cuda -DCHORUS_CUDA=ON -DCHORUS_HIP=OFF -DCHORUS_CUDA_ARCHS=90 \
+      -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo "$NVCC")"
+  else
+    echo "CUDA build skipped: no nvcc (looked for $NVCC and nvcc on PATH)"
+    results+=("SKIP cuda: no nvcc")
+  fi
+  if command -v hipcc > /dev/null; then
+    run_build hip build-hip -DCHORUS_CUDA=OFF -DCHORUS_HIP=ON -DCHORUS_HIP_ARCHS=gfx90a
+  else
+    echo "HIP build skipped: no hipcc"
+    results+=("SKIP hip: no hipcc")
+  fi
+fi
+
+echo "=== summary ==="
+printf '%s\n' "${results[@]}"
+exit "$failed"
