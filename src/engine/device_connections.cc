@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
+#include <mutex>
 
 #include "core/checks.h"
 #include "core/params.h"
@@ -36,6 +38,26 @@ struct Rendezvous {
 constexpr size_t kRendezvousBytes = 4096;
 static_assert(sizeof(Rendezvous) <= kRendezvousBytes, "rendezvous record fits its segment");
 
+// FIFO memory of one process is shared by the communicators of its ranks (several ranks per process): the
+// owner's allocation is freed when the last communicator using it is destroyed, never under a peer's kernel.
+std::mutex gSharedMutex;
+std::map<void*, int> gSharedRefs;
+
+void retainShared(void* p) {
+  std::lock_guard<std::mutex> lock(gSharedMutex);
+  gSharedRefs[p]++;
+}
+
+void releaseShared(GpuRuntime* rt, void* p) {
+  {
+    std::lock_guard<std::mutex> lock(gSharedMutex);
+    auto it = gSharedRefs.find(p);
+    if (it != gSharedRefs.end() && --it->second > 0) return;
+    if (it != gSharedRefs.end()) gSharedRefs.erase(it);
+  }
+  rt->deviceFree(p);
+}
+
 void* mapNamed(const std::string& name, size_t size, bool create, int* err) {
   int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT : 0), 0600);
   if (fd < 0) return *err = errno, nullptr;
@@ -59,7 +81,7 @@ DeviceConnections::~DeviceConnections() {
   for (auto& kv : conns_) {
     DevConn& c = kv.second;
     if (c.opened) rt_->ipcCloseHandle(c.opened);
-    if (c.ownedDev) rt_->deviceFree(c.ownedDev);
+    if (c.ownedDev) releaseShared(rt_, c.ownedDev);
     if (c.hostSeg) {
       rt_->hostUnregister(c.hostSeg);
       munmap(c.hostSeg, c.hostSize);
@@ -68,6 +90,30 @@ DeviceConnections::~DeviceConnections() {
   }
   for (const std::string& n : rendezvous_) shm_unlink(n.c_str());
   if (steps_) rt_->deviceFree(steps_);
+}
+
+void DeviceConnections::drainOwned() {
+  Deadline deadline = Deadline::fromEnv();
+  for (auto& kv : conns_) {
+    DevConn& c = kv.second;
+    if (!c.fifo.isSend || !owns(true) || c.fifo.base == nullptr) continue;
+    uint64_t produced = 0;
+    if (rt_->copyToHost(&produced, c.fifo.step, sizeof(produced)) != ncclSuccess) return;
+    Backoff backoff;
+    for (;;) {
+      uint64_t ctrl[2] = {0, 0};  // FifoCtrl: head at offset 64, poison at 128
+      if (rt_->copyToHost(&ctrl[0], c.fifo.base + offsetof(FifoCtrl, head), sizeof(uint64_t)) != ncclSuccess ||
+          rt_->copyToHost(&ctrl[1], c.fifo.base + offsetof(FifoCtrl, poison), sizeof(uint64_t)) != ncclSuccess)
+        return;
+      if (ctrl[0] >= produced || ctrl[1] != 0) break;
+      if (comm_->abortFlag.load() || deadline.expired()) {
+        WARN("rank %d: freeing a device FIFO that rank %d has not finished reading (%lu of %lu slots)", comm_->rank,
+             c.fifo.peer, static_cast<unsigned long>(ctrl[0]), static_cast<unsigned long>(produced));
+        return;
+      }
+      backoff.pause();
+    }
+  }
 }
 
 ncclResult_t DeviceConnections::init() {
@@ -138,6 +184,11 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
   bool samePid = far.pid == me.pid;
   if (rt_->canAccessPeer(comm_->cudaDev, far.cudaDev)) {
     ncclResult_t res = rt_->deviceAlloc(bytes, &c->ownedDev);
+    // One reference for this end and, when the peer is a thread of this process, one for the peer taken now:
+    // the peer may still be reading after this communicator is destroyed. (If it never opens, the FIFO lives
+    // until the process exits.)
+    if (res == ncclSuccess) retainShared(c->ownedDev);
+    if (res == ncclSuccess && samePid) retainShared(c->ownedDev);
     if (res == ncclSuccess && !samePid) res = rt_->ipcGetHandle(c->ownedDev, &r.handle);
     if (res != ncclSuccess) {
       munmap(rv, kRendezvousBytes);
@@ -201,7 +252,9 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
   shm_unlink(name.c_str());  // both ends have it now
   if (r.mode == 0) {
     if (r.ownerPid == static_cast<uint64_t>(getpid())) {
+      // The owner took this end's reference when it published (see publish), so the memory outlives both.
       c->fifo.base = reinterpret_cast<char*>(r.ptr);
+      c->ownedDev = reinterpret_cast<void*>(r.ptr);
       if (r.ownerDev != comm_->cudaDev) rt_->enablePeerAccess(r.ownerDev);
       c->kind = r.ownerDev == comm_->cudaDev ? "local (same GPU)" : "p2p (same process)";
     } else {

@@ -42,6 +42,10 @@ class DeviceConnections {
   /// what it owns before it waits for what it opens, so ranks never wait on each other in a cycle), and returns
   /// their kernel views in the same order.
   ncclResult_t get(const std::vector<std::tuple<int, int, bool>>& need, std::vector<DevFifo>* out);
+  /// Before the FIFOs are freed (this rank's kernels are done): waits, at most CHORUS_TIMEOUT_S, until each peer
+  /// has read what this rank produced into FIFOs it owns (read mode), so that freeing them cannot pull memory
+  /// from under a peer's kernel. Skipped after a failure or an abort.
+  void drainOwned();
 
  private:
   bool owns(bool isSend) const { return isSend == readMode_; }

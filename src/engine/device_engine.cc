@@ -42,6 +42,8 @@ DeviceEngine::~DeviceEngine() {
   // Kernels still queued read the FIFOs, scratch and status freed below: wait for them (each is bounded by
   // CHORUS_TIMEOUT_S, or stops at once when aborted).
   for (cudaStream_t s : streams_) rt_->streamSynchronize(s);
+  bool failed = comm_->state.load() == static_cast<int>(CommState::kFailed) || comm_->abortFlag.load() != 0;
+  if (conns_ && !failed) conns_->drainOwned();
   conns_.reset();
   if (scratch_) rt_->deviceFree(scratch_);
   for (auto& p : outScratch_) rt_->deviceFree(p.first);

@@ -70,6 +70,8 @@ class GpuRuntime {
   virtual ncclResult_t launch(const DevWork& work, cudaStream_t stream) = 0;
   /// Blocks until the stream's work is done (used by tests and by ncclCommFinalize).
   virtual ncclResult_t streamSynchronize(cudaStream_t stream) = 0;
+  /// Synchronous copy from device (or any) memory to host memory (teardown reads FIFO counters with it).
+  virtual ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) = 0;
   /// Text of the last failure of this runtime ("cudaMalloc(1048576): out of memory").
   virtual std::string lastError() = 0;
 };

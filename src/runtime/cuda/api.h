@@ -67,6 +67,9 @@ inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
   return e;
 }
 inline Error gpuStreamSynchronize(Stream s) { return cudaStreamSynchronize(s); }
+inline Error gpuMemcpyToHost(void* dst, const void* src, size_t n) {
+  return cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+}
 
 /// The memory kind of a successful gpuPointerGetAttributes.
 inline MemKind gpuPointerKind(const PointerAttributes& a) {

@@ -193,6 +193,10 @@ class BuiltinGpuRuntime final : public GpuRuntime {
                  static_cast<void*>(stream));
   }
 
+  ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {
+    return check(gpu::gpuMemcpyToHost(dst, src, bytes), "Memcpy(%zu bytes to host)", bytes);
+  }
+
   std::string lastError() override {
     std::lock_guard<std::mutex> lock(mu_);
     return lastError_;

@@ -1,0 +1,253 @@
+// The device path on the CPU: collectives and send/recv on "device" buffers of the emulated runtime run the
+// device engine (DevWork planning, device connections and rendezvous, the kernel body with the device
+// platform) and must give the closed-form results; failures must surface through ncclCommGetAsyncError with a
+// message naming the peer. Thread ranks and forked ranks (IPC through the emulated handles).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/params.h"
+#include "device/emu_runtime.h"
+#include "harness/ranks.h"
+#include "nccl.h"
+#include "runtime/runtime.h"
+
+namespace chorus_test {
+namespace {
+
+EmuRuntime gEmu;
+
+class DevicePath : public ::testing::TestWithParam<Driver> {
+ protected:
+  void SetUp() override {
+    gEmu.peerAccess = true;
+    chorus::setGpuRuntimeForTesting(&gEmu);
+  }
+  void TearDown() override {
+    chorus::setGpuRuntimeForTesting(nullptr);
+    unsetenv("CHORUS_P2P_READ");
+    unsetenv("NCCL_PROTO");
+    chorus::paramsReload();
+  }
+};
+
+// Fills the device buffer of rank r: value(r, i).
+template <typename T, typename F>
+void fill(T* p, size_t n, F value) {
+  for (size_t i = 0; i < n; i++) p[i] = value(i);
+}
+
+ncclResult_t asyncErrorOf(ncclComm_t comm) {
+  ncclResult_t e = ncclSuccess;
+  EXPECT_EQ(ncclCommGetAsyncError(comm, &e), ncclSuccess);
+  return e;
+}
+
+void allReduceCase(RankCtx& c, size_t count) {
+  DevBuf send(gEmu, count * sizeof(float)), recv(gEmu, count * sizeof(float));
+  fill(send.as<float>(), count, [&](size_t i) { return float((c.rank + 1) * ((i % 97) + 1)); });
+  int launches = gEmu.launches;
+  ASSERT_EQ(ncclAllReduce(send.as<float>(), recv.as<float>(), count, ncclFloat32, ncclSum, c.comm, nullptr),
+            ncclSuccess);
+  EXPECT_GT(gEmu.launches, launches) << "the call did not take the device path";
+  ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
+  float ranks = float(c.nranks * (c.nranks + 1) / 2);
+  for (size_t i = 0; i < count; i++) ASSERT_EQ(recv.as<float>()[i], ranks * float((i % 97) + 1)) << "i=" << i;
+}
+
+TEST_P(DevicePath, AllReduceSimpleAndLL) {
+  // 1031 floats (4 KiB) take LL by default on the device path, 300000 (1.2 MB) Simple.
+  for (int n : {2, 3, 4}) {
+    runRanks(n, GetParam(), [](RankCtx& c) {
+      for (size_t count : {size_t(1), size_t(1031), size_t(300000)}) allReduceCase(c, count);
+    });
+  }
+}
+
+TEST_P(DevicePath, ForcedProtocolsAndReadMode) {
+  setenv("NCCL_PROTO", "LL", 1);
+  setenv("CHORUS_P2P_READ", "1", 1);
+  chorus::paramsReload();
+  runRanks(3, GetParam(), [](RankCtx& c) { allReduceCase(c, 70000); });
+  setenv("NCCL_PROTO", "Simple", 1);
+  chorus::paramsReload();
+  runRanks(3, GetParam(), [](RankCtx& c) { allReduceCase(c, 1031); });
+}
+
+TEST_P(DevicePath, PinnedHostFifosWhenGpusCannotMapEachOther) {
+  gEmu.peerAccess = false;
+  runRanks(2, GetParam(), [](RankCtx& c) { allReduceCase(c, 50000); });
+}
+
+TEST_P(DevicePath, EveryCollective) {
+  runRanks(4, GetParam(), [](RankCtx& c) {
+    const int n = c.nranks, r = c.rank;
+    const size_t N = 3000;  // per-rank elements (12 KB of int32: LL); the Simple path is covered above
+    DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
+    int32_t* ip = in.as<int32_t>();
+    int32_t* op = out.as<int32_t>();
+    auto v = [](int rank, size_t i) { return int32_t(rank * 100000 + int32_t(i)); };
+    int launches = gEmu.launches;
+
+    fill(ip, N, [&](size_t i) { return v(r, i); });
+    ASSERT_EQ(ncclAllGather(ip, op, N, ncclInt32, c.comm, nullptr), ncclSuccess);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, i));
+
+    fill(ip, N * n, [&](size_t i) { return v(r, i); });
+    ASSERT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, c.comm, nullptr), ncclSuccess);
+    for (size_t i = 0; i < N; i++) {
+      int32_t want = 0;
+      for (int q = 0; q < n; q++) want += v(q, r * N + i);
+      ASSERT_EQ(op[i], want);
+    }
+
+    fill(ip, N, [&](size_t i) { return v(r, i); });
+    ASSERT_EQ(ncclBroadcast(ip, op, N, ncclInt32, 1, c.comm, nullptr), ncclSuccess);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(1, i));
+
+    ASSERT_EQ(ncclReduce(ip, op, N, ncclInt32, ncclMax, 2, c.comm, nullptr), ncclSuccess);
+    if (r == 2)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(n - 1, i));
+
+    fill(ip, N * n, [&](size_t i) { return v(r, i); });
+    ASSERT_EQ(ncclAlltoAll(ip, op, N, ncclInt32, c.comm, nullptr), ncclSuccess);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, r * N + i));
+
+    // Integer average: sum, then division truncating toward zero, on the device path too.
+    fill(ip, N, [&](size_t i) { return int32_t(i) * (r + 1) - 7; });
+    ASSERT_EQ(ncclAllReduce(ip, ip, N, ncclInt32, ncclAvg, c.comm, nullptr), ncclSuccess);  // in place
+    for (size_t i = 0; i < N; i++) {
+      int32_t sum = 0;
+      for (int q = 0; q < n; q++) sum += int32_t(i) * (q + 1) - 7;
+      ASSERT_EQ(ip[i], sum / n);
+    }
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
+    EXPECT_GE(gEmu.launches - launches, 6) << "every collective must have run as a kernel";
+  });
+}
+
+TEST_P(DevicePath, PreMulSumWithHostScalar) {
+  runRanks(2, GetParam(), [](RankCtx& c) {
+    const size_t N = 5000;
+    DevBuf buf(gEmu, N * sizeof(double));
+    fill(buf.as<double>(), N, [&](size_t i) { return double(i + c.rank); });
+    double scalar = 0.5;
+    ncclRedOp_t op;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat64, ncclScalarHostImmediate, c.comm), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(buf.as<double>(), buf.as<double>(), N, ncclFloat64, op, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRedOpDestroy(op, c.comm), ncclSuccess);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(buf.as<double>()[i], 0.5 * double(i) + 0.5 * double(i + 1));
+  });
+}
+
+TEST_P(DevicePath, SendRecvRingShiftAndHostCallsOnTheSameComm) {
+  runRanks(3, GetParam(), [](RankCtx& c) {
+    const size_t N = 200000;  // bytes: several tiles
+    DevBuf s(gEmu, N), d(gEmu, N);
+    fill(s.as<uint8_t>(), N, [&](size_t i) { return uint8_t(i * 7 + c.rank); });
+    int next = (c.rank + 1) % c.nranks, prev = (c.rank + c.nranks - 1) % c.nranks;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclSend(s.as<uint8_t>(), N, ncclUint8, next, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(d.as<uint8_t>(), N, ncclUint8, prev, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(d.as<uint8_t>()[i], uint8_t(i * 7 + prev));
+    // Host buffers on the same communicator still take the host path.
+    std::vector<float> h(100, float(c.rank));
+    ASSERT_EQ(ncclAllReduce(h.data(), h.data(), h.size(), ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    EXPECT_EQ(h[99], 3.0f);
+  });
+}
+
+TEST_P(DevicePath, MixedHostAndDeviceBuffersAreRefused) {
+  runRanks(2, GetParam(), [](RankCtx& c) {
+    DevBuf d(gEmu, 64);
+    std::vector<float> h(16);
+    EXPECT_EQ(ncclAllReduce(d.as<float>(), h.data(), 16, ncclFloat32, ncclSum, c.comm, nullptr), ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("both be GPU memory or both host memory"), std::string::npos)
+        << ncclGetLastError(c.comm);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(d.as<float>(), d.as<float>(), 16, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(h.data(), h.data(), 16, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("mixes operations on GPU buffers"), std::string::npos)
+        << ncclGetLastError(c.comm);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, DevicePath, ::testing::Values(Driver::kThreads, Driver::kProcesses),
+                         [](const auto& info) { return std::string(driverName(info.param)); });
+
+// Several ranks on one GPU in one process: ncclCommInitAll with a repeated device, one thread, one group.
+TEST(DevicePathOneProcess, InitAllWithARepeatedDevice) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  const int n = 3;
+  ncclComm_t comms[n];
+  int devs[n] = {0, 0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, n, devs), ncclSuccess);
+  const size_t N = 40000;
+  std::vector<std::unique_ptr<DevBuf>> bufs;
+  for (int r = 0; r < n; r++) {
+    bufs.push_back(std::make_unique<DevBuf>(gEmu, N * sizeof(float)));
+    fill(bufs[r]->as<float>(), N, [&](size_t i) { return float(r) + float(i % 5); });
+    int dev = -1;
+    ASSERT_EQ(ncclCommCuDevice(comms[r], &dev), ncclSuccess);
+    EXPECT_EQ(dev, 0);
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++)
+    ASSERT_EQ(ncclAllReduce(bufs[r]->as<float>(), bufs[r]->as<float>(), N, ncclFloat32, ncclSum, comms[r],
+                            reinterpret_cast<cudaStream_t>(uintptr_t(r + 1))), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(bufs[r]->as<float>()[i], 3.0f + 3.0f * float(i % 5));
+  for (int r = 0; r < n; r++) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// Failures inside a kernel: a count mismatch and a rank that stops calling. Both surface as asynchronous
+// errors with the peer named, and neither hangs.
+TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  setenv("CHORUS_TIMEOUT_S", "2", 1);
+  chorus::paramsReload();
+  runRanks(2, Driver::kThreads, [](RankCtx& c) {
+    DevBuf b(gEmu, 4096 * sizeof(float));
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    size_t count = c.rank == 0 ? 1024 : 2048;
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    ncclResult_t e = asyncErrorOf(c.comm);
+    EXPECT_TRUE(e == ncclInvalidUsage || e == ncclRemoteError) << e;
+    std::string text = ncclGetLastError(c.comm);
+    EXPECT_NE(text.find(c.rank == 0 ? "rank 1" : "rank 0"), std::string::npos) << text;
+  });
+  std::atomic<bool> rank0Done{false};
+  runRanks(2, Driver::kThreads, [&](RankCtx& c) {
+    DevBuf b(gEmu, 1024 * sizeof(float));
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    if (c.rank == 1) {
+      // Rank 1 stops calling, but keeps its communicator (whose GPU memory holds rank 0's FIFOs) alive.
+      while (!rank0Done.load()) usleep(1000);
+      return;
+    }
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    EXPECT_EQ(asyncErrorOf(c.comm), ncclRemoteError);
+    std::string text = ncclGetLastError(c.comm);
+    EXPECT_NE(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << text;
+    EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+    rank0Done = true;
+  });
+  unsetenv("CHORUS_TIMEOUT_S");
+  chorus::paramsReload();
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+}  // namespace
+}  // namespace chorus_test
