@@ -8,8 +8,9 @@ BUILD=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD" -j"$(nproc)"
 NP=${NP:-2}
-# The perf tools use device buffers when a GPU is present; chorus has no GPU backend yet and
-# refuses device buffers, so host memory is used everywhere until it does (docs/status.md).
-MEM=${MEM:-host}
-echo "run.sh: $NP local ranks, $MEM buffers (chorus's GPU backend is not written yet)"
-exec "$BUILD/perf/chorusrun" -n "$NP" "$BUILD/perf/all_reduce_perf" -b 8 -e 64M -f 4 --mem "$MEM" "$@"
+# auto: device buffers when this is a GPU build (CUDA found at configure time) and a GPU is visible, else
+# host memory. MEM=host or MEM=device forces one. The device path has not yet run on a real GPU
+# (docs/status.md).
+MEM=${MEM:-auto}
+echo "run.sh: $NP local ranks, --mem $MEM"
+exec "$BUILD/perf/chorusrun" -n "$NP" "$BUILD/perf/all_reduce_perf" -b 8 -e 64M -f 4 $([ "$MEM" = auto ] || echo --mem "$MEM") "$@"

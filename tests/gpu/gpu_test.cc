@@ -1,0 +1,195 @@
+// GPU tests (label gpu; CUDA builds; run where a GPU is): the device path on real device memory, several ranks
+// sharing one GPU (thread ranks with their own streams, and forked processes through CUDA IPC), graph capture,
+// and an in-kernel timeout reported through ncclCommGetAsyncError. Every check compares with closed-form values
+// copied back to the host.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "harness/ranks.h"
+#include "nccl.h"
+
+namespace chorus_test {
+namespace {
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << cudaGetErrorString(call)
+
+bool haveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// One rank's device buffers and stream.
+struct Dev {
+  float* send = nullptr;
+  float* recv = nullptr;
+  cudaStream_t stream = nullptr;
+  size_t count = 0;
+  explicit Dev(size_t n) : count(n) {
+    EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&send, n * sizeof(float) + 16), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&recv, n * sizeof(float) + 16), cudaSuccess);
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  }
+  ~Dev() {
+    cudaStreamSynchronize(stream);
+    cudaFree(send);
+    cudaFree(recv);
+    cudaStreamDestroy(stream);
+  }
+  void upload(const std::vector<float>& h) { EXPECT_EQ(cudaMemcpy(send, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess); }
+  std::vector<float> download(const float* p, size_t n) {
+    std::vector<float> h(n);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+void allReduceOnGpu(RankCtx& c, size_t count) {
+  Dev d(count);
+  std::vector<float> h(count);
+  for (size_t i = 0; i < count; i++) h[i] = float((c.rank + 1) * ((i % 13) + 1));
+  d.upload(h);
+  ASSERT_EQ(ncclAllReduce(d.send, d.recv, count, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
+  std::vector<float> out = d.download(d.recv, count);
+  ncclResult_t async = ncclSuccess;
+  ASSERT_EQ(ncclCommGetAsyncError(c.comm, &async), ncclSuccess);
+  ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(c.comm);
+  float ranks = float(c.nranks * (c.nranks + 1) / 2);
+  for (size_t i = 0; i < count; i++) ASSERT_EQ(out[i], ranks * float((i % 13) + 1)) << "i=" << i;
+}
+
+class Gpu : public ::testing::TestWithParam<Driver> {
+ protected:
+  void SetUp() override {
+    // Forked ranks must not inherit an initialised CUDA context: ask in a child.
+    pid_t pid = fork();
+    if (pid == 0) _exit(haveGpu() ? 0 : 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) GTEST_SKIP() << "no GPU visible";
+  }
+};
+
+TEST_P(Gpu, AllReduceSeveralRanksOneGpu) {
+  for (int n : {2, 4}) {
+    runRanks(n, GetParam(), [](RankCtx& c) {
+      for (size_t count : {size_t(1), size_t(1031), size_t(1) << 22}) allReduceOnGpu(c, count);
+    });
+  }
+}
+
+TEST_P(Gpu, EveryCollectiveInt32) {
+  runRanks(4, GetParam(), [](RankCtx& c) {
+    const int n = c.nranks, r = c.rank;
+    const size_t N = 100000;
+    int32_t *in = nullptr, *out = nullptr;
+    cudaStream_t s;
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaMalloc(&in, N * n * 4));
+    CUDA_OK(cudaMalloc(&out, N * n * 4));
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::vector<int32_t> h(N * n), o(N * n);
+    auto v = [](int rank, size_t i) { return int32_t(rank * 1000000 + int32_t(i)); };
+    for (size_t i = 0; i < N * n; i++) h[i] = v(r, i);
+    CUDA_OK(cudaMemcpy(in, h.data(), N * n * 4, cudaMemcpyHostToDevice));
+    ASSERT_EQ(ncclAllGather(in, out, N, ncclInt32, c.comm, s), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(o.data(), out, N * n * 4, cudaMemcpyDeviceToHost));
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(o[q * N + i], v(q, i));
+    ASSERT_EQ(ncclReduceScatter(in, out, N, ncclInt32, ncclSum, c.comm, s), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(o.data(), out, N * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < N; i++) {
+      int32_t want = 0;
+      for (int q = 0; q < n; q++) want += v(q, r * N + i);
+      ASSERT_EQ(o[i], want);
+    }
+    ASSERT_EQ(ncclAlltoAll(in, out, N, ncclInt32, c.comm, s), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(o.data(), out, N * n * 4, cudaMemcpyDeviceToHost));
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(o[q * N + i], v(q, r * N + i));
+    ASSERT_EQ(ncclBroadcast(in, out, N, ncclInt32, 2, c.comm, s), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(o.data(), out, N * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(o[i], v(2, i));
+    cudaFree(in);
+    cudaFree(out);
+    cudaStreamDestroy(s);
+  });
+}
+
+TEST_P(Gpu, SendRecvRing) {
+  runRanks(3, GetParam(), [](RankCtx& c) {
+    const size_t N = 3 << 20;
+    Dev d(N);
+    std::vector<float> h(N);
+    for (size_t i = 0; i < N; i++) h[i] = float(c.rank * 7 + int(i % 1000));
+    d.upload(h);
+    int next = (c.rank + 1) % c.nranks, prev = (c.rank + c.nranks - 1) % c.nranks;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclSend(d.send, N, ncclFloat32, next, c.comm, d.stream), ncclSuccess);
+    ASSERT_EQ(ncclRecv(d.recv, N, ncclFloat32, prev, c.comm, d.stream), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    std::vector<float> out = d.download(d.recv, N);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(out[i], float(prev * 7 + int(i % 1000)));
+  });
+}
+
+// Captured once, replayed three times: an in-place sum of ones over n ranks gives n^3.
+TEST_P(Gpu, GraphCaptureReplays) {
+  runRanks(2, GetParam(), [](RankCtx& c) {
+    const size_t N = 1 << 16;
+    Dev d(N);
+    d.upload(std::vector<float>(N, 1.0f));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal));
+    ASSERT_EQ(ncclAllReduce(d.send, d.send, N, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
+    CUDA_OK(cudaStreamEndCapture(d.stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int k = 0; k < 3; k++) CUDA_OK(cudaGraphLaunch(exec, d.stream));
+    std::vector<float> out = d.download(d.send, N);
+    float want = float(c.nranks * c.nranks * c.nranks);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(out[i], want) << "i=" << i;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, Gpu, ::testing::Values(Driver::kThreads, Driver::kProcesses),
+                         [](const auto& info) { return std::string(driverName(info.param)); });
+
+// A rank that stops calling: the other's kernel gives up after CHORUS_TIMEOUT_S and says why.
+TEST(GpuFaults, KernelTimeoutIsReported) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU visible";
+  setenv("CHORUS_TIMEOUT_S", "3", 1);
+  std::atomic<bool> done{false};
+  runRanks(2, Driver::kThreads, [&](RankCtx& c) {
+    Dev d(1024);
+    ASSERT_EQ(ncclAllReduce(d.send, d.recv, 1024, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(d.stream), cudaSuccess);
+    if (c.rank == 1) {
+      while (!done.load()) usleep(1000);
+      return;
+    }
+    ASSERT_EQ(ncclAllReduce(d.send, d.recv, 1024, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(d.stream), cudaSuccess);  // the kernel returns: no hang
+    ncclResult_t async = ncclSuccess;
+    ASSERT_EQ(ncclCommGetAsyncError(c.comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclRemoteError);
+    EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("rank 1"), std::string::npos) << ncclGetLastError(c.comm);
+    done = true;
+  });
+  unsetenv("CHORUS_TIMEOUT_S");
+}
+
+}  // namespace
+}  // namespace chorus_test
