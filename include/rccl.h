@@ -40,20 +40,20 @@ extern "C" {
 typedef int mscclAlgoHandle_t;
 
 /** All-to-all with count elements per pair: RCCL's spelling of NCCL's ncclAlltoAll. */
-ncclResult_t ncclAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                          ncclComm_t comm, CHORUS_RCCL_STREAM stream);
-ncclResult_t pncclAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclComm_t comm, CHORUS_RCCL_STREAM stream);
+ncclResult_t ncclAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                          CHORUS_RCCL_STREAM stream);
+ncclResult_t pncclAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                           CHORUS_RCCL_STREAM stream);
 
 /** All-to-all with per-peer counts and displacements (elements, not bytes): this rank sends sendcounts[j]
  * elements from sendbuff + sdispls[j] to rank j and receives recvcounts[j] elements from rank j into
  * recvbuff + rdispls[j]. sendbuff and recvbuff must not be the same buffer. */
 ncclResult_t ncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[], void* recvbuff,
-                           const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
-                           ncclComm_t comm, CHORUS_RCCL_STREAM stream);
+                           const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+                           CHORUS_RCCL_STREAM stream);
 ncclResult_t pncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[], void* recvbuff,
-                            const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
-                            ncclComm_t comm, CHORUS_RCCL_STREAM stream);
+                            const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+                            CHORUS_RCCL_STREAM stream);
 
 /** MSCCL: load an algorithm file. chorus returns ncclInvalidUsage (MSCCL algorithms are not supported). */
 ncclResult_t mscclLoadAlgo(const char* mscclAlgoFilePath, mscclAlgoHandle_t* mscclAlgoHandle, int rank);

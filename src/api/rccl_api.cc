@@ -46,8 +46,8 @@ NCCL_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size_
 }
 
 NCCL_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
-         void* recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
-         ncclComm_t comm, cudaStream_t stream) {
+         void* recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+         cudaStream_t stream) {
   CHORUS_CHECK(chorus::checkCommUsable(comm, "ncclAllToAllv"));
   int nranks = 0, rank = 0;
   CHORUS_CHECK(ncclCommCount(comm, &nranks));
@@ -95,8 +95,7 @@ NCCL_API(ncclResult_t, mscclLoadAlgo, const char* mscclAlgoFilePath, mscclAlgoHa
 
 NCCL_API(ncclResult_t, mscclRunAlgo, const void* sendBuff, const size_t sendCounts[], const size_t sDisPls[],
          void* recvBuff, const size_t recvCounts[], const size_t rDisPls[], size_t count, ncclDataType_t dataType,
-         int root, int peer, ncclRedOp_t op, mscclAlgoHandle_t mscclAlgoHandle, ncclComm_t comm,
-         cudaStream_t stream) {
+         int root, int peer, ncclRedOp_t op, mscclAlgoHandle_t mscclAlgoHandle, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_FAIL(nullptr, ncclInvalidUsage,
               "mscclRunAlgo(handle %d): MSCCL algorithms are not supported by chorus (docs/status.md)",
               mscclAlgoHandle);

@@ -58,7 +58,8 @@ void runAllToAllv(RankCtx& ctx, ncclDataType_t dtype) {
     }
   }
   for (size_t k = 0; k < recv.size(); k++)
-    if (!inBlock[k]) ASSERT_EQ(recv[k], static_cast<T>(kUntouched)) << "rank " << r << " wrote outside its blocks at " << k;
+    if (!inBlock[k])
+      ASSERT_EQ(recv[k], static_cast<T>(kUntouched)) << "rank " << r << " wrote outside its blocks at " << k;
 }
 
 class AllToAllv : public ::testing::TestWithParam<int> {};
@@ -142,8 +143,8 @@ TEST(Msccl, EntryPointsAreRefused) {
   EXPECT_EQ(mscclLoadAlgo("/nonexistent/algo.xml", &h, 0), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("MSCCL algorithms are not supported"), std::string::npos)
       << ncclGetLastError(nullptr);
-  EXPECT_EQ(mscclRunAlgo(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, ncclFloat, 0, 0, ncclSum, h,
-                         nullptr, nullptr),
+  EXPECT_EQ(mscclRunAlgo(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, ncclFloat, 0, 0, ncclSum, h, nullptr,
+                         nullptr),
             ncclInvalidUsage);
   EXPECT_EQ(mscclUnloadAlgo(h), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("mscclUnloadAlgo"), std::string::npos);

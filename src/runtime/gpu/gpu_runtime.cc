@@ -173,8 +173,7 @@ class BuiltinGpuRuntime final : public GpuRuntime {
 
   uint64_t clockTicksPerMs(int dev) override {
     uint64_t ticks = 0;
-    if (check(gpu::gpuClockTicksPerMs(dev, &ticks), "DeviceGetAttribute(wall clock rate, %d)", dev) !=
-        ncclSuccess) {
+    if (check(gpu::gpuClockTicksPerMs(dev, &ticks), "DeviceGetAttribute(wall clock rate, %d)", dev) != ncclSuccess) {
       return 0;
     }
     return ticks;
@@ -189,8 +188,7 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t streamSynchronize(cudaStream_t stream) override {
-    return check(gpu::gpuStreamSynchronize(gpu::toStream(stream)), "StreamSynchronize(%p)",
-                 static_cast<void*>(stream));
+    return check(gpu::gpuStreamSynchronize(gpu::toStream(stream)), "StreamSynchronize(%p)", static_cast<void*>(stream));
   }
 
   ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {

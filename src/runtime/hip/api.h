@@ -66,9 +66,7 @@ inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
   return e;
 }
 inline Error gpuStreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
-inline Error gpuMemcpyToHost(void* dst, const void* src, size_t n) {
-  return hipMemcpy(dst, src, n, hipMemcpyDefault);
-}
+inline Error gpuMemcpyToHost(void* dst, const void* src, size_t n) { return hipMemcpy(dst, src, n, hipMemcpyDefault); }
 
 /// The memory kind of a successful gpuPointerGetAttributes. HIP before 6.0 names the field memoryType and flags
 /// managed memory separately; 6.0 renamed it to type, like CUDA.
