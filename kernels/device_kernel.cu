@@ -17,8 +17,7 @@ __global__ void __launch_bounds__(kDevThreads) collKernel(CHORUS_GRID_CONSTANT c
   // Raw storage: DevShared's members have initialisers, which __shared__ variables may not run.
   alignas(DevShared) __shared__ unsigned char sharedRaw[sizeof(DevShared)];
   DevShared& shared = *reinterpret_cast<DevShared*>(sharedRaw);
-  runDevBlock(work, static_cast<int>(blockIdx.x), shared, static_cast<int>(threadIdx.x),
-              static_cast<int>(blockDim.x));
+  runDevBlock(work, static_cast<int>(blockIdx.x), shared, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
 int launchCollKernel(const DevWork& work, int threads, void* stream) {
@@ -26,7 +25,9 @@ int launchCollKernel(const DevWork& work, int threads, void* stream) {
   hipLaunchKernelGGL(collKernel, dim3(work.nChannels), dim3(threads), 0, static_cast<hipStream_t>(stream), work);
   return static_cast<int>(hipGetLastError());
 #else
+  // clang-format off
   collKernel<<<work.nChannels, threads, 0, static_cast<cudaStream_t>(stream)>>>(work);
+  // clang-format on
   return static_cast<int>(cudaGetLastError());
 #endif
 }

@@ -76,8 +76,7 @@ class DevicePlatform {
   }
 
   /// LL: thread t waits for lines t, t + nt, ...; a line is ready when its flag half equals `flag`.
-  CHORUS_HOST_DEVICE ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag,
-                                            uint32_t* words) {
+  CHORUS_HOST_DEVICE ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words) {
     int res = 0;
     for (size_t i = tid_; i < n && res == 0; i += nt_) {
       uint64_t v;
@@ -123,7 +122,8 @@ class DevicePlatform {
     for (size_t i = tid_; i < nw; i += nt_) storeRelaxed(&d[i], flag | pw[i]);
     if (tid_ == 0 && bytes % 4) {
       uint32_t w = 0;
-      for (size_t b = 0; b < bytes % 4; b++) w |= static_cast<uint32_t>(static_cast<uint8_t>(payload[4 * nw + b])) << (8 * b);
+      for (size_t b = 0; b < bytes % 4; b++)
+        w |= static_cast<uint32_t>(static_cast<uint8_t>(payload[4 * nw + b])) << (8 * b);
       storeRelaxed(&d[nw], flag | w);
     }
     blockSync();
@@ -184,8 +184,7 @@ class DevicePlatform {
     blockSync();
     if (tid_ == 0) {
       int failed = sh_.failed;
-      if (res != ncclSuccess && failed == 0)
-        failed = (static_cast<int>(PoisonReason::kError) << 16) | (w_.rank + 1);
+      if (res != ncclSuccess && failed == 0) failed = (static_cast<int>(PoisonReason::kError) << 16) | (w_.rank + 1);
       for (int i = 0; i < sh_.nFifos; i++) {
         const Fifo& f = sh_.fifos[i];
         if (failed != 0) {

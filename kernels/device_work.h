@@ -14,16 +14,16 @@
 namespace chorus {
 
 /// Size limits of one launch (the argument stays under the 4 KiB every CUDA and HIP target accepts).
-constexpr int kDevMaxSteps = 40;     ///< schedule steps over all channels (ring over 8 ranks, 2 channels: 30)
-constexpr int kDevMaxFifos = 24;     ///< connection ends one launch uses
-constexpr int kDevMaxChannels = 2;   ///< blocks of the kernel (one schedule each)
-constexpr int kDevMaxP2P = 8;        ///< sends (and receives) in one point-to-point launch
+constexpr int kDevMaxSteps = 40;    ///< schedule steps over all channels (ring over 8 ranks, 2 channels: 30)
+constexpr int kDevMaxFifos = 24;    ///< connection ends one launch uses
+constexpr int kDevMaxChannels = 2;  ///< blocks of the kernel (one schedule each)
+constexpr int kDevMaxP2P = 8;       ///< sends (and receives) in one point-to-point launch
 
 /// One connection end as the kernel sees it: FIFO memory mapped for this device and this end's step counter,
 /// which lives in this rank's device memory and carries over from one launch to the next (stream order).
 struct DevFifo {
-  char* base;       ///< FIFO memory (kernels/fifo.h layout), local, peer (IPC) or pinned host
-  uint64_t* step;   ///< this end's slots produced (send) or consumed (recv) so far
+  char* base;      ///< FIFO memory (kernels/fifo.h layout), local, peer (IPC) or pinned host
+  uint64_t* step;  ///< this end's slots produced (send) or consumed (recv) so far
   FifoGeometry geo;
   int16_t channel;
   int16_t peer;
@@ -34,14 +34,14 @@ struct DevFifo {
 /// Written by the kernel (pinned host memory) when a launch fails; read by the host at the next call and by
 /// ncclCommGetAsyncError. code 0 means no failure.
 struct DevStatus {
-  uint32_t code;      ///< ncclResult_t of the failure
-  uint32_t reason;    ///< PoisonReason
-  int32_t channel;    ///< block that failed
-  int32_t peer;       ///< peer it was waiting for or that sent the offending slot
-  uint32_t step;      ///< schedule step index
-  uint32_t what;      ///< DevWait: what the kernel was waiting for
-  uint64_t seq;       ///< operation sequence number
-  uint64_t got[3];    ///< for a mismatch: the peer's slot header {seq, count, desc | root << 32}
+  uint32_t code;    ///< ncclResult_t of the failure
+  uint32_t reason;  ///< PoisonReason
+  int32_t channel;  ///< block that failed
+  int32_t peer;     ///< peer it was waiting for or that sent the offending slot
+  uint32_t step;    ///< schedule step index
+  uint32_t what;    ///< DevWait: what the kernel was waiting for
+  uint64_t seq;     ///< operation sequence number
+  uint64_t got[3];  ///< for a mismatch: the peer's slot header {seq, count, desc | root << 32}
 };
 
 /// What a failed kernel was waiting for.
@@ -68,11 +68,11 @@ struct DevWork {
   size_t recvCounts[kDevMaxP2P];
   Fingerprint sendFps[kDevMaxP2P];
   Fingerprint recvFps[kDevMaxP2P];
-  char* scratch;          ///< per block: 2 staging areas of scratchBytes (LL unpacking)
+  char* scratch;  ///< per block: 2 staging areas of scratchBytes (LL unpacking)
   uint64_t scratchBytes;
-  DevStatus* status;      ///< device view of the communicator's pinned status word
+  DevStatus* status;                  ///< device view of the communicator's pinned status word
   const volatile int32_t* abortFlag;  ///< device view of the communicator's pinned abort word
-  uint64_t timeoutTicks;  ///< longest wait in device-timer ticks (0: none)
+  uint64_t timeoutTicks;              ///< longest wait in device-timer ticks (0: none)
   int32_t rank;
   int32_t pad1;
 };

@@ -65,19 +65,24 @@ CHORUS_HOST_DEVICE inline void reduceTypedBlock(const RedOp& op, void* dst, cons
   bool pre = (flags & kPreLocal) && op.kind == RedKind::kPreMulSum;
   bool post = (flags & kPostOp) && op.kind == RedKind::kSumPostDiv;
   switch (op.kind) {
-    case RedKind::kSum: return reduceLoop(FuncSum<T>(op), d, r, l, n, false, false, tid, nt);
-    case RedKind::kProd: return reduceLoop(FuncProd<T>(op), d, r, l, n, false, false, tid, nt);
-    case RedKind::kMin: return reduceLoop(FuncMin<T>(op), d, r, l, n, false, false, tid, nt);
-    case RedKind::kMax: return reduceLoop(FuncMax<T>(op), d, r, l, n, false, false, tid, nt);
-    case RedKind::kPreMulSum: return reduceLoop(FuncPreMulSum<T>(op), d, r, l, n, pre, false, tid, nt);
-    case RedKind::kSumPostDiv: return reduceLoop(FuncSumPostDiv<T>(op), d, r, l, n, false, post, tid, nt);
+    case RedKind::kSum:
+      return reduceLoop(FuncSum<T>(op), d, r, l, n, false, false, tid, nt);
+    case RedKind::kProd:
+      return reduceLoop(FuncProd<T>(op), d, r, l, n, false, false, tid, nt);
+    case RedKind::kMin:
+      return reduceLoop(FuncMin<T>(op), d, r, l, n, false, false, tid, nt);
+    case RedKind::kMax:
+      return reduceLoop(FuncMax<T>(op), d, r, l, n, false, false, tid, nt);
+    case RedKind::kPreMulSum:
+      return reduceLoop(FuncPreMulSum<T>(op), d, r, l, n, pre, false, tid, nt);
+    case RedKind::kSumPostDiv:
+      return reduceLoop(FuncSumPostDiv<T>(op), d, r, l, n, false, post, tid, nt);
   }
 }
 
 // Only called when the copy applies a step: premulsum's pre-multiplication or sumpostdiv's division.
 template <typename T>
-CHORUS_HOST_DEVICE inline void copyTypedBlock(const RedOp& op, void* dst, const void* src, size_t n, int tid,
-                                              int nt) {
+CHORUS_HOST_DEVICE inline void copyTypedBlock(const RedOp& op, void* dst, const void* src, size_t n, int tid, int nt) {
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
   if (op.kind == RedKind::kPreMulSum) {
@@ -97,33 +102,57 @@ CHORUS_HOST_DEVICE inline bool copyTransforms(const RedOp& op, uint32_t flags) {
          ((flags & kPostOp) && op.kind == RedKind::kSumPostDiv);
 }
 
-#define CHORUS_DTYPE_SWITCH(dtype, CALL)                          \
-  switch (DataType(dtype)) {                                      \
-    case DataType::kInt8: CALL(int8_t); break;                    \
-    case DataType::kUint8: CALL(uint8_t); break;                  \
-    case DataType::kInt32: CALL(int32_t); break;                  \
-    case DataType::kUint32: CALL(uint32_t); break;                \
-    case DataType::kInt64: CALL(int64_t); break;                  \
-    case DataType::kUint64: CALL(uint64_t); break;                \
-    case DataType::kFloat16: CALL(Half); break;                   \
-    case DataType::kFloat32: CALL(float); break;                  \
-    case DataType::kFloat64: CALL(double); break;                 \
-    case DataType::kBfloat16: CALL(BFloat16); break;              \
-    case DataType::kFloat8e4m3: CALL(Fp8E4M3); break;             \
-    case DataType::kFloat8e5m2: CALL(Fp8E5M2); break;             \
+#define CHORUS_DTYPE_SWITCH(dtype, CALL) \
+  switch (DataType(dtype)) {             \
+    case DataType::kInt8:                \
+      CALL(int8_t);                      \
+      break;                             \
+    case DataType::kUint8:               \
+      CALL(uint8_t);                     \
+      break;                             \
+    case DataType::kInt32:               \
+      CALL(int32_t);                     \
+      break;                             \
+    case DataType::kUint32:              \
+      CALL(uint32_t);                    \
+      break;                             \
+    case DataType::kInt64:               \
+      CALL(int64_t);                     \
+      break;                             \
+    case DataType::kUint64:              \
+      CALL(uint64_t);                    \
+      break;                             \
+    case DataType::kFloat16:             \
+      CALL(Half);                        \
+      break;                             \
+    case DataType::kFloat32:             \
+      CALL(float);                       \
+      break;                             \
+    case DataType::kFloat64:             \
+      CALL(double);                      \
+      break;                             \
+    case DataType::kBfloat16:            \
+      CALL(BFloat16);                    \
+      break;                             \
+    case DataType::kFloat8e4m3:          \
+      CALL(Fp8E4M3);                     \
+      break;                             \
+    case DataType::kFloat8e5m2:          \
+      CALL(Fp8E5M2);                     \
+      break;                             \
   }
 
 /// dst[i] = post?(recv[i] op pre?(local[i])) over the block's threads; dst may equal recv or local.
 CHORUS_HOST_DEVICE inline void blockReduce(const RedOp& op, void* dst, const void* recv, const void* local, size_t n,
-                                           uint32_t flags, int tid, int nt) {
+                                           uint32_t flags, int tid, int nt){
 #define CHORUS_REDUCE_CALL(T) detail::reduceTypedBlock<T>(op, dst, recv, local, n, flags, tid, nt)
-  CHORUS_DTYPE_SWITCH(op.dtype, CHORUS_REDUCE_CALL)
+    CHORUS_DTYPE_SWITCH(op.dtype, CHORUS_REDUCE_CALL)
 #undef CHORUS_REDUCE_CALL
 }
 
 /// dst[i] = post?(pre?(src[i])) over the block's threads; a plain byte copy when no step applies.
-CHORUS_HOST_DEVICE inline void blockCopy(const RedOp& op, void* dst, const void* src, size_t n, uint32_t flags,
-                                         int tid, int nt) {
+CHORUS_HOST_DEVICE
+    inline void blockCopy(const RedOp& op, void* dst, const void* src, size_t n, uint32_t flags, int tid, int nt) {
   if (!copyTransforms(op, flags) || op.dtype < 0) {
     blockCopyBytes(static_cast<char*>(dst), static_cast<const char*>(src), n * DType::size(op.dtype), tid, nt);
     return;

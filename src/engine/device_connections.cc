@@ -27,10 +27,10 @@ constexpr uint64_t kReady = 0x63686f7275734456ull;  // "chorusDV"
 
 /// What the owner of a device FIFO publishes for the other end.
 struct Rendezvous {
-  uint64_t ready;     ///< kReady once the fields below are written
+  uint64_t ready;  ///< kReady once the fields below are written
   uint64_t ownerPid;
   int32_t ownerDev;
-  int32_t mode;       ///< 0: GPU memory (ptr in-process, handle otherwise), 1: pinned shm segment hostName
+  int32_t mode;  ///< 0: GPU memory (ptr in-process, handle otherwise), 1: pinned shm segment hostName
   uint64_t ptr;
   IpcHandle handle;
   char hostName[96];
@@ -167,15 +167,15 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
   if (far.hostHash != me.hostHash)
     CHORUS_FAIL(comm_, ncclInvalidUsage,
                 "rank %d: device buffers between hosts (rank %d on %s) need the network staging path, which this "
-                "build does not have yet; use host buffers across hosts (docs/status.md)", comm_->rank, peer,
-                far.hostname);
+                "build does not have yet; use host buffers across hosts (docs/status.md)",
+                comm_->rank, peer, far.hostname);
   int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
   std::string name = rendezvousName(ch, from, to);
   int err = 0;
   auto* rv = static_cast<Rendezvous*>(mapNamed(name, kRendezvousBytes, true, &err));
   if (rv == nullptr)
-    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: creating %s for the device connection with rank %d: %s",
-                comm_->rank, name.c_str(), peer, strerror(err));
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: creating %s for the device connection with rank %d: %s", comm_->rank,
+                name.c_str(), peer, strerror(err));
   rendezvous_.push_back(name);
   Rendezvous r = {};
   r.ownerPid = static_cast<uint64_t>(getpid());
@@ -207,8 +207,8 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
     void* dev = nullptr;
     if (c->hostSeg == nullptr || rt_->hostRegister(c->hostSeg, bytes, &dev) != ncclSuccess) {
       munmap(rv, kRendezvousBytes);
-      CHORUS_FAIL(comm_, ncclSystemError, "rank %d: pinned FIFO %s for rank %d: %s", comm_->rank,
-                  c->hostName.c_str(), peer, c->hostSeg ? rt_->lastError().c_str() : strerror(err));
+      CHORUS_FAIL(comm_, ncclSystemError, "rank %d: pinned FIFO %s for rank %d: %s", comm_->rank, c->hostName.c_str(),
+                  peer, c->hostSeg ? rt_->lastError().c_str() : strerror(err));
     }
     r.mode = 1;
     snprintf(r.hostName, sizeof(r.hostName), "%s", c->hostName.c_str());
@@ -229,8 +229,8 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
   int err = 0;
   auto* rv = static_cast<Rendezvous*>(mapNamed(name, kRendezvousBytes, true, &err));
   if (rv == nullptr)
-    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: opening %s for the device connection with rank %d: %s",
-                comm_->rank, name.c_str(), peer, strerror(err));
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: opening %s for the device connection with rank %d: %s", comm_->rank,
+                name.c_str(), peer, strerror(err));
   Deadline deadline = Deadline::fromEnv();
   Backoff backoff;
   while (__atomic_load_n(&rv->ready, __ATOMIC_ACQUIRE) != kReady) {
@@ -241,8 +241,10 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
     if (why == nullptr && deadline.expired()) why = "it did not call the same operation before CHORUS_TIMEOUT_S";
     if (why) {
       munmap(rv, kRendezvousBytes);
-      CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: waiting for rank %d to set up the device connection on channel "
-                  "%d: %s", comm_->rank, peer, ch, why);
+      CHORUS_FAIL(comm_, ncclRemoteError,
+                  "rank %d: waiting for rank %d to set up the device connection on channel "
+                  "%d: %s",
+                  comm_->rank, peer, ch, why);
     }
     backoff.pause();
   }

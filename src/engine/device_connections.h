@@ -23,12 +23,12 @@ namespace chorus {
 /// One end of one device connection.
 struct DevConn {
   DevFifo fifo{};
-  void* ownedDev = nullptr;   ///< FIFO memory this end allocated (deviceAlloc)
-  void* opened = nullptr;     ///< the peer's FIFO memory mapped through IPC
-  void* hostSeg = nullptr;    ///< pinned shm FIFO (mapped and registered)
+  void* ownedDev = nullptr;  ///< FIFO memory this end allocated (deviceAlloc)
+  void* opened = nullptr;    ///< the peer's FIFO memory mapped through IPC
+  void* hostSeg = nullptr;   ///< pinned shm FIFO (mapped and registered)
   size_t hostSize = 0;
-  std::string hostName;       ///< its name, unlinked once both ends have it
-  const char* kind = "";      ///< "local", "p2p/IPC", "shm (pinned host)"
+  std::string hostName;   ///< its name, unlinked once both ends have it
+  const char* kind = "";  ///< "local", "p2p/IPC", "shm (pinned host)"
 };
 
 /// Lazily created device connections of one communicator.

@@ -21,10 +21,14 @@ IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 65536,
 
 const char* waitText(uint32_t what) {
   switch (what) {
-    case kDevWaitSpace: return "for FIFO space toward";
-    case kDevWaitData: return "for data from";
-    case kDevWaitLL: return "for LL data from";
-    default: return "on";
+    case kDevWaitSpace:
+      return "for FIFO space toward";
+    case kDevWaitData:
+      return "for data from";
+    case kDevWaitLL:
+      return "for LL data from";
+    default:
+      return "on";
   }
 }
 
@@ -32,8 +36,7 @@ size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
-DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner)
-    : comm_(comm), rt_(rt), planner_(planner) {
+DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner) : comm_(comm), rt_(rt), planner_(planner) {
   nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, kDevChannels.get())));
   llMax_ = kDevLLMax.get();
 }
@@ -92,14 +95,16 @@ ncclResult_t DeviceEngine::checkStatus() {
     snprintf(msg, sizeof(msg), "rank %d: device operation #%lu does not match rank %d's call %s (channel %d, step %u)",
              comm_->rank, static_cast<unsigned long>(st->seq), peer, theirs.c_str(), st->channel, st->step);
   } else {
-    const char* why = reason == PoisonReason::kTimeout   ? "no progress before CHORUS_TIMEOUT_S"
-                      : reason == PoisonReason::kAborted ? "the communicator was aborted"
+    const char* why = reason == PoisonReason::kTimeout    ? "no progress before CHORUS_TIMEOUT_S"
+                      : reason == PoisonReason::kAborted  ? "the communicator was aborted"
                       : reason == PoisonReason::kPeerDied ? "a peer process died"
                                                           : "a peer failed";
     int culprit = static_cast<int>(st->got[0]) - 1;
-    snprintf(msg, sizeof(msg), "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): "
-             "%s%s%d", comm_->rank, static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel,
-             st->step, why, reason == PoisonReason::kTimeout ? "; rank " : "; reported by or about rank ",
+    snprintf(msg, sizeof(msg),
+             "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): "
+             "%s%s%d",
+             comm_->rank, static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel, st->step, why,
+             reason == PoisonReason::kTimeout ? "; rank " : "; reported by or about rank ",
              reason == PoisonReason::kTimeout ? peer : culprit);
   }
   comm_->state.store(static_cast<int>(CommState::kFailed));
@@ -132,8 +137,10 @@ ncclResult_t DeviceEngine::addFifos(DevWork* w, const std::vector<std::tuple<int
   for (const auto& k : need)
     if (std::find(unique.begin(), unique.end(), k) == unique.end()) unique.push_back(k);
   if (unique.size() > static_cast<size_t>(kDevMaxFifos))
-    CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: this device operation needs %zu connections; one launch holds "
-                "at most %d (fewer ranks, or host buffers)", comm_->rank, unique.size(), kDevMaxFifos);
+    CHORUS_FAIL(comm_, ncclInvalidUsage,
+                "rank %d: this device operation needs %zu connections; one launch holds "
+                "at most %d (fewer ranks, or host buffers)",
+                comm_->rank, unique.size(), kDevMaxFifos);
   std::vector<DevFifo> fifos;
   CHORUS_CHECK(conns_->get(unique, &fifos));
   w->nFifos = static_cast<uint8_t>(fifos.size());
@@ -153,8 +160,9 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   CollPlan plan;
   bool empty = false;
-  if (planner_->planColl(op, nChannels_, static_cast<size_t>(llMax_), [this](size_t b) { return outScratch(b); },
-                         &plan, &empty) != ncclSuccess)
+  if (planner_->planColl(
+          op, nChannels_, static_cast<size_t>(llMax_), [this](size_t b) { return outScratch(b); }, &plan, &empty) !=
+      ncclSuccess)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no schedule for %s", comm_->rank, collName(op.coll));
   if (empty) return ncclSuccess;
   if (plan.nChannels > kDevMaxChannels)
@@ -184,9 +192,10 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
     const Schedule& s = (*plan.scheds)[ch];
     w.chanFirst[ch] = static_cast<uint16_t>(nSteps);
     if (nSteps + s.steps.size() > static_cast<size_t>(kDevMaxSteps))
-      CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: %s over %d ranks needs more than the %d schedule steps one "
-                  "device launch holds (set NCCL_ALGO, CHORUS_DEVICE_NCHANNELS=1, or use host buffers)", comm_->rank,
-                  collName(op.coll), comm_->nranks, kDevMaxSteps);
+      CHORUS_FAIL(comm_, ncclInvalidUsage,
+                  "rank %d: %s over %d ranks needs more than the %d schedule steps one "
+                  "device launch holds (set NCCL_ALGO, CHORUS_DEVICE_NCHANNELS=1, or use host buffers)",
+                  comm_->rank, collName(op.coll), comm_->nranks, kDevMaxSteps);
     for (const Step& st : s.steps) {
       w.steps[nSteps++] = st;
       if (execRecvs(st.op)) need.emplace_back(ch, st.recvPeer, false);
@@ -202,11 +211,13 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
   P2PPlan plan;
   planner_->planP2P(batch, &plan);
   if (plan.maxBytes == 0) return ncclSuccess;
-  if (plan.sendPtrs.size() > static_cast<size_t>(kDevMaxP2P) || plan.recvPtrs.size() > static_cast<size_t>(kDevMaxP2P) ||
+  if (plan.sendPtrs.size() > static_cast<size_t>(kDevMaxP2P) ||
+      plan.recvPtrs.size() > static_cast<size_t>(kDevMaxP2P) ||
       plan.schedule.steps.size() > static_cast<size_t>(kDevMaxSteps))
-    CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: a group of %zu sends and %zu receives on device buffers exceeds "
-                "the %d of each one launch holds; split the group", comm_->rank, plan.sendPtrs.size(),
-                plan.recvPtrs.size(), kDevMaxP2P);
+    CHORUS_FAIL(comm_, ncclInvalidUsage,
+                "rank %d: a group of %zu sends and %zu receives on device buffers exceeds "
+                "the %d of each one launch holds; split the group",
+                comm_->rank, plan.sendPtrs.size(), plan.recvPtrs.size(), kDevMaxP2P);
   DevWork w;
   std::memset(&w, 0, sizeof(w));
   w.p2p = 1;

@@ -45,7 +45,7 @@ class DeviceEngine {
   int64_t llMax_ = 0;
   void* statusHost_ = nullptr;  ///< DevStatus followed by the abort word, pinned and mapped
   void* statusDev_ = nullptr;
-  char* scratch_ = nullptr;      ///< kDevMaxChannels x 2 staging areas of scratchBytes_
+  char* scratch_ = nullptr;  ///< kDevMaxChannels x 2 staging areas of scratchBytes_
   size_t scratchBytes_ = 0;
   std::vector<std::pair<char*, size_t>> outScratch_;  ///< ncclReduce output stand-ins (kept until destroy)
   std::set<cudaStream_t> streams_;  ///< streams this communicator launched on (synchronised at destroy)

@@ -51,11 +51,16 @@ bool Planner::isInPlaceOffset(const OpDesc& op) const {
   auto s = reinterpret_cast<uintptr_t>(op.sendbuff);
   auto r = reinterpret_cast<uintptr_t>(op.recvbuff);
   switch (op.coll) {
-    case Coll::kAllGather: return s == r + bytes * comm_->rank;
-    case Coll::kReduceScatter: return r == s + bytes * comm_->rank;
-    case Coll::kGather: return s == r + bytes * op.root;
-    case Coll::kScatter: return r == s + bytes * op.root;
-    default: return false;
+    case Coll::kAllGather:
+      return s == r + bytes * comm_->rank;
+    case Coll::kReduceScatter:
+      return r == s + bytes * comm_->rank;
+    case Coll::kGather:
+      return s == r + bytes * op.root;
+    case Coll::kScatter:
+      return r == s + bytes * op.root;
+    default:
+      return false;
   }
 }
 
@@ -83,18 +88,32 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, size_t llMaxBytes, c
   map.esize = es;
   size_t N = op.count;
   switch (op.coll) {
-    case Coll::kAllGather: map.inTotal = N, map.outTotal = N * n; break;
-    case Coll::kReduceScatter: map.inTotal = N * n, map.outTotal = N; break;
-    case Coll::kAllToAll: map.inTotal = map.outTotal = N * n; break;
-    case Coll::kGather: map.inTotal = N, map.outTotal = comm_->rank == op.root ? N * n : 0; break;
-    case Coll::kScatter: map.inTotal = comm_->rank == op.root ? N * n : 0, map.outTotal = N; break;
-    case Coll::kBroadcast: map.inTotal = comm_->rank == op.root ? N : 0, map.outTotal = N; break;
+    case Coll::kAllGather:
+      map.inTotal = N, map.outTotal = N * n;
+      break;
+    case Coll::kReduceScatter:
+      map.inTotal = N * n, map.outTotal = N;
+      break;
+    case Coll::kAllToAll:
+      map.inTotal = map.outTotal = N * n;
+      break;
+    case Coll::kGather:
+      map.inTotal = N, map.outTotal = comm_->rank == op.root ? N * n : 0;
+      break;
+    case Coll::kScatter:
+      map.inTotal = comm_->rank == op.root ? N * n : 0, map.outTotal = N;
+      break;
+    case Coll::kBroadcast:
+      map.inTotal = comm_->rank == op.root ? N : 0, map.outTotal = N;
+      break;
     case Coll::kReduce:
       // Non-root ranks may pass no recvbuff, but tree schedules accumulate in the output.
       map.inTotal = map.outTotal = N;
       if (comm_->rank != op.root) map.out = outStandIn;
       break;
-    default: map.inTotal = map.outTotal = N; break;
+    default:
+      map.inTotal = map.outTotal = N;
+      break;
   }
   // Blocks are the unit the schedule names; for allreduce over several blocks, split the
   // count evenly (rounded to 16 elements so that slices stay vector-aligned).
@@ -106,7 +125,8 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, size_t llMaxBytes, c
   map.tileElems = std::max<size_t>(1, (static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2) / es);
   p.nTiles = (p.chanElems + map.tileElems - 1) / map.tileElems;
   p.reducing = collReducing(op.coll);
-  p.fp = Fingerprint{seq, op.count, packDesc(op.coll, op.dtype, p.reducing ? op.op : 0), collRooted(op.coll) ? op.root : -1};
+  p.fp = Fingerprint{seq, op.count, packDesc(op.coll, op.dtype, p.reducing ? op.op : 0),
+                     collRooted(op.coll) ? op.root : -1};
   p.red = redOpFor(op);
   p.label = OpLabel{collName(op.coll), seq, op.count, op.dtype};
   return ncclSuccess;

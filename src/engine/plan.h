@@ -21,7 +21,7 @@ struct CollPlan {
   Choice choice{};
   int nChannels = 1;
   const std::vector<Schedule>* scheds = nullptr;  ///< one per channel
-  BlockMap map;            ///< chanStart/chanEnd left for the runner (channel c: [c * chanElems, ...))
+  BlockMap map;  ///< chanStart/chanEnd left for the runner (channel c: [c * chanElems, ...))
   size_t chanElems = 0;
   size_t nTiles = 0;
   uint32_t sliceBytes = 0;
@@ -76,8 +76,7 @@ class Planner {
   const FifoGeometry& geometry() const { return geo_; }
 
  private:
-  ncclResult_t plan(const OpDesc& op, int nChannels, size_t llMaxBytes, char* outStandIn, CollPlan* out,
-                    bool* empty);
+  ncclResult_t plan(const OpDesc& op, int nChannels, size_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
   bool isInPlaceOffset(const OpDesc& op) const;
   RedOp redOpFor(const OpDesc& op) const;

@@ -204,7 +204,8 @@ TEST(DevicePathOneProcess, InitAllWithARepeatedDevice) {
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < n; r++)
     ASSERT_EQ(ncclAllReduce(bufs[r]->as<float>(), bufs[r]->as<float>(), N, ncclFloat32, ncclSum, comms[r],
-                            reinterpret_cast<cudaStream_t>(uintptr_t(r + 1))), ncclSuccess);
+                            reinterpret_cast<cudaStream_t>(uintptr_t(r + 1))),
+              ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < N; i++) ASSERT_EQ(bufs[r]->as<float>()[i], 3.0f + 3.0f * float(i % 5));

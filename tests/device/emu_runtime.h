@@ -54,7 +54,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::string lastError() override;
 
   int devices = 1;
-  bool peerAccess = true;  ///< false: device connections fall back to pinned shared memory
+  bool peerAccess = true;        ///< false: device connections fall back to pinned shared memory
   std::atomic<int> launches{0};  ///< kernels run (all threads)
 
  private:
@@ -64,8 +64,8 @@ class EmuRuntime : public chorus::GpuRuntime {
     int dev;
   };
   std::mutex mutex_;
-  std::map<char*, Alloc> allocs_;          ///< device allocations by base
-  std::map<char*, size_t> opened_;         ///< IPC mappings
+  std::map<char*, Alloc> allocs_;   ///< device allocations by base
+  std::map<char*, size_t> opened_;  ///< IPC mappings
   std::string lastError_;
 };
 

@@ -41,7 +41,9 @@ struct Dev {
     cudaFree(recv);
     cudaStreamDestroy(stream);
   }
-  void upload(const std::vector<float>& h) { EXPECT_EQ(cudaMemcpy(send, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess); }
+  void upload(const std::vector<float>& h) {
+    EXPECT_EQ(cudaMemcpy(send, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  }
   std::vector<float> download(const float* p, size_t n) {
     std::vector<float> h(n);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
