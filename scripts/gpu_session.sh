@@ -43,13 +43,18 @@ print(f"{torch.cuda.get_device_name()}: copy of {n} B in {t*1e6:.1f} us = {n/t/1
       f"({2*n/t/1e9:.1f} GB/s of HBM traffic, read + write)")
 PY
 cat "$OUT/roofline.txt"
+# Several ranks on the one GPU: one process with -g ranks (their kernels run concurrently). Separate processes
+# time-slice the GPU without MPS (docs/device_path.md), so they get one small run to show that they work.
 for np in 2 4 8; do
   for t in all_reduce all_gather reduce_scatter alltoall; do
-    log "$t n=$np"
-    timeout 300 "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/${t}_perf" -b 8 -e 256M -f 4 --mem device \
-      > "$OUT/${t}_n${np}.log" 2>&1; tail -4 "$OUT/${t}_n${np}.log"
+    log "$t g=$np"
+    timeout 300 "$BUILD/perf/${t}_perf" -g "$np" -b 8 -e 256M -f 4 --mem device \
+      > "$OUT/${t}_g${np}.log" 2>&1; tail -4 "$OUT/${t}_g${np}.log"
   done
 done
+log "all_reduce, 2 processes through IPC"
+timeout 300 "$BUILD/perf/chorusrun" -n 2 "$BUILD/perf/all_reduce_perf" -b 8 -e 16M -f 8 --mem device \
+  > "$OUT/all_reduce_n2_processes.log" 2>&1; tail -4 "$OUT/all_reduce_n2_processes.log"
 log "latency 8 B - 64 KiB, 1 rank: chorus vs NVIDIA NCCL (PyTorch's) with the same tool"
 "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 64K -f 2 --mem device > "$OUT/latency_chorus_g1.log" 2>&1
 NV=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
