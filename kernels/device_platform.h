@@ -92,22 +92,8 @@ class DevicePlatform {
     return broadcastResult();
   }
 
-  CHORUS_HOST_DEVICE void publishTail(Fifo* f) {
-    blockSync();
-    if (tid_ == 0) {
-      f->step++;
-      storeRelease(&f->ctrl->tail, f->step);
-    }
-    blockSync();
-  }
-  CHORUS_HOST_DEVICE void publishHead(Fifo* f) {
-    blockSync();
-    if (tid_ == 0) {
-      f->step++;
-      storeRelease(&f->ctrl->head, f->step);
-    }
-    blockSync();
-  }
+  CHORUS_HOST_DEVICE void publishTail(Fifo* f) { publish(f, &f->ctrl->tail); }
+  CHORUS_HOST_DEVICE void publishHead(Fifo* f) { publish(f, &f->ctrl->head); }
   CHORUS_HOST_DEVICE void writeHeader(SlotHeader* h, const SlotHeader& v) {
     if (tid_ == 0) *h = v;
   }
@@ -146,27 +132,12 @@ class DevicePlatform {
 
   CHORUS_HOST_DEVICE ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t,
                                            uint32_t step) {
-    if (tid_ == 0) {
-      DevStatus* st = w_.status;
-      if (atomicCas32(&st->code, 0, ncclInvalidUsage) == 0) {
-        st->reason = static_cast<uint32_t>(PoisonReason::kMismatch);
-        st->channel = block_;
-        st->peer = f->peer;
-        st->step = step;
-        st->what = kDevWaitData;
-        st->seq = mine.seq;
-        st->got[0] = got.seq;
-        st->got[1] = got.count;
-        st->got[2] = got.desc | (static_cast<uint64_t>(static_cast<uint32_t>(got.root)) << 32);
-        memoryFence();
-      }
-      sh_.failed = (static_cast<int>(PoisonReason::kMismatch) << 16) | (f->peer + 1);
-    }
+    if (tid_ == 0) record(ncclInvalidUsage, PoisonReason::kMismatch, f->peer, kDevWaitData, f, mine.seq, step, &got);
     blockSync();
     return ncclInvalidUsage;
   }
   CHORUS_HOST_DEVICE ncclResult_t internalError(const char*) {
-    if (tid_ == 0) record(ncclInternalError, PoisonReason::kError, w_.rank, 0, nullptr);
+    if (tid_ == 0) record(ncclInternalError, PoisonReason::kError, w_.rank, 0, nullptr, w_.fp.seq, 0, nullptr);
     blockSync();
     return ncclInternalError;
   }
@@ -238,37 +209,59 @@ class DevicePlatform {
 
   // Between polls: abort, poison from a peer, deadline. Returns 0 or the error (already recorded).
   CHORUS_HOST_DEVICE int check(Fifo* f, uint32_t what, uint64_t* start) {
-    if (*w_.abortFlag != 0) return record(ncclRemoteError, PoisonReason::kAborted, w_.rank, what, f);
+    if (*w_.abortFlag != 0)
+      return record(ncclRemoteError, PoisonReason::kAborted, w_.rank, what, f, w_.fp.seq,
+                    static_cast<uint32_t>(f->step), nullptr);
     uint64_t poison = loadRelaxed(&f->ctrl->poison);
     if (poison != 0) {
       PoisonReason reason = static_cast<PoisonReason>(poison >> 32);
       int culprit = static_cast<int>(poison & 0xffffffffu) - 1;
-      return record(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, what, f);
+      return record(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, what, f,
+                    w_.fp.seq, static_cast<uint32_t>(f->step), nullptr);
     }
     uint64_t now = deviceClock();
     if (*start == 0) {
       *start = now;
     } else if (w_.timeoutTicks != 0 && now - *start > w_.timeoutTicks) {
-      return record(ncclRemoteError, PoisonReason::kTimeout, f->peer, what, f);
+      return record(ncclRemoteError, PoisonReason::kTimeout, f->peer, what, f, w_.fp.seq,
+                    static_cast<uint32_t>(f->step), nullptr);
     }
     return 0;
   }
 
-  // Records the first failure of the launch in DevStatus and marks the block failed.
-  CHORUS_HOST_DEVICE int record(ncclResult_t code, PoisonReason reason, int culprit, uint32_t what, const Fifo* f) {
+  // Records the first failure of the launch in DevStatus and marks the block failed. `step` is the FIFO slot
+  // (waits) or the schedule step (a mismatch, whose offending header is `got`).
+  CHORUS_HOST_DEVICE int record(ncclResult_t code, PoisonReason reason, int culprit, uint32_t what, const Fifo* f,
+                                uint64_t seq, uint32_t step, const SlotHeader* got) {
     DevStatus* st = w_.status;
     if (atomicCas32(&st->code, 0, static_cast<uint32_t>(code)) == 0) {
       st->reason = static_cast<uint32_t>(reason);
       st->channel = block_;
       st->peer = f ? f->peer : culprit;
-      st->step = f ? static_cast<uint32_t>(f->step) : 0;
+      st->step = step;
       st->what = what;
-      st->seq = w_.fp.seq;
-      st->got[0] = static_cast<uint64_t>(culprit + 1);
+      st->seq = seq;
+      if (got) {
+        st->got[0] = got->seq;
+        st->got[1] = got->count;
+        st->got[2] = got->desc | (static_cast<uint64_t>(static_cast<uint32_t>(got->root)) << 32);
+      } else {
+        st->got[0] = static_cast<uint64_t>(culprit + 1);
+      }
       memoryFence();
     }
     sh_.failed = (static_cast<int>(reason) << 16) | (culprit + 1);
     return static_cast<int>(code);
+  }
+
+  // Thread 0 advances f's step and releases it in `word` (tail or head) once the block's accesses are done.
+  CHORUS_HOST_DEVICE void publish(Fifo* f, uint64_t* word) {
+    blockSync();
+    if (tid_ == 0) {
+      f->step++;
+      storeRelease(word, f->step);
+    }
+    blockSync();
   }
 
   const DevWork& w_;

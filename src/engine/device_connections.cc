@@ -1,6 +1,5 @@
 #include "engine/device_connections.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include "core/params.h"
 #include "core/timeout.h"
 #include "kernels/device_work.h"
+#include "transports/shm/shm.h"
 
 namespace chorus {
 namespace {
@@ -23,20 +23,8 @@ IntParam kP2PRead{"CHORUS_P2P_READ", 0,
                   "writes across the link; 1 (read mode) puts it in the sender's memory and the receiver reads.",
                   "transport"};
 
+constexpr size_t kRendezvousBytes = 4096;           ///< one page per rendezvous record
 constexpr uint64_t kReady = 0x63686f7275734456ull;  // "chorusDV"
-
-/// What the owner of a device FIFO publishes for the other end.
-struct Rendezvous {
-  uint64_t ready;  ///< kReady once the fields below are written
-  uint64_t ownerPid;
-  int32_t ownerDev;
-  int32_t mode;  ///< 0: GPU memory (ptr in-process, handle otherwise), 1: pinned shm segment hostName
-  uint64_t ptr;
-  IpcHandle handle;
-  char hostName[96];
-};
-constexpr size_t kRendezvousBytes = 4096;
-static_assert(sizeof(Rendezvous) <= kRendezvousBytes, "rendezvous record fits its segment");
 
 // FIFO memory of one process is shared by the communicators of its ranks (several ranks per process): the
 // owner's allocation is freed when the last communicator using it is destroyed, never under a peer's kernel.
@@ -58,21 +46,18 @@ void releaseShared(GpuRuntime* rt, void* p) {
   rt->deviceFree(p);
 }
 
-void* mapNamed(const std::string& name, size_t size, bool create, int* err) {
-  int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT : 0), 0600);
-  if (fd < 0) return *err = errno, nullptr;
-  if (create && ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    *err = errno;
-    close(fd);
-    return nullptr;
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  *err = errno;
-  close(fd);
-  return p == MAP_FAILED ? nullptr : p;
-}
-
 }  // namespace
+
+/// What the owner of a device FIFO publishes for the other end.
+struct DeviceConnections::Rendezvous {
+  uint64_t ready;  ///< kReady once the fields below are written
+  uint64_t ownerPid;
+  int32_t ownerDev;
+  int32_t mode;  ///< 0: GPU memory (ptr in-process, handle otherwise), 1: pinned shm segment hostName
+  uint64_t ptr;
+  IpcHandle handle;
+  char hostName[96];
+};
 
 DeviceConnections::DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo)
     : comm_(comm), rt_(rt), geo_(geo), readMode_(kP2PRead.get() != 0) {}
@@ -131,9 +116,7 @@ uint64_t* DeviceConnections::stepCounter(int ch, int peer, bool isSend) const {
 }
 
 std::string DeviceConnections::rendezvousName(int ch, int from, int to) const {
-  char buf[96];
-  snprintf(buf, sizeof(buf), "/chorus-%016lx-d%d-%d-%d", static_cast<unsigned long>(comm_->commHash), ch, from, to);
-  return buf;
+  return shmFifoName(comm_->commHash, ch, from, to, 'd');
 }
 
 ncclResult_t DeviceConnections::get(const std::vector<std::tuple<int, int, bool>>& need, std::vector<DevFifo>* out) {
@@ -161,6 +144,21 @@ ncclResult_t DeviceConnections::get(const std::vector<std::tuple<int, int, bool>
   return ncclSuccess;
 }
 
+ncclResult_t DeviceConnections::mapRendezvous(int ch, int peer, bool isSend, std::string* name, Rendezvous** out) {
+  static_assert(sizeof(Rendezvous) <= kRendezvousBytes, "rendezvous record fits its segment");
+  // Either end may come first, so both create the segment (zero-filled: not ready).
+  int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
+  *name = rendezvousName(ch, from, to);
+  int err = 0;
+  const char* call = "";
+  void* p = shmMapNamed(*name, kRendezvousBytes, true, &err, &call);
+  if (p == nullptr)
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: mapping %s for the device connection with rank %d: %s: %s",
+                comm_->rank, name->c_str(), peer, call, strerror(err));
+  *out = static_cast<Rendezvous*>(p);
+  return ncclSuccess;
+}
+
 ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* c) {
   const PeerInfo& far = comm_->peers[peer];
   const PeerInfo& me = comm_->peers[comm_->rank];
@@ -169,14 +167,12 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
                 "rank %d: device buffers between hosts (rank %d on %s) need the network staging path, which this "
                 "build does not have yet; use host buffers across hosts (docs/status.md)",
                 comm_->rank, peer, far.hostname);
-  int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
-  std::string name = rendezvousName(ch, from, to);
-  int err = 0;
-  auto* rv = static_cast<Rendezvous*>(mapNamed(name, kRendezvousBytes, true, &err));
-  if (rv == nullptr)
-    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: creating %s for the device connection with rank %d: %s", comm_->rank,
-                name.c_str(), peer, strerror(err));
+  std::string name;
+  Rendezvous* rv = nullptr;
+  CHORUS_CHECK(mapRendezvous(ch, peer, isSend, &name, &rv));
   rendezvous_.push_back(name);
+  int err = 0;
+  const char* call = "";
   Rendezvous r = {};
   r.ownerPid = static_cast<uint64_t>(getpid());
   r.ownerDev = comm_->cudaDev;
@@ -203,12 +199,12 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
     // The GPUs cannot map each other: the FIFO lives in pinned host memory both map.
     c->hostName = name + "-h";
     c->hostSize = bytes;
-    c->hostSeg = mapNamed(c->hostName, bytes, true, &err);
+    c->hostSeg = shmMapNamed(c->hostName, bytes, true, &err, &call);
     void* dev = nullptr;
     if (c->hostSeg == nullptr || rt_->hostRegister(c->hostSeg, bytes, &dev) != ncclSuccess) {
       munmap(rv, kRendezvousBytes);
       CHORUS_FAIL(comm_, ncclSystemError, "rank %d: pinned FIFO %s for rank %d: %s", comm_->rank, c->hostName.c_str(),
-                  peer, c->hostSeg ? rt_->lastError().c_str() : strerror(err));
+                  peer, c->hostSeg ? rt_->lastError().c_str() : (std::string(call) + ": " + strerror(err)).c_str());
     }
     r.mode = 1;
     snprintf(r.hostName, sizeof(r.hostName), "%s", c->hostName.c_str());
@@ -224,13 +220,11 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
 
 ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) {
   const PeerInfo& far = comm_->peers[peer];
-  int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
-  std::string name = rendezvousName(ch, from, to);
+  std::string name;
+  Rendezvous* rv = nullptr;
+  CHORUS_CHECK(mapRendezvous(ch, peer, isSend, &name, &rv));
   int err = 0;
-  auto* rv = static_cast<Rendezvous*>(mapNamed(name, kRendezvousBytes, true, &err));
-  if (rv == nullptr)
-    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: opening %s for the device connection with rank %d: %s", comm_->rank,
-                name.c_str(), peer, strerror(err));
+  const char* call = "";
   Deadline deadline = Deadline::fromEnv();
   Backoff backoff;
   while (__atomic_load_n(&rv->ready, __ATOMIC_ACQUIRE) != kReady) {
@@ -269,11 +263,12 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
   } else {
     c->hostName = r.hostName;
     c->hostSize = geo_.totalBytes();
-    c->hostSeg = mapNamed(c->hostName, c->hostSize, false, &err);
+    c->hostSeg = shmMapNamed(c->hostName, c->hostSize, false, &err, &call);
     void* dev = nullptr;
     if (c->hostSeg == nullptr || rt_->hostRegister(c->hostSeg, c->hostSize, &dev) != ncclSuccess)
       CHORUS_FAIL(comm_, ncclSystemError, "rank %d: mapping rank %d's pinned FIFO %s: %s", comm_->rank, peer,
-                  c->hostName.c_str(), c->hostSeg ? rt_->lastError().c_str() : strerror(err));
+                  c->hostName.c_str(),
+                  c->hostSeg ? rt_->lastError().c_str() : (std::string(call) + ": " + strerror(err)).c_str());
     shm_unlink(c->hostName.c_str());
     c->hostName.clear();
     c->fifo.base = static_cast<char*>(dev);

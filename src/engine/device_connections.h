@@ -52,6 +52,9 @@ class DeviceConnections {
   ncclResult_t publish(int ch, int peer, bool isSend, DevConn* c);
   ncclResult_t open(int ch, int peer, bool isSend, DevConn* c);
   std::string rendezvousName(int ch, int from, int to) const;
+  struct Rendezvous;  ///< what a FIFO's owner publishes for the other end (device_connections.cc)
+  /// Maps (creating if needed) the rendezvous segment of (ch, peer, direction).
+  ncclResult_t mapRendezvous(int ch, int peer, bool isSend, std::string* name, Rendezvous** out);
   uint64_t* stepCounter(int ch, int peer, bool isSend) const;
 
   ncclComm* comm_;

@@ -1,7 +1,7 @@
 #include "engine/device_engine.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cstdio>
 
 #include "core/checks.h"
 #include "core/params.h"
@@ -31,8 +31,6 @@ const char* waitText(uint32_t what) {
       return "on";
   }
 }
-
-size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
@@ -132,10 +130,23 @@ char* DeviceEngine::outScratch(size_t bytes) {
   return static_cast<char*>(p);
 }
 
-ncclResult_t DeviceEngine::addFifos(DevWork* w, const std::vector<std::tuple<int, int, bool>>& need) {
+ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int nChannels) {
+  // Channel c's steps, then the connection ends they use (each once), in step order.
   std::vector<std::tuple<int, int, bool>> unique;
-  for (const auto& k : need)
-    if (std::find(unique.begin(), unique.end(), k) == unique.end()) unique.push_back(k);
+  auto use = [&unique](int ch, int peer, bool isSend) {
+    auto key = std::make_tuple(ch, peer, isSend);
+    if (std::find(unique.begin(), unique.end(), key) == unique.end()) unique.push_back(key);
+  };
+  size_t n = 0;
+  for (int ch = 0; ch < nChannels; ch++) {
+    w->chanFirst[ch] = static_cast<uint16_t>(n);
+    for (const Step& st : scheds[ch].steps) {
+      w->steps[n++] = st;
+      if (execRecvs(st.op)) use(ch, st.recvPeer, false);
+      if (execSends(st.op)) use(ch, st.sendPeer, true);
+    }
+  }
+  w->chanFirst[nChannels] = static_cast<uint16_t>(n);
   if (unique.size() > static_cast<size_t>(kDevMaxFifos))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
                 "rank %d: this device operation needs %zu connections; one launch holds "
@@ -161,15 +172,13 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   CollPlan plan;
   bool empty = false;
   if (planner_->planColl(
-          op, nChannels_, static_cast<size_t>(llMax_), [this](size_t b) { return outScratch(b); }, &plan, &empty) !=
-      ncclSuccess)
+          op, nChannels_, llMax_, [this](size_t b) { return outScratch(b); }, &plan, &empty) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no schedule for %s", comm_->rank, collName(op.coll));
   if (empty) return ncclSuccess;
   if (plan.nChannels > kDevMaxChannels)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: %d channels exceed the kernel's %d", comm_->rank, plan.nChannels,
                 kDevMaxChannels);
-  DevWork w;
-  std::memset(&w, 0, sizeof(w));
+  DevWork w{};  // unused entries stay zero or default
   const BlockMap& m = plan.map;
   w.in = m.in;
   w.out = m.out;
@@ -186,24 +195,14 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   w.ll = plan.choice.proto == Proto::kLL;
   w.nChannels = static_cast<uint8_t>(plan.nChannels);
   w.sliceBytes = plan.sliceBytes;
-  std::vector<std::tuple<int, int, bool>> need;
   size_t nSteps = 0;
-  for (int ch = 0; ch < plan.nChannels; ch++) {
-    const Schedule& s = (*plan.scheds)[ch];
-    w.chanFirst[ch] = static_cast<uint16_t>(nSteps);
-    if (nSteps + s.steps.size() > static_cast<size_t>(kDevMaxSteps))
-      CHORUS_FAIL(comm_, ncclInvalidUsage,
-                  "rank %d: %s over %d ranks needs more than the %d schedule steps one "
-                  "device launch holds (set NCCL_ALGO, CHORUS_DEVICE_NCHANNELS=1, or use host buffers)",
-                  comm_->rank, collName(op.coll), comm_->nranks, kDevMaxSteps);
-    for (const Step& st : s.steps) {
-      w.steps[nSteps++] = st;
-      if (execRecvs(st.op)) need.emplace_back(ch, st.recvPeer, false);
-      if (execSends(st.op)) need.emplace_back(ch, st.sendPeer, true);
-    }
-  }
-  w.chanFirst[plan.nChannels] = static_cast<uint16_t>(nSteps);
-  CHORUS_CHECK(addFifos(&w, need));
+  for (const Schedule& sched : *plan.scheds) nSteps += sched.steps.size();
+  if (nSteps > static_cast<size_t>(kDevMaxSteps))
+    CHORUS_FAIL(comm_, ncclInvalidUsage,
+                "rank %d: %s over %d ranks needs more than the %d schedule steps one "
+                "device launch holds (set NCCL_ALGO, CHORUS_DEVICE_NCHANNELS=1, or use host buffers)",
+                comm_->rank, collName(op.coll), comm_->nranks, kDevMaxSteps);
+  CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels));
   return launch(w, op.stream, collName(op.coll));
 }
 
@@ -218,8 +217,7 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
                 "rank %d: a group of %zu sends and %zu receives on device buffers exceeds "
                 "the %d of each one launch holds; split the group",
                 comm_->rank, plan.sendPtrs.size(), plan.recvPtrs.size(), kDevMaxP2P);
-  DevWork w;
-  std::memset(&w, 0, sizeof(w));
+  DevWork w{};  // unused entries stay zero or default
   w.p2p = 1;
   w.esize = 1;
   w.tileElems = plan.tileBytes;
@@ -240,16 +238,7 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
     w.recvCounts[i] = plan.recvBytes[i];
     w.recvFps[i] = plan.recvFps[i];
   }
-  std::vector<std::tuple<int, int, bool>> need;
-  size_t n = 0;
-  for (const Step& st : plan.schedule.steps) {
-    w.steps[n++] = st;
-    if (execRecvs(st.op)) need.emplace_back(0, st.recvPeer, false);
-    if (execSends(st.op)) need.emplace_back(0, st.sendPeer, true);
-  }
-  w.chanFirst[0] = 0;
-  w.chanFirst[1] = static_cast<uint16_t>(n);
-  CHORUS_CHECK(addFifos(&w, need));
+  CHORUS_CHECK(setSchedules(&w, &plan.schedule, 1));
   return launch(w, batch[0]->stream, "ncclSend/ncclRecv");
 }
 

@@ -32,7 +32,8 @@ class DeviceEngine {
  private:
   ncclResult_t launchColl(const OpDesc& op);
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
-  ncclResult_t addFifos(DevWork* w, const std::vector<std::tuple<int, int, bool>>& need);
+  /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections.
+  ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels);
   ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what);
   void fillCommon(DevWork* w) const;
   char* outScratch(size_t bytes);

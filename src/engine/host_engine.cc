@@ -120,7 +120,7 @@ class HostEngine : public Engine {
   ncclResult_t runColl(const OpDesc& op) {
     CollPlan plan;
     bool empty = false;
-    ncclResult_t res = planner_->planColl(op, nChannels_, static_cast<size_t>(-1) /* tuner default */,
+    ncclResult_t res = planner_->planColl(op, nChannels_, -1 /* the tuner default */,
                                           [this](size_t bytes) { return scratch(bytes); }, &plan, &empty);
     if (res != ncclSuccess) return platform_->internalError("no schedule for this collective");
     if (empty) return ncclSuccess;

@@ -15,8 +15,6 @@ namespace {
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
 
-size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 }  // namespace
 
 Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(geo) {
@@ -64,7 +62,7 @@ bool Planner::isInPlaceOffset(const OpDesc& op) const {
   }
 }
 
-ncclResult_t Planner::plan(const OpDesc& op, int nChannels, size_t llMaxBytes, char* outStandIn, CollPlan* out,
+ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out,
                            bool* empty) {
   uint64_t seq = ++collSeq_;
   *empty = op.count == 0;
@@ -72,7 +70,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, size_t llMaxBytes, c
   CollPlan& p = *out;
   int n = comm_->nranks;
   size_t es = DType::size(op.dtype);
-  p.choice = chooseAlgo(op.coll, op.count * es, n, static_cast<int64_t>(llMaxBytes));
+  p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes);
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n)) p.choice.algo = Algo::kRing;
   int nch = nChannels;

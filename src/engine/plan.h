@@ -47,6 +47,9 @@ struct P2PPlan {
   OpLabel label;
 };
 
+/// x rounded up to a multiple of a.
+inline size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
 /// Whether a collective combines values.
 inline bool collReducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 
@@ -56,9 +59,9 @@ class Planner {
   Planner(ncclComm* comm, const FifoGeometry& geo);
   /// Plans a collective (advances the collective sequence number even for count 0, when *empty is set).
   /// `scratch(bytes)` gives memory that stands in for the output where a rank has none (ncclReduce off the
-  /// root). `llAllowed`: the protocol may be LL; `llMaxBytes` > 0 picks LL by default up to that size.
+  /// root). `llMaxBytes`: largest message that uses LL by default (-1: the tuner's CHORUS_LL_MAX_BYTES).
   template <class Scratch>
-  ncclResult_t planColl(const OpDesc& op, int nChannels, size_t llMaxBytes, Scratch scratch, CollPlan* out,
+  ncclResult_t planColl(const OpDesc& op, int nChannels, int64_t llMaxBytes, Scratch scratch, CollPlan* out,
                         bool* empty) {
     char* outStandIn = nullptr;
     size_t bytes = op.count * DType::size(op.dtype);
@@ -76,7 +79,7 @@ class Planner {
   const FifoGeometry& geometry() const { return geo_; }
 
  private:
-  ncclResult_t plan(const OpDesc& op, int nChannels, size_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty);
+  ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
   bool isInPlaceOffset(const OpDesc& op) const;
   RedOp redOpFor(const OpDesc& op) const;

@@ -20,11 +20,8 @@ GpuRuntime* gpuRuntime() {
   std::call_once(once, []() {
     GpuRuntime* rt = makeBuiltinGpuRuntime();
     if (rt == nullptr) return;  // host-only build
-    int n = rt->deviceCount();
-    if (n <= 0) {
-      INFO(kInit, "%s backend: no GPU visible, every call takes the host path", rt->name());
-      return;
-    }
+    int n = rt->deviceCount();  // logs why when there is none
+    if (n <= 0) return;
     INFO(kInit, "%s backend: %d GPU(s) visible; device buffers run as kernels on the caller's stream", rt->name(), n);
     builtin = rt;
   });

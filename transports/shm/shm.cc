@@ -13,27 +13,37 @@
 
 namespace chorus {
 
-std::string shmFifoName(uint64_t commHash, int channel, int from, int to) {
+std::string shmFifoName(uint64_t commHash, int channel, int from, int to, char kind) {
   char buf[96];
-  snprintf(buf, sizeof(buf), "/chorus-%016lx-c%d-%d-%d", static_cast<unsigned long>(commHash), channel, from, to);
+  snprintf(buf, sizeof(buf), "/chorus-%016lx-%c%d-%d-%d", static_cast<unsigned long>(commHash), kind, channel, from,
+           to);
   return buf;
+}
+
+void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call) {
+  int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT : 0), 0600);
+  if (fd < 0) return *err = errno, *call = "shm_open", nullptr;
+  // Only grow: the other end may have created (and written) it already.
+  struct stat st;
+  if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) < size && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    *err = errno, *call = "ftruncate";
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *err = errno, *call = "mmap";
+  close(fd);
+  return p == MAP_FAILED ? nullptr : p;
 }
 
 ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg) {
   size_t size = geo.totalBytes();
-  int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
-  if (fd < 0) CHORUS_FAIL(nullptr, ncclSystemError, "shm_open(%s) failed: %s", name.c_str(), strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) < size && ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    int e = errno;
-    close(fd);
-    CHORUS_FAIL(nullptr, ncclSystemError, "ftruncate(%s, %zu) failed: %s (is /dev/shm large enough?)", name.c_str(),
-                size, strerror(e));
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd);
-  if (p == MAP_FAILED) CHORUS_FAIL(nullptr, ncclSystemError, "mmap(%s, %zu) failed: %s", name.c_str(), size, strerror(e));
+  int err = 0;
+  const char* call = "";
+  void* p = shmMapNamed(name, size, true, &err, &call);
+  if (p == nullptr)
+    CHORUS_FAIL(nullptr, ncclSystemError, "%s(%s, %zu) failed: %s%s", call, name.c_str(), size, strerror(err),
+                strcmp(call, "ftruncate") == 0 ? " (is /dev/shm large enough?)" : "");
   seg->name = name;
   seg->base = p;
   seg->size = size;

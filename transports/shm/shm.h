@@ -17,8 +17,12 @@ struct ShmSegment {
   size_t size = 0;
 };
 
-/// Name of the segment for (comm, channel, sender, receiver): both ends derive it alone.
-std::string shmFifoName(uint64_t commHash, int channel, int from, int to);
+/// Name of the segment for (comm, channel, sender, receiver): both ends derive it alone. `kind` keeps the
+/// families apart: 'c' host-path FIFOs, 'd' device-connection rendezvous records.
+std::string shmFifoName(uint64_t commHash, int channel, int from, int to, char kind = 'c');
+/// Opens the named segment (creating it when `create`), grows it to at least `size` (zero-filled) and maps it.
+/// On failure returns null with errno in *err and the failing call ("shm_open", "ftruncate", "mmap") in *call.
+void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call);
 /// Creates or opens the named segment (whichever end comes first creates it zero-filled, which
 /// is a valid empty FIFO) and maps it; the second end to attach unlinks the name.
 ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg);
