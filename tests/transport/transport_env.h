@@ -2,7 +2,6 @@
 // checking which one a communicator really uses.
 #pragma once
 
-#include <dirent.h>
 #include <stdlib.h>
 
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "transport/thread_names.h"
 
 namespace chorus_test {
 
@@ -56,25 +56,5 @@ class ScopedEnv {
   std::vector<Saved> saved_;
 };
 
-/// Threads of this process whose name is `name` (the socket transport's proxy is "chorus-sock").
-inline int countThreadsNamed(const char* name) {
-  int n = 0;
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string path = std::string("/proc/self/task/") + e->d_name + "/comm";
-    FILE* f = fopen(path.c_str(), "r");
-    if (f == nullptr) continue;
-    char buf[64] = {0};
-    if (fgets(buf, sizeof(buf), f) != nullptr) {
-      buf[strcspn(buf, "\n")] = 0;
-      if (strcmp(buf, name) == 0) n++;
-    }
-    fclose(f);
-  }
-  closedir(d);
-  return n;
-}
 
 }  // namespace chorus_test

@@ -3,7 +3,6 @@
 // allreduce, checks every element against its closed form and prints "OK".
 //
 // Usage: netns_rank <rank> <nranks>   (NCCL_COMM_ID=<rank 0's address>:<port> must be set)
-#include <dirent.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,26 +11,9 @@
 #include <vector>
 
 #include "nccl.h"
+#include "transport/thread_names.h"
 
 namespace {
-
-// Threads of this process named `name`: the socket transport's proxy thread is "chorus-sock".
-int countThreadsNamed(const char* name) {
-  int n = 0;
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string path = std::string("/proc/self/task/") + e->d_name + "/comm";
-    FILE* f = fopen(path.c_str(), "r");
-    if (f == nullptr) continue;
-    char buf[64] = {0};
-    if (fgets(buf, sizeof(buf), f) != nullptr && strncmp(buf, name, strlen(name)) == 0) n++;
-    fclose(f);
-  }
-  closedir(d);
-  return n;
-}
 
 int fail(int rank, const char* what, ncclResult_t res, ncclComm_t comm) {
   fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, ncclGetErrorString(res), ncclGetLastError(comm));
@@ -65,7 +47,7 @@ int main(int argc, char** argv) {
     if (out[i] != want && bad++ < 5) fprintf(stderr, "rank %d: element %zu is %g, expected %g\n", rank, i, out[i], want);
   }
   // The ranks sit in different namespaces (different hosts to chorus): only sockets reach across.
-  int proxies = countThreadsNamed("chorus-sock");
+  int proxies = chorus_test::countThreadsNamed("chorus-sock");
   ncclCommDestroy(comm);
   if (bad != 0) {
     fprintf(stderr, "rank %d: %d wrong elements\n", rank, bad);
