@@ -35,6 +35,11 @@ StrParam kCommId{"NCCL_COMM_ID", "",
                  "and rank 0 hosts the root there at init (ranks may then pass an all-zero id).",
                  "bootstrap"};
 
+StrParam kHostId{"NCCL_HOSTID", "",
+                 "Names the host a rank runs on, in place of the host name and network namespace: ranks with "
+                 "different values never share memory (sockets between them, and network staging for GPU buffers).",
+                 "bootstrap"};
+
 /// How long an accepted rank-to-rank connection may take to prove the secret.
 constexpr double kPeerHelloTimeoutS = 5.0;
 /// Extra time a rank waits for the root's verdict beyond CHORUS_TIMEOUT_S: the root's own
@@ -107,6 +112,8 @@ uint32_t bootstrapVersion() { return tVersionOverride != 0 ? tVersionOverride : 
 void bootstrapSetVersionForTest(uint32_t version) { tVersionOverride = version; }
 
 uint64_t localHostHash() {
+  std::string id = kHostId.get();
+  if (!id.empty()) return fnv1a64(id.data(), id.size());
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   std::string key = host;

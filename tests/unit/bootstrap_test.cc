@@ -176,6 +176,21 @@ TEST_F(BootstrapTest, HostHashIncludesNetworkNamespace) {
   EXPECT_NE(h, fnv1a64(host, strlen(host))) << "the namespace must be part of the hash";
 }
 
+TEST_F(BootstrapTest, HostIdOverridesTheHostHash) {
+  uint64_t own = localHostHash();
+  setenv("NCCL_HOSTID", "rack3-node7", 1);
+  paramsReload();
+  uint64_t a = localHostHash();
+  setenv("NCCL_HOSTID", "rack3-node8", 1);
+  paramsReload();
+  uint64_t b = localHostHash();
+  unsetenv("NCCL_HOSTID");
+  paramsReload();
+  EXPECT_NE(a, own);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(localHostHash(), own);
+}
+
 TEST_F(BootstrapTest, LoopbackInterfaceByName) {
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   paramsReload();
