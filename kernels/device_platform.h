@@ -27,6 +27,7 @@ struct DevShared {
   int16_t channel[kDevMaxFifos];
   int16_t isSend[kDevMaxFifos];
   int16_t slot[kDevMaxFifos];  ///< index into DevWork::fifos
+  int16_t flags[kDevMaxFifos];  ///< DevFifoFlags
   int32_t nFifos;
   int32_t result;  ///< a wait's result, broadcast from the waiting thread(s)
   int32_t failed;  ///< nonzero once this block failed: reason << 16 | (culprit + 1)
@@ -50,6 +51,7 @@ class DevicePlatform {
         f.end = d.isSend ? 0 : 1;
         sh.channel[n] = d.channel;
         sh.isSend[n] = d.isSend;
+        sh.flags[n] = d.flags;
         sh.slot[n] = static_cast<int16_t>(i);
         n++;
       }
@@ -175,7 +177,7 @@ class DevicePlatform {
     for (int i = 0; i < sh_.nFifos; i++) {
       if (sh_.channel[i] == ch && sh_.fifos[i].peer == peer && (sh_.isSend[i] != 0) == isSend) {
         *f = &sh_.fifos[i];
-        *useLL = ll;
+        *useLL = ll && !(sh_.flags[i] & kDevFifoStaged);  // both ends agree: both see the peer as remote
         return ncclSuccess;
       }
     }

@@ -28,7 +28,12 @@ struct DevFifo {
   int16_t channel;
   int16_t peer;
   int16_t isSend;
-  int16_t pad;
+  int16_t flags;  ///< DevFifoFlags
+};
+
+/// DevFifo::flags.
+enum DevFifoFlags : int16_t {
+  kDevFifoStaged = 1,  ///< network staging: a proxy forwards whole slots, so LL is never used on it
 };
 
 /// Written by the kernel (pinned host memory) when a launch fails; read by the host at the next call and by

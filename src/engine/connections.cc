@@ -52,10 +52,10 @@ ncclResult_t Connections::init() {
 }
 
 
-ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
+ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, bool hostChannel) {
   auto key = std::make_tuple(channel, peer, isSend);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (channel > maxChannel_) maxChannel_ = channel;
+  if (hostChannel && channel > maxChannel_) maxChannel_ = channel;
   auto it = conns_.find(key);
   if (it != conns_.end()) {
     *out = it->second.get();
@@ -67,7 +67,7 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
   c->peer = peer;
   c->fifo.peer = peer;
   const PeerInfo& pi = comm_->peers[peer];
-  if (viaShm(peer)) {
+  if (hostChannel && viaShm(peer)) {
     c->shm = true;
     c->peerPid = static_cast<pid_t>(pi.pid);
     c->peerLocalProc = pi.pid != static_cast<uint64_t>(getpid());
@@ -85,6 +85,10 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out) {
   }
   c->fifo.end = isSend ? 0 : 1;
   *out = c.get();
+  if (!hostChannel) {  // staging ends are looked up by the device path once, not through table_
+    conns_[key] = std::move(c);
+    return ncclSuccess;
+  }
   if (static_cast<int>(table_.size()) <= channel) table_.resize(channel + 1);
   table_[channel].resize(2 * comm_->nranks, nullptr);
   table_[channel][2 * peer + (isSend ? 1 : 0)] = c.get();

@@ -53,6 +53,14 @@ class Connections {
     if (c) return (*out = c), ncclSuccess;
     return make(channel, peer, false, out);
   }
+  /// The device path's network staging: a socket connection to or from `peer` (on another host) whose local
+  /// FIFO the caller pins for its GPU. Socket channel kDeviceSocketChannelBase + channel, apart from the host
+  /// path's channels, since device kernels and host operations progress independently. Poisoned and shut down
+  /// with the others.
+  ncclResult_t staging(int channel, int peer, bool isSend, Conn** out) {
+    return make(kDeviceSocketChannelBase + channel, peer, isSend, out, false);
+  }
+  static constexpr int kDeviceSocketChannelBase = 64;
   /// Whether rank `peer` is reached through shared memory.
   bool viaShm(int peer) const;
   /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting, and stops the proxy.
@@ -61,7 +69,8 @@ class Connections {
   const FifoGeometry& geometry() const { return geo_; }
 
  private:
-  ncclResult_t make(int channel, int peer, bool isSend, Conn** out);
+  /// `hostChannel`: a host-path channel (poisonAll opens shm FIFOs up to the highest one); false for staging.
+  ncclResult_t make(int channel, int peer, bool isSend, Conn** out, bool hostChannel = true);
   // table_[channel][2 * peer + isSend], filled by make() (only the operation thread reads it).
   Conn* lookup(int channel, int peer, bool isSend) const {
     if (channel >= static_cast<int>(table_.size()) || peer < 0 || peer >= comm_->nranks) return nullptr;

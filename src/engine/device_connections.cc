@@ -59,13 +59,14 @@ struct DeviceConnections::Rendezvous {
   char hostName[96];
 };
 
-DeviceConnections::DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo)
-    : comm_(comm), rt_(rt), geo_(geo), readMode_(kP2PRead.get() != 0) {}
+DeviceConnections::DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo, Connections* host)
+    : comm_(comm), rt_(rt), geo_(geo), host_(host), readMode_(kP2PRead.get() != 0) {}
 
 DeviceConnections::~DeviceConnections() {
   for (auto& kv : conns_) {
     DevConn& c = kv.second;
     if (c.opened) rt_->ipcCloseHandle(c.opened);
+    if (c.staged) rt_->hostUnregister(c.staged);  // the socket transport frees it after this
     if (c.ownedDev) releaseShared(rt_, c.ownedDev);
     if (c.hostSeg) {
       rt_->hostUnregister(c.hostSeg);
@@ -81,7 +82,8 @@ void DeviceConnections::drainOwned() {
   Deadline deadline = Deadline::fromEnv();
   for (auto& kv : conns_) {
     DevConn& c = kv.second;
-    if (!c.fifo.isSend || !owns(true) || c.fifo.base == nullptr) continue;
+    // (Staging FIFOs belong to the socket transport, which sends what was published before it shuts down.)
+    if (!c.fifo.isSend || !owns(true) || c.fifo.base == nullptr || c.staged) continue;
     uint64_t produced = 0;
     if (rt_->copyToHost(&produced, c.fifo.step, sizeof(produced)) != ncclSuccess) return;
     Backoff backoff;
@@ -120,19 +122,22 @@ std::string DeviceConnections::rendezvousName(int ch, int from, int to) const {
 }
 
 ncclResult_t DeviceConnections::get(const std::vector<std::tuple<int, int, bool>>& need, std::vector<DevFifo>* out) {
-  // Pass 1: what this rank owns (never waits). Pass 2: what it opens (waits for the owner's record).
+  // Pass 1: what this rank owns or stages (never waits). Pass 2: what it opens (waits for the owner's record).
   for (int pass = 0; pass < 2; pass++) {
     for (const auto& key : need) {
       int ch = std::get<0>(key), peer = std::get<1>(key);
       bool isSend = std::get<2>(key);
-      if (owns(isSend) != (pass == 0) || conns_.count(key)) continue;
+      bool first = remote(peer) || owns(isSend);
+      if (first != (pass == 0) || conns_.count(key)) continue;
       DevConn c;
       c.fifo.geo = geo_;
       c.fifo.channel = static_cast<int16_t>(ch);
       c.fifo.peer = static_cast<int16_t>(peer);
       c.fifo.isSend = isSend ? 1 : 0;
       c.fifo.step = stepCounter(ch, peer, isSend);
-      ncclResult_t res = pass == 0 ? publish(ch, peer, isSend, &c) : open(ch, peer, isSend, &c);
+      ncclResult_t res = remote(peer) ? stage(ch, peer, isSend, &c)
+                         : pass == 0  ? publish(ch, peer, isSend, &c)
+                                      : open(ch, peer, isSend, &c);
       conns_.emplace(key, c);  // kept even on failure so the destructor releases what was made
       if (res != ncclSuccess) return res;
       INFO(kP2P, "rank %d: device connection channel %d %s rank %d via %s", comm_->rank, ch, isSend ? "to" : "from",
@@ -162,11 +167,6 @@ ncclResult_t DeviceConnections::mapRendezvous(int ch, int peer, bool isSend, std
 ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* c) {
   const PeerInfo& far = comm_->peers[peer];
   const PeerInfo& me = comm_->peers[comm_->rank];
-  if (far.hostHash != me.hostHash)
-    CHORUS_FAIL(comm_, ncclInvalidUsage,
-                "rank %d: device buffers between hosts (rank %d on %s) need the network staging path, which this "
-                "build does not have yet; use host buffers across hosts (docs/status.md)",
-                comm_->rank, peer, far.hostname);
   std::string name;
   Rendezvous* rv = nullptr;
   CHORUS_CHECK(mapRendezvous(ch, peer, isSend, &name, &rv));
@@ -215,6 +215,21 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
               sizeof(Rendezvous) - sizeof(uint64_t));
   __atomic_store_n(&rv->ready, kReady, __ATOMIC_RELEASE);
   munmap(rv, kRendezvousBytes);
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c) {
+  Conn* hc = nullptr;
+  CHORUS_CHECK(host_->staging(ch, peer, isSend, &hc));
+  void* mem = hc->fifo.ctrl;  // the FIFO memory starts with its control block
+  void* dev = nullptr;
+  if (rt_->hostRegister(mem, geo_.totalBytes(), &dev) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: pinning the network staging FIFO %s rank %d: %s",
+                comm_->rank, isSend ? "to" : "from", peer, rt_->lastError().c_str());
+  c->staged = mem;
+  c->fifo.base = static_cast<char*>(dev);
+  c->fifo.flags = kDevFifoStaged;
+  c->kind = "network staging (pinned host memory, socket proxy)";
   return ncclSuccess;
 }
 

@@ -5,6 +5,12 @@
 // CHORUS_P2P_READ=1) allocates and publishes a rendezvous record in a small named shm segment that the other end
 // derives from the communicator hash alone, so no collective exchange is needed.
 //
+// A peer on another host is reached through network staging: the host path's socket transport makes the
+// connection (its own socket channel) and its proxy thread moves the slots; the FIFO it proxies lives in host
+// memory that this end pins and maps for its GPU, so the kernel fills and drains it as it would a peer's. Both
+// ends are local, so there is no rendezvous, and such connections use Simple only (the proxy forwards whole
+// slots, not LL lines).
+//
 // Thread ownership: used by the thread that launches the communicator's operations.
 #pragma once
 
@@ -14,6 +20,7 @@
 #include <vector>
 
 #include "core/comm.h"
+#include "engine/connections.h"
 #include "kernels/device_work.h"
 #include "kernels/fifo.h"
 #include "runtime/runtime.h"
@@ -26,6 +33,7 @@ struct DevConn {
   void* ownedDev = nullptr;  ///< FIFO memory this end allocated (deviceAlloc)
   void* opened = nullptr;    ///< the peer's FIFO memory mapped through IPC
   void* hostSeg = nullptr;   ///< pinned shm FIFO (mapped and registered)
+  void* staged = nullptr;    ///< network staging: the socket transport's FIFO memory (registered, not owned)
   size_t hostSize = 0;
   std::string hostName;   ///< its name, unlinked once both ends have it
   const char* kind = "";  ///< "local", "p2p/IPC", "shm (pinned host)"
@@ -34,7 +42,8 @@ struct DevConn {
 /// Lazily created device connections of one communicator.
 class DeviceConnections {
  public:
-  DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo);
+  /// `host`: the host path's connections, whose socket transport carries the staging connections.
+  DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo, Connections* host);
   ~DeviceConnections();
   /// Allocates the step counters (zero: every FIFO starts empty).
   ncclResult_t init();
@@ -51,6 +60,8 @@ class DeviceConnections {
   bool owns(bool isSend) const { return isSend == readMode_; }
   ncclResult_t publish(int ch, int peer, bool isSend, DevConn* c);
   ncclResult_t open(int ch, int peer, bool isSend, DevConn* c);
+  ncclResult_t stage(int ch, int peer, bool isSend, DevConn* c);
+  bool remote(int peer) const { return comm_->peers[peer].hostHash != comm_->peers[comm_->rank].hostHash; }
   std::string rendezvousName(int ch, int from, int to) const;
   struct Rendezvous;  ///< what a FIFO's owner publishes for the other end (device_connections.cc)
   /// Maps (creating if needed) the rendezvous segment of (ch, peer, direction).
@@ -60,6 +71,7 @@ class DeviceConnections {
   ncclComm* comm_;
   GpuRuntime* rt_;
   FifoGeometry geo_;
+  Connections* host_;
   bool readMode_;
   uint64_t* steps_ = nullptr;  ///< device memory: one counter per (channel, peer, direction)
   std::map<std::tuple<int, int, bool>, DevConn> conns_;

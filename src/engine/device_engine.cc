@@ -34,7 +34,8 @@ const char* waitText(uint32_t what) {
 
 }  // namespace
 
-DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner) : comm_(comm), rt_(rt), planner_(planner) {
+DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host)
+    : comm_(comm), rt_(rt), planner_(planner), host_(host) {
   nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, kDevChannels.get())));
   llMax_ = kDevLLMax.get();
 }
@@ -63,7 +64,7 @@ ncclResult_t DeviceEngine::init() {
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device scratch: %s", comm_->rank, rt_->lastError().c_str());
   scratch_ = static_cast<char*>(p);
   ticksPerMs_ = rt_->clockTicksPerMs(comm_->cudaDev);
-  conns_ = std::make_unique<DeviceConnections>(comm_, rt_, geo);
+  conns_ = std::make_unique<DeviceConnections>(comm_, rt_, geo, host_);
   CHORUS_CHECK(conns_->init());
   if (comm_->rank == 0)
     INFO(kInit, "comm %p: device path on %s GPU %d, %d channel(s), LL up to %ld bytes", (void*)comm_, rt_->name(),

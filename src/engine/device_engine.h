@@ -18,7 +18,8 @@ namespace chorus {
 /// Launches a communicator's device operations.
 class DeviceEngine {
  public:
-  DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner);
+  /// `host`: the host path's connections (network staging goes through its socket transport).
+  DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host);
   ~DeviceEngine();
   /// Pinned status and abort words, scratch, step counters.
   ncclResult_t init();
@@ -41,6 +42,7 @@ class DeviceEngine {
   ncclComm* comm_;
   GpuRuntime* rt_;
   Planner* planner_;
+  Connections* host_;
   std::unique_ptr<DeviceConnections> conns_;
   int nChannels_ = 1;
   int64_t llMax_ = 0;

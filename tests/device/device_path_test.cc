@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -113,8 +114,9 @@ TEST_P(DevicePath, EveryCollective) {
     for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(1, i));
 
     ASSERT_EQ(ncclReduce(ip, op, N, ncclInt32, ncclMax, 2, c.comm, nullptr), ncclSuccess);
-    if (r == 2)
+    if (r == 2) {
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(n - 1, i));
+    }
 
     fill(ip, N * n, [&](size_t i) { return v(r, i); });
     ASSERT_EQ(ncclAlltoAll(ip, op, N, ncclInt32, c.comm, nullptr), ncclSuccess);
@@ -210,6 +212,83 @@ TEST(DevicePathOneProcess, InitAllWithARepeatedDevice) {
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < N; i++) ASSERT_EQ(bufs[r]->as<float>()[i], 3.0f + 3.0f * float(i % 5));
   for (int r = 0; r < n; r++) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// Network staging: ranks on different hosts (NCCL_HOSTID) reach each other through the socket transport, whose
+// FIFOs the device path pins for its GPU. Ranks 0 and 2 share host "a" (IPC between them) and rank 1 is alone on
+// host "b", so one launch mixes IPC connections (LL allowed) with staged ones (Simple only).
+void stagingBody(RankCtx& c) {
+  const int rank = c.rank, nranks = c.nranks;
+  ncclComm_t comm = c.comm;
+  for (size_t count : {size_t(1), size_t(1031), size_t(300000)}) allReduceCase(c, count);
+  const size_t N = 20000;
+  DevBuf in(gEmu, N * sizeof(int32_t)), out(gEmu, N * nranks * sizeof(int32_t));
+  fill(in.as<int32_t>(), N, [&](size_t i) { return int32_t(rank * 1000000 + i); });
+  EXPECT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, comm, nullptr), ncclSuccess);
+  for (int q = 0; q < nranks; q++)
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(q * 1000000 + i)) << q;
+  // Send/recv around the ring: every rank sends to the next and receives from the previous.
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclSend(in.as<int32_t>(), N, ncclInt32, next, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclRecv(out.as<int32_t>(), N, ncclInt32, prev, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[i], int32_t(prev * 1000000 + i));
+  EXPECT_EQ(asyncErrorOf(comm), ncclSuccess);
+  // Staging FIFOs (and only they) are host memory registered with the runtime: every rank has some.
+  EXPECT_GT(gEmu.registeredCount(), 0u) << "no staging connection was made";
+}
+
+int stagingRank(int rank, int nranks, const ncclUniqueId& id) {
+  setenv("NCCL_HOSTID", rank == 1 ? "host-b" : "host-a", 1);
+  chorus::paramsReload();
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;
+  RankCtx c{rank, nranks, comm};
+  stagingBody(c);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  EXPECT_EQ(gEmu.registeredCount(), 0u) << "staging FIFOs left registered after destroy";
+  return ::testing::Test::HasFailure() ? 1 : 0;
+}
+
+TEST(DevicePathStaging, RanksOnDifferentHostsGoThroughPinnedSocketFifos) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  gEmu.peerAccess = true;
+  auto status = forkRanks(3, [](int rank, const ncclUniqueId& id) { return stagingRank(rank, 3, id); });
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// A staged peer that dies: the socket proxy poisons the FIFO the kernel waits on, and the failure surfaces
+// naming the dead rank, well before CHORUS_TIMEOUT_S.
+TEST(DevicePathStaging, DeadPeerAcrossHostsIsReportedAsync) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
+    setenv("CHORUS_TIMEOUT_S", "60", 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+    DevBuf b(gEmu, 300000 * sizeof(float));
+    if (ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+      return 11;
+    if (rank == 1) _exit(0);  // dies without destroying its communicator
+    auto start = std::chrono::steady_clock::now();
+    // The failure comes back from this call when it is already known (the proxy saw the EOF before the launch),
+    // otherwise from the kernel, asynchronously.
+    ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, nullptr);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (e == ncclSuccess) e = asyncErrorOf(comm);
+    std::string text = ncclGetLastError(comm);
+    EXPECT_EQ(e, ncclRemoteError) << text;
+    EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+    EXPECT_EQ(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << "the death must be seen, not timed out: " << text;
+    EXPECT_LT(s, 30.0) << text;
+    ncclCommDestroy(comm);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 

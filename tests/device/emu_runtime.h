@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "runtime/runtime.h"
@@ -28,11 +29,25 @@ class EmuRuntime : public chorus::GpuRuntime {
   void deviceFree(void* p) override;
   ncclResult_t hostAllocMapped(size_t bytes, void** host, void** dev) override;
   void hostFree(void* host) override;
+  /// Like cudaHostRegister: registering the same memory twice fails.
   ncclResult_t hostRegister(void* p, size_t, void** dev) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!registered_.insert(p).second) {
+      lastError_ = "hostRegister: memory already registered";
+      return ncclUnhandledCudaError;
+    }
     *dev = p;
     return ncclSuccess;
   }
-  void hostUnregister(void*) override {}
+  void hostUnregister(void* p) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    registered_.erase(p);
+  }
+  /// Host ranges registered and not yet unregistered (this process).
+  size_t registeredCount() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return registered_.size();
+  }
   ncclResult_t ipcGetHandle(void* p, chorus::IpcHandle* h) override;
   ncclResult_t ipcOpenHandle(const chorus::IpcHandle& h, void** p) override;
   void ipcCloseHandle(void* p) override;
@@ -66,6 +81,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::mutex mutex_;
   std::map<char*, Alloc> allocs_;   ///< device allocations by base
   std::map<char*, size_t> opened_;  ///< IPC mappings
+  std::set<void*> registered_;      ///< hostRegister'ed ranges
   std::string lastError_;
 };
 

@@ -99,7 +99,9 @@ ncclResult_t SocketProxy::newConn(bool isSend, int channel, int peer, const Fifo
                                   std::unique_ptr<SocketConn>* out) {
   if (peer < 0 || peer >= nranks_ || peer == rank_)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: socket transport: invalid peer %d", rank_, peer);
-  size_t bytes = geo.totalBytes();
+  // Whole pages: the device path pins this memory for its GPU (network staging), and a page shared with
+  // another allocation could not be pinned twice.
+  size_t bytes = (geo.totalBytes() + 4095) / 4096 * 4096;
   void* mem = std::aligned_alloc(4096, bytes);
   if (mem == nullptr)
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: socket transport: cannot allocate a %zu-byte FIFO for rank %d",
