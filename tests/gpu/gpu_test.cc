@@ -1,9 +1,11 @@
 // GPU tests (label gpu; CUDA builds; run where a GPU is): the device path on real device memory, several ranks
-// sharing one GPU (thread ranks with their own streams, and forked processes through CUDA IPC), graph capture,
+// sharing one GPU (thread ranks with their own streams, and forked processes through CUDA IPC), network staging
+// between processes that name different hosts, graph capture,
 // and an in-kernel timeout reported through ncclCommGetAsyncError. Every check compares with closed-form values
 // copied back to the host.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -168,6 +170,26 @@ TEST_P(Gpu, GraphCaptureReplays) {
 
 INSTANTIATE_TEST_SUITE_P(Drivers, Gpu, ::testing::Values(Driver::kThreads, Driver::kProcesses),
                          [](const auto& info) { return std::string(driverName(info.param)); });
+
+// Two processes that name different hosts (NCCL_HOSTID): their device buffers go through network staging, the
+// socket transport's FIFOs pinned for the GPU (cudaHostRegister), instead of IPC.
+TEST(GpuStaging, ProcessesOnTwoHostIdsAllReduce) {
+  pid_t probe = fork();
+  if (probe == 0) _exit(haveGpu() ? 0 : 1);
+  int st = 0;
+  waitpid(probe, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) GTEST_SKIP() << "no GPU visible";
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank == 0 ? "gpu-host-a" : "gpu-host-b", 1);
+    ncclComm_t comm = nullptr;
+    if (cudaSetDevice(0) != cudaSuccess || ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+    RankCtx c{rank, 2, comm};
+    for (size_t count : {size_t(1), size_t(1031), size_t(1) << 20}) allReduceOnGpu(c, count);
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+}
 
 // A rank that stops calling: the other's kernel gives up after CHORUS_TIMEOUT_S and says why.
 TEST(GpuFaults, KernelTimeoutIsReported) {
