@@ -64,8 +64,23 @@ if(CHORUS_GPU_BACKEND STREQUAL "cuda")
   find_package(CUDAToolkit REQUIRED)
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # CUDA 12.1+ passes kernel arguments up to 32 KB to sm_70 and newer: the launch descriptor (kernels/device_work.h)
+  # then holds 16 channels. Every target of the build gets the definition, so host code and kernel agree on it.
+  set(_chorus_large_args ON)
+  if(CUDAToolkit_VERSION VERSION_LESS 12.1)
+    set(_chorus_large_args OFF)
+  endif()
+  foreach(_arch IN LISTS CHORUS_CUDA_ARCHS)
+    string(REGEX REPLACE "[^0-9]" "" _num "${_arch}")
+    if(_num STREQUAL "" OR _num LESS 70)  # "native", "all": not known to be sm_70 or newer
+      set(_chorus_large_args OFF)
+    endif()
+  endforeach()
+  if(_chorus_large_args)
+    add_compile_definitions(CHORUS_DEVWORK_LARGE=1)
+  endif()
   message(STATUS "chorus: GPU backend CUDA ${CUDAToolkit_VERSION} (${CMAKE_CUDA_COMPILER}), "
-    "architectures ${CHORUS_CUDA_ARCHS}; builds libnccl.so.2")
+    "architectures ${CHORUS_CUDA_ARCHS}, large kernel arguments ${_chorus_large_args}; builds libnccl.so.2")
 elseif(CHORUS_GPU_BACKEND STREQUAL "hip")
   # The kernel is compiled by a custom command running hipcc, not by enable_language(HIP): CMake 3.25 requires
   # <rocm root>/lib/cmake/hip-lang/hip-lang-config.cmake, and Debian's HIP packages install that file under

@@ -13,11 +13,22 @@
 
 namespace chorus {
 
-/// Size limits of one launch (the argument stays under the 4 KiB every CUDA and HIP target accepts).
+/// Size limits of one launch. DevWork is the kernel's argument: CUDA 12.1 and newer pass up to 32 KB on sm_70 and
+/// newer (the build defines CHORUS_DEVWORK_LARGE then, for every target, so all agree on the layout); elsewhere it
+/// stays under the 4 KiB every CUDA and HIP target accepts.
+#if defined(CHORUS_DEVWORK_LARGE)
+constexpr int kDevMaxSteps = 320;     ///< schedule steps over all channels (ring over 8 ranks, 16 channels: 240)
+constexpr int kDevMaxFifos = 128;     ///< connection ends one launch uses
+constexpr int kDevMaxChannels = 16;   ///< blocks of the kernel (one schedule each)
+constexpr int kDevMaxP2P = 64;        ///< sends (and receives) in one point-to-point launch
+constexpr size_t kDevWorkMaxBytes = 32764;
+#else
 constexpr int kDevMaxSteps = 40;    ///< schedule steps over all channels (ring over 8 ranks, 2 channels: 30)
 constexpr int kDevMaxFifos = 24;    ///< connection ends one launch uses
 constexpr int kDevMaxChannels = 2;  ///< blocks of the kernel (one schedule each)
 constexpr int kDevMaxP2P = 8;       ///< sends (and receives) in one point-to-point launch
+constexpr size_t kDevWorkMaxBytes = 4096;
+#endif
 
 /// One connection end as the kernel sees it: FIFO memory mapped for this device and this end's step counter,
 /// which lives in this rank's device memory and carries over from one launch to the next (stream order).
@@ -82,6 +93,6 @@ struct DevWork {
   int32_t pad1;
 };
 
-static_assert(sizeof(DevWork) <= 4096, "DevWork must stay a portable kernel argument");
+static_assert(sizeof(DevWork) <= kDevWorkMaxBytes, "DevWork must fit the kernel argument limit of this build");
 
 }  // namespace chorus

@@ -48,6 +48,8 @@ void releaseShared(GpuRuntime* rt, void* p) {
 
 }  // namespace
 
+bool p2pReadSetting() { return kP2PRead.get() != 0; }
+
 /// What the owner of a device FIFO publishes for the other end.
 struct DeviceConnections::Rendezvous {
   uint64_t ready;  ///< kReady once the fields below are written

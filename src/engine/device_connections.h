@@ -27,6 +27,9 @@
 
 namespace chorus {
 
+/// CHORUS_P2P_READ as set in the environment.
+bool p2pReadSetting();
+
 /// One end of one device connection.
 struct DevConn {
   DevFifo fifo{};

@@ -13,8 +13,14 @@
 namespace chorus {
 namespace {
 
-IntParam kDevChannels{"CHORUS_DEVICE_NCHANNELS", 2, "Blocks (channels) per device-path operation (1 or 2).",
+IntParam kDevChannels{"CHORUS_DEVICE_NCHANNELS", 0,
+                      "Most blocks (channels) of one device-path operation; 0: the build's limit, 16 in CUDA builds "
+                      "(large kernel arguments) and 2 otherwise.",
                       "performance"};
+IntParam kDevChannelBytes{"CHORUS_DEVICE_CHANNEL_BYTES", 262144,
+                          "Device path: an operation of B bytes (the larger of its input and output) uses "
+                          "ceil(B / this) channels, at most CHORUS_DEVICE_NCHANNELS.",
+                          "performance"};
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 65536,
                    "Largest per-rank message that uses LL by default on the device path (NCCL_PROTO overrides).",
                    "tuning"};
@@ -34,9 +40,15 @@ const char* waitText(uint32_t what) {
 
 }  // namespace
 
+std::string deviceEnvKey() {
+  return std::to_string(kDevChannels.get()) + "|" + std::to_string(kDevChannelBytes.get()) + "|" +
+         std::to_string(kDevLLMax.get()) + "|" + std::to_string(p2pReadSetting());
+}
+
 DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host)
     : comm_(comm), rt_(rt), planner_(planner), host_(host) {
-  nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, kDevChannels.get())));
+  int64_t want = kDevChannels.get() > 0 ? kDevChannels.get() : kDevMaxChannels;
+  nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, want)));
   llMax_ = kDevLLMax.get();
 }
 
@@ -67,7 +79,7 @@ ncclResult_t DeviceEngine::init() {
   conns_ = std::make_unique<DeviceConnections>(comm_, rt_, geo, host_);
   CHORUS_CHECK(conns_->init());
   if (comm_->rank == 0)
-    INFO(kInit, "comm %p: device path on %s GPU %d, %d channel(s), LL up to %ld bytes", (void*)comm_, rt_->name(),
+    INFO(kInit, "comm %p: device path on %s GPU %d, up to %d channel(s), LL up to %ld bytes", (void*)comm_, rt_->name(),
          comm_->cudaDev, nChannels_, static_cast<long>(llMax_));
   return ncclSuccess;
 }
@@ -169,11 +181,22 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
   return ncclSuccess;
 }
 
+int DeviceEngine::channelsFor(const OpDesc& op) const {
+  // Every rank computes the same from the call's arguments.
+  bool perRank = op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter || op.coll == Coll::kAllToAll ||
+                 op.coll == Coll::kGather || op.coll == Coll::kScatter;
+  uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype) * (perRank ? comm_->nranks : 1);
+  uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get()));
+  return static_cast<int>(std::min<uint64_t>(nChannels_, std::max<uint64_t>(1, (bytes + per - 1) / per)));
+}
+
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   CollPlan plan;
   bool empty = false;
+  LaunchLimits limits{kDevMaxFifos, kDevMaxSteps};
   if (planner_->planColl(
-          op, nChannels_, llMax_, [this](size_t b) { return outScratch(b); }, &plan, &empty) != ncclSuccess)
+          op, channelsFor(op), llMax_, [this](size_t b) { return outScratch(b); }, &plan, &empty, limits) !=
+      ncclSuccess)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no schedule for %s", comm_->rank, collName(op.coll));
   if (empty) return ncclSuccess;
   if (plan.nChannels > kDevMaxChannels)
@@ -201,7 +224,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   if (nSteps > static_cast<size_t>(kDevMaxSteps))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
                 "rank %d: %s over %d ranks needs more than the %d schedule steps one "
-                "device launch holds (set NCCL_ALGO, CHORUS_DEVICE_NCHANNELS=1, or use host buffers)",
+                "device launch holds, even on one channel (set NCCL_ALGO, or use host buffers)",
                 comm_->rank, collName(op.coll), comm_->nranks, kDevMaxSteps);
   CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels));
   return launch(w, op.stream, collName(op.coll));

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/comm.h"
@@ -14,6 +15,9 @@
 #include "runtime/runtime.h"
 
 namespace chorus {
+
+/// The device path's settings that every rank must share (part of the communicator's settings check).
+std::string deviceEnvKey();
 
 /// Launches a communicator's device operations.
 class DeviceEngine {
@@ -32,6 +36,8 @@ class DeviceEngine {
 
  private:
   ncclResult_t launchColl(const OpDesc& op);
+  /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
+  int channelsFor(const OpDesc& op) const;
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
   /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections.
   ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels);

@@ -224,7 +224,7 @@ class HostEngine : public Engine {
 unsigned long engineEnvHash() {
   std::string s = std::to_string(kHostChannels.get()) + "|" + std::to_string(kFifoSlots.get()) + "|" +
                   std::to_string(kSlotBytes.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
-                  std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting());
+                  std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey();
   return fnv1a64(s);
 }
 
@@ -233,7 +233,8 @@ ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
     if (p.envHash != comm->peers[comm->rank].envHash)
       CHORUS_FAIL(comm, ncclInvalidUsage,
                   "rank %d and rank %d run with different settings of NCCL_ALGO, NCCL_PROTO, NCCL_SHM_DISABLE or "
-                  "CHORUS_* transport variables; every rank must use the same values", comm->rank, p.rank);
+                  "CHORUS_* transport and device-path variables; every rank must use the same values",
+                  comm->rank, p.rank);
   }
   auto engine = std::make_unique<HostEngine>(comm);
   CHORUS_CHECK(engine->init());

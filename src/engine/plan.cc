@@ -62,8 +62,25 @@ bool Planner::isInPlaceOffset(const OpDesc& op) const {
   }
 }
 
+void countLaunch(const std::vector<Schedule>& scheds, int* fifos, int* steps) {
+  *fifos = *steps = 0;
+  for (const Schedule& s : scheds) {
+    std::vector<std::pair<int, bool>> ends;
+    auto use = [&ends](int peer, bool isSend) {
+      if (std::find(ends.begin(), ends.end(), std::make_pair(peer, isSend)) == ends.end())
+        ends.emplace_back(peer, isSend);
+    };
+    for (const Step& st : s.steps) {
+      if (execRecvs(st.op)) use(st.recvPeer, false);
+      if (execSends(st.op)) use(st.sendPeer, true);
+    }
+    *fifos += static_cast<int>(ends.size());
+    *steps += static_cast<int>(s.steps.size());
+  }
+}
+
 ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out,
-                           bool* empty) {
+                           bool* empty, LaunchLimits limits) {
   uint64_t seq = ++collSeq_;
   *empty = op.count == 0;
   if (*empty) return ncclSuccess;
@@ -73,11 +90,18 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes);
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n)) p.choice.algo = Algo::kRing;
-  int nch = nChannels;
-  if (p.choice.algo == Algo::kTree) nch = std::max(nch, 2);  // double binary tree: one tree per channel
-  p.nChannels = nch;
+  const int minCh = p.choice.algo == Algo::kTree ? 2 : 1;  // double binary tree: one tree per channel
+  int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
   if ((*p.scheds)[0].nranks < 0) return ncclInternalError;
+  // Channels are alike (or alternate, for trees), so fewer channels mean proportionally fewer ends and steps.
+  while (nch > minCh) {
+    int fifos = 0, steps = 0;
+    countLaunch(*p.scheds, &fifos, &steps);
+    if ((limits.maxFifos == 0 || fifos <= limits.maxFifos) && (limits.maxSteps == 0 || steps <= limits.maxSteps)) break;
+    p.scheds = &schedules(op.coll, p.choice.algo, op.root, --nch);
+  }
+  p.nChannels = nch;
 
   BlockMap& map = p.map;
   map = BlockMap();

@@ -53,6 +53,16 @@ inline size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 /// Whether a collective combines values.
 inline bool collReducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 
+/// Most connection ends and schedule steps one launch may hold (0: no limit). The planner uses fewer channels
+/// than asked for when the schedules would not fit (the device path's kernel argument).
+struct LaunchLimits {
+  int maxFifos = 0;
+  int maxSteps = 0;
+};
+
+/// Connection ends (channel, peer, direction) and steps that a set of per-channel schedules uses.
+void countLaunch(const std::vector<Schedule>& scheds, int* fifos, int* steps);
+
 /// Per-communicator planning state: the schedule cache and the sequence numbers every fingerprint carries.
 class Planner {
  public:
@@ -62,14 +72,14 @@ class Planner {
   /// root). `llMaxBytes`: largest message that uses LL by default (-1: the tuner's CHORUS_LL_MAX_BYTES).
   template <class Scratch>
   ncclResult_t planColl(const OpDesc& op, int nChannels, int64_t llMaxBytes, Scratch scratch, CollPlan* out,
-                        bool* empty) {
+                        bool* empty, LaunchLimits limits = {}) {
     char* outStandIn = nullptr;
     size_t bytes = op.count * DType::size(op.dtype);
     if (op.coll == Coll::kReduce && comm_->rank != op.root && op.count > 0) {
       outStandIn = scratch(bytes);
       if (outStandIn == nullptr) return ncclSystemError;
     }
-    return plan(op, nChannels, llMaxBytes, outStandIn, out, empty);
+    return plan(op, nChannels, llMaxBytes, outStandIn, out, empty, limits);
   }
   /// Splits a group's sends and receives into batches: batch k holds the k-th operation of each (peer,
   /// direction), so that a schedule never queues two operations behind each other.
@@ -79,7 +89,8 @@ class Planner {
   const FifoGeometry& geometry() const { return geo_; }
 
  private:
-  ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty);
+  ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty,
+                    LaunchLimits limits);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
   bool isInPlaceOffset(const OpDesc& op) const;
   RedOp redOpFor(const OpDesc& op) const;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "core/params.h"
 #include "device/emu_runtime.h"
 #include "harness/ranks.h"
+#include "kernels/device_work.h"
 #include "nccl.h"
 #include "runtime/runtime.h"
 
@@ -133,6 +135,26 @@ TEST_P(DevicePath, EveryCollective) {
     }
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
     EXPECT_GE(gEmu.launches - launches, 6) << "every collective must have run as a kernel";
+  });
+}
+
+// A large alltoall over 6 ranks asks for every channel, but each channel of the direct schedule needs 10
+// connection ends: the planner uses as many channels as one launch holds, and the result is still exact.
+TEST_P(DevicePath, ChannelsShrinkToFitOneLaunch) {
+  runRanks(6, GetParam(), [](RankCtx& c) {
+    const int n = c.nranks, r = c.rank;
+    const size_t N = 200000;  // per peer: 4.8 MB per rank, more than 16 channels' worth
+    DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
+    fill(in.as<int32_t>(), N * n, [&](size_t i) { return int32_t(r * 10000000 + int32_t(i)); });
+    ASSERT_EQ(ncclAlltoAll(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
+    int ch = gEmu.lastChannels.load();
+    EXPECT_GE(ch, 2);
+    EXPECT_LE(ch * 2 * (n - 1), chorus::kDevMaxFifos);
+    EXPECT_GT((ch + 1) * 2 * (n - 1), std::min(chorus::kDevMaxFifos, chorus::kDevMaxChannels * 2 * (n - 1)))
+        << "fewer channels than one launch holds";
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i += 7) ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(q * 10000000 + r * N + i));
   });
 }
 

@@ -136,6 +136,7 @@ ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t) {
     chorus::DevShared shared;
     chorus::runDevBlock(work, b, shared, 0, 1);
   }
+  lastChannels = work.nChannels;
   launches++;
   return ncclSuccess;
 }

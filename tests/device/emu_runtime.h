@@ -71,6 +71,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   int devices = 1;
   bool peerAccess = true;        ///< false: device connections fall back to pinned shared memory
   std::atomic<int> launches{0};  ///< kernels run (all threads)
+  std::atomic<int> lastChannels{0};  ///< blocks of the last kernel run
 
  private:
   struct Alloc {
