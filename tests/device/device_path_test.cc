@@ -314,6 +314,25 @@ TEST(DevicePathStaging, DeadPeerAcrossHostsIsReportedAsync) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// The device path's settings decide channels, protocol and FIFO ownership: ranks that differ are refused at init,
+// on every rank, rather than mismatching inside a kernel.
+TEST(DevicePathSettings, RanksThatDisagreeAreRefusedAtInit) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    if (rank == 1) setenv("CHORUS_DEVICE_NCHANNELS", "1", 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
+    EXPECT_EQ(res, ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("device-path"), std::string::npos)
+        << ncclGetLastError(nullptr);
+    if (res == ncclSuccess) ncclCommDestroy(comm);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
 // Failures inside a kernel: a count mismatch and a rank that stops calling. Both surface as asynchronous
 // errors with the peer named, and neither hangs.
 TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
