@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "core/checks.h"
 #include "core/params.h"
@@ -38,6 +40,16 @@ const char* waitText(uint32_t what) {
   }
 }
 
+// Which rank of which communicator last launched on each (GPU, stream id) of this process. Two ranks of one
+// communicator on one stream would deadlock: the first kernel waits for the second, which is queued behind it.
+struct StreamUser {
+  uint64_t commHash;
+  int rank;
+  const void* engine;
+};
+std::mutex gStreamMutex;
+std::map<std::pair<int, uint64_t>, StreamUser> gStreamUsers;
+
 }  // namespace
 
 std::string deviceEnvKey() {
@@ -53,6 +65,11 @@ DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Con
 }
 
 DeviceEngine::~DeviceEngine() {
+  {
+    std::lock_guard<std::mutex> lock(gStreamMutex);
+    for (auto it = gStreamUsers.begin(); it != gStreamUsers.end();)
+      it = it->second.engine == this ? gStreamUsers.erase(it) : std::next(it);
+  }
   // Kernels still queued read the FIFOs, scratch and status freed below: wait for them (each is bounded by
   // CHORUS_TIMEOUT_S, or stops at once when aborted).
   for (cudaStream_t s : streams_) rt_->streamSynchronize(s);
@@ -172,7 +189,24 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
   return ncclSuccess;
 }
 
+ncclResult_t DeviceEngine::claimStream(cudaStream_t stream) {
+  uint64_t id = 0;
+  if (!rt_->streamId(stream, &id)) return ncclSuccess;  // no way to tell streams apart over time
+  std::lock_guard<std::mutex> lock(gStreamMutex);
+  auto key = std::make_pair(comm_->cudaDev, id);
+  auto it = gStreamUsers.find(key);
+  if (it != gStreamUsers.end() && it->second.engine != this && it->second.commHash == comm_->commHash)
+    CHORUS_FAIL(comm_, ncclInvalidUsage,
+                "rank %d: stream %p on GPU %d already carries rank %d of this communicator; kernels of two ranks "
+                "on one stream run one after the other, so the first would wait for the second forever. Give "
+                "each rank its own stream (the default stream 0 is shared by every thread)",
+                comm_->rank, static_cast<void*>(stream), comm_->cudaDev, it->second.rank);
+  gStreamUsers[key] = StreamUser{comm_->commHash, comm_->rank, this};
+  return ncclSuccess;
+}
+
 ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what) {
+  CHORUS_CHECK(claimStream(stream));
   fillCommon(&w);
   if (rt_->launch(w, stream) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: launching %s: %s", comm_->rank, what,

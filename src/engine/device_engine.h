@@ -42,6 +42,8 @@ class DeviceEngine {
   /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections.
   ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels);
   ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what);
+  /// Records that this rank launches on `stream`; refuses a stream another rank of this communicator uses.
+  ncclResult_t claimStream(cudaStream_t stream);
   void fillCommon(DevWork* w) const;
   char* outScratch(size_t bytes);
 

@@ -62,6 +62,9 @@ class GpuRuntime {
   virtual ncclResult_t enablePeerAccess(int peerDev) = 0;
   /// Whether the stream is being captured into a graph.
   virtual ncclResult_t streamIsCapturing(cudaStream_t s, bool* capturing) = 0;
+  /// A process-unique id of the stream that is never reused after the stream is destroyed; false when this
+  /// runtime has none (handles alone can be reused, so they do not identify a stream over time).
+  virtual bool streamId(cudaStream_t s, uint64_t* id) = 0;
   /// Ticks per millisecond of the device timer the kernel reads for its deadlines (arch.h deviceClock()).
   virtual uint64_t clockTicksPerMs(int dev) = 0;
   /// Threads per block for the collective kernel.

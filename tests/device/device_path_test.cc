@@ -46,6 +46,9 @@ void fill(T* p, size_t n, F value) {
   for (size_t i = 0; i < n; i++) p[i] = value(i);
 }
 
+// Each rank launches on its own (emulated) stream, as ranks sharing a GPU must.
+cudaStream_t streamOf(const RankCtx& c) { return reinterpret_cast<cudaStream_t>(uintptr_t(c.rank + 1)); }
+
 ncclResult_t asyncErrorOf(ncclComm_t comm) {
   ncclResult_t e = ncclSuccess;
   EXPECT_EQ(ncclCommGetAsyncError(comm, &e), ncclSuccess);
@@ -56,7 +59,7 @@ void allReduceCase(RankCtx& c, size_t count) {
   DevBuf send(gEmu, count * sizeof(float)), recv(gEmu, count * sizeof(float));
   fill(send.as<float>(), count, [&](size_t i) { return float((c.rank + 1) * ((i % 97) + 1)); });
   int launches = gEmu.launches;
-  ASSERT_EQ(ncclAllReduce(send.as<float>(), recv.as<float>(), count, ncclFloat32, ncclSum, c.comm, nullptr),
+  ASSERT_EQ(ncclAllReduce(send.as<float>(), recv.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c)),
             ncclSuccess);
   EXPECT_GT(gEmu.launches, launches) << "the call did not take the device path";
   ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
@@ -99,12 +102,12 @@ TEST_P(DevicePath, EveryCollective) {
     int launches = gEmu.launches;
 
     fill(ip, N, [&](size_t i) { return v(r, i); });
-    ASSERT_EQ(ncclAllGather(ip, op, N, ncclInt32, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllGather(ip, op, N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
     for (int q = 0; q < n; q++)
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, i));
 
     fill(ip, N * n, [&](size_t i) { return v(r, i); });
-    ASSERT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     for (size_t i = 0; i < N; i++) {
       int32_t want = 0;
       for (int q = 0; q < n; q++) want += v(q, r * N + i);
@@ -112,22 +115,22 @@ TEST_P(DevicePath, EveryCollective) {
     }
 
     fill(ip, N, [&](size_t i) { return v(r, i); });
-    ASSERT_EQ(ncclBroadcast(ip, op, N, ncclInt32, 1, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclBroadcast(ip, op, N, ncclInt32, 1, c.comm, streamOf(c)), ncclSuccess);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(1, i));
 
-    ASSERT_EQ(ncclReduce(ip, op, N, ncclInt32, ncclMax, 2, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclReduce(ip, op, N, ncclInt32, ncclMax, 2, c.comm, streamOf(c)), ncclSuccess);
     if (r == 2) {
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(n - 1, i));
     }
 
     fill(ip, N * n, [&](size_t i) { return v(r, i); });
-    ASSERT_EQ(ncclAlltoAll(ip, op, N, ncclInt32, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAlltoAll(ip, op, N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
     for (int q = 0; q < n; q++)
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, r * N + i));
 
     // Integer average: sum, then division truncating toward zero, on the device path too.
     fill(ip, N, [&](size_t i) { return int32_t(i) * (r + 1) - 7; });
-    ASSERT_EQ(ncclAllReduce(ip, ip, N, ncclInt32, ncclAvg, c.comm, nullptr), ncclSuccess);  // in place
+    ASSERT_EQ(ncclAllReduce(ip, ip, N, ncclInt32, ncclAvg, c.comm, streamOf(c)), ncclSuccess);  // in place
     for (size_t i = 0; i < N; i++) {
       int32_t sum = 0;
       for (int q = 0; q < n; q++) sum += int32_t(i) * (q + 1) - 7;
@@ -146,7 +149,7 @@ TEST_P(DevicePath, ChannelsShrinkToFitOneLaunch) {
     const size_t N = 200000;  // per peer: 4.8 MB per rank, more than 16 channels' worth
     DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
     fill(in.as<int32_t>(), N * n, [&](size_t i) { return int32_t(r * 10000000 + int32_t(i)); });
-    ASSERT_EQ(ncclAlltoAll(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAlltoAll(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
     int ch = gEmu.lastChannels.load();
     EXPECT_GE(ch, 2);
@@ -166,7 +169,7 @@ TEST_P(DevicePath, PreMulSumWithHostScalar) {
     double scalar = 0.5;
     ncclRedOp_t op;
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat64, ncclScalarHostImmediate, c.comm), ncclSuccess);
-    ASSERT_EQ(ncclAllReduce(buf.as<double>(), buf.as<double>(), N, ncclFloat64, op, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(buf.as<double>(), buf.as<double>(), N, ncclFloat64, op, c.comm, streamOf(c)), ncclSuccess);
     ASSERT_EQ(ncclRedOpDestroy(op, c.comm), ncclSuccess);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(buf.as<double>()[i], 0.5 * double(i) + 0.5 * double(i + 1));
   });
@@ -179,13 +182,13 @@ TEST_P(DevicePath, SendRecvRingShiftAndHostCallsOnTheSameComm) {
     fill(s.as<uint8_t>(), N, [&](size_t i) { return uint8_t(i * 7 + c.rank); });
     int next = (c.rank + 1) % c.nranks, prev = (c.rank + c.nranks - 1) % c.nranks;
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-    ASSERT_EQ(ncclSend(s.as<uint8_t>(), N, ncclUint8, next, c.comm, nullptr), ncclSuccess);
-    ASSERT_EQ(ncclRecv(d.as<uint8_t>(), N, ncclUint8, prev, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclSend(s.as<uint8_t>(), N, ncclUint8, next, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(ncclRecv(d.as<uint8_t>(), N, ncclUint8, prev, c.comm, streamOf(c)), ncclSuccess);
     ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(d.as<uint8_t>()[i], uint8_t(i * 7 + prev));
     // Host buffers on the same communicator still take the host path.
     std::vector<float> h(100, float(c.rank));
-    ASSERT_EQ(ncclAllReduce(h.data(), h.data(), h.size(), ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(h.data(), h.data(), h.size(), ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     EXPECT_EQ(h[99], 3.0f);
   });
 }
@@ -194,12 +197,12 @@ TEST_P(DevicePath, MixedHostAndDeviceBuffersAreRefused) {
   runRanks(2, GetParam(), [](RankCtx& c) {
     DevBuf d(gEmu, 64);
     std::vector<float> h(16);
-    EXPECT_EQ(ncclAllReduce(d.as<float>(), h.data(), 16, ncclFloat32, ncclSum, c.comm, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ncclAllReduce(d.as<float>(), h.data(), 16, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclInvalidUsage);
     EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("both be GPU memory or both host memory"), std::string::npos)
         << ncclGetLastError(c.comm);
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-    EXPECT_EQ(ncclAllReduce(d.as<float>(), d.as<float>(), 16, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
-    EXPECT_EQ(ncclAllReduce(h.data(), h.data(), 16, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(d.as<float>(), d.as<float>(), 16, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(h.data(), h.data(), 16, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
     EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("mixes operations on GPU buffers"), std::string::npos)
         << ncclGetLastError(c.comm);
@@ -247,14 +250,14 @@ void stagingBody(RankCtx& c) {
   const size_t N = 20000;
   DevBuf in(gEmu, N * sizeof(int32_t)), out(gEmu, N * nranks * sizeof(int32_t));
   fill(in.as<int32_t>(), N, [&](size_t i) { return int32_t(rank * 1000000 + i); });
-  EXPECT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, comm, streamOf(c)), ncclSuccess);
   for (int q = 0; q < nranks; q++)
     for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(q * 1000000 + i)) << q;
   // Send/recv around the ring: every rank sends to the next and receives from the previous.
   int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
   EXPECT_EQ(ncclGroupStart(), ncclSuccess);
-  EXPECT_EQ(ncclSend(in.as<int32_t>(), N, ncclInt32, next, comm, nullptr), ncclSuccess);
-  EXPECT_EQ(ncclRecv(out.as<int32_t>(), N, ncclInt32, prev, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclSend(in.as<int32_t>(), N, ncclInt32, next, comm, streamOf(c)), ncclSuccess);
+  EXPECT_EQ(ncclRecv(out.as<int32_t>(), N, ncclInt32, prev, comm, streamOf(c)), ncclSuccess);
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
   for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[i], int32_t(prev * 1000000 + i));
   EXPECT_EQ(asyncErrorOf(comm), ncclSuccess);
@@ -333,6 +336,32 @@ TEST(DevicePathSettings, RanksThatDisagreeAreRefusedAtInit) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// Two ranks of one communicator on one stream would wait for each other forever: the second launch is refused at
+// once, naming the rank that holds the stream.
+TEST(DevicePathFaults, TwoRanksOnOneStreamAreRefused) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  setenv("CHORUS_TIMEOUT_S", "2", 1);
+  chorus::paramsReload();
+  std::atomic<int> refused{0};
+  runRanks(2, Driver::kThreads, [&](RankCtx& c) {
+    DevBuf b(gEmu, 1024 * sizeof(float));
+    ncclResult_t res = ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr);
+    if (res == ncclSuccess) {
+      EXPECT_NE(asyncErrorOf(c.comm), ncclSuccess) << "the peer never ran its part";
+      return;
+    }
+    refused++;
+    EXPECT_EQ(res, ncclInvalidUsage);
+    std::string text = ncclGetLastError(c.comm);
+    EXPECT_NE(text.find("own stream"), std::string::npos) << text;
+    EXPECT_NE(text.find(c.rank == 0 ? "rank 1" : "rank 0"), std::string::npos) << text;
+  });
+  EXPECT_EQ(refused.load(), 1);
+  unsetenv("CHORUS_TIMEOUT_S");
+  chorus::paramsReload();
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
 // Failures inside a kernel: a count mismatch and a rank that stops calling. Both surface as asynchronous
 // errors with the peer named, and neither hangs.
 TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
@@ -341,9 +370,9 @@ TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
   chorus::paramsReload();
   runRanks(2, Driver::kThreads, [](RankCtx& c) {
     DevBuf b(gEmu, 4096 * sizeof(float));
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     size_t count = c.rank == 0 ? 1024 : 2048;
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     ncclResult_t e = asyncErrorOf(c.comm);
     EXPECT_TRUE(e == ncclInvalidUsage || e == ncclRemoteError) << e;
     std::string text = ncclGetLastError(c.comm);
@@ -352,13 +381,13 @@ TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
   std::atomic<bool> rank0Done{false};
   runRanks(2, Driver::kThreads, [&](RankCtx& c) {
     DevBuf b(gEmu, 1024 * sizeof(float));
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     if (c.rank == 1) {
       // Rank 1 stops calling, but keeps its communicator (whose GPU memory holds rank 0's FIFOs) alive.
       while (!rank0Done.load()) usleep(1000);
       return;
     }
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     EXPECT_EQ(asyncErrorOf(c.comm), ncclRemoteError);
     std::string text = ncclGetLastError(c.comm);
     EXPECT_NE(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << text;

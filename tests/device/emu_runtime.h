@@ -57,6 +57,11 @@ class EmuRuntime : public chorus::GpuRuntime {
     *capturing = false;
     return ncclSuccess;
   }
+  /// Emulated streams are never created or destroyed: the handle is the id.
+  bool streamId(cudaStream_t s, uint64_t* id) override {
+    *id = reinterpret_cast<uintptr_t>(s);
+    return true;
+  }
   uint64_t clockTicksPerMs(int) override { return 1000000; }  // deviceClock() is CLOCK_MONOTONIC ns on the host
   int blockThreads() override { return 1; }
   ncclResult_t launch(const chorus::DevWork& work, cudaStream_t stream) override;

@@ -67,6 +67,16 @@ inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
   return e;
 }
 inline Error gpuStreamSynchronize(Stream s) { return cudaStreamSynchronize(s); }
+/// A process-unique id of the stream, never reused after the stream is destroyed (CUDA 12.0+).
+inline bool gpuStreamId(Stream s, uint64_t* id) {
+  unsigned long long v = 0;
+  if (cudaStreamGetId(s, &v) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  *id = v;
+  return true;
+}
 inline Error gpuMemcpyToHost(void* dst, const void* src, size_t n) {
   return cudaMemcpy(dst, src, n, cudaMemcpyDefault);
 }

@@ -171,6 +171,8 @@ class BuiltinGpuRuntime final : public GpuRuntime {
                  static_cast<void*>(s));
   }
 
+  bool streamId(cudaStream_t s, uint64_t* id) override { return gpu::gpuStreamId(gpu::toStream(s), id); }
+
   uint64_t clockTicksPerMs(int dev) override {
     uint64_t ticks = 0;
     if (check(gpu::gpuClockTicksPerMs(dev, &ticks), "DeviceGetAttribute(wall clock rate, %d)", dev) != ncclSuccess) {

@@ -66,6 +66,8 @@ inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
   return e;
 }
 inline Error gpuStreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
+/// HIP 5.2 has no stream ids, and handles are reused after destruction: unknown.
+inline bool gpuStreamId(Stream, uint64_t*) { return false; }
 inline Error gpuMemcpyToHost(void* dst, const void* src, size_t n) { return hipMemcpy(dst, src, n, hipMemcpyDefault); }
 
 /// The memory kind of a successful gpuPointerGetAttributes. HIP before 6.0 names the field memoryType and flags
