@@ -67,6 +67,8 @@ class Connections {
   /// `calls` (may be null) describes a mismatch: {detector's call[3], offender's call[3], ranks}.
   void poisonAll(PoisonReason reason, int culprit, const uint64_t* calls = nullptr);
   const FifoGeometry& geometry() const { return geo_; }
+  /// The socket transport, or null when every peer is reached through shared memory.
+  SocketTransport* sockets() const { return sockets_.get(); }
 
  private:
   /// `hostChannel`: a host-path channel (poisonAll opens shm FIFOs up to the highest one); false for staging.

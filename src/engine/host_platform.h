@@ -43,8 +43,14 @@ class HostPlatform {
   ncclResult_t waitSendSpace(Fifo* f);
   ncclResult_t waitRecvData(Fifo* f);
   ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words);
-  void publishTail(Fifo* f) { __atomic_store_n(&f->ctrl->tail, ++f->step, __ATOMIC_RELEASE); }
-  void publishHead(Fifo* f) { __atomic_store_n(&f->ctrl->head, ++f->step, __ATOMIC_RELEASE); }
+  void publishTail(Fifo* f) {
+    __atomic_store_n(&f->ctrl->tail, ++f->step, __ATOMIC_RELEASE);
+    if (SocketTransport* s = conns_->sockets()) s->kick();
+  }
+  void publishHead(Fifo* f) {
+    __atomic_store_n(&f->ctrl->head, ++f->step, __ATOMIC_RELEASE);
+    if (SocketTransport* s = conns_->sockets()) s->kick();
+  }
   /// Writes a slot header (before publishTail releases it).
   static void writeHeader(SlotHeader* h, const SlotHeader& v) { *h = v; }
   /// Packs header and payload into LL lines with flag step + 1, then advances f's step.

@@ -3,8 +3,9 @@
 // Each pass: adopt new connections, check every FIFO (poison, published slots, freed room),
 // write what the executors published, then poll the sockets: with a zero timeout while there
 // was recent progress (yielding the core between passes, as ranks may outnumber cores), else
-// blocking for at most kIdlePollMs. Socket events wake poll() at once; FIFO counters written by
-// the executor are memory, not events, so a blocked proxy notices them within kIdlePollMs.
+// blocking for at most kIdlePollMs. Socket events wake poll() at once; FIFO counters are memory,
+// not events, so the host executor kicks a blocked proxy through its eventfd (SocketProxy::kick),
+// and a device kernel's counters (network staging) are noticed within kIdlePollMs.
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -525,9 +526,21 @@ void SocketProxy::run() {
       sched_yield();
     } else {
       timeoutMs = needsTimedPoll() ? kIdlePollMs : kQuietPollMs;
+      // Announce the sleep, then look once more: an executor that published before seeing the flag is caught
+      // here, one that publishes after it writes the eventfd (SocketProxy::kick). Both sides fence in between.
+      sleeping_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      bool more = false;
+      for (auto& c : conns_) more |= stepConn(*c);
+      if (more) {
+        sleeping_.store(false, std::memory_order_relaxed);
+        lastWork = now;
+        timeoutMs = 0;
+      }
     }
     buildPollSet(&fds, &who);
     int rc = poll(fds.data(), fds.size(), timeoutMs);
+    sleeping_.store(false, std::memory_order_relaxed);
     if (rc < 0 && errno != EINTR) {
       WARN("rank %d: socket transport: poll failed: %s", rank_, errnoText(errno).c_str());
       timespec ts = {0, 1000000};

@@ -76,6 +76,10 @@ class SocketProxy : public SocketTransport {
   ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
   ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
   void shutdown() override;
+  void kick() override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the FIFO store before, the flag load after
+    if (sleeping_.load(std::memory_order_relaxed)) wake();
+  }
 
  private:
   // ---- executor-thread side (socket_transport.cc) ----
@@ -108,7 +112,8 @@ class SocketProxy : public SocketTransport {
   int nranks_;
   uint64_t commHash_;
   std::vector<SockAddr> addrs_;  // immutable after construction
-  int wakeFd_ = -1;              // eventfd: new conns and shutdown wake a proxy blocked in poll()
+  int wakeFd_ = -1;              // eventfd: new conns, kicks and shutdown wake a proxy blocked in poll()
+  std::atomic<bool> sleeping_{false};  // the proxy is about to block, or blocks, in poll() with a timeout
 
   // Owned by the proxy thread while it runs; by shutdown()'s caller after the join.
   Socket listen_;
