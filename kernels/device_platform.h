@@ -38,7 +38,13 @@ class DevicePlatform {
  public:
   /// Thread 0 loads this block's connection ends (and their step counters) into shared memory.
   CHORUS_HOST_DEVICE DevicePlatform(const DevWork& w, int block, DevShared& sh, int tid, int nt)
-      : w_(w), sh_(sh), block_(block), tid_(tid), nt_(nt) {
+      : w_(w), red_(w.red), sh_(sh), block_(block), tid_(tid), nt_(nt) {
+    if (w.scalarDev != nullptr) {  // ncclScalarDevice: the factor as it is when the kernel runs
+      const volatile unsigned char* s = static_cast<const volatile unsigned char*>(w.scalarDev);
+      uint64_t v = 0;
+      for (uint64_t i = 0; i < w.esize && i < 8; i++) v |= static_cast<uint64_t>(s[i]) << (8 * i);
+      red_.scalar = v;
+    }
     if (tid == 0) {
       int n = 0;
       for (int i = 0; i < w.nFifos; i++) {
@@ -123,14 +129,14 @@ class DevicePlatform {
     return w_.scratch + (static_cast<size_t>(block_) * 2 + which) * w_.scratchBytes;
   }
   CHORUS_HOST_DEVICE void copy(char* dst, const char* src, size_t n, uint32_t flags) {
-    blockCopy(w_.red, dst, src, n, flags, tid_, nt_);
+    blockCopy(red_, dst, src, n, flags, tid_, nt_);
     blockSync();
   }
   CHORUS_HOST_DEVICE void reduce(char* dst, const char* recv, const char* local, size_t n, uint32_t flags) {
-    blockReduce(w_.red, dst, recv, local, n, flags, tid_, nt_);
+    blockReduce(red_, dst, recv, local, n, flags, tid_, nt_);
     blockSync();
   }
-  CHORUS_HOST_DEVICE bool identityCopy(uint32_t flags) const { return !copyTransforms(w_.red, flags); }
+  CHORUS_HOST_DEVICE bool identityCopy(uint32_t flags) const { return !copyTransforms(red_, flags); }
 
   CHORUS_HOST_DEVICE ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t,
                                            uint32_t step) {
@@ -267,6 +273,7 @@ class DevicePlatform {
   }
 
   const DevWork& w_;
+  RedOp red_;  ///< w_.red, with a ncclScalarDevice factor loaded
   DevShared& sh_;
   int block_, tid_, nt_;
 };

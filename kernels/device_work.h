@@ -70,6 +70,7 @@ struct DevWork {
   char* out;
   uint64_t esize, inTotal, outTotal, blockElems, chanElems, tileElems, nTiles;
   RedOp red;
+  const void* scalarDev;  ///< premulsum factor in GPU memory, read by every block at its start (null: red.scalar)
   Fingerprint fp;
   uint8_t reducing, ll, p2p, nChannels;
   uint32_t sliceBytes;

@@ -54,7 +54,7 @@ long inPlaceIndex(Coll coll, int rank, int root) {
 ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc* op) {
   GpuRuntime* rt = gpuRuntime();
   if (rt == nullptr) {
-    for (const void* p : {op->sendbuff, static_cast<const void*>(op->recvbuff)})
+    for (const void* p : {op->sendbuff, static_cast<const void*>(op->recvbuff), op->scalarPtr})
       if (p != nullptr && isDevicePointer(p))
         CHORUS_FAIL(comm, ncclInvalidUsage,
                     "%s: rank %d: buffer %p is GPU device memory, but this chorus build has no GPU backend (a "
@@ -82,11 +82,13 @@ ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc*
   if (op->device && comm->cudaDev < 0)
     CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: GPU buffers on a communicator created without a GPU", fn,
                 comm->rank);
-  if (op->device && op->scalarPtr != nullptr) {
+  if (op->scalarPtr != nullptr) {
     int dev = -1;
-    if (rt->pointerKind(op->scalarPtr, &dev) != MemKind::kHost)
-      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: a ncclScalarDevice premulsum scalar is not supported on the "
-                  "device path yet; create the operator with ncclScalarHostImmediate", fn, comm->rank);
+    bool onGpu = rt->pointerKind(op->scalarPtr, &dev) != MemKind::kHost;
+    if (onGpu && !op->device)
+      CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the premulsum scalar %p is GPU memory but the buffers are host "
+                  "memory; host-path operations read the scalar on the host", fn, comm->rank, op->scalarPtr);
+    op->scalarOnDevice = onGpu;  // a host-memory scalar is read at enqueue, like an immediate one
   }
   return ncclSuccess;
 }

@@ -248,6 +248,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   w.tileElems = m.tileElems;
   w.nTiles = plan.nTiles;
   w.red = plan.red;
+  w.scalarDev = op.scalarOnDevice ? op.scalarPtr : nullptr;
   w.fp = plan.fp;
   w.reducing = plan.reducing;
   w.ll = plan.choice.proto == Proto::kLL;

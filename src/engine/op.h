@@ -36,6 +36,8 @@ struct OpDesc {
   bool userOp = false;
   uint64_t scalarBits = 0;
   const void* scalarPtr = nullptr;
+  /// scalarPtr is GPU memory: the kernel reads it when it starts (the host never dereferences it).
+  bool scalarOnDevice = false;
 };
 
 }  // namespace chorus

@@ -38,8 +38,11 @@ const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, 
 
 RedOp Planner::redOpFor(const OpDesc& op) const {
   if (op.userOp) {
-    // A device-resident scalar is read when the operation starts (host memory on this path).
-    return makePreMulSum(op.dtype, op.scalarPtr ? op.scalarPtr : &op.scalarBits, comm_->nranks);
+    // A ncclScalarDevice scalar in host memory is read now, when the operation starts; one in GPU memory is read
+    // by the kernel (DevWork::scalarDev), so the plan carries a placeholder.
+    static const uint64_t kPlaceholder = 0;
+    const void* scalar = op.scalarOnDevice ? &kPlaceholder : op.scalarPtr ? op.scalarPtr : &op.scalarBits;
+    return makePreMulSum(op.dtype, scalar, comm_->nranks);
   }
   return makeRedOp(collReducing(op.coll) ? op.op : ncclSum, op.dtype, comm_->nranks);
 }

@@ -175,6 +175,34 @@ TEST_P(DevicePath, PreMulSumWithHostScalar) {
   });
 }
 
+// ncclScalarDevice with the factor in GPU memory: the kernel reads it when it runs. The same operator on host
+// buffers is refused (the host path would have to read GPU memory).
+TEST_P(DevicePath, PreMulSumWithDeviceScalar) {
+  runRanks(3, GetParam(), [](RankCtx& c) {
+    const size_t N = 70000;  // several channels in CUDA builds
+    DevBuf buf(gEmu, N * sizeof(float)), factor(gEmu, sizeof(float));
+    fill(buf.as<float>(), N, [&](size_t i) { return float(i % 100 + c.rank); });
+    *factor.as<float>() = 0.25f;
+    ncclRedOp_t op;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, factor.as<float>(), ncclFloat32, ncclScalarDevice, c.comm), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(buf.as<float>(), buf.as<float>(), N, ncclFloat32, op, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(buf.as<float>()[i], 0.25f * float(3 * (i % 100) + 3)) << i;
+    *factor.as<float>() = 2.0f;  // read again by the next operation
+    ASSERT_EQ(ncclReduceScatter(buf.as<float>(), buf.as<float>() + c.rank * (N / 3), N / 3, ncclFloat32, op, c.comm,
+                                streamOf(c)),
+              ncclSuccess);
+    for (size_t i = 0; i < N / 3; i++) {
+      size_t j = c.rank * (N / 3) + i;
+      ASSERT_EQ(buf.as<float>()[j], 2.0f * 3.0f * 0.25f * float(3 * (j % 100) + 3)) << i;
+    }
+    std::vector<float> h(16, 1.0f);
+    EXPECT_EQ(ncclAllReduce(h.data(), h.data(), h.size(), ncclFloat32, op, c.comm, streamOf(c)), ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("GPU memory"), std::string::npos) << ncclGetLastError(c.comm);
+    ASSERT_EQ(ncclRedOpDestroy(op, c.comm), ncclSuccess);
+  });
+}
+
 TEST_P(DevicePath, SendRecvRingShiftAndHostCallsOnTheSameComm) {
   runRanks(3, GetParam(), [](RankCtx& c) {
     const size_t N = 200000;  // bytes: several tiles

@@ -147,6 +147,30 @@ TEST_P(Gpu, SendRecvRing) {
   });
 }
 
+// ncclScalarDevice: the factor lives in GPU memory and the kernel reads it when it runs, so a value written on the
+// stream after the enqueue of the first call but before the second is what the second uses.
+TEST_P(Gpu, PreMulSumWithDeviceScalar) {
+  runRanks(2, GetParam(), [](RankCtx& c) {
+    const size_t N = 1 << 20;
+    Dev d(N);
+    d.upload(std::vector<float>(N, float(c.rank + 1)));
+    float* factor = nullptr;
+    CUDA_OK(cudaMalloc(&factor, sizeof(float)));
+    float quarter = 0.25f, two = 2.0f;
+    CUDA_OK(cudaMemcpy(factor, &quarter, sizeof(float), cudaMemcpyHostToDevice));
+    ncclRedOp_t op;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, factor, ncclFloat32, ncclScalarDevice, c.comm), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(d.send, d.recv, N, ncclFloat32, op, c.comm, d.stream), ncclSuccess);
+    CUDA_OK(cudaMemcpyAsync(factor, &two, sizeof(float), cudaMemcpyHostToDevice, d.stream));
+    ASSERT_EQ(ncclAllReduce(d.recv, d.recv, N, ncclFloat32, op, c.comm, d.stream), ncclSuccess);
+    std::vector<float> out = d.download(d.recv, N);
+    ASSERT_EQ(ncclRedOpDestroy(op, c.comm), ncclSuccess);
+    cudaFree(factor);
+    // First: 0.25 * (1 + 2) = 0.75 on both ranks; second: 2 * 0.75 * 2 ranks = 3.
+    for (size_t i = 0; i < N; i += 997) ASSERT_EQ(out[i], 3.0f) << i;
+  });
+}
+
 // Captured once, replayed three times: an in-place sum of ones over n ranks gives n^3.
 TEST_P(Gpu, GraphCaptureReplays) {
   runRanks(2, GetParam(), [](RankCtx& c) {
