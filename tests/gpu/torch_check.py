@@ -2,7 +2,8 @@
 """torch.distributed with the NCCL backend on chorus: run under LD_PRELOAD of chorus's libnccl.so.2.
 
 Starts WORLD (default 2) processes on GPU 0 (several ranks may share one GPU with chorus), runs all_reduce,
-all_gather and broadcast on CUDA tensors, checks every element against closed-form values, and prints which
+all_gather, broadcast, reduce_scatter_tensor, all_to_all_single and a PREMUL_SUM all_reduce with a tensor factor
+on CUDA tensors, checks every element against closed-form values, and prints which
 NCCL library answered (torch.cuda.nccl.version() reports the loaded library's ncclGetVersion).
 Exit status 0 only if every rank's checks pass.
 """
@@ -32,6 +33,23 @@ def worker(rank, world, port, failures):
         b = torch.full((n,), float(rank), device=dev)
         dist.broadcast(b, src=world - 1)
         ok &= bool(torch.all(b == world - 1))
+        rs = torch.empty(n, device=dev)
+        dist.reduce_scatter_tensor(rs, torch.full((n * world,), float(rank + 1), device=dev))
+        ok &= bool(torch.all(rs == world * (world + 1) / 2))
+        # all_to_all_single runs as grouped ncclSend/ncclRecv; int64 keeps every value exact.
+        src = torch.arange(n * world, device=dev, dtype=torch.int64) + rank * 10**9
+        dst = torch.empty_like(src)
+        dist.all_to_all_single(dst, src)
+        idx = torch.arange(n, device=dev, dtype=torch.int64)
+        ok &= all(bool(torch.equal(dst[q * n:(q + 1) * n], idx + rank * n + q * 10**9)) for q in range(world))
+    # PREMUL_SUM with a tensor factor: NCCL's ncclScalarDevice (the factor is read on the GPU).
+    make = getattr(dist, "_make_nccl_premul_sum", None)
+    if make is not None:
+        x = torch.full((4096,), float(rank + 1), device=dev)
+        dist.all_reduce(x, op=make(torch.tensor([0.5], device=dev)))
+        ok &= bool(torch.all(x == 0.5 * world * (world + 1) / 2))
+    elif rank == 0:
+        print("premul sum: this torch has no _make_nccl_premul_sum; not checked")
     torch.cuda.synchronize()
     if rank == 0:
         print(f"torch {torch.__version__}, NCCL version reported: {torch.cuda.nccl.version()}, world {world}")
