@@ -28,6 +28,7 @@ struct DevShared {
   int16_t isSend[kDevMaxFifos];
   int16_t slot[kDevMaxFifos];  ///< index into DevWork::fifos
   int16_t flags[kDevMaxFifos];  ///< DevFifoFlags
+  RedOp red;                    ///< the launch's reduction, with a ncclScalarDevice factor loaded
   int32_t nFifos;
   int32_t result;  ///< a wait's result, broadcast from the waiting thread(s)
   int32_t failed;  ///< nonzero once this block failed: reason << 16 | (culprit + 1)
@@ -38,14 +39,22 @@ class DevicePlatform {
  public:
   /// Thread 0 loads this block's connection ends (and their step counters) into shared memory.
   CHORUS_HOST_DEVICE DevicePlatform(const DevWork& w, int block, DevShared& sh, int tid, int nt)
-      : w_(w), red_(w.red), sh_(sh), block_(block), tid_(tid), nt_(nt) {
-    if (w.scalarDev != nullptr) {  // ncclScalarDevice: the factor as it is when the kernel runs
-      const volatile unsigned char* s = static_cast<const volatile unsigned char*>(w.scalarDev);
-      uint64_t v = 0;
-      for (uint64_t i = 0; i < w.esize && i < 8; i++) v |= static_cast<uint64_t>(s[i]) << (8 * i);
-      red_.scalar = v;
-    }
+      : w_(w), sh_(sh), block_(block), tid_(tid), nt_(nt) {
     if (tid == 0) {
+      sh.red = w.red;
+      if (w.scalarDev != nullptr) {  // ncclScalarDevice: the factor as it is when the kernel runs
+        // The factor has the element type's width and sits in the low bytes (as makePreMulSum puts it).
+        const void* p = w.scalarDev;
+        if (w.esize == 8) {
+          sh.red.scalar = *static_cast<const volatile uint64_t*>(p);
+        } else if (w.esize == 4) {
+          sh.red.scalar = *static_cast<const volatile uint32_t*>(p);
+        } else if (w.esize == 2) {
+          sh.red.scalar = *static_cast<const volatile uint16_t*>(p);
+        } else {
+          sh.red.scalar = *static_cast<const volatile uint8_t*>(p);
+        }
+      }
       int n = 0;
       for (int i = 0; i < w.nFifos; i++) {
         const DevFifo& d = w.fifos[i];
@@ -129,14 +138,14 @@ class DevicePlatform {
     return w_.scratch + (static_cast<size_t>(block_) * 2 + which) * w_.scratchBytes;
   }
   CHORUS_HOST_DEVICE void copy(char* dst, const char* src, size_t n, uint32_t flags) {
-    blockCopy(red_, dst, src, n, flags, tid_, nt_);
+    blockCopy(sh_.red, dst, src, n, flags, tid_, nt_);
     blockSync();
   }
   CHORUS_HOST_DEVICE void reduce(char* dst, const char* recv, const char* local, size_t n, uint32_t flags) {
-    blockReduce(red_, dst, recv, local, n, flags, tid_, nt_);
+    blockReduce(sh_.red, dst, recv, local, n, flags, tid_, nt_);
     blockSync();
   }
-  CHORUS_HOST_DEVICE bool identityCopy(uint32_t flags) const { return !copyTransforms(red_, flags); }
+  CHORUS_HOST_DEVICE bool identityCopy(uint32_t flags) const { return !copyTransforms(sh_.red, flags); }
 
   CHORUS_HOST_DEVICE ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t,
                                            uint32_t step) {
@@ -273,7 +282,6 @@ class DevicePlatform {
   }
 
   const DevWork& w_;
-  RedOp red_;  ///< w_.red, with a ncclScalarDevice factor loaded
   DevShared& sh_;
   int block_, tid_, nt_;
 };

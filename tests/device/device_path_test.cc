@@ -196,6 +196,17 @@ TEST_P(DevicePath, PreMulSumWithDeviceScalar) {
       size_t j = c.rank * (N / 3) + i;
       ASSERT_EQ(buf.as<float>()[j], 2.0f * 3.0f * 0.25f * float(3 * (j % 100) + 3)) << i;
     }
+    // A one-byte type: the factor is read at its own width.
+    DevBuf bytes(gEmu, 1000), factor8(gEmu, 8);
+    fill(bytes.as<uint8_t>(), 1000, [&](size_t i) { return uint8_t(i % 50 + c.rank); });
+    std::memset(factor8.as<uint8_t>(), 0x7f, 8);  // bytes past the factor must not matter
+    *factor8.as<uint8_t>() = 2;
+    ncclRedOp_t op8;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op8, factor8.as<uint8_t>(), ncclUint8, ncclScalarDevice, c.comm), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(bytes.as<uint8_t>(), bytes.as<uint8_t>(), 1000, ncclUint8, op8, c.comm, streamOf(c)),
+              ncclSuccess);
+    for (size_t i = 0; i < 1000; i++) ASSERT_EQ(bytes.as<uint8_t>()[i], uint8_t(2 * (3 * (i % 50) + 3))) << i;
+    ASSERT_EQ(ncclRedOpDestroy(op8, c.comm), ncclSuccess);
     std::vector<float> h(16, 1.0f);
     EXPECT_EQ(ncclAllReduce(h.data(), h.data(), h.size(), ncclFloat32, op, c.comm, streamOf(c)), ncclInvalidUsage);
     EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("GPU memory"), std::string::npos) << ncclGetLastError(c.comm);
