@@ -34,7 +34,9 @@ inline const char* gpuGetErrorName(Error e) { return cudaGetErrorName(e); }
 inline Error gpuDeviceGetPCIBusId(char* buf, int len, int dev) { return cudaDeviceGetPCIBusId(buf, len, dev); }
 inline Error gpuPointerGetAttributes(PointerAttributes* a, const void* p) { return cudaPointerGetAttributes(a, p); }
 inline Error gpuMalloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
-inline Error gpuMemset(void* p, int v, size_t bytes) { return cudaMemset(p, v, bytes); }
+/// A stream that never synchronises with the legacy default stream (the runtime's own setup copies).
+inline Error gpuStreamCreateNonBlocking(Stream* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
+inline Error gpuMemsetAsync(void* p, int v, size_t bytes, Stream s) { return cudaMemsetAsync(p, v, bytes, s); }
 inline Error gpuFree(void* p) { return cudaFree(p); }
 /// Pinned host memory mapped into every device's address space.
 inline Error gpuHostAlloc(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocMapped); }
@@ -77,8 +79,8 @@ inline bool gpuStreamId(Stream s, uint64_t* id) {
   *id = v;
   return true;
 }
-inline Error gpuMemcpyToHost(void* dst, const void* src, size_t n) {
-  return cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+inline Error gpuMemcpyAsync(void* dst, const void* src, size_t n, Stream s) {
+  return cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
 }
 
 /// The memory kind of a successful gpuPointerGetAttributes.

@@ -15,6 +15,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -90,7 +91,13 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   ncclResult_t deviceAlloc(size_t bytes, void** p) override {
     *p = nullptr;
     CHECK_GPU(gpu::gpuMalloc(p, bytes), "Malloc(%zu bytes)", bytes);
-    ncclResult_t r = check(gpu::gpuMemset(*p, 0, bytes), "Memset(%zu bytes)", bytes);
+    // Zeroed before anyone can use it (FIFO control words: a peer's kernel may start on it as soon as the handle
+    // is published). A plain memset would be asynchronous on the legacy default stream, which does not order
+    // kernels on non-blocking streams, and would queue behind kernels on blocking ones.
+    gpu::Stream s = nullptr;
+    ncclResult_t r = ownStream(&s);
+    if (r == ncclSuccess) r = check(gpu::gpuMemsetAsync(*p, 0, bytes, s), "MemsetAsync(%zu bytes)", bytes);
+    if (r == ncclSuccess) r = check(gpu::gpuStreamSynchronize(s), "StreamSynchronize(setup stream)");
     if (r != ncclSuccess) {
       (void)gpu::gpuFree(*p);
       *p = nullptr;
@@ -194,7 +201,11 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {
-    return check(gpu::gpuMemcpyToHost(dst, src, bytes), "Memcpy(%zu bytes to host)", bytes);
+    gpu::Stream s = nullptr;
+    ncclResult_t r = ownStream(&s);
+    if (r != ncclSuccess) return r;
+    CHECK_GPU(gpu::gpuMemcpyAsync(dst, src, bytes, s), "MemcpyAsync(%zu bytes to host)", bytes);
+    return check(gpu::gpuStreamSynchronize(s), "StreamSynchronize(setup stream)");
   }
 
   std::string lastError() override {
@@ -203,6 +214,21 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
  private:
+  /// This runtime's own non-blocking stream on the current device (made on first use, kept for the process).
+  ncclResult_t ownStream(gpu::Stream* out) {
+    int dev = 0;
+    CHECK_GPU(gpu::gpuGetDevice(&dev), "GetDevice()");
+    std::lock_guard<std::mutex> lock(streamsMu_);
+    auto it = streams_.find(dev);
+    if (it == streams_.end()) {
+      gpu::Stream s = nullptr;
+      CHECK_GPU(gpu::gpuStreamCreateNonBlocking(&s), "StreamCreateWithFlags(non-blocking, device %d)", dev);
+      it = streams_.emplace(dev, s).first;
+    }
+    *out = it->second;
+    return ncclSuccess;
+  }
+
   /// Turns a runtime error into ncclUnhandledCudaError with lastError() text "<api><call>: <error text>", e.g.
   /// "cudaMalloc(1048576 bytes): out of memory". The runtime's sticky last error is cleared.
   ncclResult_t check(gpu::Error e, const char* fmt, ...) __attribute__((format(printf, 3, 4))) {
@@ -226,6 +252,8 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   int count_ = 0;
   std::mutex mu_;
   std::string lastError_;
+  std::mutex streamsMu_;
+  std::map<int, gpu::Stream> streams_;  ///< ownStream() per device
 };
 
 #undef CHECK_GPU

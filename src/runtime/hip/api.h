@@ -33,7 +33,9 @@ inline const char* gpuGetErrorName(Error e) { return hipGetErrorName(e); }
 inline Error gpuDeviceGetPCIBusId(char* buf, int len, int dev) { return hipDeviceGetPCIBusId(buf, len, dev); }
 inline Error gpuPointerGetAttributes(PointerAttributes* a, const void* p) { return hipPointerGetAttributes(a, p); }
 inline Error gpuMalloc(void** p, size_t bytes) { return hipMalloc(p, bytes); }
-inline Error gpuMemset(void* p, int v, size_t bytes) { return hipMemset(p, v, bytes); }
+/// A stream that never synchronises with the null stream (the runtime's own setup copies).
+inline Error gpuStreamCreateNonBlocking(Stream* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
+inline Error gpuMemsetAsync(void* p, int v, size_t bytes, Stream s) { return hipMemsetAsync(p, v, bytes, s); }
 inline Error gpuFree(void* p) { return hipFree(p); }
 /// Pinned host memory mapped into every device's address space.
 inline Error gpuHostAlloc(void** p, size_t bytes) { return hipHostMalloc(p, bytes, hipHostMallocMapped); }
@@ -68,7 +70,9 @@ inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
 inline Error gpuStreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
 /// HIP 5.2 has no stream ids, and handles are reused after destruction: unknown.
 inline bool gpuStreamId(Stream, uint64_t*) { return false; }
-inline Error gpuMemcpyToHost(void* dst, const void* src, size_t n) { return hipMemcpy(dst, src, n, hipMemcpyDefault); }
+inline Error gpuMemcpyAsync(void* dst, const void* src, size_t n, Stream s) {
+  return hipMemcpyAsync(dst, src, n, hipMemcpyDefault, s);
+}
 
 /// The memory kind of a successful gpuPointerGetAttributes. HIP before 6.0 names the field memoryType and flags
 /// managed memory separately; 6.0 renamed it to type, like CUDA.
