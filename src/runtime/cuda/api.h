@@ -34,6 +34,10 @@ inline const char* gpuGetErrorName(Error e) { return cudaGetErrorName(e); }
 inline Error gpuDeviceGetPCIBusId(char* buf, int len, int dev) { return cudaDeviceGetPCIBusId(buf, len, dev); }
 inline Error gpuPointerGetAttributes(PointerAttributes* a, const void* p) { return cudaPointerGetAttributes(a, p); }
 inline Error gpuMalloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+using CaptureMode = cudaStreamCaptureMode;
+constexpr CaptureMode kCaptureRelaxed = cudaStreamCaptureModeRelaxed;
+/// Swaps the calling thread's stream-capture interaction mode with *mode.
+inline Error gpuExchangeCaptureMode(CaptureMode* mode) { return cudaThreadExchangeStreamCaptureMode(mode); }
 /// A stream that never synchronises with the legacy default stream (the runtime's own setup copies).
 inline Error gpuStreamCreateNonBlocking(Stream* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
 inline Error gpuMemsetAsync(void* p, int v, size_t bytes, Stream s) { return cudaMemsetAsync(p, v, bytes, s); }

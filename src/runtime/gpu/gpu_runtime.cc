@@ -35,6 +35,26 @@ static_assert(sizeof(gpu::IpcMemHandle) == sizeof(IpcHandle), "IPC handles are 6
     if (chorus_gpu_res_ != ncclSuccess) return chorus_gpu_res_; \
   } while (0)
 
+// The runtime's own setup and teardown (allocation, zeroing, pinning, IPC) is not part of any work the user captures
+// into a graph: it runs in relaxed capture mode on the calling thread, so that a first call made while the user's
+// stream is being captured (global or thread-local mode) does not invalidate that capture, and vice versa.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() {
+    ok_ = gpu::gpuExchangeCaptureMode(&mode_) == gpu::kSuccess;
+    if (!ok_) (void)gpu::gpuGetLastError();
+  }
+  ~RelaxedCapture() {
+    if (ok_) (void)gpu::gpuExchangeCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  gpu::CaptureMode mode_ = gpu::kCaptureRelaxed;  ///< the thread's previous mode once swapped
+  bool ok_ = false;
+};
+
 class BuiltinGpuRuntime final : public GpuRuntime {
  public:
   const char* name() const override { return gpu::kName; }
@@ -89,6 +109,7 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t deviceAlloc(size_t bytes, void** p) override {
+    RelaxedCapture relaxed;
     *p = nullptr;
     CHECK_GPU(gpu::gpuMalloc(p, bytes), "Malloc(%zu bytes)", bytes);
     // Zeroed before anyone can use it (FIFO control words: a peer's kernel may start on it as soon as the handle
@@ -106,10 +127,12 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void deviceFree(void* p) override {
+    RelaxedCapture relaxed;
     if (p != nullptr) (void)check(gpu::gpuFree(p), "Free(%p)", p);
   }
 
   ncclResult_t hostAllocMapped(size_t bytes, void** host, void** dev) override {
+    RelaxedCapture relaxed;
     *host = *dev = nullptr;
     CHECK_GPU(gpu::gpuHostAlloc(host, bytes), "HostAlloc(%zu bytes, mapped)", bytes);
     std::memset(*host, 0, bytes);
@@ -122,10 +145,12 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void hostFree(void* host) override {
+    RelaxedCapture relaxed;
     if (host != nullptr) (void)check(gpu::gpuFreeHost(host), "FreeHost(%p)", host);
   }
 
   ncclResult_t hostRegister(void* p, size_t bytes, void** dev) override {
+    RelaxedCapture relaxed;
     *dev = nullptr;
     CHECK_GPU(gpu::gpuHostRegister(p, bytes), "HostRegister(%p, %zu bytes, mapped|portable)", p, bytes);
     ncclResult_t r = check(gpu::gpuHostGetDevicePointer(dev, p), "HostGetDevicePointer(%p)", p);
@@ -137,10 +162,12 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void hostUnregister(void* p) override {
+    RelaxedCapture relaxed;
     if (p != nullptr) (void)check(gpu::gpuHostUnregister(p), "HostUnregister(%p)", p);
   }
 
   ncclResult_t ipcGetHandle(void* p, IpcHandle* h) override {
+    RelaxedCapture relaxed;
     gpu::IpcMemHandle mh;
     CHECK_GPU(gpu::gpuIpcGetMemHandle(&mh, p), "IpcGetMemHandle(%p)", p);
     std::memcpy(h->bytes, &mh, sizeof(h->bytes));
@@ -148,6 +175,7 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t ipcOpenHandle(const IpcHandle& h, void** p) override {
+    RelaxedCapture relaxed;
     gpu::IpcMemHandle mh;
     std::memcpy(&mh, h.bytes, sizeof(mh));
     *p = nullptr;
@@ -155,6 +183,7 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void ipcCloseHandle(void* p) override {
+    RelaxedCapture relaxed;
     if (p != nullptr) (void)check(gpu::gpuIpcCloseMemHandle(p), "IpcCloseMemHandle(%p)", p);
   }
 
@@ -169,6 +198,7 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t enablePeerAccess(int peerDev) override {
+    RelaxedCapture relaxed;
     return check(gpu::gpuDeviceEnablePeerAccess(peerDev), "DeviceEnablePeerAccess(%d)", peerDev);
   }
 
@@ -201,6 +231,7 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {
+    RelaxedCapture relaxed;
     gpu::Stream s = nullptr;
     ncclResult_t r = ownStream(&s);
     if (r != ncclSuccess) return r;

@@ -33,6 +33,10 @@ inline const char* gpuGetErrorName(Error e) { return hipGetErrorName(e); }
 inline Error gpuDeviceGetPCIBusId(char* buf, int len, int dev) { return hipDeviceGetPCIBusId(buf, len, dev); }
 inline Error gpuPointerGetAttributes(PointerAttributes* a, const void* p) { return hipPointerGetAttributes(a, p); }
 inline Error gpuMalloc(void** p, size_t bytes) { return hipMalloc(p, bytes); }
+using CaptureMode = hipStreamCaptureMode;
+constexpr CaptureMode kCaptureRelaxed = hipStreamCaptureModeRelaxed;
+/// Swaps the calling thread's stream-capture interaction mode with *mode.
+inline Error gpuExchangeCaptureMode(CaptureMode* mode) { return hipThreadExchangeStreamCaptureMode(mode); }
 /// A stream that never synchronises with the null stream (the runtime's own setup copies).
 inline Error gpuStreamCreateNonBlocking(Stream* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
 inline Error gpuMemsetAsync(void* p, int v, size_t bytes, Stream s) { return hipMemsetAsync(p, v, bytes, s); }
