@@ -71,14 +71,18 @@ DeviceEngine::~DeviceEngine() {
       it = it->second.engine == this ? gStreamUsers.erase(it) : std::next(it);
   }
   // Kernels still queued read the FIFOs, scratch and status freed below: wait for them (each is bounded by
-  // CHORUS_TIMEOUT_S, or stops at once when aborted).
-  for (cudaStream_t s : streams_) rt_->streamSynchronize(s);
+  // CHORUS_TIMEOUT_S, or stops at once when aborted). The whole device, not each stream this communicator used:
+  // the user may have destroyed those streams already, and their handles may since name other streams.
+  int callerDev = -1;
+  bool haveCallerDev = rt_->getDevice(&callerDev) == ncclSuccess;
+  if (launched_ && rt_->setDevice(comm_->cudaDev) == ncclSuccess) rt_->deviceSynchronize();
   bool failed = comm_->state.load() == static_cast<int>(CommState::kFailed) || comm_->abortFlag.load() != 0;
   if (conns_ && !failed) conns_->drainOwned();
   conns_.reset();
   if (scratch_) rt_->deviceFree(scratch_);
   for (auto& p : outScratch_) rt_->deviceFree(p.first);
   if (statusHost_) rt_->hostFree(statusHost_);
+  if (haveCallerDev && callerDev != comm_->cudaDev) rt_->setDevice(callerDev);
 }
 
 ncclResult_t DeviceEngine::init() {
@@ -216,7 +220,7 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
   if (rt_->launch(w, stream) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: launching %s: %s", comm_->rank, what,
                 rt_->lastError().c_str());
-  streams_.insert(stream);
+  launched_ = true;
   return ncclSuccess;
 }
 

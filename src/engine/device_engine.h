@@ -3,7 +3,6 @@
 #pragma once
 
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -59,7 +58,7 @@ class DeviceEngine {
   char* scratch_ = nullptr;  ///< kDevMaxChannels x 2 staging areas of scratchBytes_
   size_t scratchBytes_ = 0;
   std::vector<std::pair<char*, size_t>> outScratch_;  ///< ncclReduce output stand-ins (kept until destroy)
-  std::set<cudaStream_t> streams_;  ///< streams this communicator launched on (synchronised at destroy)
+  bool launched_ = false;  ///< a kernel was enqueued: destroy waits for the device (user streams may be gone)
   uint64_t ticksPerMs_ = 1000000;
 };
 

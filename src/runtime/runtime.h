@@ -71,8 +71,11 @@ class GpuRuntime {
   virtual int blockThreads() = 0;
   /// Enqueues the collective kernel on the stream: one block per channel of `work`.
   virtual ncclResult_t launch(const DevWork& work, cudaStream_t stream) = 0;
-  /// Blocks until the stream's work is done (used by tests and by ncclCommFinalize).
+  /// Blocks until the stream's work is done.
   virtual ncclResult_t streamSynchronize(cudaStream_t stream) = 0;
+  /// Blocks until all work on the current device is done (teardown: the user's streams may already be
+  /// destroyed, with kernels still queued on them).
+  virtual ncclResult_t deviceSynchronize() = 0;
   /// Synchronous copy from device (or any) memory to host memory (teardown reads FIFO counters with it).
   virtual ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) = 0;
   /// Text of the last failure of this runtime ("cudaMalloc(1048576): out of memory").

@@ -66,6 +66,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   int blockThreads() override { return 1; }
   ncclResult_t launch(const chorus::DevWork& work, cudaStream_t stream) override;
   ncclResult_t streamSynchronize(cudaStream_t) override { return ncclSuccess; }
+  ncclResult_t deviceSynchronize() override { return ncclSuccess; }  // kernels run at launch
   ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     std::memcpy(dst, src, bytes);

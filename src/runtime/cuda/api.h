@@ -73,6 +73,7 @@ inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
   return e;
 }
 inline Error gpuStreamSynchronize(Stream s) { return cudaStreamSynchronize(s); }
+inline Error gpuDeviceSynchronize() { return cudaDeviceSynchronize(); }
 /// A process-unique id of the stream, never reused after the stream is destroyed (CUDA 12.0+).
 inline bool gpuStreamId(Stream s, uint64_t* id) {
   unsigned long long v = 0;

@@ -226,6 +226,11 @@ class BuiltinGpuRuntime final : public GpuRuntime {
                  static_cast<int>(work.nChannels), kDevThreads, static_cast<void*>(stream));
   }
 
+  ncclResult_t deviceSynchronize() override {
+    RelaxedCapture relaxed;
+    return check(gpu::gpuDeviceSynchronize(), "DeviceSynchronize()");
+  }
+
   ncclResult_t streamSynchronize(cudaStream_t stream) override {
     return check(gpu::gpuStreamSynchronize(gpu::toStream(stream)), "StreamSynchronize(%p)", static_cast<void*>(stream));
   }

@@ -72,6 +72,7 @@ inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
   return e;
 }
 inline Error gpuStreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
+inline Error gpuDeviceSynchronize() { return hipDeviceSynchronize(); }
 /// HIP 5.2 has no stream ids, and handles are reused after destruction: unknown.
 inline bool gpuStreamId(Stream, uint64_t*) { return false; }
 inline Error gpuMemcpyAsync(void* dst, const void* src, size_t n, Stream s) {
