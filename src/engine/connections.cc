@@ -1,12 +1,10 @@
 #include "engine/connections.h"
 
-#include <signal.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 #include "core/checks.h"
 #include "core/params.h"
+#include "core/process.h"
 
 namespace chorus {
 namespace {
@@ -26,7 +24,7 @@ Connections::~Connections() {
   // a failure: leave the name for it. Only a dead peer's FIFOs are unlinked here.
   for (auto& [key, c] : conns_) {
     pid_t pid = static_cast<pid_t>(comm_->peers[c->peer].pid);
-    bool peerDead = pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
+    bool peerDead = pid != getpid() && processGone(pid);
     shmFifoClose(&c->seg, peerDead);
   }
 }

@@ -1,16 +1,15 @@
 #include "engine/device_connections.h"
 
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <mutex>
 
 #include "core/checks.h"
 #include "core/params.h"
+#include "core/process.h"
 #include "core/timeout.h"
 #include "kernels/device_work.h"
 #include "transports/shm/shm.h"
@@ -247,7 +246,7 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
   while (__atomic_load_n(&rv->ready, __ATOMIC_ACQUIRE) != kReady) {
     const char* why = nullptr;
     if (comm_->abortFlag.load(std::memory_order_relaxed)) why = "the communicator was aborted";
-    if (far.pid != comm_->peers[comm_->rank].pid && kill(static_cast<pid_t>(far.pid), 0) != 0 && errno == ESRCH)
+    if (far.pid != comm_->peers[comm_->rank].pid && processGone(static_cast<pid_t>(far.pid)))
       why = "that rank's process died";
     if (why == nullptr && deadline.expired()) why = "it did not call the same operation before CHORUS_TIMEOUT_S";
     if (why) {
