@@ -101,7 +101,13 @@ class DevicePlatform {
       uint64_t start = 0;
       while (static_cast<uint32_t>((v = loadRelaxed(&lines[i])) >> 32) != flag) {
         pollPause(iter);
-        if ((++iter & 1023) == 0 && (res = check(f, kDevWaitLL, &start)) != 0) break;
+        if ((++iter & 1023) != 0) continue;
+        if ((res = check(f, kDevWaitLL, &start)) != 0) break;
+        if (peerGone(f)) {  // what the peer wrote before it exited is all there will be
+          memoryFence();
+          if (static_cast<uint32_t>((v = loadRelaxed(&lines[i])) >> 32) != flag) res = peerDied(f, kDevWaitLL);
+          break;
+        }
       }
       words[i] = static_cast<uint32_t>(v);
     }
@@ -208,7 +214,13 @@ class DevicePlatform {
       uint64_t start = 0;
       while (!ready()) {
         pollPause(iter);
-        if ((++iter & 255) == 0 && (res = check(f, what, &start)) != 0) break;
+        if ((++iter & 255) != 0) continue;
+        if ((res = check(f, what, &start)) != 0) break;
+        if (peerGone(f)) {  // what the peer wrote before it exited is all there will be
+          memoryFence();
+          if (!ready()) res = peerDied(f, what);
+          break;
+        }
       }
       memoryFence();  // acquire: the data behind the counter is read after it
       sh_.result = res;
@@ -244,6 +256,15 @@ class DevicePlatform {
                     static_cast<uint32_t>(f->step), nullptr);
     }
     return 0;
+  }
+
+  // Whether the host saw f's peer process exit (kernels cannot see that themselves: device_engine.cc's watchdog).
+  CHORUS_HOST_DEVICE bool peerGone(const Fifo* f) const {
+    return w_.deadPeers != nullptr && f->peer >= 0 && w_.deadPeers[f->peer] != 0;
+  }
+  CHORUS_HOST_DEVICE int peerDied(const Fifo* f, uint32_t what) {
+    return record(ncclRemoteError, PoisonReason::kPeerDied, f->peer, what, f, w_.fp.seq, static_cast<uint32_t>(f->step),
+                  nullptr);
   }
 
   // Records the first failure of the launch in DevStatus and marks the block failed. `step` is the FIFO slot

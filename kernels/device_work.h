@@ -89,6 +89,7 @@ struct DevWork {
   uint64_t scratchBytes;
   DevStatus* status;                  ///< device view of the communicator's pinned status word
   const volatile int32_t* abortFlag;  ///< device view of the communicator's pinned abort word
+  const volatile uint8_t* deadPeers;  ///< pinned, one byte per rank: the host saw that rank's process exit
   uint64_t timeoutTicks;              ///< longest wait in device-timer ticks (0: none)
   int32_t rank;
   int32_t pad1;

@@ -1,12 +1,16 @@
 #include "engine/device_engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <mutex>
 
 #include "core/checks.h"
 #include "core/params.h"
+#include "core/process.h"
 #include "core/timeout.h"
 #include "engine/host_platform.h"
 #include "kernels/device_kernel.h"
@@ -26,6 +30,11 @@ IntParam kDevChannelBytes{"CHORUS_DEVICE_CHANNEL_BYTES", 262144,
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 65536,
                    "Largest per-rank message that uses LL by default on the device path (NCCL_PROTO overrides).",
                    "tuning"};
+
+/// How often the watchdog looks at the local peer processes.
+constexpr int kWatchMs = 100;
+/// Pinned status block: DevStatus, the abort word, then one "process exited" byte per rank.
+constexpr size_t kDeadPeersOffset = sizeof(DevStatus) + 64;
 
 const char* waitText(uint32_t what) {
   switch (what) {
@@ -76,6 +85,14 @@ DeviceEngine::~DeviceEngine() {
   int callerDev = -1;
   bool haveCallerDev = rt_->getDevice(&callerDev) == ncclSuccess;
   if (launched_ && rt_->setDevice(comm_->cudaDev) == ncclSuccess) rt_->deviceSynchronize();
+  if (watchdog_.joinable()) {  // after the wait: a kernel stuck on a dead peer still needs it
+    {
+      std::lock_guard<std::mutex> lock(watchMutex_);
+      watchStop_ = true;
+    }
+    watchCv_.notify_all();
+    watchdog_.join();
+  }
   bool failed = comm_->state.load() == static_cast<int>(CommState::kFailed) || comm_->abortFlag.load() != 0;
   if (conns_ && !failed) conns_->drainOwned();
   conns_.reset();
@@ -87,7 +104,7 @@ DeviceEngine::~DeviceEngine() {
 
 ncclResult_t DeviceEngine::init() {
   if (rt_->setDevice(comm_->cudaDev) != ncclSuccess ||
-      rt_->hostAllocMapped(sizeof(DevStatus) + 64, &statusHost_, &statusDev_) != ncclSuccess)
+      rt_->hostAllocMapped(kDeadPeersOffset + comm_->nranks, &statusHost_, &statusDev_) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device path setup on GPU %d: %s", comm_->rank, comm_->cudaDev,
                 rt_->lastError().c_str());
   const FifoGeometry& geo = planner_->geometry();
@@ -99,6 +116,7 @@ ncclResult_t DeviceEngine::init() {
   ticksPerMs_ = rt_->clockTicksPerMs(comm_->cudaDev);
   conns_ = std::make_unique<DeviceConnections>(comm_, rt_, geo, host_);
   CHORUS_CHECK(conns_->init());
+  watchPeers();
   if (comm_->rank == 0)
     INFO(kInit, "comm %p: device path on %s GPU %d, up to %d channel(s), LL up to %ld bytes", (void*)comm_, rt_->name(),
          comm_->cudaDev, nChannels_, static_cast<long>(llMax_));
@@ -110,6 +128,36 @@ void DeviceEngine::abort() {
     auto* flag = reinterpret_cast<int32_t*>(static_cast<char*>(statusHost_) + sizeof(DevStatus));
     __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
   }
+}
+
+uint8_t* DeviceEngine::deadPeers() const { return static_cast<uint8_t*>(statusHost_) + kDeadPeersOffset; }
+
+void DeviceEngine::watchPeers() {
+  std::vector<int> local;  // ranks in other processes of this host: the kernel waits on them through IPC
+  const PeerInfo& me = comm_->peers[comm_->rank];
+  for (int p = 0; p < comm_->nranks; p++)
+    if (comm_->peers[p].hostHash == me.hostHash && comm_->peers[p].pid != me.pid) local.push_back(p);
+  if (local.empty()) return;
+  watchdog_ = std::thread([this, local]() mutable {
+    pthread_setname_np(pthread_self(), "chorus-devwatch");
+    std::unique_lock<std::mutex> lock(watchMutex_);
+    while (!watchStop_ && !local.empty()) {
+      for (size_t i = 0; i < local.size();) {
+        int p = local[i];
+        if (!processGone(static_cast<pid_t>(comm_->peers[p].pid))) {
+          i++;
+          continue;
+        }
+        // A kernel waiting for this peer would otherwise spin until CHORUS_TIMEOUT_S. A peer that finished its
+        // part and exited normally is harmless: kernels fail only if they still lack data it never wrote.
+        __atomic_store_n(deadPeers() + p, uint8_t{1}, __ATOMIC_RELEASE);
+        INFO(kInit, "rank %d: the process of rank %d (pid %lu) has exited", comm_->rank, p,
+             static_cast<unsigned long>(comm_->peers[p].pid));
+        local.erase(local.begin() + static_cast<long>(i));
+      }
+      watchCv_.wait_for(lock, std::chrono::milliseconds(kWatchMs));
+    }
+  });
 }
 
 ncclResult_t DeviceEngine::checkStatus() {
@@ -150,6 +198,7 @@ void DeviceEngine::fillCommon(DevWork* w) const {
   w->scratchBytes = scratchBytes_;
   w->status = static_cast<DevStatus*>(statusDev_);
   w->abortFlag = reinterpret_cast<const volatile int32_t*>(static_cast<char*>(statusDev_) + sizeof(DevStatus));
+  w->deadPeers = reinterpret_cast<const volatile uint8_t*>(static_cast<char*>(statusDev_) + kDeadPeersOffset);
   double s = timeoutSeconds();
   w->timeoutTicks = s > 0 ? static_cast<uint64_t>(s * 1000.0 * static_cast<double>(ticksPerMs_)) : 0;
   w->rank = comm_->rank;

@@ -2,8 +2,11 @@
 // caller's stream (asynchronous, stream-ordered, capturable), planned by the same Planner as the host path.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/comm.h"
@@ -34,6 +37,10 @@ class DeviceEngine {
   void abort();
 
  private:
+  /// Starts the watchdog when peers live in other processes of this host: it marks a peer whose process has
+  /// exited, and a kernel waiting for data that peer never wrote then fails at once, naming it.
+  void watchPeers();
+  uint8_t* deadPeers() const;
   ncclResult_t launchColl(const OpDesc& op);
   /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
   int channelsFor(const OpDesc& op) const;
@@ -58,6 +65,10 @@ class DeviceEngine {
   char* scratch_ = nullptr;  ///< kDevMaxChannels x 2 staging areas of scratchBytes_
   size_t scratchBytes_ = 0;
   std::vector<std::pair<char*, size_t>> outScratch_;  ///< ncclReduce output stand-ins (kept until destroy)
+  std::thread watchdog_;
+  std::mutex watchMutex_;
+  std::condition_variable watchCv_;
+  bool watchStop_ = false;  ///< guarded by watchMutex_
   bool launched_ = false;  ///< a kernel was enqueued: destroy waits for the device (user streams may be gone)
   uint64_t ticksPerMs_ = 1000000;
 };

@@ -356,6 +356,62 @@ TEST(DevicePathStaging, DeadPeerAcrossHostsIsReportedAsync) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// A peer process on the same host that dies while this rank's kernel waits on it through IPC: the kernel cannot
+// see the death itself; the host's watchdog stops it, and the error names the dead rank long before the timeout.
+TEST(DevicePathFaults, DeadLocalPeerStopsTheKernel) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    setenv("CHORUS_TIMEOUT_S", "60", 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+    DevBuf b(gEmu, 300000 * sizeof(float));
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+    if (ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return 11;
+    if (asyncErrorOf(comm) != ncclSuccess) return 12;
+    if (rank == 1) _exit(0);  // dies without destroying its communicator
+    auto start = std::chrono::steady_clock::now();
+    ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (e == ncclSuccess) e = asyncErrorOf(comm);
+    std::string text = ncclGetLastError(comm);
+    EXPECT_EQ(e, ncclRemoteError) << text;
+    EXPECT_NE(text.find("died"), std::string::npos) << text;
+    EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+    EXPECT_LT(secs, 30.0) << text;
+    ncclCommDestroy(comm);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// A peer that finished its part and exited normally is no failure: the root of a ring broadcast writes its data,
+// destroys its communicator and exits before the last rank even calls, and the last rank (which receives from the
+// middle one) still completes.
+TEST(DevicePathFaults, PeerThatFinishedAndExitedIsNotAFailure) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  auto status = forkRanks(3, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_ALGO", "Ring", 1);
+    setenv("NCCL_PROTO", "Simple", 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 3, id, rank) != ncclSuccess) return 10;
+    const size_t N = 1000;
+    DevBuf b(gEmu, N * sizeof(float));
+    fill(b.as<float>(), N, [&](size_t i) { return float(rank * 1000 + int(i)); });
+    if (rank == 0) usleep(400 * 1000);  // well after rank 1 is gone and the watchdog has seen it
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+    EXPECT_EQ(ncclBroadcast(b.as<float>(), b.as<float>(), N, ncclFloat32, 1, comm, s), ncclSuccess);
+    EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
+    for (size_t i = 0; i < N; i++) EXPECT_EQ(b.as<float>()[i], float(1000 + int(i))) << i;
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
 // The device path's settings decide channels, protocol and FIFO ownership: ranks that differ are refused at init,
 // on every rank, rather than mismatching inside a kernel.
 TEST(DevicePathSettings, RanksThatDisagreeAreRefusedAtInit) {
