@@ -34,7 +34,10 @@ struct alignas(64) FifoCtrl {
   /// Heartbeats (CLOCK_MONOTONIC ms) each end writes while it waits: [0] producer, [1] consumer.
   /// A peer whose beat is fresh is alive and waiting on someone else, so it is not blamed.
   uint64_t beat[2];
-  uint64_t pad2[5];
+  /// The processes of both ends, written by the first to attach: a segment whose two processes have both exited
+  /// is garbage that shmSweepStale() removes (transports/shm/shm.h). 0: not written yet.
+  uint64_t pids[2];
+  uint64_t pad2[3];
 };
 
 /// Per-slot header: the operation's fingerprint and the payload size.

@@ -34,6 +34,8 @@ bool Connections::viaShm(int peer) const {
 }
 
 ncclResult_t Connections::init() {
+  int swept = shmSweepStale();
+  if (swept > 0) INFO(kShm, "rank %d: removed %d shared-memory FIFO(s) left by exited processes", comm_->rank, swept);
   bool anyRemote = false;
   for (int r = 0; r < comm_->nranks; r++)
     if (r != comm_->rank && !viaShm(r)) anyRemote = true;
@@ -70,7 +72,7 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, b
     c->peerPid = static_cast<pid_t>(pi.pid);
     c->peerLocalProc = pi.pid != static_cast<uint64_t>(getpid());
     int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
-    CHORUS_CHECK(shmFifoOpen(shmFifoName(comm_->commHash, channel, from, to), geo_, &c->seg));
+    CHORUS_CHECK(shmFifoOpen(shmFifoName(comm_->commHash, channel, from, to), geo_, &c->seg, pi.pid));
     c->fifo.attach(c->seg.base, geo_);
     INFO(kShm, "rank %d channel %d %s rank %d via shm (%s)", comm_->rank, channel, isSend ? "->" : "<-", peer,
          c->peerLocalProc ? "another process" : "same process");
@@ -110,7 +112,9 @@ void Connections::poisonAll(PoisonReason reason, int culprit, const uint64_t* ca
           if (conns_.count(key)) continue;
           auto c = std::make_unique<Conn>();
           int from = isSend ? comm_->rank : peer, to = isSend ? peer : comm_->rank;
-          if (shmFifoOpen(shmFifoName(comm_->commHash, ch, from, to), geo_, &c->seg) != ncclSuccess) continue;
+          if (shmFifoOpen(shmFifoName(comm_->commHash, ch, from, to), geo_, &c->seg, comm_->peers[peer].pid) !=
+              ncclSuccess)
+            continue;
           c->fifo.attach(c->seg.base, geo_);
           c->peer = peer;
           conns_[key] = std::move(c);

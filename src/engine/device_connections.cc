@@ -209,6 +209,7 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
     }
     r.mode = 1;
     snprintf(r.hostName, sizeof(r.hostName), "%s", c->hostName.c_str());
+    shmFifoRecordEnds(static_cast<FifoCtrl*>(c->hostSeg), far.pid);  // for shmSweepStale
     c->fifo.base = static_cast<char*>(dev);
     c->kind = "shm (pinned host memory)";
   }

@@ -1,5 +1,6 @@
 #include "transports/shm/shm.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "core/checks.h"
+#include "core/process.h"
 
 namespace chorus {
 
@@ -36,7 +38,16 @@ void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, c
   return p == MAP_FAILED ? nullptr : p;
 }
 
-ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg) {
+void shmFifoRecordEnds(FifoCtrl* ctrl, uint64_t peerPid) {
+  uint64_t zero = 0;
+  // pids[1] first: a sweeper that sees pids[0] set also sees the peer.
+  if (__atomic_load_n(&ctrl->pids[0], __ATOMIC_ACQUIRE) != 0) return;
+  __atomic_store_n(&ctrl->pids[1], peerPid, __ATOMIC_RELAXED);
+  __atomic_compare_exchange_n(&ctrl->pids[0], &zero, static_cast<uint64_t>(getpid()), false, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+}
+
+ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg, uint64_t peerPid) {
   size_t size = geo.totalBytes();
   int err = 0;
   const char* call = "";
@@ -48,6 +59,7 @@ ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSe
   seg->base = p;
   seg->size = size;
   auto* ctrl = static_cast<FifoCtrl*>(p);
+  shmFifoRecordEnds(ctrl, peerPid);
   if (__atomic_add_fetch(&ctrl->attached, 1, __ATOMIC_ACQ_REL) == 2) {
     shm_unlink(name.c_str());  // both ends mapped: the name is no longer needed
     seg->name.clear();
@@ -60,6 +72,43 @@ void shmFifoClose(ShmSegment* seg, bool unlinkName) {
   if (unlinkName && !seg->name.empty()) shm_unlink(seg->name.c_str());
   seg->base = nullptr;
   seg->name.clear();
+}
+
+namespace {
+
+// Whether the FIFO segment /dev/shm/<file> is garbage: the processes of both its ends have exited.
+bool staleFifo(const char* file) {
+  std::string name = std::string("/") + file;
+  int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return false;
+  struct stat st;
+  bool mine = fstat(fd, &st) == 0 && st.st_uid == geteuid() && static_cast<size_t>(st.st_size) >= sizeof(FifoCtrl);
+  void* p = mine ? mmap(nullptr, sizeof(FifoCtrl), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (p == MAP_FAILED) return false;
+  const auto* ctrl = static_cast<const FifoCtrl*>(p);
+  uint64_t a = __atomic_load_n(&ctrl->pids[0], __ATOMIC_ACQUIRE);  // 0: no end has recorded itself yet
+  uint64_t b = __atomic_load_n(&ctrl->pids[1], __ATOMIC_RELAXED);
+  bool stale = a != 0 && b != 0 && processGone(static_cast<pid_t>(a)) && processGone(static_cast<pid_t>(b));
+  munmap(p, sizeof(FifoCtrl));
+  return stale;
+}
+
+}  // namespace
+
+int shmSweepStale() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (struct dirent* e = readdir(dir)) {
+    // FIFOs only: host-path FIFOs "chorus-<hash>-c..." and pinned device FIFOs "...-h" (not rendezvous records).
+    const char* n = e->d_name;
+    size_t len = strlen(n);
+    bool fifo = strncmp(n, "chorus-", 7) == 0 && len > 24 && (n[24] == 'c' || strcmp(n + len - 2, "-h") == 0);
+    if (fifo && staleFifo(n) && shm_unlink((std::string("/") + n).c_str()) == 0) removed++;
+  }
+  closedir(dir);
+  return removed;
 }
 
 }  // namespace chorus

@@ -24,11 +24,19 @@ std::string shmFifoName(uint64_t commHash, int channel, int from, int to, char k
 /// On failure returns null with errno in *err and the failing call ("shm_open", "ftruncate", "mmap") in *call.
 void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call);
 /// Creates or opens the named segment (whichever end comes first creates it zero-filled, which
-/// is a valid empty FIFO) and maps it; the second end to attach unlinks the name.
-ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg);
+/// is a valid empty FIFO) and maps it; the second end to attach unlinks the name. `peerPid` is the process of
+/// the other end (recorded with this one, for shmSweepStale).
+ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg, uint64_t peerPid);
+/// Records the processes of a FIFO's two ends in its control block unless an end already did.
+void shmFifoRecordEnds(FifoCtrl* ctrl, uint64_t peerPid);
 /// Unmaps. The name stays while the far end has not attached yet: a sender may finish
 /// (its data waiting in the FIFO) before the receiver first opens it. With unlinkName
 /// (the communicator failed or was aborted) the name is removed regardless.
 void shmFifoClose(ShmSegment* seg, bool unlinkName);
+/// Removes this user's FIFO segments (/dev/shm/chorus-*) whose two end processes have both exited: what ranks
+/// killed before their peers attached leave behind. A segment one of whose ends is alive stays (its receiver may
+/// not have opened it yet, with the data of a sender that finished and left), and so does one whose ends are not
+/// recorded yet. Returns how many were removed. Called at communicator init.
+int shmSweepStale();
 
 }  // namespace chorus
