@@ -324,64 +324,48 @@ TEST(DevicePathStaging, RanksOnDifferentHostsGoThroughPinnedSocketFifos) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
-// A staged peer that dies: the socket proxy poisons the FIFO the kernel waits on, and the failure surfaces
-// naming the dead rank, well before CHORUS_TIMEOUT_S.
-TEST(DevicePathStaging, DeadPeerAcrossHostsIsReportedAsync) {
+// Rank 1 dies (without destroying its communicator) after one allreduce; rank 0's next allreduce must fail
+// naming it, well before CHORUS_TIMEOUT_S. Returns the rank's exit status for forkRanks.
+int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
+  if (acrossHosts) setenv("NCCL_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
+  setenv("CHORUS_TIMEOUT_S", "60", 1);
+  chorus::paramsReload();
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+  DevBuf b(gEmu, 300000 * sizeof(float));
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+  if (ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return 11;
+  if (asyncErrorOf(comm) != ncclSuccess) return 12;
+  if (rank == 1) _exit(0);
+  auto start = std::chrono::steady_clock::now();
+  // The failure comes back from this call when it is already known before the launch, otherwise from the kernel,
+  // asynchronously.
+  ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (e == ncclSuccess) e = asyncErrorOf(comm);
+  std::string text = ncclGetLastError(comm);
+  EXPECT_EQ(e, ncclRemoteError) << text;
+  EXPECT_NE(text.find("died"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << "the death must be seen, not timed out: " << text;
+  EXPECT_LT(secs, 30.0) << text;
+  ncclCommDestroy(comm);
+  return ::testing::Test::HasFailure() ? 1 : 0;
+}
+
+// Across hosts: the socket proxy sees the connection break and poisons the FIFO the kernel waits on.
+TEST(DevicePathStaging, DeadPeerAcrossHostsIsReported) {
   chorus::setGpuRuntimeForTesting(&gEmu);
-  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
-    setenv("NCCL_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
-    setenv("CHORUS_TIMEOUT_S", "60", 1);
-    chorus::paramsReload();
-    ncclComm_t comm = nullptr;
-    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
-    DevBuf b(gEmu, 300000 * sizeof(float));
-    if (ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
-      return 11;
-    if (rank == 1) _exit(0);  // dies without destroying its communicator
-    auto start = std::chrono::steady_clock::now();
-    // The failure comes back from this call when it is already known (the proxy saw the EOF before the launch),
-    // otherwise from the kernel, asynchronously.
-    ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, nullptr);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (e == ncclSuccess) e = asyncErrorOf(comm);
-    std::string text = ncclGetLastError(comm);
-    EXPECT_EQ(e, ncclRemoteError) << text;
-    EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
-    EXPECT_EQ(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << "the death must be seen, not timed out: " << text;
-    EXPECT_LT(s, 30.0) << text;
-    ncclCommDestroy(comm);
-    return ::testing::Test::HasFailure() ? 1 : 0;
-  });
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) { return deadPeerRank(rank, id, true); });
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
-// A peer process on the same host that dies while this rank's kernel waits on it through IPC: the kernel cannot
-// see the death itself; the host's watchdog stops it, and the error names the dead rank long before the timeout.
+// On one host, through IPC: the kernel cannot see the death itself; the host's watchdog marks the peer and the
+// waiting kernel stops.
 TEST(DevicePathFaults, DeadLocalPeerStopsTheKernel) {
   chorus::setGpuRuntimeForTesting(&gEmu);
-  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
-    setenv("CHORUS_TIMEOUT_S", "60", 1);
-    chorus::paramsReload();
-    ncclComm_t comm = nullptr;
-    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
-    DevBuf b(gEmu, 300000 * sizeof(float));
-    cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
-    if (ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return 11;
-    if (asyncErrorOf(comm) != ncclSuccess) return 12;
-    if (rank == 1) _exit(0);  // dies without destroying its communicator
-    auto start = std::chrono::steady_clock::now();
-    ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s);
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (e == ncclSuccess) e = asyncErrorOf(comm);
-    std::string text = ncclGetLastError(comm);
-    EXPECT_EQ(e, ncclRemoteError) << text;
-    EXPECT_NE(text.find("died"), std::string::npos) << text;
-    EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
-    EXPECT_LT(secs, 30.0) << text;
-    ncclCommDestroy(comm);
-    return ::testing::Test::HasFailure() ? 1 : 0;
-  });
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) { return deadPeerRank(rank, id, false); });
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
   chorus::setGpuRuntimeForTesting(nullptr);
 }
