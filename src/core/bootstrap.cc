@@ -52,12 +52,6 @@ constexpr double kForwardTimeoutS = 1.0;
 
 thread_local uint32_t tVersionOverride = 0;
 
-std::string secondsText(double s) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%g", s);
-  return buf;
-}
-
 bool allZero(const ncclUniqueId& id) {
   for (char c : id.internal) {
     if (c != 0) return false;
@@ -110,6 +104,12 @@ struct PeerWire {
 
 uint32_t bootstrapVersion() { return tVersionOverride != 0 ? tVersionOverride : NCCL_VERSION_CODE; }
 void bootstrapSetVersionForTest(uint32_t version) { tVersionOverride = version; }
+
+std::string secondsText(double s) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
 
 uint64_t localHostHash() {
   std::string id = kHostId.get();

@@ -89,6 +89,8 @@ uint32_t bootstrapVersion();
 void bootstrapSetVersionForTest(uint32_t version);
 /// Hash of the host name and network namespace: equal exactly for ranks that share both.
 uint64_t localHostHash();
+/// A duration in seconds as messages print it ("2.5").
+std::string secondsText(double s);
 
 /// Decodes and validates an id (magic, checksum, address); on failure *why says what is wrong.
 bool decodeUniqueId(const ncclUniqueId& id, UniqueIdLayout* out, std::string* why);

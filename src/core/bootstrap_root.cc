@@ -35,12 +35,6 @@ constexpr double kHelloTimeoutS = 10.0;
 /// How long the root waits to hand one reply to a rank (they are small; the rank is reading).
 constexpr double kReplyTimeoutS = 5.0;
 
-std::string secondsText(double s) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%g", s);
-  return buf;
-}
-
 // Constant-time comparison, so that the time to reject a guess does not leak the secret.
 bool secretEqual(uint64_t a, uint64_t b) {
   volatile uint64_t diff = a ^ b;
