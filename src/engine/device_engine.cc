@@ -215,21 +215,13 @@ char* DeviceEngine::outScratch(size_t bytes) {
 
 ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int nChannels) {
   // Channel c's steps, then the connection ends they use (each once), in step order.
-  std::vector<std::tuple<int, int, bool>> unique;
-  auto use = [&unique](int ch, int peer, bool isSend) {
-    auto key = std::make_tuple(ch, peer, isSend);
-    if (std::find(unique.begin(), unique.end(), key) == unique.end()) unique.push_back(key);
-  };
   size_t n = 0;
   for (int ch = 0; ch < nChannels; ch++) {
     w->chanFirst[ch] = static_cast<uint16_t>(n);
-    for (const Step& st : scheds[ch].steps) {
-      w->steps[n++] = st;
-      if (execRecvs(st.op)) use(ch, st.recvPeer, false);
-      if (execSends(st.op)) use(ch, st.sendPeer, true);
-    }
+    for (const Step& st : scheds[ch].steps) w->steps[n++] = st;
   }
   w->chanFirst[nChannels] = static_cast<uint16_t>(n);
+  std::vector<LaunchEnd> unique = launchEnds(scheds, nChannels);
   if (unique.size() > static_cast<size_t>(kDevMaxFifos))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
                 "rank %d: this device operation needs %zu connections; one launch holds "
@@ -312,9 +304,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   w.ll = plan.choice.proto == Proto::kLL;
   w.nChannels = static_cast<uint8_t>(plan.nChannels);
   w.sliceBytes = plan.sliceBytes;
-  size_t nSteps = 0;
-  for (const Schedule& sched : *plan.scheds) nSteps += sched.steps.size();
-  if (nSteps > static_cast<size_t>(kDevMaxSteps))
+  if (launchSteps(*plan.scheds) > static_cast<size_t>(kDevMaxSteps))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
                 "rank %d: %s over %d ranks needs more than the %d schedule steps one "
                 "device launch holds, even on one channel (set NCCL_ALGO, or use host buffers)",

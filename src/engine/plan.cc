@@ -65,21 +65,25 @@ bool Planner::isInPlaceOffset(const OpDesc& op) const {
   }
 }
 
-void countLaunch(const std::vector<Schedule>& scheds, int* fifos, int* steps) {
-  *fifos = *steps = 0;
-  for (const Schedule& s : scheds) {
-    std::vector<std::pair<int, bool>> ends;
-    auto use = [&ends](int peer, bool isSend) {
-      if (std::find(ends.begin(), ends.end(), std::make_pair(peer, isSend)) == ends.end())
-        ends.emplace_back(peer, isSend);
-    };
-    for (const Step& st : s.steps) {
-      if (execRecvs(st.op)) use(st.recvPeer, false);
-      if (execSends(st.op)) use(st.sendPeer, true);
+std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels) {
+  std::vector<LaunchEnd> ends;
+  auto use = [&ends](int ch, int peer, bool isSend) {
+    LaunchEnd key{ch, peer, isSend};
+    if (std::find(ends.begin(), ends.end(), key) == ends.end()) ends.push_back(key);
+  };
+  for (int ch = 0; ch < nChannels; ch++) {
+    for (const Step& st : scheds[ch].steps) {
+      if (execRecvs(st.op)) use(ch, st.recvPeer, false);
+      if (execSends(st.op)) use(ch, st.sendPeer, true);
     }
-    *fifos += static_cast<int>(ends.size());
-    *steps += static_cast<int>(s.steps.size());
   }
+  return ends;
+}
+
+size_t launchSteps(const std::vector<Schedule>& scheds) {
+  size_t n = 0;
+  for (const Schedule& s : scheds) n += s.steps.size();
+  return n;
 }
 
 ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out,
@@ -99,9 +103,11 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   if ((*p.scheds)[0].nranks < 0) return ncclInternalError;
   // Channels are alike (or alternate, for trees), so fewer channels mean proportionally fewer ends and steps.
   while (nch > minCh) {
-    int fifos = 0, steps = 0;
-    countLaunch(*p.scheds, &fifos, &steps);
-    if ((limits.maxFifos == 0 || fifos <= limits.maxFifos) && (limits.maxSteps == 0 || steps <= limits.maxSteps)) break;
+    size_t fifos = limits.maxFifos == 0 ? 0 : launchEnds(p.scheds->data(), nch).size();
+    size_t steps = launchSteps(*p.scheds);
+    if (fifos <= static_cast<size_t>(limits.maxFifos) &&
+        (limits.maxSteps == 0 || steps <= static_cast<size_t>(limits.maxSteps)))
+      break;
     p.scheds = &schedules(op.coll, p.choice.algo, op.root, --nch);
   }
   p.nChannels = nch;

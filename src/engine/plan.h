@@ -60,8 +60,12 @@ struct LaunchLimits {
   int maxSteps = 0;
 };
 
-/// Connection ends (channel, peer, direction) and steps that a set of per-channel schedules uses.
-void countLaunch(const std::vector<Schedule>& scheds, int* fifos, int* steps);
+/// One connection end of a launch: (channel, peer, isSend).
+using LaunchEnd = std::tuple<int, int, bool>;
+/// The connection ends the per-channel schedules scheds[0..nChannels) use, each once, in step order.
+std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels);
+/// Schedule steps over all channels.
+size_t launchSteps(const std::vector<Schedule>& scheds);
 
 /// Per-communicator planning state: the schedule cache and the sequence numbers every fingerprint carries.
 class Planner {
