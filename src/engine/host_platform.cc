@@ -139,6 +139,7 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   }
   Deadline deadline = Deadline::fromEnv();
   bool extended = false;
+  uint64_t nextLiveCheck = 0;  // monotonic ms
   Conn* conn = connOf(f);
   auto where = [&]() {
     char buf[160];
@@ -161,7 +162,10 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
                   where() + ": the communicator was aborted (ncclCommAbort/ncclCommRevoke)");
     uint64_t poison = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
     if (poison != 0) return poisoned(f, poison, where().c_str());
-    if (conn && conn->peerLocalProc && processGone(conn->peerPid)) {
+    // Liveness reads /proc (a zombie peer counts as gone): every 10 ms of waiting, not every round.
+    bool checkPeer = conn && conn->peerLocalProc && now >= nextLiveCheck;
+    if (checkPeer) nextLiveCheck = now + 10;
+    if (checkPeer && processGone(conn->peerPid)) {
       // What the peer wrote before it exited is all there will be: it may have finished its part and left.
       if (ready()) return ncclSuccess;
       char msg[400];
