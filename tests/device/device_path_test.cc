@@ -324,8 +324,8 @@ TEST(DevicePathStaging, RanksOnDifferentHostsGoThroughPinnedSocketFifos) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
-// Rank 1 dies (without destroying its communicator) after one allreduce; rank 0's next allreduce must fail
-// naming it, well before CHORUS_TIMEOUT_S. Returns the rank's exit status for forkRanks.
+// Rank 1 dies (without destroying its communicator) after an allreduce and a broadcast; rank 0's next allreduce
+// must fail naming it, well before CHORUS_TIMEOUT_S. Returns the rank's exit status for forkRanks.
 int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
   if (acrossHosts) setenv("NCCL_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
   setenv("CHORUS_TIMEOUT_S", "60", 1);
@@ -335,7 +335,10 @@ int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
   DevBuf b(gEmu, 300000 * sizeof(float));
   cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
   if (ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return 11;
-  if (asyncErrorOf(comm) != ncclSuccess) return 12;
+  // Rank 1 leaves only once it has rank 0's broadcast: rank 0 has then finished the allreduce, so rank 1's own
+  // last slots (which a socket proxy may still be sending when its kernel returns) are not lost with it.
+  if (ncclBroadcast(b.as<float>(), b.as<float>(), 1024, ncclFloat32, 0, comm, s) != ncclSuccess) return 12;
+  if (asyncErrorOf(comm) != ncclSuccess) return 13;
   if (rank == 1) _exit(0);
   auto start = std::chrono::steady_clock::now();
   // The failure comes back from this call when it is already known before the launch, otherwise from the kernel,
