@@ -25,6 +25,15 @@ bool haveGpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+// haveGpu() asked in a child process: ranks forked later must not inherit an initialised CUDA context.
+bool haveGpuInChild() {
+  pid_t pid = fork();
+  if (pid == 0) _exit(haveGpu() ? 0 : 1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 // One rank's device buffers and stream.
 struct Dev {
   float* send = nullptr;
@@ -71,12 +80,7 @@ void allReduceOnGpu(RankCtx& c, size_t count) {
 class Gpu : public ::testing::TestWithParam<Driver> {
  protected:
   void SetUp() override {
-    // Forked ranks must not inherit an initialised CUDA context: ask in a child.
-    pid_t pid = fork();
-    if (pid == 0) _exit(haveGpu() ? 0 : 1);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) GTEST_SKIP() << "no GPU visible";
+    if (!haveGpuInChild()) GTEST_SKIP() << "no GPU visible";
   }
 };
 
@@ -198,11 +202,7 @@ INSTANTIATE_TEST_SUITE_P(Drivers, Gpu, ::testing::Values(Driver::kThreads, Drive
 // Two processes that name different hosts (NCCL_HOSTID): their device buffers go through network staging, the
 // socket transport's FIFOs pinned for the GPU (cudaHostRegister), instead of IPC.
 TEST(GpuStaging, ProcessesOnTwoHostIdsAllReduce) {
-  pid_t probe = fork();
-  if (probe == 0) _exit(haveGpu() ? 0 : 1);
-  int st = 0;
-  waitpid(probe, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) GTEST_SKIP() << "no GPU visible";
+  if (!haveGpuInChild()) GTEST_SKIP() << "no GPU visible";
   auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
     setenv("NCCL_HOSTID", rank == 0 ? "gpu-host-a" : "gpu-host-b", 1);
     ncclComm_t comm = nullptr;
