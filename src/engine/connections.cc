@@ -36,9 +36,6 @@ bool Connections::viaShm(int peer) const {
 ncclResult_t Connections::init() {
   int swept = shmSweepStale();
   if (swept > 0) INFO(kShm, "rank %d: removed %d shared-memory FIFO(s) left by exited processes", comm_->rank, swept);
-  bool anyRemote = false;
-  for (int r = 0; r < comm_->nranks; r++)
-    if (r != comm_->rank && !viaShm(r)) anyRemote = true;
   // Every rank computes the same answer from the same peer info, so the collective inside
   // SocketTransport::create is entered by all or none. (Mixed NCCL_SHM_DISABLE settings are
   // refused by the bootstrap's environment check.)
@@ -46,11 +43,9 @@ ncclResult_t Connections::init() {
   for (int a = 0; a < comm_->nranks && !anyRemoteGlobal; a++)
     for (int b = a + 1; b < comm_->nranks; b++)
       if (comm_->peers[a].hostHash != comm_->peers[b].hostHash) anyRemoteGlobal = true;
-  (void)anyRemote;
   if (anyRemoteGlobal) CHORUS_CHECK(SocketTransport::create(comm_, &sockets_));
   return ncclSuccess;
 }
-
 
 ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, bool hostChannel) {
   auto key = std::make_tuple(channel, peer, isSend);
