@@ -74,11 +74,7 @@ void shmFifoClose(ShmSegment* seg, bool unlinkName) {
   seg->name.clear();
 }
 
-namespace {
-
-// Whether the FIFO segment /dev/shm/<file> is garbage: the processes of both its ends have exited.
-bool staleFifo(const char* file) {
-  std::string name = std::string("/") + file;
+bool shmFifoStale(const std::string& name) {
   int fd = shm_open(name.c_str(), O_RDONLY, 0);
   if (fd < 0) return false;
   struct stat st;
@@ -94,8 +90,6 @@ bool staleFifo(const char* file) {
   return stale;
 }
 
-}  // namespace
-
 int shmSweepStale() {
   DIR* dir = opendir("/dev/shm");
   if (dir == nullptr) return 0;
@@ -105,7 +99,7 @@ int shmSweepStale() {
     const char* n = e->d_name;
     size_t len = strlen(n);
     bool fifo = strncmp(n, "chorus-", 7) == 0 && len > 24 && (n[24] == 'c' || strcmp(n + len - 2, "-h") == 0);
-    if (fifo && staleFifo(n) && shm_unlink((std::string("/") + n).c_str()) == 0) removed++;
+    if (fifo && shmFifoStale(std::string("/") + n) && shm_unlink((std::string("/") + n).c_str()) == 0) removed++;
   }
   closedir(dir);
   return removed;

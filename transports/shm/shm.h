@@ -38,5 +38,8 @@ void shmFifoClose(ShmSegment* seg, bool unlinkName);
 /// not have opened it yet, with the data of a sender that finished and left), and so does one whose ends are not
 /// recorded yet. Returns how many were removed. Called at communicator init.
 int shmSweepStale();
+/// Whether the FIFO segment `name` ("/chorus-...") is garbage: the processes of both its ends have exited (what
+/// shmSweepStale removes).
+bool shmFifoStale(const std::string& name);
 
 }  // namespace chorus
