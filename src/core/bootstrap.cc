@@ -25,7 +25,9 @@
 
 #include "core/bootstrap_internal.h"
 #include "core/checks.h"
+#include "core/comm.h"
 #include "core/params.h"
+#include "core/process.h"
 
 namespace chorus {
 namespace {
@@ -104,12 +106,6 @@ struct PeerWire {
 
 uint32_t bootstrapVersion() { return tVersionOverride != 0 ? tVersionOverride : NCCL_VERSION_CODE; }
 void bootstrapSetVersionForTest(uint32_t version) { tVersionOverride = version; }
-
-std::string secondsText(double s) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%g", s);
-  return buf;
-}
 
 uint64_t localHostHash() {
   std::string id = kHostId.get();
@@ -246,7 +242,7 @@ struct Bootstrap::Impl {
     return ncclSuccess;
   }
   ncclResult_t acceptOne(const char* during);
-  ncclResult_t ringStep(int step, const char* sendBuf, char* recvBuf, size_t bytes, const char* op);
+  ncclResult_t ringStep(int step, const char* sendBuf, char* recvBuf, size_t bytes, const char* op, SlowWait& slow);
   ncclResult_t ringFail(ncclResult_t code, const std::string& text, bool nextUsable, const FrameHeader& sentHdr,
                         size_t sentHdrBytes, const char* sendBuf, size_t sentDataBytes, const char* op);
 };
@@ -271,7 +267,7 @@ ncclResult_t Bootstrap::Impl::acceptOne(const char* during) {
     bad = "invalid rank";
   } else if (h.kind == kConnRing && (h.rank != (rank + nranks - 1) % nranks || prev.valid())) {
     bad = "unexpected ring connection (not our predecessor, or a second one)";
-  } else if (h.kind != kConnRing && h.kind != kConnP2p) {
+  } else if (h.kind != kConnRing && h.kind != kConnP2p && h.kind != kConnProbe) {
     bad = "unknown connection kind";
   }
   if (bad != nullptr) {
@@ -279,6 +275,7 @@ ncclResult_t Bootstrap::Impl::acceptOne(const char* during) {
          r.what.c_str());
     return ncclSuccess;
   }
+  if (h.kind == kConnProbe) return ncclSuccess;  // a peer checking that we are alive: answered by accepting
   track(s);
   if (h.kind == kConnRing) {
     prev = std::move(s);  // setup is single-threaded: ringMutex is not needed yet
@@ -291,7 +288,8 @@ ncclResult_t Bootstrap::Impl::acceptOne(const char* during) {
 
 // One ring step: send a frame to the successor while receiving one from the predecessor.
 // Both directions progress together so that large payloads cannot deadlock the ring.
-ncclResult_t Bootstrap::Impl::ringStep(int step, const char* sendBuf, char* recvBuf, size_t bytes, const char* op) {
+ncclResult_t Bootstrap::Impl::ringStep(int step, const char* sendBuf, char* recvBuf, size_t bytes, const char* op,
+                                       SlowWait& slow) {
   int nextRank = (rank + 1) % nranks, prevRank = (rank + nranks - 1) % nranks;
   FrameHeader sh{kFrameMagic, ncclSuccess, 0, 0, bytes};
   FrameHeader rh{};
@@ -363,6 +361,19 @@ ncclResult_t Bootstrap::Impl::ringStep(int step, const char* sendBuf, char* recv
                       (!sendDone ? "room to send to " + peerName(nextRank) : "");
       return ringFail(ncclSystemError, t, true, sh, sHdr, sendBuf, sData, op);
     }
+    slow.check([&]() {
+      // Blocks still to come: the one of this step (unless it is here) and those of the later steps, each of
+      // which originates one hop further upstream.
+      std::vector<int> missing;
+      for (int s = recvDone ? step + 1 : step; s < nranks - 1; s++) missing.push_back((rank - s - 1 + nranks) % nranks);
+      return std::string(op) + " on " + commLabel(comm) + " has waited " + slow.elapsedText() + " s (step " +
+             std::to_string(step + 1) + " of " + std::to_string(nranks - 1) + "): " +
+             (missing.empty() ? std::string("all data is here")
+                              : "the data of rank(s) " + rankListText(missing) + " has not arrived") +
+             (recvDone ? "" : "; waiting on " + peerName(prevRank)) +
+             (sendDone ? "" : "; " + peerName(nextRank) + " has not taken this rank's data") + " (CHORUS_TIMEOUT_S " +
+             secondsText(timeoutS) + " s)";
+    });
     if (poll(fds, n, std::min(kPollSliceMs, dl.remainingMs())) < 0 && errno != EINTR) {
       return ringFail(ncclSystemError, std::string("poll failed in ") + op + ": " + strerror(errno), true, sh, sHdr,
                       sendBuf, sData, op);
@@ -473,7 +484,17 @@ ncclResult_t Bootstrap::create(ncclComm* comm, const ncclUniqueId& id, int rank,
   RootReply rep{};
   r = root.sendAll(&hello, sizeof(hello), Deadline::after(timeoutS), abortFlag);
   if (r.ok()) {
-    r = root.recvAll(&rep, sizeof(rep), Deadline::after(timeoutS > 0 ? timeoutS + kRootReplySlackS : 0), abortFlag);
+    // The root answers once every rank has joined; it alone knows who is missing (and says so after a while).
+    Deadline replyBy = Deadline::after(timeoutS > 0 ? timeoutS + kRootReplySlackS : 0);
+    SlowWait slow;
+    r = waitFd(root.fd(), POLLIN, replyBy, abortFlag, "the bootstrap root " + rootText, [&]() {
+      slow.check([&]() {
+        return "bootstrap: " + commLabel(comm) + " has waited " + slow.elapsedText() +
+               " s for the other ranks to join at the bootstrap root " + rootText +
+               " (the process that called ncclGetUniqueId logs which ranks are missing)";
+      });
+    });
+    if (r.ok()) r = root.recvAll(&rep, sizeof(rep), replyBy, abortFlag);
   }
   if (!r.ok()) {
     const char* hint = r.status == IoStatus::kEof || r.status == IoStatus::kReset
@@ -514,9 +535,17 @@ ncclResult_t Bootstrap::create(ncclComm* comm, const ncclUniqueId& id, int rank,
     im.addrs[nextRank] = nextAddr;
     Deadline dl = Deadline::after(timeoutS);
     int prevRank = (rank + nranks - 1) % nranks;
+    SlowWait slow;
     while (!im.prev.valid()) {
       r = waitFd(im.listen.fd(), POLLIN, dl, abortFlag,
-                 "ring predecessor rank " + std::to_string(prevRank) + " to connect to " + im.listen.local().str());
+                 "ring predecessor rank " + std::to_string(prevRank) + " to connect to " + im.listen.local().str(),
+                 [&]() {
+                   slow.check([&]() {
+                     return "bootstrap: " + commLabel(comm) + " has waited " + slow.elapsedText() +
+                            " s for its ring predecessor rank " + std::to_string(prevRank) + " to connect to " +
+                            im.listen.local().str();
+                   });
+                 });
       if (!r.ok()) {
         CHORUS_FAIL(comm, r.status == IoStatus::kAborted ? ncclInternalError : ncclRemoteError, "bootstrap rank %d: %s",
                     rank, r.what.c_str());
@@ -570,12 +599,13 @@ ncclResult_t Bootstrap::allGather(void* data, size_t bytesPerRank) {
                 im.ringErrText.c_str());
   }
   char* base = static_cast<char*>(data);
+  SlowWait slow;
   // Step s forwards the block that originated s hops upstream; after n-1 steps every rank has all.
   for (int s = 0; s < nranks_ - 1; s++) {
     int sendIdx = (rank_ - s + nranks_) % nranks_;
     int recvIdx = (rank_ - s - 1 + nranks_) % nranks_;
     CHORUS_CHECK(im.ringStep(s, base + sendIdx * bytesPerRank, base + recvIdx * bytesPerRank, bytesPerRank,
-                             "bootstrap allGather"));
+                             "bootstrap allGather", slow));
   }
   return ncclSuccess;
 }
@@ -653,6 +683,7 @@ ncclResult_t Bootstrap::recv(int peer, int tag, void* data, size_t size) {
                 rank_, tag);
   }
   Deadline dl = Deadline::fromEnv();
+  SlowWait slow;
   auto failIo = [&](const IoResult& r) -> ncclResult_t {
     CHORUS_FAIL(im.comm, ioToNccl(r), "bootstrap rank %d: recv of tag %d: %s%s%s", rank_, tag,
                 im.peerName(peer).c_str(), lostText(r), r.what.c_str());
@@ -687,12 +718,49 @@ ncclResult_t Bootstrap::recv(int peer, int tag, void* data, size_t size) {
                   rank_, secondsText(dl.seconds()).c_str(), im.peerName(peer).c_str(), size, tag,
                   s.valid() ? "" : " (it never connected)");
     }
+    slow.check([&]() {
+      return "bootstrap recv on " + commLabel(im.comm) + " has waited " + slow.elapsedText() + " s for " +
+             im.peerName(peer) + " to send " + std::to_string(size) + " bytes with tag " + std::to_string(tag) +
+             (s.valid() ? "" : " (it has not connected yet)") + " (CHORUS_TIMEOUT_S " + secondsText(dl.seconds()) +
+             " s)";
+    });
     if (poll(fds, 2, std::min(kPollSliceMs, dl.remainingMs())) < 0 && errno != EINTR) {
       CHORUS_FAIL(im.comm, ncclSystemError, "bootstrap rank %d: poll failed in recv: %s", rank_, strerror(errno));
     }
     CHORUS_CHECK(im.checkUsable("recv"));  // close() wakes the poll through the listen socket
     if (fds[0].revents != 0) CHORUS_CHECK(im.acceptOne("in recv"));
   }
+}
+
+std::string Bootstrap::describePeer(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return "rank " + std::to_string(peer);
+  const PeerInfo& p = peers_[peer];
+  return "rank " + std::to_string(peer) + " (pid " + std::to_string(p.pid) + " on " + p.hostname + ")";
+}
+
+bool Bootstrap::peerGone(int peer, std::string* why) const {
+  if (peer < 0 || peer >= nranks_ || peer == rank_ || peers_.empty()) return false;
+  const PeerInfo& p = peers_[peer];
+  if (p.hostHash == peers_[rank_].hostHash) {
+    if (p.pid == static_cast<uint64_t>(getpid()) || !processGone(static_cast<pid_t>(p.pid))) return false;
+    *why = describePeer(peer) + " exited";
+    return true;
+  }
+  // Another host: its bootstrap listen socket lives as long as its communicator. One attempt, no retry.
+  constexpr double kProbeS = 0.5;
+  const SockAddr& addr = impl_->addrs[peer];
+  Socket s;
+  IoResult r = Socket::connect(addr, Deadline::after(kProbeS), nullptr, &s, [](int) { return true; });
+  if (r.ok()) {
+    PeerHello ph{kPeerMagic, impl_->secret, rank_, kConnProbe};
+    size_t sent = 0;
+    s.sendSome(&ph, sizeof(ph), &sent);  // a fresh socket takes 24 bytes at once; a lost probe only costs a log line
+    return false;
+  }
+  if (r.status != IoStatus::kRefused) return false;
+  *why = describePeer(peer) + " is gone (its bootstrap port " + addr.str() +
+         " refuses connections too: the process exited or destroyed its communicator)";
+  return true;
 }
 
 void Bootstrap::close() {

@@ -64,6 +64,14 @@ class Bootstrap {
   /// Closes sockets so that blocked peers see this rank leave (used on abort).
   void close();
 
+  /// "rank 3 (pid 1234 on node7)": how messages name a peer.
+  std::string describePeer(int peer) const;
+  /// Whether rank `peer`'s process is known to be gone, with *why saying how that was found ("rank 1 (pid N on
+  /// h) exited"). On this host the pid tells; on another host, one connection attempt to its bootstrap port does:
+  /// refused means the process exited or destroyed its communicator. A live or unreachable peer gives false. Thread
+  /// safe; takes up to half a second for a remote peer.
+  bool peerGone(int peer, std::string* why) const;
+
   struct Impl;
 
  private:

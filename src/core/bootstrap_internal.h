@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/hash.h"
 #include "core/socket.h"
@@ -67,11 +68,13 @@ struct PeerHello {
   uint64_t magic;  ///< kPeerMagic
   uint64_t secret;
   int32_t rank;
-  int32_t kind;  ///< kConnRing or kConnP2p
+  int32_t kind;  ///< kConnRing, kConnP2p or kConnProbe
 };
 /// PeerHello kinds.
 constexpr int32_t kConnRing = 1;
 constexpr int32_t kConnP2p = 2;
+/// A liveness probe (Bootstrap::peerGone): closed at once by the accepting rank, without a warning.
+constexpr int32_t kConnProbe = 3;
 
 /// Header of a framed message. Ring: code != 0 means `len` bytes of error text follow instead of data.
 struct FrameHeader {
@@ -89,8 +92,6 @@ uint32_t bootstrapVersion();
 void bootstrapSetVersionForTest(uint32_t version);
 /// Hash of the host name and network namespace: equal exactly for ranks that share both.
 uint64_t localHostHash();
-/// A duration in seconds as messages print it ("2.5").
-std::string secondsText(double s);
 
 /// Decodes and validates an id (magic, checksum, address); on failure *why says what is wrong.
 bool decodeUniqueId(const ncclUniqueId& id, UniqueIdLayout* out, std::string* why);

@@ -343,7 +343,7 @@ const char* ioStatusName(IoStatus s) {
 }
 
 IoResult waitFd(int fd, short events, const Deadline& deadline, std::atomic<int>* abortFlag,
-                const std::string& peerText) {
+                const std::string& peerText, const std::function<void()>& eachSlice) {
   for (;;) {
     if (aborted(abortFlag)) return fail(IoStatus::kAborted, 0, "aborted while waiting for " + peerText);
     if (deadline.expired()) {
@@ -355,6 +355,7 @@ IoResult waitFd(int fd, short events, const Deadline& deadline, std::atomic<int>
     int rc = poll(&p, 1, std::min(kPollSliceMs, deadline.remainingMs()));
     if (rc > 0) return IoResult();  // readiness, or an error/hangup the next send/recv reports precisely
     if (rc < 0 && errno != EINTR) return fail(IoStatus::kError, errno, "poll failed: " + errnoText(errno));
+    if (eachSlice) eachSlice();
   }
 }
 
@@ -405,7 +406,8 @@ IoResult Socket::listen(const SockAddr& bindAddr, Socket* out) {
   return IoResult();
 }
 
-IoResult Socket::connect(const SockAddr& to, const Deadline& deadline, std::atomic<int>* abortFlag, Socket* out) {
+IoResult Socket::connect(const SockAddr& to, const Deadline& deadline, std::atomic<int>* abortFlag, Socket* out,
+                         const std::function<bool(int err)>& stopRetrying) {
   *out = Socket();
   int backoffMs = 1;
   int attempts = 0;
@@ -445,6 +447,10 @@ IoResult Socket::connect(const SockAddr& to, const Deadline& deadline, std::atom
       return fail(IoStatus::kError, err, "cannot connect to " + to.str() + ": " + errnoText(err));
     }
     lastErr = err;
+    if (stopRetrying && stopRetrying(err)) {
+      return fail(err == ECONNREFUSED ? IoStatus::kRefused : IoStatus::kError, err,
+                  "cannot connect to " + to.str() + ": " + errnoText(err));
+    }
     if (deadline.expired() || deadline.remainingMs() == 0) {
       char secs[32];
       snprintf(secs, sizeof(secs), "%g", deadline.seconds());

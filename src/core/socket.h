@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/timeout.h"
@@ -110,7 +111,10 @@ class Socket {
   /// Listens on `bindAddr` (port 0: an ephemeral port). local() then holds the bound address.
   static IoResult listen(const SockAddr& bindAddr, Socket* out);
   /// Connects to `to`, retrying refused/timed-out attempts with backoff until `deadline`; sets TCP_NODELAY.
-  static IoResult connect(const SockAddr& to, const Deadline& deadline, std::atomic<int>* abortFlag, Socket* out);
+  /// `stopRetrying` (may be empty) is asked with the errno after each attempt that would be retried: true ends the
+  /// wait at once (kRefused for a refusal: the caller knows the listener is gone for good, not starting up).
+  static IoResult connect(const SockAddr& to, const Deadline& deadline, std::atomic<int>* abortFlag, Socket* out,
+                          const std::function<bool(int err)>& stopRetrying = {});
 
   /// Accepts one connection, waiting until `deadline`.
   IoResult accept(Socket* out, const Deadline& deadline, std::atomic<int>* abortFlag);
@@ -147,8 +151,9 @@ class Socket {
 };
 
 /// Waits until `fd` has any of `events` (POLLIN/POLLOUT) or the deadline/abort flag ends the wait, in slices of
-/// at most kPollSliceMs. `peerText` names the other side in the timeout message.
+/// at most kPollSliceMs. `peerText` names the other side in the timeout message. `eachSlice` (may be empty) runs
+/// after every slice that ended without readiness (a SlowWait check, say).
 IoResult waitFd(int fd, short events, const Deadline& deadline, std::atomic<int>* abortFlag,
-                const std::string& peerText);
+                const std::string& peerText, const std::function<void()>& eachSlice = {});
 
 }  // namespace chorus

@@ -72,5 +72,24 @@ for r in 0 1; do
 done
 if [ $status -ne 0 ]; then
   echo "FAIL: the two-namespace allreduce did not complete on both ranks"
+  exit $status
+fi
+
+# A rank on the other host that exits right after init, before any connection to it exists: rank 0 must name it
+# (no pid to check across hosts). Rank 0 starts its allreduce only once rank 1's process is gone.
+export NCCL_COMM_ID=10.77.0.1:$((port + 1))
+go="$workdir/rank1-gone"
+ip netns exec "$ns1" env NCCL_SOCKET_IFNAME="=$veth1" "$rank_bin" 0 2 --peer-gone "$go" >"$workdir/gone0.log" 2>&1 &
+pids+=($!)
+ip netns exec "$ns2" env NCCL_SOCKET_IFNAME="=$veth2" "$rank_bin" 1 2 --peer-gone "$go" >"$workdir/gone1.log" 2>&1
+touch "$go"
+if ! wait "${pids[0]}" || ! grep -q "rank 0: OK" "$workdir/gone0.log"; then
+  status=1
+fi
+pids=()
+echo "---- peer gone before connecting: rank 0 (namespace $ns1) ----"
+cat "$workdir/gone0.log"
+if [ $status -ne 0 ]; then
+  echo "FAIL: rank 0 did not name rank 1 (gone before connecting) promptly"
 fi
 exit $status

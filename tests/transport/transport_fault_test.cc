@@ -3,16 +3,20 @@
 // ncclRemoteError naming that rank, well within CHORUS_TIMEOUT_S, instead of hanging.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "core/params.h"
 #include "harness/ranks.h"
 #include "nccl.h"
 #include "transport/transport_env.h"
@@ -145,6 +149,81 @@ TEST_P(TransportFault, AbortedPeerIsNamed) {
     EXPECT_TRUE(exited && code == kOk) << "rank " << r << " " << describeStatus(status[r])
                                        << (exited ? std::string(": ") + exitText(code) : std::string());
   }
+}
+
+// Whether process `pid` has exited (a zombie its parent has not reaped counts).
+bool exited(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
+}
+
+// The last rank exits right after init, before any connection to it exists (no operation has run). Every other
+// rank's first allreduce must fail with ncclRemoteError naming it, long before CHORUS_TIMEOUT_S: a sender finds
+// its port refused, a receiver waits for a connection that will never come. The survivors start only once the
+// process is gone, so the order is the same however loaded the machine is. With `separateHosts` every rank names
+// its own host (NCCL_HOSTID): no pid can be checked then, and the dead rank is found through its bootstrap port.
+void peerGoneBeforeConnecting(int n, bool separateHosts) {
+  const int victim = n - 1;
+  // The victim's pid, shared with the forked survivors.
+  auto* victimPid = static_cast<std::atomic<pid_t>*>(
+      mmap(nullptr, sizeof(std::atomic<pid_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(victimPid, MAP_FAILED);
+  new (victimPid) std::atomic<pid_t>(0);
+  std::vector<int> status = forkRanks(
+      n,
+      [&](int rank, const ncclUniqueId& id) {
+        if (separateHosts) {
+          setenv("NCCL_HOSTID", ("host-" + std::to_string(rank)).c_str(), 1);
+          chorus::paramsReload();
+        }
+        ncclComm_t comm;
+        if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return static_cast<int>(kInitFailed);
+        if (rank == victim) {
+          victimPid->store(getpid());
+          _exit(kOk);  // no destroy: as a crash right after init
+        }
+        pid_t pid;
+        while ((pid = victimPid->load()) == 0 || !exited(pid))
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::vector<float> in(4099, 1.0f), out(4099);
+        auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr);
+        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::string text = ncclGetLastError(comm);
+        fprintf(stderr, "rank %d: allreduce with rank %d gone returned %s after %.3f s: %s\n", rank, victim,
+                ncclGetErrorString(res), took, text.c_str());
+        ncclCommAbort(comm);
+        if (res == ncclSuccess) return static_cast<int>(kNeverFailed);
+        if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
+        std::string named = "rank " + std::to_string(victim) + " ";
+        if (text.find(named + "failed") == std::string::npos && text.find(named + "(pid") == std::string::npos)
+          return static_cast<int>(kNotNamed);
+        return static_cast<int>(took < kTimeoutS / 2.0 ? kOk : kTooSlow);
+      },
+      3.0 * kTimeoutS);
+  munmap(victimPid, sizeof(std::atomic<pid_t>));
+  for (int r = 0; r < n; r++) {
+    bool exitedOk = status[r] != -1 && WIFEXITED(status[r]);
+    int code = exitedOk ? WEXITSTATUS(status[r]) : -1;
+    EXPECT_TRUE(exitedOk && code == kOk) << "rank " << r << " " << describeStatus(status[r])
+                                         << (exitedOk ? std::string(": ") + exitText(code) : std::string());
+  }
+}
+
+TEST_P(TransportFault, PeerGoneBeforeConnectingIsNamed) {
+  ScopedEnv env;
+  env.select(std::get<0>(GetParam()));
+  env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
+  peerGoneBeforeConnecting(std::get<1>(GetParam()), false);
+}
+
+TEST(TransportFaultHosts, PeerOnAnotherHostGoneBeforeConnectingIsNamed) {
+  ScopedEnv env;
+  env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
+  peerGoneBeforeConnecting(3, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportFault,

@@ -6,6 +6,8 @@
 // blocking for at most kIdlePollMs. Socket events wake poll() at once; FIFO counters are memory,
 // not events, so the host executor kicks a blocked proxy through its eventfd (SocketProxy::kick),
 // and a device kernel's counters (network staging) are noticed within kIdlePollMs.
+#include "transports/socket/socket_proxy.h"
+
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,8 +20,8 @@
 #include <cstring>
 
 #include "core/checks.h"
+#include "core/comm.h"
 #include "core/params.h"
-#include "transports/socket/socket_proxy.h"
 
 namespace chorus {
 namespace {
@@ -41,6 +43,9 @@ constexpr double kHelloTimeoutS = 10.0;
 constexpr double kNotifyTimeoutS = 1.0;
 /// How long the proxy stops accepting after accept() failed.
 constexpr int kAcceptPauseMs = 100;
+/// How often a receive side still waiting for its sender checks that the sender lives (same host, other host).
+constexpr int kLocalLiveCheckMs = 50;
+constexpr int kRemoteLiveCheckMs = 2000;
 /// Most frames one sendmsg() gathers (two iovecs each).
 constexpr int kMaxFramesPerWrite = 16;
 
@@ -309,6 +314,7 @@ bool SocketProxy::readBackChannel(SocketConn& c) {
 bool SocketProxy::stepConn(SocketConn& c) {
   switch (c.state) {
     case SockConnState::kUnpaired:
+      return checkUnpaired(c);
     case SockConnState::kClosed: return false;
     case SockConnState::kEofSeen:
       if (loadAcquire(&c.fifo.ctrl->poison) != 0) {
@@ -332,6 +338,31 @@ bool SocketProxy::stepConn(SocketConn& c) {
       return c.isSend && !c.blocked && sendFrames(c);
   }
   return false;
+}
+
+// A receive side whose sender has not connected yet: a sender that died first never will, and no socket event
+// would say so. Its process is checked now and then (cheap on this host, one connection attempt on another).
+bool SocketProxy::checkUnpaired(SocketConn& c) {
+  Clock::time_point now = Clock::now();
+  if (now < c.nextLiveCheck || !comm_->bootstrap) return false;  // (no bootstrap: a test plays the peer)
+  bool local = comm_->peers[c.peer].hostHash == comm_->peers[rank_].hostHash;
+  c.nextLiveCheck = now + std::chrono::milliseconds(local ? kLocalLiveCheckMs : kRemoteLiveCheckMs);
+  std::string why;
+  if (!comm_->bootstrap->peerGone(c.peer, &why)) {
+    c.unpaired.check([&]() {
+      return "socket transport: " + commLabel(comm_) + ": channel " + std::to_string(c.channel) + " has waited " +
+             c.unpaired.elapsedText() + " s for " + comm_->bootstrap->describePeer(c.peer) +
+             " to connect (it may not have reached this operation yet)";
+    });
+    return false;
+  }
+  // The sender may have connected, sent everything and exited: take what waits in the listen backlog first.
+  acceptAll();
+  for (auto& p : pending_)
+    if (p.sock.valid()) readHello(p);
+  if (c.state != SockConnState::kUnpaired) return true;
+  failConn(c, PoisonReason::kPeerDied, true, "the sender never connected: " + why);
+  return true;
 }
 
 // ---- accepting and pairing ------------------------------------------------------------------

@@ -55,6 +55,8 @@ struct SocketConn {
   SlotHeader notice{};    ///< send side, kNotifying: the failure-notice frame
   size_t noticeOff = 0;
   std::chrono::steady_clock::time_point closeBy{};  ///< kNotifying: give up telling the peer then
+  std::chrono::steady_clock::time_point nextLiveCheck{};  ///< kUnpaired: when to check again that the peer lives
+  SlowWait unpaired;  ///< kUnpaired: how long the sender has been awaited (started when the conn is made)
 };
 
 /// An accepted connection whose hello is incomplete, or complete but waiting for its connectRecv.
@@ -91,6 +93,7 @@ class SocketProxy : public SocketTransport {
   void run();
   void adopt();
   bool stepConn(SocketConn& c);
+  bool checkUnpaired(SocketConn& c);
   bool sendFrames(SocketConn& c);
   bool recvFrames(SocketConn& c);
   bool readBackChannel(SocketConn& c);

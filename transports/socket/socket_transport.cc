@@ -11,6 +11,8 @@
 #include <system_error>
 
 #include "core/checks.h"
+#include "core/comm.h"
+#include "core/timeout.h"
 #include "transports/socket/socket_proxy.h"
 
 namespace chorus {
@@ -143,7 +145,19 @@ ncclResult_t SocketProxy::connectSend(int channel, int peer, const FifoGeometry&
   CHORUS_CHECK(newConn(true, channel, peer, geo, &c));
   const SockAddr& to = addrs_[peer];
   Deadline deadline = Deadline::fromEnv();
-  IoResult r = Socket::connect(to, deadline, &comm_->abortFlag, &c->sock);
+  // The peer listened before its address was shared (SocketTransport::create), so a refusal means its listener
+  // closed: stop waiting as soon as its process is known to be gone, and name it.
+  std::string gone;
+  SlowWait slow;
+  IoResult r = Socket::connect(to, deadline, &comm_->abortFlag, &c->sock, [&](int err) {
+    if (err == ECONNREFUSED && comm_->bootstrap->peerGone(peer, &gone)) return true;
+    slow.check([&]() {
+      return "socket transport: " + commLabel(comm_) + " has tried for " + slow.elapsedText() +
+             " s to connect channel " + std::to_string(channel) + " to " + comm_->bootstrap->describePeer(peer) +
+             " at " + to.str() + " (" + strerror(err) + "; CHORUS_TIMEOUT_S " + secondsText(deadline.seconds()) + " s)";
+    });
+    return false;
+  });
   SocketHello hello;
   hello.commHash = commHash_;
   hello.channel = channel;
@@ -152,6 +166,11 @@ ncclResult_t SocketProxy::connectSend(int channel, int peer, const FifoGeometry&
   hello.nSlots = geo.nSlots;
   hello.slotBytes = geo.slotBytes;
   if (r.ok()) r = c->sock.sendAll(&hello, sizeof(hello), deadline, &comm_->abortFlag);
+  if (!r.ok() && !gone.empty()) {
+    std::free(c->mem);
+    CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: socket transport: channel %d: %s; %s", rank_, channel, gone.c_str(),
+                r.what.c_str());
+  }
   if (!r.ok()) {
     std::free(c->mem);
     CHORUS_FAIL(comm_, connectError(r),

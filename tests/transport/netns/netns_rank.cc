@@ -3,7 +3,14 @@
 // allreduce, checks every element against its closed form and prints "OK".
 //
 // Usage: netns_rank <rank> <nranks>   (NCCL_COMM_ID=<rank 0's address>:<port> must be set)
+//        netns_rank <rank> 2 --peer-gone <file>
+//   Rank 1 exits right after init; rank 0 waits until <file> exists (the script makes it once rank 1's process
+//   is gone), then its allreduce must fail with ncclRemoteError naming rank 1, well before CHORUS_TIMEOUT_S:
+//   across hosts no pid can be checked, so chorus finds the rank gone through its ports.
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,9 +29,29 @@ int fail(int rank, const char* what, ncclResult_t res, ncclComm_t comm) {
 
 }  // namespace
 
+// The --peer-gone scenario (see the top of the file).
+int peerGone(int rank, ncclComm_t comm, const char* goFile) {
+  if (rank != 0) _exit(0);  // as a crash right after init: nothing is closed
+  while (access(goFile, F_OK) != 0) usleep(2000);
+  std::vector<float> buf(4099, 1.0f);
+  auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclSum, comm, nullptr);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string text = ncclGetLastError(comm);
+  fprintf(stderr, "rank 0: allreduce with rank 1 gone returned %s after %.3f s: %s\n", ncclGetErrorString(res), took,
+          text.c_str());
+  ncclCommAbort(comm);
+  const char* limit = getenv("CHORUS_TIMEOUT_S");
+  double half = (limit ? atof(limit) : 300.0) / 2;
+  if (res != ncclRemoteError || text.find("rank 1 (pid") == std::string::npos || took >= half) return 1;
+  printf("rank 0: OK\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s <rank> <nranks>  (with NCCL_COMM_ID=host:port)\n", argv[0]);
+  bool gone = argc == 5 && strcmp(argv[3], "--peer-gone") == 0;
+  if (argc != 3 && !gone) {
+    fprintf(stderr, "usage: %s <rank> <nranks> [--peer-gone <file>]  (with NCCL_COMM_ID=host:port)\n", argv[0]);
     return 2;
   }
   const int rank = atoi(argv[1]), nranks = atoi(argv[2]);
@@ -35,6 +62,7 @@ int main(int argc, char** argv) {
   ncclComm_t comm;
   res = ncclCommInitRank(&comm, nranks, id, rank);
   if (res != ncclSuccess) return fail(rank, "ncclCommInitRank", res, nullptr);
+  if (gone) return peerGone(rank, comm, argv[4]);
 
   const size_t count = 1 << 20;
   std::vector<float> in(count), out(count, -1.0f);
