@@ -34,6 +34,8 @@ using Clock = std::chrono::steady_clock;
 constexpr double kHelloTimeoutS = 10.0;
 /// How long the root waits to hand one reply to a rank (they are small; the rank is reading).
 constexpr double kReplyTimeoutS = 5.0;
+/// Longest poll() once the first rank is in, so that a slow rendezvous is reported (SlowWait) while it waits.
+constexpr int kSlowCheckMs = 1000;
 
 // Constant-time comparison, so that the time to reject a guess does not leak the secret.
 bool secretEqual(uint64_t a, uint64_t b) {
@@ -74,6 +76,8 @@ class Root {
   void finishSuccess();
   bool everyoneAccountedFor() const;
   int pollTimeoutMs() const;
+  /// Ranks that have not joined (yet).
+  std::vector<int> missing() const;
   std::string who(const HelloMsg& m, const Socket& s) const {
     return "rank " + std::to_string(m.rank) + " (" + s.peer().str() + ")";
   }
@@ -89,6 +93,7 @@ class Root {
   int firstRank_ = -1;
   bool started_ = false;  // first authentic hello seen: the deadline runs
   Deadline deadline_;
+  SlowWait slow_;                       // restarted with the deadline
   ncclResult_t errCode_ = ncclSuccess;  // first fatal error; every rank must hear it
   std::string errText_;
   std::set<int> accounted_;  // ranks told the error or gone; the root may exit when all are
@@ -96,7 +101,7 @@ class Root {
 };
 
 int Root::pollTimeoutMs() const {
-  int ms = started_ ? deadline_.remainingMs() : INT_MAX;
+  int ms = started_ ? std::min(deadline_.remainingMs(), kSlowCheckMs) : INT_MAX;
   auto now = Clock::now();
   for (const auto& p : pending_) {
     auto end = p->since + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kHelloTimeoutS));
@@ -153,17 +158,16 @@ void Root::run() {
       break;
     }
     if (errCode_ != ncclSuccess && everyoneAccountedFor()) break;
+    if (started_ && errCode_ == ncclSuccess) {
+      slow_.check([&]() {
+        return "bootstrap root " + addr_ + ": " + std::to_string(joined_.size()) + " of " + std::to_string(nranks_) +
+               " ranks have joined in " + slow_.elapsedText() + " s; rank(s) " + rankListText(missing()) +
+               " not yet (CHORUS_TIMEOUT_S " + secondsText(timeoutS_) + " s)";
+      });
+    }
     if (started_ && deadline_.expired()) {
       if (errCode_ == ncclSuccess) {
-        std::string missing;
-        int count = 0;
-        for (int r = 0; r < nranks_; r++) {
-          if (joined_.count(r) != 0) continue;
-          if (count < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-          count++;
-        }
-        if (count > 16) missing += ", ... (" + std::to_string(count) + " in all)";
-        fatal(ncclRemoteError, "rank(s) " + missing + " never joined within " + secondsText(timeoutS_) +
+        fatal(ncclRemoteError, "rank(s) " + rankListText(missing()) + " never joined within " + secondsText(timeoutS_) +
                                    " s (bootstrap root " + addr_ + "; " + std::to_string(joined_.size()) + " of " +
                                    std::to_string(nranks_) + " ranks arrived; CHORUS_TIMEOUT_S sets the limit)");
       }
@@ -216,6 +220,7 @@ void Root::handleHello(Pending& p) {
   if (!started_) {
     started_ = true;
     deadline_ = Deadline::after(timeoutS_);
+    slow_ = SlowWait();
     firstRank_ = m.rank;
     if (m.nranks >= 1) nranks_ = m.nranks;
     INFO(kBootstrap, "bootstrap root %s: first rank %d arrived (nranks %d); waiting up to %g s for the others",
@@ -302,6 +307,13 @@ void Root::tell(Socket& sock, int rank, ncclResult_t code, const std::string& te
   if (!r.ok()) INFO(kBootstrap, "bootstrap root %s: could not tell rank %d: %s", addr_.c_str(), rank, r.what.c_str());
   accounted_.insert(rank);
   sock.close();
+}
+
+std::vector<int> Root::missing() const {
+  std::vector<int> out;
+  for (int r = 0; r < nranks_; r++)
+    if (joined_.count(r) == 0) out.push_back(r);
+  return out;
 }
 
 bool Root::everyoneAccountedFor() const {

@@ -1,6 +1,7 @@
 #include "core/comm.h"
 
 #include <atomic>
+#include <cstdio>
 #include <unordered_set>
 
 #include "core/worker.h"
@@ -33,6 +34,7 @@ ncclComm::~ncclComm() {
     gDestroyGen.fetch_add(1);
   }
   if (initThread.joinable()) initThread.join();
+  if (childJobs.joinable()) childJobs.join();
   worker.reset();
   // Abort poisons the connections so peers stop waiting; a plain destroy leaves data that
   // peers have yet to read where it is.
@@ -67,6 +69,15 @@ bool commValid(const ncclComm* comm) {
 std::string commLastError(ncclComm* comm) {
   std::lock_guard<std::mutex> lock(comm->errMutex);
   return comm->lastError;
+}
+
+std::string commLabel(const ncclComm* comm) {
+  if (comm == nullptr) return "(no communicator)";
+  char buf[96];
+  snprintf(buf, sizeof(buf), "comm %p rank %d of %d", static_cast<const void*>(comm), comm->rank, comm->nranks);
+  std::string text = buf;
+  if (!comm->config.commName.empty()) text += " \"" + comm->config.commName + "\"";
+  return text;
 }
 
 }  // namespace chorus

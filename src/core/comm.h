@@ -65,6 +65,8 @@ struct ncclComm {
   std::vector<chorus::PeerInfo> peers;
   std::unique_ptr<chorus::Engine> engine;
   std::thread initThread;  ///< nonblocking init runs here
+  std::thread childJobs;   ///< the newest nonblocking split/shrink of this comm (it joins the one before it first)
+  std::atomic<int> pendingChildJobs{0};    ///< nonblocking splits/shrinks not finished; other calls wait for them
   std::unique_ptr<chorus::Worker> worker;  ///< runs this comm's part of multi-communicator groups
 
   std::mutex mutex;  ///< guards redOps
@@ -85,4 +87,6 @@ void commStoreLastError(ncclComm* comm, const char* text);
 bool commValid(const ncclComm* comm);
 /// Last error of comm ("" when none).
 std::string commLastError(ncclComm* comm);
+/// How messages name a communicator: "comm 0x... rank 2 of 8 \"name\"".
+std::string commLabel(const ncclComm* comm);
 }  // namespace chorus

@@ -4,7 +4,9 @@
 #include <time.h>
 
 #include <climits>
+#include <cstdio>
 
+#include "core/debug.h"
 #include "core/params.h"
 
 namespace chorus {
@@ -13,11 +15,45 @@ IntParam kTimeoutS{"CHORUS_TIMEOUT_S", 300,
                    "Seconds any single wait (bootstrap, connection, peer progress) may last before the call fails "
                    "with an error naming the rank and peer; 0 waits forever.",
                    "reliability"};
+IntParam kWaitWarnS{"CHORUS_WAIT_WARN_S", 10,
+                    "Seconds after which a bootstrap or connection wait that is still going logs one WARN naming the "
+                    "communicator, the step and the ranks it still waits for; 0 never does.",
+                    "reliability"};
 IntParam kSpinIters{"CHORUS_SPIN_ITERS", 2000,
                     "Polls a waiting thread spins before it starts yielding the core (then sleeping).", "performance"};
 }  // namespace
 
 double timeoutSeconds() { return static_cast<double>(kTimeoutS.get()); }
+
+std::string secondsText(double s) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+std::string rankListText(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 16;
+  std::string text;
+  for (size_t i = 0; i < ranks.size() && i < kShown; i++) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > kShown) text += ", ... (" + std::to_string(ranks.size()) + " in all)";
+  return text;
+}
+
+double waitWarnSeconds() { return static_cast<double>(kWaitWarnS.get()); }
+
+SlowWait::SlowWait() : start_(Deadline::Clock::now()), after_(waitWarnSeconds()) {}
+
+double SlowWait::elapsed() const { return std::chrono::duration<double>(Deadline::Clock::now() - start_).count(); }
+
+std::string SlowWait::elapsedText() const {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.0f", elapsed());
+  return buf;
+}
+
+bool SlowWait::due() const { return after_ > 0 && elapsed() >= after_; }
+
+void SlowWait::warn(const std::string& text) { WARN("%s", text.c_str()); }
 
 Deadline Deadline::after(double seconds) {
   Deadline d;

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace chorus {
 
@@ -27,6 +29,41 @@ class Deadline {
   Clock::time_point end_{};
   double seconds_ = 0;
   bool infinite_ = true;
+};
+
+/// A duration in seconds as messages print it ("2.5").
+std::string secondsText(double s);
+/// "2, 5, 7": a list of ranks for messages, cut after 16 with the total count.
+std::string rankListText(const std::vector<int>& ranks);
+
+/// CHORUS_WAIT_WARN_S: seconds after which a wait that is still going says what it waits for (0: never).
+double waitWarnSeconds();
+
+/// One WARN line for a wait that has lasted long (CHORUS_WAIT_WARN_S) but not yet reached its deadline, so that a
+/// user sees what it waits for (the communicator, the step, the ranks still missing) long before the timeout ends
+/// it. Construct it when the wait starts and call check() from the wait's loop; the text is built only when due.
+class SlowWait {
+ public:
+  SlowWait();
+  /// Logs describe()'s text once, the first time it is called after the threshold.
+  template <class Describe>
+  void check(Describe&& describe) {
+    if (!warned_ && due()) {
+      warned_ = true;
+      warn(describe());
+    }
+  }
+  /// Seconds since the wait started.
+  double elapsed() const;
+  /// The same, whole, for messages ("10").
+  std::string elapsedText() const;
+
+ private:
+  bool due() const;
+  static void warn(const std::string& text);
+  Deadline::Clock::time_point start_;
+  double after_;
+  bool warned_ = false;
 };
 
 /// Backoff for a polling wait: spins briefly, then yields, then sleeps (ranks may outnumber cores).

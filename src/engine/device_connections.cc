@@ -243,8 +243,15 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
   int err = 0;
   const char* call = "";
   Deadline deadline = Deadline::fromEnv();
+  SlowWait slow;
   Backoff backoff;
   while (__atomic_load_n(&rv->ready, __ATOMIC_ACQUIRE) != kReady) {
+    slow.check([&]() {
+      return "device path: " + commLabel(comm_) + " has waited " + slow.elapsedText() + " s for " +
+             (comm_->bootstrap ? comm_->bootstrap->describePeer(peer) : "rank " + std::to_string(peer)) +
+             " to set up its device connection on channel " + std::to_string(ch) + " (CHORUS_TIMEOUT_S " +
+             secondsText(deadline.seconds()) + " s)";
+    });
     const char* why = nullptr;
     if (comm_->abortFlag.load(std::memory_order_relaxed)) why = "the communicator was aborted";
     if (far.pid != comm_->peers[comm_->rank].pid && processGone(static_cast<pid_t>(far.pid)))
