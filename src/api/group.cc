@@ -4,6 +4,7 @@
 #include "api/group.h"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 #include "api/api.h"
@@ -18,6 +19,7 @@ struct GroupState {
   int depth = 0;
   std::vector<std::pair<ncclComm*, OpDesc>> ops;
   std::vector<std::function<ncclResult_t()>> inits;
+  bool nonblocking = false;  ///< a nonblocking creation started in this group: ncclGroupEnd says ncclInProgress
 };
 thread_local GroupState tGroup;
 
@@ -31,16 +33,25 @@ ncclResult_t runOnComm(ncclComm* comm, const std::vector<OpDesc>& ops) {
   return res;
 }
 
-// Runs fns concurrently (or inline when there is one) and returns the first failure.
+// Runs fns concurrently (or inline when there is one) and returns the first failure, whose text becomes this
+// thread's last error too (ncclGetLastError(NULL) after ncclGroupEnd).
 ncclResult_t runAll(std::vector<std::function<ncclResult_t()>>& fns) {
   if (fns.size() == 1) return fns[0]();
   std::vector<ncclResult_t> res(fns.size(), ncclSuccess);
+  std::vector<std::string> why(fns.size());
   std::vector<std::thread> threads;
   threads.reserve(fns.size());
-  for (size_t i = 0; i < fns.size(); i++) threads.emplace_back([&, i]() { res[i] = fns[i](); });
+  for (size_t i = 0; i < fns.size(); i++)
+    threads.emplace_back([&, i]() {
+      res[i] = fns[i]();
+      if (res[i] != ncclSuccess) why[i] = threadLastError();
+    });
   for (auto& t : threads) t.join();
-  for (ncclResult_t r : res)
-    if (r != ncclSuccess) return r;
+  for (size_t i = 0; i < fns.size(); i++) {
+    if (res[i] == ncclSuccess) continue;
+    setThreadLastError(why[i].c_str());
+    return res[i];
+  }
   return ncclSuccess;
 }
 
@@ -63,9 +74,11 @@ ncclResult_t launchGroup(GroupState& g) {
   inits.swap(g.inits);
   auto ops = byComm(g.ops);
   g.ops.clear();
+  bool nonblocking = g.nonblocking;
+  g.nonblocking = false;
   ncclResult_t res = ncclSuccess;
   if (!inits.empty()) res = runAll(inits);
-  if (ops.empty()) return res;
+  if (ops.empty()) return res == ncclSuccess && nonblocking ? ncclInProgress : res;
   for (auto& [comm, list] : ops) CHORUS_CHECK(checkCommUsable(comm, "ncclGroupEnd"));
   // Every communicator but the first runs on its own persistent worker; the first runs here.
   for (size_t i = 1; i < ops.size(); i++) {
@@ -78,7 +91,8 @@ ncclResult_t launchGroup(GroupState& g) {
     ncclResult_t ri = ops[i].first->worker->wait();
     if (r == ncclSuccess) r = ri;
   }
-  return res != ncclSuccess ? res : r;
+  if (res != ncclSuccess) return res;
+  return r == ncclSuccess && nonblocking ? ncclInProgress : r;
 }
 
 }  // namespace
@@ -94,6 +108,10 @@ ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op) {
   static thread_local std::vector<OpDesc> single(1);
   single[0] = op;
   return runOnComm(comm, single);
+}
+
+void noteNonblockingInit() {
+  if (tGroup.depth > 0) tGroup.nonblocking = true;
 }
 
 ncclResult_t enqueueInit(std::function<ncclResult_t()> init) {

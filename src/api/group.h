@@ -16,5 +16,8 @@ bool inGroup();
 ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op);
 /// Defers a communicator init to the group end when inside a group, else runs it now.
 ncclResult_t enqueueInit(std::function<ncclResult_t()> init);
+/// Records that a nonblocking communicator creation started inside this thread's group: ncclGroupEnd then
+/// returns ncclInProgress, as NCCL does (no-op outside a group).
+void noteNonblockingInit();
 
 }  // namespace chorus

@@ -126,6 +126,7 @@ ncclResult_t commInitRankImpl(ncclComm_t* out, int nranks, const ncclUniqueId& i
   }
   comm->asyncError.store(ncclInProgress);
   comm->initThread = std::thread([comm, id]() { finishInit(comm, commInitTail(comm, id)); });
+  noteNonblockingInit();
   return ncclInProgress;
 }
 
@@ -153,6 +154,7 @@ ncclResult_t commFree(ncclComm* comm, bool abort, const char* fn) {
   }
   waitQuiescent(comm, fn);
   if (comm->initThread.joinable()) comm->initThread.join();
+  if (comm->childJobs.joinable()) comm->childJobs.join();
   INFO(kInit, "comm %p rank %d nranks %d - %s COMPLETE", (void*)comm, comm->rank, comm->nranks, abort ? "Abort" : "Destroy");
   delete comm;
   return ncclSuccess;
@@ -161,9 +163,38 @@ ncclResult_t commFree(ncclComm* comm, bool abort, const char* fn) {
 // Ranks of a new communicator get their id from its leader through the parent's bootstrap.
 constexpr int kTagSplitId = 0x5e11;
 
-// Creates the child communicator for a split or shrink once the members are known.
-ncclResult_t makeChild(ncclComm* parent, const std::vector<int>& members, ncclComm_t* newcomm, ncclConfig_t* config,
-                       const char* fn) {
+// A split or shrink once its arguments are checked.
+struct ChildJob {
+  ncclComm* parent = nullptr;
+  const char* fn = "";
+  bool split = true;         ///< false: shrink
+  int color = 0, key = 0;    ///< split
+  std::vector<int> members;  ///< parent ranks of the child in its rank order (split: found by the allgather)
+  CommConfig config;         ///< the child's, resolved (inherited from the parent where config is NULL)
+  ncclComm_t* newcomm = nullptr;
+};
+
+// Runs a split or shrink to its end on the calling thread: the members agree (split), the child's first member
+// passes its id to the others through the parent's bootstrap, and the child initializes. As in NCCL, *newcomm is
+// set only once the child is ready; a failed job leaves it NULL.
+ncclResult_t runChildJob(ChildJob& j) {
+  ncclComm* parent = j.parent;
+  if (j.split) {
+    struct Entry {
+      int32_t color, key, rank;
+    };
+    std::vector<Entry> all(parent->nranks);
+    all[parent->rank] = Entry{j.color, j.key, parent->rank};
+    CHORUS_CHECK(parent->bootstrap->allGather(all.data(), sizeof(Entry)));
+    if (j.color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+    std::vector<Entry> mine;
+    for (const Entry& e : all)
+      if (e.color == j.color) mine.push_back(e);
+    std::stable_sort(mine.begin(), mine.end(),
+                     [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
+    for (const Entry& e : mine) j.members.push_back(e.rank);
+  }
+  const std::vector<int>& members = j.members;
   int myIndex = static_cast<int>(std::find(members.begin(), members.end(), parent->rank) - members.begin());
   ncclUniqueId id;
   if (myIndex == 0) {
@@ -173,12 +204,62 @@ ncclResult_t makeChild(ncclComm* parent, const std::vector<int>& members, ncclCo
   } else {
     CHORUS_CHECK(parent->bootstrap->recv(members[0], kTagSplitId, &id, sizeof(id)));
   }
-  ncclResult_t res =
-      commInitRankImpl(newcomm, static_cast<int>(members.size()), id, myIndex, config, &parent->config);
-  if (res != ncclSuccess && res != ncclInProgress)
-    WARN("%s: rank %d could not create its new communicator (rank %d of %zu)", fn, parent->rank, myIndex,
-         members.size());
-  return res;
+  ncclComm* child = new ncclComm();
+  child->rank = myIndex;
+  child->nranks = static_cast<int>(members.size());
+  child->config = j.config;
+  child->cudaDev = parent->cudaDev;
+  ncclResult_t res = commInitTail(child, id);
+  if (res != ncclSuccess) {
+    // The child goes away: its error becomes the parent's (ncclGetLastError(parent)) and this thread's.
+    std::string why = commLastError(child);
+    delete child;
+    CHORUS_FAIL(parent, res, "%s: rank %d could not create its new communicator (rank %d of %zu): %s", j.fn,
+                parent->rank, myIndex, members.size(), why.c_str());
+  }
+  finishInit(child, res);
+  __atomic_store_n(j.newcomm, child, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
+
+// Runs a checked split or shrink where NCCL would: in the background with a nonblocking child config (the
+// parent's ncclCommGetAsyncError says ncclInProgress until it is done), at ncclGroupEnd inside a group (so that
+// one thread can split every rank it drives), or now.
+ncclResult_t startChildJob(ChildJob job) {
+  ncclComm* parent = job.parent;
+  if (parent->pendingChildJobs.load() > 0 && job.config.blocking)
+    CHORUS_FAIL(parent, ncclInvalidUsage,
+                "%s: rank %d: a nonblocking ncclCommSplit/ncclCommShrink of this "
+                "communicator is still in progress; poll ncclCommGetAsyncError until it is not ncclInProgress",
+                job.fn, parent->rank);
+  if (!job.config.blocking) {
+    // Jobs of one parent run one after the other in call order: every rank must meet the others' jobs in the
+    // same order on the parent's bootstrap. Each job's thread first joins the one before it.
+    parent->pendingChildJobs.fetch_add(1);
+    parent->activeCalls.fetch_add(1);
+    int expected = ncclSuccess;
+    parent->asyncError.compare_exchange_strong(expected, ncclInProgress);
+    std::thread before = std::move(parent->childJobs);
+    parent->childJobs = std::thread([job = std::move(job), before = std::move(before)]() mutable {
+      if (before.joinable()) before.join();
+      ncclResult_t res = runChildJob(job);
+      ncclComm* p = job.parent;
+      int left = p->pendingChildJobs.fetch_sub(1) - 1;
+      int inProgress = ncclInProgress;
+      if (res != ncclSuccess || left == 0) p->asyncError.compare_exchange_strong(inProgress, res);
+      p->activeCalls.fetch_sub(1);
+    });
+    noteNonblockingInit();
+    return ncclInProgress;
+  }
+  if (inGroup()) {
+    return enqueueInit([job]() mutable {
+      ActiveCall active(job.parent);
+      return runChildJob(job);
+    });
+  }
+  ActiveCall active(parent);
+  return runChildJob(job);
 }
 
 }  // namespace
@@ -188,6 +269,11 @@ ncclResult_t checkCommUsable(ncclComm* comm, const char* fn, bool allowRevoked) 
   if (!commValid(comm))
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "%s: %p is not a valid communicator (destroyed or never created)", fn,
                 (void*)comm);
+  if (!allowRevoked && comm->pendingChildJobs.load() > 0)
+    CHORUS_FAIL(comm, ncclInvalidUsage,
+                "%s: rank %d: a nonblocking ncclCommSplit/ncclCommShrink of this "
+                "communicator is still in progress (poll ncclCommGetAsyncError until it is not ncclInProgress)",
+                fn, comm->rank);
   CommState st = static_cast<CommState>(comm->state.load());
   switch (st) {
     case CommState::kReady: return ncclSuccess;
@@ -311,23 +397,15 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommSplit: color %d must be >= 0 or NCCL_SPLIT_NOCOLOR", color);
   *newcomm = nullptr;
-  ActiveCall active(comm);
-  struct Entry {
-    int32_t color, key, rank;
-  };
-  std::vector<Entry> all(comm->nranks);
-  all[comm->rank] = Entry{color, key, comm->rank};
-  CHORUS_CHECK(comm->bootstrap->allGather(all.data(), sizeof(Entry)));
-  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-  std::vector<Entry> mine;
-  for (const Entry& e : all)
-    if (e.color == color) mine.push_back(e);
-  std::stable_sort(mine.begin(), mine.end(),
-                   [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
-  std::vector<int> members;
-  for (const Entry& e : mine) members.push_back(e.rank);
+  ChildJob job;
+  job.parent = comm;
+  job.fn = "ncclCommSplit";
+  job.color = color;
+  job.key = key;
+  job.newcomm = newcomm;
+  CHORUS_CHECK(parseConfig(config, &comm->config, &job.config));
   comm->splitCount++;
-  return makeChild(comm, members, newcomm, config, "ncclCommSplit");
+  return startChildJob(std::move(job));
 }
 
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
@@ -351,17 +429,21 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
   }
   if (excluded[comm->rank])
     CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: rank %d is in its own exclude list", comm->rank);
+  ChildJob job;
+  job.parent = comm;
+  job.fn = "ncclCommShrink";
+  job.split = false;
+  job.newcomm = newcomm;
+  for (int r = 0; r < comm->nranks; r++)
+    if (!excluded[r]) job.members.push_back(r);
+  CHORUS_CHECK(parseConfig(config, &comm->config, &job.config));
   if (shrinkFlags == NCCL_SHRINK_ABORT && comm->engine) {
     // Stop whatever the parent is doing (a peer may be dead), then keep only the bootstrap.
     comm->abortFlag.store(1);
     waitQuiescent(comm, "ncclCommShrink");
     comm->abortFlag.store(0);
   }
-  ActiveCall active(comm);
-  std::vector<int> members;
-  for (int r = 0; r < comm->nranks; r++)
-    if (!excluded[r]) members.push_back(r);
-  return makeChild(comm, members, newcomm, config, "ncclCommShrink");
+  return startChildJob(std::move(job));
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {

@@ -171,6 +171,7 @@ void setLastError(ncclComm* comm, const char* fmt, ...) {
 }
 
 const char* threadLastError() { return tLastError; }
+void setThreadLastError(const char* text) { snprintf(tLastError, sizeof(tLastError), "%s", text); }
 void setLogDevice(int dev) { tDevice = dev; }
 
 }  // namespace chorus

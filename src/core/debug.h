@@ -44,6 +44,8 @@ void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, con
 void setLastError(ncclComm* comm, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 /// This thread's last error text ("" if none).
 const char* threadLastError();
+/// Makes `text` this thread's last error without logging it again (an error decided on another thread).
+void setThreadLastError(const char* text);
 /// Sets the device number shown in log prefixes for this thread (-1: host).
 void setLogDevice(int dev);
 
