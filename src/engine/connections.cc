@@ -129,7 +129,9 @@ void Connections::poisonAll(PoisonReason reason, int culprit, const uint64_t* ca
       __atomic_compare_exchange_n(&c->fifo.ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     }
   }
-  if (sockets_) sockets_->shutdown();
+  // The proxy goes on until the communicator is destroyed: it passes the failure on over every connection and
+  // answers peers that connect only now with it.
+  if (sockets_) sockets_->markFailed(word);
 }
 
 }  // namespace chorus

@@ -63,7 +63,7 @@ class Connections {
   static constexpr int kDeviceSocketChannelBase = 64;
   /// Whether rank `peer` is reached through shared memory.
   bool viaShm(int peer) const;
-  /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting, and stops the proxy.
+  /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting; socket peers learn it from the proxy.
   /// `calls` (may be null) describes a mismatch: {detector's call[3], offender's call[3], ranks}.
   void poisonAll(PoisonReason reason, int culprit, const uint64_t* calls = nullptr);
   const FifoGeometry& geometry() const { return geo_; }

@@ -246,6 +246,33 @@ TEST_F(SocketWire, LocalPoisonIsPassedOnThenClosed) {
   EXPECT_TRUE(closedByProxy(out));
 }
 
+// A status query gets 0 from a healthy proxy. Once the rank failed (markFailed), the proxy answers queries, new
+// connections and connections it had stashed with the poison word, so that a peer reaching it late learns the cause.
+TEST_F(SocketWire, FailedRankAnswersLateConnectionsWithItsPoisonWord) {
+  auto query = [&]() {
+    Socket s = connectAsPeer(kStatusQueryChannel);
+    uint64_t word = ~0ull;
+    EXPECT_TRUE(s.recvAll(&word, sizeof(word), Deadline::after(5), nullptr).ok());
+    EXPECT_TRUE(closedByProxy(s));
+    return word;
+  };
+  EXPECT_EQ(query(), 0u) << "a healthy rank answers 0";
+  Socket early = connectAsPeer(3);  // stashed: this rank never registered channel 3
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const uint64_t word = makePoison(PoisonReason::kPeerDied, 1);
+  proxy_->markFailed(word);
+  proxy_->markFailed(makePoison(PoisonReason::kError, 0));  // the first failure is the cause
+  EXPECT_EQ(query(), word);
+  uint64_t got = 0;
+  ASSERT_TRUE(early.recvAll(&got, sizeof(got), Deadline::after(5), nullptr).ok()) << "the stashed sender is told";
+  EXPECT_EQ(got, word);
+  Socket late = connectAsPeer(0);
+  got = 0;
+  ASSERT_TRUE(late.recvAll(&got, sizeof(got), Deadline::after(5), nullptr).ok()) << "a new sender is told";
+  EXPECT_EQ(got, word);
+  EXPECT_TRUE(closedByProxy(late));
+}
+
 TEST_F(SocketWire, ShutdownFlushesPublishedSlots) {
   Fifo f;
   ASSERT_EQ(proxy_->connectSend(0, 1, geo_, &f), ncclSuccess);

@@ -163,15 +163,21 @@ bool exited(pid_t pid) {
 // The last rank exits right after init, before any connection to it exists (no operation has run). Every other
 // rank's first allreduce must fail with ncclRemoteError naming it, long before CHORUS_TIMEOUT_S: a sender finds
 // its port refused, a receiver waits for a connection that will never come. The survivors start only once the
-// process is gone, so the order is the same however loaded the machine is. With `separateHosts` every rank names
-// its own host (NCCL_HOSTID): no pid can be checked then, and the dead rank is found through its bootstrap port.
+// process is gone, and each keeps its communicator until all have their answer: a survivor that failed first still
+// tells the others the cause when they reach it late (it names the victim), so the outcome does not depend on how
+// loaded the machine is. With `separateHosts` every rank names its own host (NCCL_HOSTID): no pid can be checked
+// then, and the dead rank is found through its ports.
 void peerGoneBeforeConnecting(int n, bool separateHosts) {
   const int victim = n - 1;
-  // The victim's pid, shared with the forked survivors.
-  auto* victimPid = static_cast<std::atomic<pid_t>*>(
-      mmap(nullptr, sizeof(std::atomic<pid_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(victimPid, MAP_FAILED);
-  new (victimPid) std::atomic<pid_t>(0);
+  // The victim's pid and how many survivors have their answer, shared with the forked ranks.
+  struct Shared {
+    std::atomic<pid_t> victimPid{0};
+    std::atomic<int> answered{0};
+  };
+  auto* shared =
+      static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(shared, MAP_FAILED);
+  new (shared) Shared();
   std::vector<int> status = forkRanks(
       n,
       [&](int rank, const ncclUniqueId& id) {
@@ -182,11 +188,11 @@ void peerGoneBeforeConnecting(int n, bool separateHosts) {
         ncclComm_t comm;
         if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return static_cast<int>(kInitFailed);
         if (rank == victim) {
-          victimPid->store(getpid());
+          shared->victimPid.store(getpid());
           _exit(kOk);  // no destroy: as a crash right after init
         }
         pid_t pid;
-        while ((pid = victimPid->load()) == 0 || !exited(pid))
+        while ((pid = shared->victimPid.load()) == 0 || !exited(pid))
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
         std::vector<float> in(4099, 1.0f), out(4099);
         auto t0 = std::chrono::steady_clock::now();
@@ -195,6 +201,10 @@ void peerGoneBeforeConnecting(int n, bool separateHosts) {
         std::string text = ncclGetLastError(comm);
         fprintf(stderr, "rank %d: allreduce with rank %d gone returned %s after %.3f s: %s\n", rank, victim,
                 ncclGetErrorString(res), took, text.c_str());
+        shared->answered.fetch_add(1);
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2 * kTimeoutS);
+        while (shared->answered.load() < n - 1 && std::chrono::steady_clock::now() < end)
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
         ncclCommAbort(comm);
         if (res == ncclSuccess) return static_cast<int>(kNeverFailed);
         if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
@@ -204,7 +214,7 @@ void peerGoneBeforeConnecting(int n, bool separateHosts) {
         return static_cast<int>(took < kTimeoutS / 2.0 ? kOk : kTooSlow);
       },
       3.0 * kTimeoutS);
-  munmap(victimPid, sizeof(std::atomic<pid_t>));
+  munmap(shared, sizeof(Shared));
   for (int r = 0; r < n; r++) {
     bool exitedOk = status[r] != -1 && WIFEXITED(status[r]);
     int code = exitedOk ? WEXITSTATUS(status[r]) : -1;

@@ -44,11 +44,19 @@ constexpr double kNotifyTimeoutS = 1.0;
 /// How long the proxy stops accepting after accept() failed.
 constexpr int kAcceptPauseMs = 100;
 /// How often a receive side still waiting for its sender checks that the sender lives (same host, other host).
-constexpr int kLocalLiveCheckMs = 50;
+constexpr int kLocalLiveCheckMs = 200;
 constexpr int kRemoteLiveCheckMs = 2000;
+/// How long such a check waits for the sender's listener to answer.
+constexpr double kQueryTimeoutS = 0.5;
 /// Most frames one sendmsg() gathers (two iovecs each).
 constexpr int kMaxFramesPerWrite = 16;
 
+// Unread bytes at close() would turn our FIN into a reset that may overtake a poison word just written.
+void drainUnread(Socket& s) {
+  char sink[4096];
+  for (int i = 0; i < 64 && ::recv(s.fd(), sink, sizeof(sink), MSG_DONTWAIT) > 0; i++) {
+  }
+}
 
 // Sets the poison word unless one is already there (the first failure wins, as in Connections::poisonAll).
 void poisonFifo(const Fifo& f, uint64_t word) {
@@ -156,10 +164,7 @@ bool SocketProxy::notify(SocketConn& c) {
       c.blocked = true;
       return false;
     }
-    // Unread bytes at close() would turn our FIN into a reset that may overtake the word.
-    char sink[4096];
-    for (int i = 0; i < 64 && ::recv(c.sock.fd(), sink, sizeof(sink), MSG_DONTWAIT) > 0; i++) {
-    }
+    drainUnread(c.sock);
   }
   if (r.ok()) INFO(kNet, "%s: told the peer about this rank's failure", connName(c).c_str());
   closeConn(c);
@@ -340,15 +345,20 @@ bool SocketProxy::stepConn(SocketConn& c) {
   return false;
 }
 
-// A receive side whose sender has not connected yet: a sender that died first never will, and no socket event
-// would say so. Its process is checked now and then (cheap on this host, one connection attempt on another).
+// A receive side whose sender has not connected yet: a sender that died or failed first never will, and no socket
+// event would say so. Its listener is asked now and then (status query): healthy, failed (its poison word names the
+// culprit), or closed (its process exited, or its communicator was aborted or destroyed).
 bool SocketProxy::checkUnpaired(SocketConn& c) {
   Clock::time_point now = Clock::now();
   if (now < c.nextLiveCheck || !comm_->bootstrap) return false;  // (no bootstrap: a test plays the peer)
   bool local = comm_->peers[c.peer].hostHash == comm_->peers[rank_].hostHash;
   c.nextLiveCheck = now + std::chrono::milliseconds(local ? kLocalLiveCheckMs : kRemoteLiveCheckMs);
+  uint64_t word = 0;
+  bool refused = false;
+  bool answered = queryPeer(c.peer, &word, &refused);
   std::string why;
-  if (!comm_->bootstrap->peerGone(c.peer, &why)) {
+  bool gone = !answered && comm_->bootstrap->peerGone(c.peer, &why);
+  if ((answered && word == 0) || (!answered && !refused && !gone)) {
     c.unpaired.check([&]() {
       return "socket transport: " + commLabel(comm_) + ": channel " + std::to_string(c.channel) + " has waited " +
              c.unpaired.elapsedText() + " s for " + comm_->bootstrap->describePeer(c.peer) +
@@ -356,13 +366,52 @@ bool SocketProxy::checkUnpaired(SocketConn& c) {
     });
     return false;
   }
-  // The sender may have connected, sent everything and exited: take what waits in the listen backlog first.
+  // The sender may have connected, sent everything and left: take what waits in the listen backlog first.
   acceptAll();
   for (auto& p : pending_)
     if (p.sock.valid()) readHello(p);
   if (c.state != SockConnState::kUnpaired) return true;
-  failConn(c, PoisonReason::kPeerDied, true, "the sender never connected: " + why);
+  if (answered && poisonWordValid(word, nranks_)) {
+    INFO(kNet, "%s: the sender failed before connecting (word %#lx)", connName(c).c_str(),
+         static_cast<unsigned long>(word));
+    poisonFifo(c.fifo, word);
+    closeConn(c);
+    return true;
+  }
+  if (!gone)
+    why = comm_->bootstrap->describePeer(c.peer) +
+          " has closed its socket transport (its communicator failed, or was aborted or destroyed)";
+  failConn(c, gone ? PoisonReason::kPeerDied : PoisonReason::kError, true, "the sender never connected: " + why);
   return true;
+}
+
+bool SocketProxy::queryPeer(int peer, uint64_t* word, bool* refused) {
+  *word = 0;
+  *refused = false;
+  Deadline dl = Deadline::after(kQueryTimeoutS);
+  Socket s;
+  // The listener existed before its address was shared: a refusal means it closed, so no retry.
+  IoResult r = Socket::connect(addrs_[peer], dl, nullptr, &s, [](int err) { return err == ECONNREFUSED; });
+  if (!r.ok()) {
+    *refused = r.status == IoStatus::kRefused;
+    return false;
+  }
+  SocketHello h;
+  h.commHash = commHash_;
+  h.channel = kStatusQueryChannel;
+  h.from = rank_;
+  h.to = peer;
+  r = s.sendAll(&h, sizeof(h), dl, nullptr);
+  if (r.ok()) r = s.recvAll(word, sizeof(*word), dl, nullptr);
+  return r.ok();
+}
+
+void SocketProxy::answerFailed(Socket& s) {
+  uint64_t word = failedWord_.load(std::memory_order_acquire);
+  size_t done = 0;
+  s.sendSome(&word, sizeof(word), &done);  // a fresh connection takes 8 bytes at once
+  drainUnread(s);
+  s.close();
 }
 
 // ---- accepting and pairing ------------------------------------------------------------------
@@ -401,12 +450,17 @@ void SocketProxy::readHello(PendingHello& p) {
     bad = "not a chorus socket-transport connection (bad magic)";
   } else if (h.commHash != commHash_) {
     bad = "it belongs to another communicator (commHash mismatch)";
-  } else if (h.to != rank_ || h.from < 0 || h.from >= nranks_ || h.from == rank_ || h.channel < 0) {
+  } else if (h.to != rank_ || h.from < 0 || h.from >= nranks_ || h.from == rank_ ||
+             (h.channel < 0 && h.channel != kStatusQueryChannel)) {
     bad = "it names invalid ranks or channel";
   }
   if (bad != nullptr) {
     WARN("rank %d: socket transport: rejected a connection from %s: %s", rank_, p.sock.peer().str().c_str(), bad);
     p.sock.close();
+    return;
+  }
+  if (h.channel == kStatusQueryChannel) {  // rank h.from waits for this rank to connect: tell it how we are
+    answerFailed(p.sock);
     return;
   }
   pair(std::move(p));  // leaves p.sock invalid: the entry is removed on the next pass
@@ -428,6 +482,10 @@ void SocketProxy::pair(PendingHello p) {
       return;
     }
     INFO(kNet, "%s: connected", connName(*c).c_str());
+    return;
+  }
+  if (failedWord_.load(std::memory_order_acquire) != 0) {  // this rank failed: it will never take this connection
+    answerFailed(p.sock);
     return;
   }
   bool dup = false;
@@ -527,6 +585,10 @@ void SocketProxy::run() {
       drainBy = Deadline::fromEnv();
     }
     if (haveNew_.load(std::memory_order_acquire)) adopt();
+    if (!stash_.empty() && failedWord_.load(std::memory_order_acquire) != 0) {
+      for (auto& p : stash_) answerFailed(p.sock);  // connections this rank, now failed, will never take
+      stash_.clear();
+    }
     bool work = false;
     for (auto& c : conns_) work |= stepConn(*c);
     if (draining) {

@@ -78,6 +78,7 @@ class SocketProxy : public SocketTransport {
   ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
   ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
   void shutdown() override;
+  void markFailed(uint64_t word) override;
   void kick() override {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the FIFO store before, the flag load after
     if (sleeping_.load(std::memory_order_relaxed)) wake();
@@ -94,6 +95,11 @@ class SocketProxy : public SocketTransport {
   void adopt();
   bool stepConn(SocketConn& c);
   bool checkUnpaired(SocketConn& c);
+  /// Asks rank `peer`'s listener for its poison word (status query). Returns false when it did not answer:
+  /// *refused then says whether the listener is closed.
+  bool queryPeer(int peer, uint64_t* word, bool* refused);
+  /// Answers a connection with this rank's poison word and closes it (this rank failed).
+  void answerFailed(Socket& s);
   bool sendFrames(SocketConn& c);
   bool recvFrames(SocketConn& c);
   bool readBackChannel(SocketConn& c);
@@ -133,6 +139,7 @@ class SocketProxy : public SocketTransport {
   std::mutex shutdownMutex_;  // makes shutdown() idempotent across threads
   bool shutDown_ = false;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> failedWord_{0};  ///< this rank's poison word once it failed (markFailed), else 0
   std::thread thread_;
 };
 

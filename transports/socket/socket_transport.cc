@@ -146,11 +146,11 @@ ncclResult_t SocketProxy::connectSend(int channel, int peer, const FifoGeometry&
   const SockAddr& to = addrs_[peer];
   Deadline deadline = Deadline::fromEnv();
   // The peer listened before its address was shared (SocketTransport::create), so a refusal means its listener
-  // closed: stop waiting as soon as its process is known to be gone, and name it.
-  std::string gone;
+  // closed for good (a peer that failed keeps listening until destroyed, and answers with its failure): stop at once
+  // and name it.
   SlowWait slow;
   IoResult r = Socket::connect(to, deadline, &comm_->abortFlag, &c->sock, [&](int err) {
-    if (err == ECONNREFUSED && comm_->bootstrap->peerGone(peer, &gone)) return true;
+    if (err == ECONNREFUSED) return true;
     slow.check([&]() {
       return "socket transport: " + commLabel(comm_) + " has tried for " + slow.elapsedText() +
              " s to connect channel " + std::to_string(channel) + " to " + comm_->bootstrap->describePeer(peer) +
@@ -166,9 +166,14 @@ ncclResult_t SocketProxy::connectSend(int channel, int peer, const FifoGeometry&
   hello.nSlots = geo.nSlots;
   hello.slotBytes = geo.slotBytes;
   if (r.ok()) r = c->sock.sendAll(&hello, sizeof(hello), deadline, &comm_->abortFlag);
-  if (!r.ok() && !gone.empty()) {
+  if (r.status == IoStatus::kRefused) {
     std::free(c->mem);
-    CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: socket transport: channel %d: %s; %s", rank_, channel, gone.c_str(),
+    std::string why;
+    if (!comm_->bootstrap->peerGone(peer, &why))
+      why = comm_->bootstrap->describePeer(peer) +
+            " has closed its socket transport (its communicator was aborted "
+            "or destroyed)";
+    CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: socket transport: channel %d: %s; %s", rank_, channel, why.c_str(),
                 r.what.c_str());
   }
   if (!r.ok()) {
@@ -190,6 +195,12 @@ ncclResult_t SocketProxy::connectRecv(int channel, int peer, const FifoGeometry&
   CHORUS_CHECK(newConn(false, channel, peer, geo, &c));
   c->state = SockConnState::kUnpaired;
   return handOver(std::move(c), out);
+}
+
+void SocketProxy::markFailed(uint64_t word) {
+  uint64_t zero = 0;
+  failedWord_.compare_exchange_strong(zero, word, std::memory_order_acq_rel);
+  wake();
 }
 
 void SocketProxy::shutdown() {

@@ -25,6 +25,9 @@ class SocketTransport {
   virtual ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) = 0;
   /// Closes every socket and stops the proxy (peers see EOF and fail naming this rank).
   virtual void shutdown() = 0;
+  /// This rank failed with FIFO poison `word`: the proxy passes it on over every connection, and until shutdown()
+  /// answers every later connection and status query with it (peers reaching this rank only now learn the cause).
+  virtual void markFailed(uint64_t word) = 0;
   /// Called by the executor after it published a slot or freed one in a socket FIFO: wakes the proxy if it is
   /// blocked in poll(), so that it does not see the change only at its next timeout. Costs a fence and a load
   /// while the proxy is awake. (Device kernels cannot call it; the proxy's short poll timeout covers them.)

@@ -4,6 +4,10 @@
 //                        A frame whose header.bytes == kPoisonFrameBytes is a failure notice: header.seq
 //                        holds the sender's FIFO poison word; the sender closes right after it.
 //   receiver -> sender:  nothing, except one 8-byte poison word when the receiving rank fails; then it closes.
+//   status query:        a SocketHello with channel kStatusQueryChannel; the listener answers with its poison word
+//                        (0 while healthy) and closes. A receive side whose sender has not connected asks this.
+//   A rank that failed keeps listening until its communicator is destroyed and answers every later connection
+//   with its poison word, so that peers that reach it only now still learn the cause (the culprit it names).
 //
 // Both ends run the same build (the bootstrap refuses version mismatches), so the structs travel as
 // they are, in host byte order.
@@ -31,6 +35,9 @@ struct SocketHello {
 };
 static_assert(sizeof(SocketHello) == 40, "SocketHello is a wire format");
 static_assert(sizeof(SlotHeader) == 32, "SlotHeader is a wire format");
+
+/// SocketHello::channel of a status query (see the top of this file).
+constexpr int32_t kStatusQueryChannel = -2;
 
 /// SlotHeader::bytes value that marks a failure-notice frame (never a valid payload size).
 constexpr uint32_t kPoisonFrameBytes = 0xffffffffu;
