@@ -162,10 +162,25 @@ CHORUS_HOST_DEVICE CHORUS_INLINE void cpuRelax() {
 #endif
 }
 
-/// Barrier of the threads of one block. On the host a "block" is one thread, so it is a no-op.
+#if !CHORUS_ON_DEVICE
+/// A block of several host threads (the CPU tests' emulated GPU runs blocks that way): what blockSync() waits on.
+struct HostBlockBarrier {
+  virtual void arrive() = 0;
+
+ protected:
+  ~HostBlockBarrier() = default;
+};
+/// The calling thread's block barrier; null for a block of one thread (the usual host case).
+extern thread_local HostBlockBarrier* tHostBlockBarrier;
+#endif
+
+/// Barrier of the threads of one block. On the host a block is one thread (a no-op) unless an emulated block of
+/// several threads installed its barrier.
 CHORUS_HOST_DEVICE CHORUS_INLINE void blockSync() {
 #if CHORUS_ON_DEVICE
   __syncthreads();
+#else
+  if (tHostBlockBarrier != nullptr) tHostBlockBarrier->arrive();
 #endif
 }
 

@@ -20,6 +20,22 @@ __global__ void __launch_bounds__(kDevThreads) collKernel(CHORUS_GRID_CONSTANT c
   runDevBlock(work, static_cast<int>(blockIdx.x), shared, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
+int collKernelBlocksPerSM(int threads) {
+  int n = 0;
+#if CHORUS_HIP
+  if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, collKernel, threads, 0) != hipSuccess) {
+    (void)hipGetLastError();
+    return 0;
+  }
+#else
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, collKernel, threads, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+#endif
+  return n;
+}
+
 int launchCollKernel(const DevWork& work, int threads, void* stream) {
 #if CHORUS_HIP
   hipLaunchKernelGGL(collKernel, dim3(work.nChannels), dim3(threads), 0, static_cast<hipStream_t>(stream), work);

@@ -5,7 +5,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/arch.h"
+
 namespace chorus {
+
+thread_local HostBlockBarrier* tHostBlockBarrier = nullptr;
+
 namespace {
 
 // Element-wise loops read index i before writing index i, so dst == recv or dst == local carries no dependence

@@ -60,8 +60,26 @@ class GpuRuntime {
   virtual bool canAccessPeer(int dev, int peerDev) = 0;
   /// Enables access from the current device to peerDev's memory (idempotent).
   virtual ncclResult_t enablePeerAccess(int peerDev) = 0;
-  /// Whether the stream is being captured into a graph.
-  virtual ncclResult_t streamIsCapturing(cudaStream_t s, bool* capturing) = 0;
+  /// Whether the stream is being captured into a graph and, if so, that capture's id (0 when not capturing).
+  /// Capture-safe: callable at any time without a SetupScope.
+  virtual ncclResult_t streamCaptureInfo(cudaStream_t s, bool* capturing, uint64_t* id) = 0;
+  /// Events order streams: a communicator's launches run in call order whatever streams they are on. Record and
+  /// wait are capture-safe (in a capture they become graph edges); create and destroy belong in a SetupScope.
+  virtual ncclResult_t eventCreate(void** ev) = 0;
+  virtual void eventDestroy(void* ev) = 0;
+  virtual ncclResult_t eventRecord(void* ev, cudaStream_t s) = 0;
+  /// Makes later work on s wait for the work ev recorded.
+  virtual ncclResult_t streamWaitEvent(cudaStream_t s, void* ev) = 0;
+  /// Asynchronous copy between device buffers on the stream (the copy engine). Capture-safe.
+  virtual ncclResult_t memcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) = 0;
+  /// Blocks of the collective kernel that device dev runs at once (SMs x blocks per SM): the kernels of ranks
+  /// sharing a GPU wait for each other, so together they must fit.
+  virtual int maxResidentBlocks(int dev) = 0;
+  /// Setup scope (see SetupScope): between these, runtime calls run in relaxed capture mode, so that allocation,
+  /// pinning, IPC and pointer queries made while a user's stream is being captured neither fail nor invalidate
+  /// that capture. Nests; per thread.
+  virtual void beginSetup() = 0;
+  virtual void endSetup() = 0;
   /// A process-unique id of the stream that is never reused after the stream is destroyed; false when this
   /// runtime has none (handles alone can be reused, so they do not identify a stream over time).
   virtual bool streamId(cudaStream_t s, uint64_t* id) = 0;
@@ -80,6 +98,24 @@ class GpuRuntime {
   virtual ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) = 0;
   /// Text of the last failure of this runtime ("cudaMalloc(1048576): out of memory").
   virtual std::string lastError() = 0;
+};
+
+/// Runs the runtime calls of its lifetime as setup (GpuRuntime::beginSetup). Every runtime call other than the
+/// capture-safe ones (getDevice, setDevice, streamCaptureInfo, streamId, eventRecord, streamWaitEvent, memcpyAsync,
+/// launch) is made inside one: the user's stream may be under capture at any call. A null runtime is allowed.
+class SetupScope {
+ public:
+  explicit SetupScope(GpuRuntime* rt) : rt_(rt) {
+    if (rt_) rt_->beginSetup();
+  }
+  ~SetupScope() {
+    if (rt_) rt_->endSetup();
+  }
+  SetupScope(const SetupScope&) = delete;
+  SetupScope& operator=(const SetupScope&) = delete;
+
+ private:
+  GpuRuntime* rt_;
 };
 
 /// The process's GPU runtime, or null when this build has none or no device is visible. Loaded once.

@@ -3,6 +3,7 @@
 // platform) and must give the closed-form results; failures must surface through ncclCommGetAsyncError with a
 // message naming the peer. Thread ranks and forked ranks (IPC through the emulated handles).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +50,10 @@ void fill(T* p, size_t n, F value) {
 // Each rank launches on its own (emulated) stream, as ranks sharing a GPU must.
 cudaStream_t streamOf(const RankCtx& c) { return reinterpret_cast<cudaStream_t>(uintptr_t(c.rank + 1)); }
 
+// Waits for the rank's stream: the emulated kernels run asynchronously, as on a GPU.
+void sync(cudaStream_t s) { ASSERT_EQ(gEmu.streamSynchronize(s), ncclSuccess) << gEmu.lastError(); }
+void sync(const RankCtx& c) { sync(streamOf(c)); }
+
 ncclResult_t asyncErrorOf(ncclComm_t comm) {
   ncclResult_t e = ncclSuccess;
   EXPECT_EQ(ncclCommGetAsyncError(comm, &e), ncclSuccess);
@@ -62,16 +67,17 @@ void allReduceCase(RankCtx& c, size_t count) {
   ASSERT_EQ(ncclAllReduce(send.as<float>(), recv.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c)),
             ncclSuccess);
   EXPECT_GT(gEmu.launches, launches) << "the call did not take the device path";
+  sync(c);
   ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
   float ranks = float(c.nranks * (c.nranks + 1) / 2);
   for (size_t i = 0; i < count; i++) ASSERT_EQ(recv.as<float>()[i], ranks * float((i % 97) + 1)) << "i=" << i;
 }
 
 TEST_P(DevicePath, AllReduceSimpleAndLL) {
-  // 1031 floats (4 KiB) take LL by default on the device path, 300000 (1.2 MB) Simple.
+  // 1001 floats (4004 B) take LL by default on the device path, 300000 (1.2 MB) Simple.
   for (int n : {2, 3, 4}) {
     runRanks(n, GetParam(), [](RankCtx& c) {
-      for (size_t count : {size_t(1), size_t(1031), size_t(300000)}) allReduceCase(c, count);
+      for (size_t count : {size_t(1), size_t(1001), size_t(300000)}) allReduceCase(c, count);
     });
   }
 }
@@ -83,7 +89,7 @@ TEST_P(DevicePath, ForcedProtocolsAndReadMode) {
   runRanks(3, GetParam(), [](RankCtx& c) { allReduceCase(c, 70000); });
   setenv("NCCL_PROTO", "Simple", 1);
   chorus::paramsReload();
-  runRanks(3, GetParam(), [](RankCtx& c) { allReduceCase(c, 1031); });
+  runRanks(3, GetParam(), [](RankCtx& c) { allReduceCase(c, 1001); });  // an LL size, forced to Simple
 }
 
 TEST_P(DevicePath, PinnedHostFifosWhenGpusCannotMapEachOther) {
@@ -94,7 +100,7 @@ TEST_P(DevicePath, PinnedHostFifosWhenGpusCannotMapEachOther) {
 TEST_P(DevicePath, EveryCollective) {
   runRanks(4, GetParam(), [](RankCtx& c) {
     const int n = c.nranks, r = c.rank;
-    const size_t N = 3000;  // per-rank elements (12 KB of int32: LL); the Simple path is covered above
+    const size_t N = 1000;  // per-rank elements (4000 B of int32: LL); the Simple path is covered above
     DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
     int32_t* ip = in.as<int32_t>();
     int32_t* op = out.as<int32_t>();
@@ -103,11 +109,13 @@ TEST_P(DevicePath, EveryCollective) {
 
     fill(ip, N, [&](size_t i) { return v(r, i); });
     ASSERT_EQ(ncclAllGather(ip, op, N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     for (int q = 0; q < n; q++)
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, i));
 
     fill(ip, N * n, [&](size_t i) { return v(r, i); });
     ASSERT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     for (size_t i = 0; i < N; i++) {
       int32_t want = 0;
       for (int q = 0; q < n; q++) want += v(q, r * N + i);
@@ -116,21 +124,25 @@ TEST_P(DevicePath, EveryCollective) {
 
     fill(ip, N, [&](size_t i) { return v(r, i); });
     ASSERT_EQ(ncclBroadcast(ip, op, N, ncclInt32, 1, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(1, i));
 
     ASSERT_EQ(ncclReduce(ip, op, N, ncclInt32, ncclMax, 2, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     if (r == 2) {
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(n - 1, i));
     }
 
     fill(ip, N * n, [&](size_t i) { return v(r, i); });
     ASSERT_EQ(ncclAlltoAll(ip, op, N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     for (int q = 0; q < n; q++)
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, r * N + i));
 
     // Integer average: sum, then division truncating toward zero, on the device path too.
     fill(ip, N, [&](size_t i) { return int32_t(i) * (r + 1) - 7; });
     ASSERT_EQ(ncclAllReduce(ip, ip, N, ncclInt32, ncclAvg, c.comm, streamOf(c)), ncclSuccess);  // in place
+    sync(c);
     for (size_t i = 0; i < N; i++) {
       int32_t sum = 0;
       for (int q = 0; q < n; q++) sum += int32_t(i) * (q + 1) - 7;
@@ -150,6 +162,7 @@ TEST_P(DevicePath, ChannelsShrinkToFitOneLaunch) {
     DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
     fill(in.as<int32_t>(), N * n, [&](size_t i) { return int32_t(r * 10000000 + int32_t(i)); });
     ASSERT_EQ(ncclAlltoAll(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
     int ch = gEmu.lastChannels.load();
     EXPECT_GE(ch, 2);
@@ -171,6 +184,7 @@ TEST_P(DevicePath, PreMulSumWithHostScalar) {
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat64, ncclScalarHostImmediate, c.comm), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(buf.as<double>(), buf.as<double>(), N, ncclFloat64, op, c.comm, streamOf(c)), ncclSuccess);
     ASSERT_EQ(ncclRedOpDestroy(op, c.comm), ncclSuccess);
+    sync(c);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(buf.as<double>()[i], 0.5 * double(i) + 0.5 * double(i + 1));
   });
 }
@@ -186,12 +200,14 @@ TEST_P(DevicePath, PreMulSumWithDeviceScalar) {
     ncclRedOp_t op;
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, factor.as<float>(), ncclFloat32, ncclScalarDevice, c.comm), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(buf.as<float>(), buf.as<float>(), N, ncclFloat32, op, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(buf.as<float>()[i], 0.25f * float(3 * (i % 100) + 3)) << i;
     *factor.as<float>() = 2.0f;  // read again by the next operation
     ASSERT_EQ(ncclReduceScatter(buf.as<float>(), buf.as<float>() + c.rank * (N / 3), N / 3, ncclFloat32, op, c.comm,
                                 streamOf(c)),
               ncclSuccess);
+    sync(c);
     for (size_t i = 0; i < N / 3; i++) {
       size_t j = c.rank * (N / 3) + i;
       ASSERT_EQ(buf.as<float>()[j], 2.0f * 3.0f * 0.25f * float(3 * (j % 100) + 3)) << i;
@@ -205,6 +221,7 @@ TEST_P(DevicePath, PreMulSumWithDeviceScalar) {
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&op8, factor8.as<uint8_t>(), ncclUint8, ncclScalarDevice, c.comm), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(bytes.as<uint8_t>(), bytes.as<uint8_t>(), 1000, ncclUint8, op8, c.comm, streamOf(c)),
               ncclSuccess);
+    sync(c);
     for (size_t i = 0; i < 1000; i++) ASSERT_EQ(bytes.as<uint8_t>()[i], uint8_t(2 * (3 * (i % 50) + 3))) << i;
     ASSERT_EQ(ncclRedOpDestroy(op8, c.comm), ncclSuccess);
     std::vector<float> h(16, 1.0f);
@@ -224,6 +241,7 @@ TEST_P(DevicePath, SendRecvRingShiftAndHostCallsOnTheSameComm) {
     ASSERT_EQ(ncclSend(s.as<uint8_t>(), N, ncclUint8, next, c.comm, streamOf(c)), ncclSuccess);
     ASSERT_EQ(ncclRecv(d.as<uint8_t>(), N, ncclUint8, prev, c.comm, streamOf(c)), ncclSuccess);
     ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    sync(c);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(d.as<uint8_t>()[i], uint8_t(i * 7 + prev));
     // Host buffers on the same communicator still take the host path.
     std::vector<float> h(100, float(c.rank));
@@ -273,6 +291,7 @@ TEST(DevicePathOneProcess, InitAllWithARepeatedDevice) {
                             reinterpret_cast<cudaStream_t>(uintptr_t(r + 1))),
               ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; r++) sync(reinterpret_cast<cudaStream_t>(uintptr_t(r + 1)));
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < N; i++) ASSERT_EQ(bufs[r]->as<float>()[i], 3.0f + 3.0f * float(i % 5));
   for (int r = 0; r < n; r++) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
@@ -285,11 +304,12 @@ TEST(DevicePathOneProcess, InitAllWithARepeatedDevice) {
 void stagingBody(RankCtx& c) {
   const int rank = c.rank, nranks = c.nranks;
   ncclComm_t comm = c.comm;
-  for (size_t count : {size_t(1), size_t(1031), size_t(300000)}) allReduceCase(c, count);
+  for (size_t count : {size_t(1), size_t(1001), size_t(300000)}) allReduceCase(c, count);
   const size_t N = 20000;
   DevBuf in(gEmu, N * sizeof(int32_t)), out(gEmu, N * nranks * sizeof(int32_t));
   fill(in.as<int32_t>(), N, [&](size_t i) { return int32_t(rank * 1000000 + i); });
   EXPECT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, comm, streamOf(c)), ncclSuccess);
+  sync(c);
   for (int q = 0; q < nranks; q++)
     for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(q * 1000000 + i)) << q;
   // Send/recv around the ring: every rank sends to the next and receives from the previous.
@@ -298,6 +318,7 @@ void stagingBody(RankCtx& c) {
   EXPECT_EQ(ncclSend(in.as<int32_t>(), N, ncclInt32, next, comm, streamOf(c)), ncclSuccess);
   EXPECT_EQ(ncclRecv(out.as<int32_t>(), N, ncclInt32, prev, comm, streamOf(c)), ncclSuccess);
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+  sync(c);
   for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[i], int32_t(prev * 1000000 + i));
   EXPECT_EQ(asyncErrorOf(comm), ncclSuccess);
   // Staging FIFOs (and only they) are host memory registered with the runtime: every rank has some.
@@ -338,14 +359,17 @@ int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
   // Rank 1 leaves only once it has rank 0's broadcast: rank 0 has then finished the allreduce, so rank 1's own
   // last slots (which a socket proxy may still be sending when its kernel returns) are not lost with it.
   if (ncclBroadcast(b.as<float>(), b.as<float>(), 1024, ncclFloat32, 0, comm, s) != ncclSuccess) return 12;
-  if (asyncErrorOf(comm) != ncclSuccess) return 13;
+  if (gEmu.streamSynchronize(s) != ncclSuccess || asyncErrorOf(comm) != ncclSuccess) return 13;
   if (rank == 1) _exit(0);
   auto start = std::chrono::steady_clock::now();
   // The failure comes back from this call when it is already known before the launch, otherwise from the kernel,
   // asynchronously.
   ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s);
+  if (e == ncclSuccess) {
+    gEmu.streamSynchronize(s);
+    e = asyncErrorOf(comm);
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (e == ncclSuccess) e = asyncErrorOf(comm);
   std::string text = ncclGetLastError(comm);
   EXPECT_EQ(e, ncclRemoteError) << text;
   EXPECT_NE(text.find("died"), std::string::npos) << text;
@@ -390,6 +414,7 @@ TEST(DevicePathFaults, PeerThatFinishedAndExitedIsNotAFailure) {
     if (rank == 0) usleep(400 * 1000);  // well after rank 1 is gone and the watchdog has seen it
     cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
     EXPECT_EQ(ncclBroadcast(b.as<float>(), b.as<float>(), N, ncclFloat32, 1, comm, s), ncclSuccess);
+    sync(s);
     EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
     for (size_t i = 0; i < N; i++) EXPECT_EQ(b.as<float>()[i], float(1000 + int(i))) << i;
     EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
@@ -428,14 +453,18 @@ TEST(DevicePathFaults, TwoRanksOnOneStreamAreRefused) {
   runRanks(2, Driver::kThreads, [&](RankCtx& c) {
     DevBuf b(gEmu, 1024 * sizeof(float));
     ncclResult_t res = ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, nullptr);
-    if (res == ncclSuccess) {
-      EXPECT_NE(asyncErrorOf(c.comm), ncclSuccess) << "the peer never ran its part";
-      return;
-    }
-    refused++;
-    EXPECT_EQ(res, ncclInvalidUsage);
     std::string text = ncclGetLastError(c.comm);
-    EXPECT_NE(text.find("own stream"), std::string::npos) << text;
+    if (res == ncclInvalidUsage && text.find("own stream") != std::string::npos) {
+      refused++;
+    } else {
+      // The other rank fails too, at once (its launch waited for the refused one) or in its kernel.
+      if (res == ncclSuccess) {
+        sync(nullptr);
+        res = asyncErrorOf(c.comm);
+        text = ncclGetLastError(c.comm);
+      }
+      EXPECT_NE(res, ncclSuccess) << "the peer never ran its part";
+    }
     EXPECT_NE(text.find(c.rank == 0 ? "rank 1" : "rank 0"), std::string::npos) << text;
   });
   EXPECT_EQ(refused.load(), 1);
@@ -455,27 +484,43 @@ TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
     ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
     size_t count = c.rank == 0 ? 1024 : 2048;
     ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
     ncclResult_t e = asyncErrorOf(c.comm);
     EXPECT_TRUE(e == ncclInvalidUsage || e == ncclRemoteError) << e;
     std::string text = ncclGetLastError(c.comm);
     EXPECT_NE(text.find(c.rank == 0 ? "rank 1" : "rank 0"), std::string::npos) << text;
   });
-  std::atomic<bool> rank0Done{false};
-  runRanks(2, Driver::kThreads, [&](RankCtx& c) {
-    DevBuf b(gEmu, 1024 * sizeof(float));
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
-    if (c.rank == 1) {
-      // Rank 1 stops calling, but keeps its communicator (whose GPU memory holds rank 0's FIFOs) alive.
-      while (!rank0Done.load()) usleep(1000);
-      return;
-    }
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
-    EXPECT_EQ(asyncErrorOf(c.comm), ncclRemoteError);
-    std::string text = ncclGetLastError(c.comm);
-    EXPECT_NE(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << text;
-    EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
-    rank0Done = true;
-  });
+  // Rank 1 stops calling but keeps its communicator (whose GPU memory holds rank 0's FIFOs) alive. As processes
+  // the kernel gives up after CHORUS_TIMEOUT_S; as threads of one process on one GPU the launch itself waits for
+  // rank 1's matching call (LaunchGate) and gives up then. Both name rank 1 and the timeout.
+  for (Driver d : {Driver::kProcesses, Driver::kThreads}) {
+    auto* rank0Done = static_cast<std::atomic<bool>*>(
+        mmap(nullptr, sizeof(std::atomic<bool>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(rank0Done, MAP_FAILED);
+    new (rank0Done) std::atomic<bool>(false);
+    runRanks(2, d, [&](RankCtx& c) {
+      DevBuf b(gEmu, 1024 * sizeof(float));
+      ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)),
+                ncclSuccess);
+      sync(c);
+      if (c.rank == 1) {
+        while (!rank0Done->load()) usleep(1000);
+        return;
+      }
+      ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c));
+      if (e == ncclSuccess) {
+        EXPECT_EQ(d, Driver::kProcesses) << "thread ranks must not launch a kernel that waits for a missing call";
+        sync(c);
+        e = asyncErrorOf(c.comm);
+      }
+      EXPECT_EQ(e, ncclRemoteError);
+      std::string text = ncclGetLastError(c.comm);
+      EXPECT_NE(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << text;
+      EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+      rank0Done->store(true);
+    });
+    munmap(rank0Done, sizeof(std::atomic<bool>));
+  }
   unsetenv("CHORUS_TIMEOUT_S");
   chorus::paramsReload();
   chorus::setGpuRuntimeForTesting(nullptr);

@@ -1,98 +1,127 @@
-// A GPU runtime emulated on the host, for the CPU test suite: "device memory" is memfd-backed shared memory
-// (so another process can map it through an "IPC handle", /proc/<pid>/fd/<fd>), and a launch runs the collective
-// kernel's body (kernels/device_kernel.h) synchronously on the calling thread, one block of one thread per
-// channel. It proves the device path's logic: planning into DevWork, connections, rendezvous, the device
-// platform's waits and failures, and the kernel body, compiled by g++. It proves nothing about real GPUs.
+// A GPU runtime emulated on the host, for the CPU test suite. It proves the device path's logic (planning into
+// DevWork, connections and rendezvous, the device platform's waits and failures, the kernel body compiled by g++,
+// stream order, graph capture, co-located ranks) and nothing about real GPUs. It behaves like CUDA where chorus has
+// to get CUDA's rules right, and is stricter where CUDA leaves room:
+//
+//  - "Device memory" is memfd-backed shared memory, so another process can map it through an "IPC handle"
+//    (/proc/<pid>/fd/<fd>).
+//  - Streams are asynchronous: each stream handle has a worker thread that runs its work in order (kernels, copies,
+//    event waits, host functions). A call returns once its work is queued; results are there after
+//    streamSynchronize (or deviceSynchronize). Events order streams as cudaEventRecord/cudaStreamWaitEvent do.
+//  - deviceFree and hostFree synchronize the whole device first (cudaFree does), so a thread that frees waits for
+//    every kernel of the device, including other ranks' kernels that wait for this thread's next call.
+//  - A device runs at most `residentBlocks` blocks at once: a kernel starts only when all its blocks fit, so kernels
+//    that wait for each other deadlock when they do not fit together, as on a full GPU. No other co-residency is
+//    promised: two kernels run side by side only because they are on different streams and fit.
+//  - A block may run on `threadsPerBlock` host threads sharing its DevShared, blockSync() being a barrier among
+//    them; `delayPercent` delays some barrier arrivals and kernel starts at random (stress tests).
+//  - Graph capture (beginCapture/endCapture/graphLaunch, the test's cudaStreamBeginCapture...): work enqueued on a
+//    capturing stream is recorded instead of run, and replays run it again. While a capture is active, calls CUDA
+//    may refuse fail and invalidate the capture: in global mode from any thread, in thread-local mode from the
+//    capturing thread, every call but the capture-safe ones (runtime.h: SetupScope) unless made inside a
+//    SetupScope; from any thread and in any mode, deviceSynchronize, deviceFree, hostFree, synchronizing a
+//    capturing stream, and waiting on an event recorded outside the capture (or in it, from outside). Synchronizing
+//    another stream is allowed, as in CUDA.
 #pragma once
 
 #include <atomic>
-#include <cstring>
-#include <map>
-#include <mutex>
-#include <set>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "runtime/runtime.h"
 
 namespace chorus_test {
 
+/// Work recorded by a capture (the emulated cudaGraph_t); replayed by EmuRuntime::graphLaunch.
+struct EmuGraph;
+
 /// Host emulation of chorus::GpuRuntime (tests only).
 class EmuRuntime : public chorus::GpuRuntime {
  public:
+  EmuRuntime();
+  ~EmuRuntime() override;
+
   const char* name() const override { return "emu"; }
   int deviceCount() override { return devices; }
   ncclResult_t getDevice(int* dev) override;
   ncclResult_t setDevice(int dev) override;
-  int64_t busId(int dev) override { return dev; }
+  int64_t busId(int dev) override;
   chorus::MemKind pointerKind(const void* p, int* dev) override;
   ncclResult_t deviceAlloc(size_t bytes, void** p) override;
   void deviceFree(void* p) override;
   ncclResult_t hostAllocMapped(size_t bytes, void** host, void** dev) override;
   void hostFree(void* host) override;
   /// Like cudaHostRegister: registering the same memory twice fails.
-  ncclResult_t hostRegister(void* p, size_t, void** dev) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!registered_.insert(p).second) {
-      lastError_ = "hostRegister: memory already registered";
-      return ncclUnhandledCudaError;
-    }
-    *dev = p;
-    return ncclSuccess;
-  }
-  void hostUnregister(void* p) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    registered_.erase(p);
-  }
-  /// Host ranges registered and not yet unregistered (this process).
-  size_t registeredCount() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return registered_.size();
-  }
+  ncclResult_t hostRegister(void* p, size_t bytes, void** dev) override;
+  void hostUnregister(void* p) override;
   ncclResult_t ipcGetHandle(void* p, chorus::IpcHandle* h) override;
   ncclResult_t ipcOpenHandle(const chorus::IpcHandle& h, void** p) override;
   void ipcCloseHandle(void* p) override;
-  bool canAccessPeer(int, int) override { return peerAccess; }
-  ncclResult_t enablePeerAccess(int) override { return ncclSuccess; }
-  ncclResult_t streamIsCapturing(cudaStream_t, bool* capturing) override {
-    *capturing = false;
-    return ncclSuccess;
-  }
+  bool canAccessPeer(int dev, int peerDev) override;
+  ncclResult_t enablePeerAccess(int peerDev) override;
+  ncclResult_t streamCaptureInfo(cudaStream_t s, bool* capturing, uint64_t* id) override;
   /// Emulated streams are never created or destroyed: the handle is the id.
   bool streamId(cudaStream_t s, uint64_t* id) override {
     *id = reinterpret_cast<uintptr_t>(s);
     return true;
   }
-  uint64_t clockTicksPerMs(int) override { return 1000000; }  // deviceClock() is CLOCK_MONOTONIC ns on the host
-  int blockThreads() override { return 1; }
+  ncclResult_t eventCreate(void** ev) override;
+  void eventDestroy(void* ev) override;
+  ncclResult_t eventRecord(void* ev, cudaStream_t s) override;
+  ncclResult_t streamWaitEvent(cudaStream_t s, void* ev) override;
+  ncclResult_t memcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) override;
+  int maxResidentBlocks(int dev) override;
+  void beginSetup() override;
+  void endSetup() override;
+  uint64_t clockTicksPerMs(int dev) override;  // deviceClock() is CLOCK_MONOTONIC ns on the host
+  int blockThreads() override { return threadsPerBlock; }
   ncclResult_t launch(const chorus::DevWork& work, cudaStream_t stream) override;
-  ncclResult_t streamSynchronize(cudaStream_t) override { return ncclSuccess; }
-  ncclResult_t deviceSynchronize() override { return ncclSuccess; }  // kernels run at launch
-  ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    std::memcpy(dst, src, bytes);
-    return ncclSuccess;
-  }
+  ncclResult_t streamSynchronize(cudaStream_t s) override;
+  ncclResult_t deviceSynchronize() override;
+  ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override;
   std::string lastError() override;
 
+  // ---- what a test does through the CUDA runtime ----
+  enum class Capture { kGlobal, kThreadLocal, kRelaxed };
+  /// cudaStreamBeginCapture.
+  ncclResult_t beginCapture(cudaStream_t s, Capture mode);
+  /// cudaStreamEndCapture: the recorded work, or an error (the capture was invalidated: lastError() says by what).
+  ncclResult_t endCapture(cudaStream_t s, std::shared_ptr<EmuGraph>* graph);
+  /// cudaGraphLaunch: queues the recorded work on s.
+  ncclResult_t graphLaunch(const std::shared_ptr<EmuGraph>& graph, cudaStream_t s);
+  /// Queues fn on s (a stand-in for the user's own kernels: delays, gates).
+  void enqueueHost(cudaStream_t s, std::function<void()> fn);
+  /// Device allocations alive in this process.
+  size_t allocationCount();
+  /// Host ranges registered and not yet unregistered (this process).
+  size_t registeredCount();
+
+  // ---- knobs (set before the test's ranks start) ----
   int devices = 1;
   bool peerAccess = true;        ///< false: device connections fall back to pinned shared memory
-  std::atomic<int> launches{0};  ///< kernels run (all threads)
-  std::atomic<int> lastChannels{0};  ///< blocks of the last kernel run
+  int residentBlocks = 1024;     ///< blocks of the collective kernel one device runs at once (an H100 holds ~1000)
+  int threadsPerBlock = 1;       ///< host threads per emulated block
+  int delayPercent = 0;          ///< percent of block barriers and kernel starts delayed (stress)
+  int delayMaxUs = 50;           ///< longest such delay
+  std::atomic<int> launches{0};  ///< kernels launched (enqueued or captured), all threads
+  std::atomic<int> kernelsRun{0};    ///< kernels that ran to the end
+  std::atomic<int> copies{0};        ///< memcpyAsync calls (enqueued or captured)
+  std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
+  std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
+
+  struct Mem;
+  struct Exec;
 
  private:
-  struct Alloc {
-    size_t size;
-    int fd;
-    int dev;
-  };
-  std::mutex mutex_;
-  std::map<char*, Alloc> allocs_;   ///< device allocations by base
-  std::map<char*, size_t> opened_;  ///< IPC mappings
-  std::set<void*> registered_;      ///< hostRegister'ed ranges
-  std::string lastError_;
+  Mem* mem_;    ///< allocations and registrations: survive fork, like the mappings they describe
+  Exec* exec_;  ///< streams, events, captures, devices: remade empty in a forked child (its threads are gone)
+  friend void emuAfterFork();
 };
 
-/// A host buffer pretending to be device memory of the test's EmuRuntime (freed at scope exit).
+/// A host buffer pretending to be device memory of the test's EmuRuntime (freed at scope exit, which, like
+/// cudaFree, waits for the device).
 class DevBuf {
  public:
   DevBuf(EmuRuntime& rt, size_t bytes);

@@ -66,11 +66,21 @@ inline Error gpuDeviceEnablePeerAccess(int peer) {
   }
   return e;
 }
-inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
+inline Error gpuStreamCaptureInfo(Stream s, bool* capturing, uint64_t* id) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  Error e = cudaStreamIsCapturing(s, &st);
+  unsigned long long v = 0;
+  Error e = cudaStreamGetCaptureInfo(s, &st, &v);
   *capturing = st != cudaStreamCaptureStatusNone;
+  *id = *capturing ? v : 0;
   return e;
+}
+using Event = cudaEvent_t;
+inline Error gpuEventCreate(Event* ev) { return cudaEventCreateWithFlags(ev, cudaEventDisableTiming); }
+inline Error gpuEventDestroy(Event ev) { return cudaEventDestroy(ev); }
+inline Error gpuEventRecord(Event ev, Stream s) { return cudaEventRecord(ev, s); }
+inline Error gpuStreamWaitEvent(Stream s, Event ev) { return cudaStreamWaitEvent(s, ev, 0); }
+inline Error gpuMultiProcessorCount(int dev, int* n) {
+  return cudaDeviceGetAttribute(n, cudaDevAttrMultiProcessorCount, dev);
 }
 inline Error gpuStreamSynchronize(Stream s) { return cudaStreamSynchronize(s); }
 inline Error gpuDeviceSynchronize() { return cudaDeviceSynchronize(); }

@@ -35,25 +35,12 @@ static_assert(sizeof(gpu::IpcMemHandle) == sizeof(IpcHandle), "IPC handles are 6
     if (chorus_gpu_res_ != ncclSuccess) return chorus_gpu_res_; \
   } while (0)
 
-// The runtime's own setup and teardown (allocation, zeroing, pinning, IPC) is not part of any work the user captures
-// into a graph: it runs in relaxed capture mode on the calling thread, so that a first call made while the user's
-// stream is being captured (global or thread-local mode) does not invalidate that capture, and vice versa.
-class RelaxedCapture {
- public:
-  RelaxedCapture() {
-    ok_ = gpu::gpuExchangeCaptureMode(&mode_) == gpu::kSuccess;
-    if (!ok_) (void)gpu::gpuGetLastError();
-  }
-  ~RelaxedCapture() {
-    if (ok_) (void)gpu::gpuExchangeCaptureMode(&mode_);
-  }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-
- private:
-  gpu::CaptureMode mode_ = gpu::kCaptureRelaxed;  ///< the thread's previous mode once swapped
-  bool ok_ = false;
-};
+// Setup scopes (GpuRuntime::beginSetup): the calling thread runs in relaxed capture mode until its outermost
+// scope ends, so that setup made while a user's stream is being captured (global or thread-local mode) does not
+// invalidate that capture. Per thread, since capture modes are.
+thread_local int tSetupDepth = 0;
+thread_local gpu::CaptureMode tSavedMode = gpu::kCaptureRelaxed;
+thread_local bool tModeSwapped = false;
 
 class BuiltinGpuRuntime final : public GpuRuntime {
  public:
@@ -109,7 +96,6 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t deviceAlloc(size_t bytes, void** p) override {
-    RelaxedCapture relaxed;
     *p = nullptr;
     CHECK_GPU(gpu::gpuMalloc(p, bytes), "Malloc(%zu bytes)", bytes);
     // Zeroed before anyone can use it (FIFO control words: a peer's kernel may start on it as soon as the handle
@@ -127,12 +113,10 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void deviceFree(void* p) override {
-    RelaxedCapture relaxed;
     if (p != nullptr) (void)check(gpu::gpuFree(p), "Free(%p)", p);
   }
 
   ncclResult_t hostAllocMapped(size_t bytes, void** host, void** dev) override {
-    RelaxedCapture relaxed;
     *host = *dev = nullptr;
     CHECK_GPU(gpu::gpuHostAlloc(host, bytes), "HostAlloc(%zu bytes, mapped)", bytes);
     std::memset(*host, 0, bytes);
@@ -145,12 +129,10 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void hostFree(void* host) override {
-    RelaxedCapture relaxed;
     if (host != nullptr) (void)check(gpu::gpuFreeHost(host), "FreeHost(%p)", host);
   }
 
   ncclResult_t hostRegister(void* p, size_t bytes, void** dev) override {
-    RelaxedCapture relaxed;
     *dev = nullptr;
     CHECK_GPU(gpu::gpuHostRegister(p, bytes), "HostRegister(%p, %zu bytes, mapped|portable)", p, bytes);
     ncclResult_t r = check(gpu::gpuHostGetDevicePointer(dev, p), "HostGetDevicePointer(%p)", p);
@@ -162,12 +144,10 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void hostUnregister(void* p) override {
-    RelaxedCapture relaxed;
     if (p != nullptr) (void)check(gpu::gpuHostUnregister(p), "HostUnregister(%p)", p);
   }
 
   ncclResult_t ipcGetHandle(void* p, IpcHandle* h) override {
-    RelaxedCapture relaxed;
     gpu::IpcMemHandle mh;
     CHECK_GPU(gpu::gpuIpcGetMemHandle(&mh, p), "IpcGetMemHandle(%p)", p);
     std::memcpy(h->bytes, &mh, sizeof(h->bytes));
@@ -175,7 +155,6 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t ipcOpenHandle(const IpcHandle& h, void** p) override {
-    RelaxedCapture relaxed;
     gpu::IpcMemHandle mh;
     std::memcpy(&mh, h.bytes, sizeof(mh));
     *p = nullptr;
@@ -183,7 +162,6 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   void ipcCloseHandle(void* p) override {
-    RelaxedCapture relaxed;
     if (p != nullptr) (void)check(gpu::gpuIpcCloseMemHandle(p), "IpcCloseMemHandle(%p)", p);
   }
 
@@ -198,14 +176,63 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t enablePeerAccess(int peerDev) override {
-    RelaxedCapture relaxed;
     return check(gpu::gpuDeviceEnablePeerAccess(peerDev), "DeviceEnablePeerAccess(%d)", peerDev);
   }
 
-  ncclResult_t streamIsCapturing(cudaStream_t s, bool* capturing) override {
+  ncclResult_t streamCaptureInfo(cudaStream_t s, bool* capturing, uint64_t* id) override {
     *capturing = false;
-    return check(gpu::gpuStreamIsCapturing(gpu::toStream(s), capturing), "StreamIsCapturing(%p)",
+    *id = 0;
+    return check(gpu::gpuStreamCaptureInfo(gpu::toStream(s), capturing, id), "StreamGetCaptureInfo(%p)",
                  static_cast<void*>(s));
+  }
+
+  ncclResult_t eventCreate(void** ev) override {
+    gpu::Event e = nullptr;
+    CHECK_GPU(gpu::gpuEventCreate(&e), "EventCreateWithFlags(disable timing)");
+    *ev = static_cast<void*>(e);
+    return ncclSuccess;
+  }
+
+  void eventDestroy(void* ev) override {
+    if (ev != nullptr) (void)check(gpu::gpuEventDestroy(static_cast<gpu::Event>(ev)), "EventDestroy(%p)", ev);
+  }
+
+  ncclResult_t eventRecord(void* ev, cudaStream_t s) override {
+    return check(gpu::gpuEventRecord(static_cast<gpu::Event>(ev), gpu::toStream(s)), "EventRecord(%p, stream %p)", ev,
+                 static_cast<void*>(s));
+  }
+
+  ncclResult_t streamWaitEvent(cudaStream_t s, void* ev) override {
+    return check(gpu::gpuStreamWaitEvent(gpu::toStream(s), static_cast<gpu::Event>(ev)),
+                 "StreamWaitEvent(stream %p, %p)", static_cast<void*>(s), ev);
+  }
+
+  ncclResult_t memcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) override {
+    return check(gpu::gpuMemcpyAsync(dst, src, bytes, gpu::toStream(s)), "MemcpyAsync(%p <- %p, %zu bytes, stream %p)",
+                 dst, src, bytes, static_cast<void*>(s));
+  }
+
+  int maxResidentBlocks(int dev) override {
+    int sms = 0;
+    if (check(gpu::gpuMultiProcessorCount(dev, &sms), "DeviceGetAttribute(multiprocessor count, %d)", dev) !=
+        ncclSuccess)
+      return 0;
+    return sms * collKernelBlocksPerSM(kDevThreads);
+  }
+
+  void beginSetup() override {
+    if (tSetupDepth++ > 0) return;
+    gpu::CaptureMode mode = gpu::kCaptureRelaxed;
+    tModeSwapped = gpu::gpuExchangeCaptureMode(&mode) == gpu::kSuccess;
+    if (!tModeSwapped) (void)gpu::gpuGetLastError();
+    tSavedMode = mode;
+  }
+
+  void endSetup() override {
+    if (--tSetupDepth > 0 || !tModeSwapped) return;
+    gpu::CaptureMode mode = tSavedMode;
+    (void)gpu::gpuExchangeCaptureMode(&mode);
+    tModeSwapped = false;
   }
 
   bool streamId(cudaStream_t s, uint64_t* id) override { return gpu::gpuStreamId(gpu::toStream(s), id); }
@@ -226,17 +253,13 @@ class BuiltinGpuRuntime final : public GpuRuntime {
                  static_cast<int>(work.nChannels), kDevThreads, static_cast<void*>(stream));
   }
 
-  ncclResult_t deviceSynchronize() override {
-    RelaxedCapture relaxed;
-    return check(gpu::gpuDeviceSynchronize(), "DeviceSynchronize()");
-  }
+  ncclResult_t deviceSynchronize() override { return check(gpu::gpuDeviceSynchronize(), "DeviceSynchronize()"); }
 
   ncclResult_t streamSynchronize(cudaStream_t stream) override {
     return check(gpu::gpuStreamSynchronize(gpu::toStream(stream)), "StreamSynchronize(%p)", static_cast<void*>(stream));
   }
 
   ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {
-    RelaxedCapture relaxed;
     gpu::Stream s = nullptr;
     ncclResult_t r = ownStream(&s);
     if (r != ncclSuccess) return r;

@@ -65,11 +65,21 @@ inline Error gpuDeviceEnablePeerAccess(int peer) {
   }
   return e;
 }
-inline Error gpuStreamIsCapturing(Stream s, bool* capturing) {
+inline Error gpuStreamCaptureInfo(Stream s, bool* capturing, uint64_t* id) {
   hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
-  Error e = hipStreamIsCapturing(s, &st);
+  unsigned long long v = 0;
+  Error e = hipStreamGetCaptureInfo(s, &st, &v);
   *capturing = st != hipStreamCaptureStatusNone;
+  *id = *capturing ? v : 0;
   return e;
+}
+using Event = hipEvent_t;
+inline Error gpuEventCreate(Event* ev) { return hipEventCreateWithFlags(ev, hipEventDisableTiming); }
+inline Error gpuEventDestroy(Event ev) { return hipEventDestroy(ev); }
+inline Error gpuEventRecord(Event ev, Stream s) { return hipEventRecord(ev, s); }
+inline Error gpuStreamWaitEvent(Stream s, Event ev) { return hipStreamWaitEvent(s, ev, 0); }
+inline Error gpuMultiProcessorCount(int dev, int* n) {
+  return hipDeviceGetAttribute(n, hipDeviceAttributeMultiprocessorCount, dev);
 }
 inline Error gpuStreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
 inline Error gpuDeviceSynchronize() { return hipDeviceSynchronize(); }
