@@ -67,6 +67,8 @@ class Backend {
   virtual bool deviceAvailable() const { return false; }
   /// Selects device or host memory; called once, before setup.
   virtual bool selectMemory(bool device) = 0;
+  /// A header note on where ranks run when that needs saying (several ranks per GPU), else "".
+  virtual std::string placementNote(const Topology& topo) const { return {}; }
   /// The "# Rank" line's device number, bracketed id and description for a local rank.
   virtual void describeDevice(int local, const Topology& topo, int* device, std::string* busId,
                               std::string* info) const = 0;

@@ -1,8 +1,10 @@
-// The chorus backend of the perf tools: the NCCL API of libnccl.so.2, with host buffers (ncclMemAlloc without
-// a GPU) or device buffers (CUDA runtime through cuda_shim) and the calls nccl-tests makes for each tool.
+// The chorus backend of the perf tools: the NCCL API of libnccl.so.2, with host buffers (page-aligned host memory)
+// or device buffers (ncclMemAlloc, CUDA runtime through cuda_shim) and the calls nccl-tests makes for each tool.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -61,6 +63,15 @@ class NcclBackend : public Backend {
     *info = "GPU";
   }
 
+  std::string placementNote(const Topology& topo) const override {
+    int n = cuda_.deviceCount();
+    int ranks = topo.localSize * topo.localRanks();
+    if (!device_ || n <= 0 || ranks <= n) return {};
+    return "GPUs: " + std::to_string(ranks) + " ranks on this host, " + std::to_string(n) +
+           " GPU(s) visible: ranks share GPUs (local rank r on GPU r % " + std::to_string(n) +
+           "); processes sharing a GPU run side by side only under MPS";
+  }
+
   bool setup(Control& ctl, const Topology& topo, const Options& opts) override {
     topo_ = topo;
     opts_ = opts;
@@ -116,13 +127,35 @@ class NcclBackend : public Backend {
   }
 
   void* alloc(int local, size_t bytes) override {
-    if (device_ && !cudaOk(cuda_.setDevice(gpuOf(local, topo_)), "cudaSetDevice", local)) return nullptr;
     void* p = nullptr;
+    if (!device_) {
+      // Host buffers: ncclMemAlloc gives device memory wherever chorus has a GPU, so not through it.
+      if (posix_memalign(&p, 4096, bytes) != 0) {
+        std::fprintf(stderr, "%s: cannot allocate %zu bytes of host memory\n", host_.c_str(), bytes);
+        return nullptr;
+      }
+      std::memset(p, 0, bytes);  // touch the pages before the timing
+      return p;
+    }
+    if (!cudaOk(cuda_.setDevice(gpuOf(local, topo_)), "cudaSetDevice", local)) return nullptr;
     if (!check(ncclMemAlloc(&p, bytes), "ncclMemAlloc", topo_.rankOf(local))) return nullptr;
+    if (!cuda_.isDevicePointer(p)) {  // the header says "device": it must be true
+      std::fprintf(stderr,
+                   "%s: rank %d: ncclMemAlloc returned host memory %p although a GPU is in use (is "
+                   "libnccl.so.2 a build without a GPU backend?)\n",
+                   host_.c_str(), topo_.rankOf(local), p);
+      ncclMemFree(p);
+      return nullptr;
+    }
     return p;
   }
   void release(void* ptr) override {
-    if (ptr != nullptr) ncclMemFree(ptr);
+    if (ptr == nullptr) return;
+    if (device_) {
+      ncclMemFree(ptr);
+    } else {
+      free(ptr);
+    }
   }
   bool upload(void* dst, const void* src, size_t bytes) override {
     if (!device_) {
@@ -196,9 +229,12 @@ class NcclBackend : public Backend {
   }
 
  private:
+  // As nccl-tests: this process's ranks take consecutive GPUs from NCCL_TESTS_DEVICE (else from its place among the
+  // host's processes). Where ranks outnumber the visible GPUs they wrap around and share them (placementNote).
   int gpuOf(int local, const Topology& topo) const {
     const char* first = perfEnv("NCCL_TESTS_DEVICE");
-    return (first ? std::atoi(first) : topo.localRank * topo.localRanks()) + local;
+    int n = std::max(1, cuda_.deviceCount());
+    return ((first ? std::atoi(first) : topo.localRank * topo.localRanks()) + local) % n;
   }
 
   bool check(ncclResult_t r, const char* what, int rank) const {

@@ -189,7 +189,9 @@ int runDriver(int argc, char** argv, const CollSpec& spec, Backend& be, const Op
   Reporter report(topo.proc == 0, opts, spec, be.name());
   std::vector<std::string> notes;
   if (device) {
-    notes.push_back("Memory: device (GPU buffers)");
+    notes.push_back("Memory: device (GPU buffers from ncclMemAlloc, each checked to be device memory)");
+    std::string placement = be.placementNote(topo);
+    if (!placement.empty()) notes.push_back(placement);
   } else {
     notes.push_back(std::string("Memory: host buffers") +
                     (opts.mem == MemKind::kHost ? " (--mem host)" : " (no GPU found)") +

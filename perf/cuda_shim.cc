@@ -22,9 +22,10 @@ bool CudaRuntime::load() {
   streamSynchronize = reinterpret_cast<int (*)(void*)>(sym("cudaStreamSynchronize"));
   deviceGetPCIBusId = reinterpret_cast<int (*)(char*, int, int)>(sym("cudaDeviceGetPCIBusId"));
   getErrorString = reinterpret_cast<const char* (*)(int)>(sym("cudaGetErrorString"));
+  pointerGetAttributes = reinterpret_cast<int (*)(void*, const void*)>(sym("cudaPointerGetAttributes"));
   auto count = reinterpret_cast<int (*)(int*)>(sym("cudaGetDeviceCount"));
   if (!setDevice || !memcpy || !streamCreateWithFlags || !streamDestroy || !streamSynchronize || !deviceGetPCIBusId ||
-      !getErrorString || !count) {
+      !getErrorString || !pointerGetAttributes || !count) {
     dlclose(lib);
     return false;
   }
@@ -36,6 +37,18 @@ int CudaRuntime::deviceCount() {
   int n = 0;
   if (!load() || getDeviceCount(&n) != 0) return 0;
   return n;
+}
+
+bool CudaRuntime::isDevicePointer(const void* p) {
+  // struct cudaPointerAttributes since CUDA 11: type, device, devicePointer, hostPointer.
+  struct {
+    int type;
+    int device;
+    void* devicePointer;
+    void* hostPointer;
+  } attr{};
+  constexpr int kCudaMemoryTypeDevice = 2;
+  return load() && pointerGetAttributes(&attr, p) == 0 && attr.type == kCudaMemoryTypeDevice;
 }
 
 std::string CudaRuntime::errorText(int err) const {

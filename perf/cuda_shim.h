@@ -18,6 +18,7 @@ struct CudaRuntime {
   int (*streamSynchronize)(void*) = nullptr;
   int (*deviceGetPCIBusId)(char*, int, int) = nullptr;
   const char* (*getErrorString)(int) = nullptr;
+  int (*pointerGetAttributes)(void*, const void*) = nullptr;
 
   /// Loads libcudart once; false when it is absent or incomplete.
   bool load();
@@ -25,6 +26,8 @@ struct CudaRuntime {
   int deviceCount();
   /// Text of a cudaError_t.
   std::string errorText(int err) const;
+  /// Whether p is device memory (cudaPointerGetAttributes says cudaMemoryTypeDevice).
+  bool isDevicePointer(const void* p);
 };
 
 /// cudaMemcpyDefault: the runtime infers the direction (unified addressing).

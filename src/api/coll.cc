@@ -62,6 +62,8 @@ ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc*
                     comm->rank, p);
     return ncclSuccess;
   }
+  // The stream may be under capture: pointer queries run as setup (relaxed capture mode), never on the stream.
+  SetupScope setup(rt);
   const void* bufs[2] = {sh.sendUsed ? op->sendbuff : nullptr, sh.recvUsed ? op->recvbuff : nullptr};
   int nDevice = 0, nUsed = 0;
   for (const void* p : bufs) {

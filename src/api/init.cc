@@ -59,8 +59,13 @@ ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, Com
 void printVersionOnce() {
   static std::once_flag once;
   std::call_once(once, []() {
-    CHORUS_LOG(LogLevel::kVersion, kInit, "version %d.%d.%d (NCCL %d.%d.%d API, host path)", CHORUS_MAJOR,
-               CHORUS_MINOR, CHORUS_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    // The path communicators will really take: GPU buffers need a GPU runtime that sees a device.
+    GpuRuntime* rt = gpuRuntime();
+    std::string path = rt != nullptr
+                           ? std::string(rt->name()) + " path: GPU buffers as kernels, host buffers on the host path"
+                           : "host path: no GPU in use";
+    CHORUS_LOG(LogLevel::kVersion, kInit, "version %d.%d.%d (NCCL %d.%d.%d API, %s)", CHORUS_MAJOR, CHORUS_MINOR,
+               CHORUS_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, path.c_str());
   });
 }
 
@@ -70,6 +75,11 @@ ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
   PeerInfo mine;
   mine.rank = comm->rank;
   mine.cudaDev = comm->cudaDev;
+  if (GpuRuntime* rt = gpuRuntime(); rt != nullptr && comm->cudaDev >= 0) {
+    SetupScope setup(rt);
+    mine.busId = rt->busId(comm->cudaDev);
+    mine.deviceBlocks = static_cast<uint32_t>(std::max(0, rt->maxResidentBlocks(comm->cudaDev)));
+  }
   mine.version = NCCL_VERSION_CODE;
   mine.envHash = engineEnvHash();
   CHORUS_CHECK(Bootstrap::create(comm, id, comm->rank, comm->nranks, mine, &comm->abortFlag, &comm->bootstrap));

@@ -8,6 +8,7 @@
 #include "core/checks.h"
 #include "core/comm.h"
 #include "core/params.h"
+#include "runtime/runtime.h"
 
 using namespace chorus;
 
@@ -91,15 +92,36 @@ extern "C" __attribute__((visibility("default"), alias("ncclResetDebugInit"))) v
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == nullptr) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
   if (size == 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclMemAlloc: size is 0");
+  // As NCCL: device memory of the caller's current GPU where a GPU runtime is in use (programs such as nccl-tests
+  // allocate every buffer this way and then cudaMemset it); page-aligned host memory where there is none.
+  if (GpuRuntime* rt = gpuRuntime()) {
+    SetupScope setup(rt);
+    int dev = -1;
+    void* p = nullptr;
+    if (rt->getDevice(&dev) != ncclSuccess || rt->deviceAlloc(size, &p) != ncclSuccess)
+      CHORUS_FAIL(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: cannot allocate %zu bytes on GPU %d: %s", size, dev,
+                  rt->lastError().c_str());
+    *ptr = p;
+    INFO(kAlloc, "ncclMemAlloc %p size %zu (device memory, GPU %d)", p, size, dev);
+    return ncclSuccess;
+  }
   void* p = nullptr;
   if (posix_memalign(&p, 4096, size) != 0)
     CHORUS_FAIL(nullptr, ncclSystemError, "ncclMemAlloc: cannot allocate %zu bytes of host memory", size);
   *ptr = p;
-  INFO(kAlloc, "ncclMemAlloc %p size %zu (host memory)", p, size);
+  INFO(kAlloc, "ncclMemAlloc %p size %zu (host memory: no GPU in use)", p, size);
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
+  if (ptr == nullptr) return ncclSuccess;
+  GpuRuntime* rt = gpuRuntime();
+  SetupScope setup(rt);
+  int dev = -1;
+  if (rt != nullptr && rt->pointerKind(ptr, &dev) == MemKind::kDevice) {
+    rt->deviceFree(ptr);
+    return ncclSuccess;
+  }
   free(ptr);
   return ncclSuccess;
 }

@@ -28,7 +28,7 @@ struct PeerInfo {
   uint64_t pid = 0;
   int64_t busId = -1;       ///< PCI bus id of the GPU, -1 without one
   uint32_t version = 0;     ///< NCCL_VERSION_CODE of the library
-  uint32_t capabilities = 0;
+  uint32_t deviceBlocks = 0;  ///< blocks of the collective kernel its GPU runs at once; 0: no GPU or unknown
   uint64_t envHash = 0;     ///< hash of environment settings that must agree across ranks
   char hostname[64] = {0};
 };

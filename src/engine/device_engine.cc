@@ -27,8 +27,12 @@ IntParam kDevChannelBytes{"CHORUS_DEVICE_CHANNEL_BYTES", 262144,
                           "Device path: an operation of B bytes (the larger of its input and output) uses "
                           "ceil(B / this) channels, at most CHORUS_DEVICE_NCHANNELS.",
                           "performance"};
-IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 65536,
-                   "Largest per-rank message that uses LL by default on the device path (NCCL_PROTO overrides).",
+// From the H100 run of 2026-11-23 (2 processes, allreduce): LL took 43 us at 8 KB and 128 us at 32 KB while
+// Simple took 60 us at 128 KB, so LL up to 64 KB made time fall as size grew. At 4 KB and below LL stays under
+// what Simple costs at any size.
+IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 4096,
+                   "Largest message (count x element size) that uses LL by default on the device path (NCCL_PROTO "
+                   "overrides).",
                    "tuning"};
 
 /// How often the watchdog looks at the local peer processes.
@@ -66,10 +70,46 @@ std::string deviceEnvKey() {
          std::to_string(kDevLLMax.get()) + "|" + std::to_string(p2pReadSetting());
 }
 
+namespace {
+
+// Channels every rank can use: the kernels of the ranks sharing a GPU wait for each other, so their blocks must all
+// fit on it at once. Every rank computes the same value from the same peer table (channels pair up across ranks).
+int residentChannelCap(const ncclComm* comm, int* tightestGpuRanks, uint32_t* tightestBlocks) {
+  std::map<std::pair<uint64_t, int64_t>, std::pair<int, uint32_t>> gpus;  // (host, bus id or device) -> ranks, blocks
+  for (const PeerInfo& p : comm->peers) {
+    if (p.cudaDev < 0) continue;
+    auto& g = gpus[{p.hostHash, p.busId >= 0 ? p.busId : p.cudaDev}];
+    g.first++;
+    g.second = p.deviceBlocks;
+  }
+  int cap = kDevMaxChannels;
+  for (const auto& [key, g] : gpus) {
+    if (g.second == 0) continue;  // unknown
+    int fit = std::max(1, static_cast<int>(g.second) / g.first);
+    if (fit < cap) {
+      cap = fit;
+      *tightestGpuRanks = g.first;
+      *tightestBlocks = g.second;
+    }
+  }
+  return cap;
+}
+
+}  // namespace
+
 DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host)
     : comm_(comm), rt_(rt), planner_(planner), host_(host) {
   int64_t want = kDevChannels.get() > 0 ? kDevChannels.get() : kDevMaxChannels;
   nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, want)));
+  int ranks = 0;
+  uint32_t blocks = 0;
+  int cap = residentChannelCap(comm, &ranks, &blocks);
+  if (cap < nChannels_) {
+    if (comm->rank == 0)
+      INFO(kInit, "comm %p: %d channel(s) at most: %d ranks share a GPU that runs %u blocks of the kernel at once",
+           (void*)comm, cap, ranks, blocks);
+    nChannels_ = cap;
+  }
   llMax_ = kDevLLMax.get();
 }
 
@@ -82,6 +122,8 @@ DeviceEngine::~DeviceEngine() {
   // Kernels still queued read the FIFOs, scratch and status freed below: wait for them (each is bounded by
   // CHORUS_TIMEOUT_S, or stops at once when aborted). The whole device, not each stream this communicator used:
   // the user may have destroyed those streams already, and their handles may since name other streams.
+  if (gate_) gate_->fail(comm_->rank, "its communicator was destroyed");
+  SetupScope setup(rt_);
   int callerDev = -1;
   bool haveCallerDev = rt_->getDevice(&callerDev) == ncclSuccess;
   if (launched_ && rt_->setDevice(comm_->cudaDev) == ncclSuccess) rt_->deviceSynchronize();
@@ -99,10 +141,12 @@ DeviceEngine::~DeviceEngine() {
   if (scratch_) rt_->deviceFree(scratch_);
   for (auto& p : outScratch_) rt_->deviceFree(p.first);
   if (statusHost_) rt_->hostFree(statusHost_);
+  if (orderEvent_) rt_->eventDestroy(orderEvent_);
   if (haveCallerDev && callerDev != comm_->cudaDev) rt_->setDevice(callerDev);
 }
 
 ncclResult_t DeviceEngine::init() {
+  SetupScope setup(rt_);
   if (rt_->setDevice(comm_->cudaDev) != ncclSuccess ||
       rt_->hostAllocMapped(kDeadPeersOffset + comm_->nranks, &statusHost_, &statusDev_) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device path setup on GPU %d: %s", comm_->rank, comm_->cudaDev,
@@ -116,6 +160,9 @@ ncclResult_t DeviceEngine::init() {
   ticksPerMs_ = rt_->clockTicksPerMs(comm_->cudaDev);
   conns_ = std::make_unique<DeviceConnections>(comm_, rt_, geo, host_);
   CHORUS_CHECK(conns_->init());
+  if (rt_->eventCreate(&orderEvent_) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device path event: %s", comm_->rank, rt_->lastError().c_str());
+  gate_ = LaunchGate::join(comm_);
   watchPeers();
   if (comm_->rank == 0)
     INFO(kInit, "comm %p: device path on %s GPU %d, up to %d channel(s), LL up to %ld bytes", (void*)comm_, rt_->name(),
@@ -250,9 +297,47 @@ ncclResult_t DeviceEngine::claimStream(cudaStream_t stream) {
   return ncclSuccess;
 }
 
-ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what) {
+ncclResult_t DeviceEngine::orderBefore(cudaStream_t stream, uint64_t captureId, const char* what) {
+  if (!haveLast_ || stream == lastStream_ || captureId != lastCaptureId_) return ncclSuccess;
+  if (!lastRecorded_) {
+    // The first change of stream: mark the end of the previous stream's work now (from here on, every launch is
+    // marked as it is made). Only if that stream is still in the capture state the launch was made in.
+    bool capturing = false;
+    uint64_t id = 0;
+    if (rt_->streamCaptureInfo(lastStream_, &capturing, &id) != ncclSuccess || id != lastCaptureId_) return ncclSuccess;
+    if (rt_->eventRecord(orderEvent_, lastStream_) != ncclSuccess)
+      CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: ordering %s after the previous operation: %s", comm_->rank,
+                  what, rt_->lastError().c_str());
+  }
+  multiStream_ = true;
+  if (rt_->streamWaitEvent(stream, orderEvent_) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: ordering %s after the previous operation: %s", comm_->rank,
+                what, rt_->lastError().c_str());
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceEngine::orderAfter(cudaStream_t stream, uint64_t captureId, const char* what) {
+  haveLast_ = true;
+  lastStream_ = stream;
+  lastCaptureId_ = captureId;
+  lastRecorded_ = false;
+  if (!multiStream_) return ncclSuccess;  // one stream so far: its order is the call order, at no cost
+  if (rt_->eventRecord(orderEvent_, stream) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: marking the end of %s: %s", comm_->rank, what,
+                rt_->lastError().c_str());
+  lastRecorded_ = true;
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers) {
   CHORUS_CHECK(claimStream(stream));
   fillCommon(&w);
+  bool capturing = false;
+  uint64_t captureId = 0;
+  if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
+  if (gate_) CHORUS_CHECK(gate_->pass(comm_, peers));
+  CHORUS_CHECK(orderBefore(stream, captureId, what));
   // A socket proxy asleep in poll() would see the kernel's first staged slot only at its timeout (the kernel
   // cannot kick it): wake it now, and it keeps polling for CHORUS_SOCKET_SPIN_US while the kernel starts.
   bool staged = false;
@@ -262,7 +347,26 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: launching %s: %s", comm_->rank, what,
                 rt_->lastError().c_str());
   launched_ = true;
-  return ncclSuccess;
+  return orderAfter(stream, captureId, what);
+}
+
+ncclResult_t DeviceEngine::copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what) {
+  if (bytes == 0 || dst == src) return ncclSuccess;
+  bool capturing = false;
+  uint64_t captureId = 0;
+  if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
+  CHORUS_CHECK(orderBefore(stream, captureId, what));
+  if (rt_->memcpyAsync(dst, src, bytes, stream) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
+  launched_ = true;
+  return orderAfter(stream, captureId, what);
+}
+
+ncclResult_t DeviceEngine::copyColl(const OpDesc& op) {
+  // One rank: every collective's output is its input (a premulsum, which scales, is not taken here).
+  size_t bytes = op.count * DType::size(op.dtype);
+  return copy(op.recvbuff, op.sendbuff, bytes, op.stream, collName(op.coll));
 }
 
 int DeviceEngine::channelsFor(const OpDesc& op) const {
@@ -275,6 +379,7 @@ int DeviceEngine::channelsFor(const OpDesc& op) const {
 }
 
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
+  if (comm_->nranks == 1 && static_cast<int>(op.op) < ncclNumOps) return copyColl(op);
   CollPlan plan;
   bool empty = false;
   LaunchLimits limits{kDevMaxFifos, kDevMaxSteps};
@@ -310,7 +415,9 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
                 "device launch holds, even on one channel (set NCCL_ALGO, or use host buffers)",
                 comm_->rank, collName(op.coll), comm_->nranks, kDevMaxSteps);
   CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels));
-  return launch(w, op.stream, collName(op.coll));
+  std::vector<int> all(comm_->nranks);
+  for (int r = 0; r < comm_->nranks; r++) all[r] = r;  // a collective waits on every rank
+  return launch(w, op.stream, collName(op.coll), all);
 }
 
 ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
@@ -346,21 +453,50 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
     w.recvFps[i] = plan.recvFps[i];
   }
   CHORUS_CHECK(setSchedules(&w, &plan.schedule, 1));
-  return launch(w, batch[0]->stream, "ncclSend/ncclRecv");
+  std::vector<int> peers;
+  for (const OpDesc* op : batch) peers.push_back(op->root);
+  return launch(w, batch[0]->stream, "ncclSend/ncclRecv", peers);
 }
 
 ncclResult_t DeviceEngine::run(const std::vector<OpDesc>& ops) {
   CHORUS_CHECK(checkStatus());
+  // The user's stream may be under capture: setup runs in relaxed mode (runtime.h, SetupScope).
+  SetupScope setup(rt_);
+  ncclResult_t res = runOps(ops);
+  if (res != ncclSuccess && gate_) gate_->fail(comm_->rank, commLastError(comm_));
+  return res;
+}
+
+ncclResult_t DeviceEngine::runOps(const std::vector<OpDesc>& ops) {
   if (rt_->setDevice(comm_->cudaDev) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: selecting GPU %d: %s", comm_->rank, comm_->cudaDev,
                 rt_->lastError().c_str());
   std::vector<OpDesc> p2p;
+  std::vector<const OpDesc*> selfSends, selfRecvs;
   for (const OpDesc& op : ops) {
-    if (op.coll == Coll::kSendRecv) {
-      p2p.push_back(op);
-    } else {
+    if (op.coll != Coll::kSendRecv) {
       CHORUS_CHECK(launchColl(op));
+    } else if (op.root == comm_->rank) {
+      (op.isSend ? selfSends : selfRecvs).push_back(&op);
+    } else {
+      p2p.push_back(op);
     }
+  }
+  // Sends to self meet receives from self in call order: device-to-device copies on the copy engine.
+  for (size_t i = 0; i < selfSends.size() || i < selfRecvs.size(); i++) {
+    if (i >= selfSends.size() || i >= selfRecvs.size()) {
+      CHORUS_FAIL(comm_, ncclInvalidUsage,
+                  "rank %d: %zu ncclSend(s) to itself but %zu ncclRecv(s) from itself in "
+                  "one group; each must have its match",
+                  comm_->rank, selfSends.size(), selfRecvs.size());
+    }
+    const OpDesc& s = *selfSends[i];
+    const OpDesc& r = *selfRecvs[i];
+    size_t sb = s.count * DType::size(s.dtype), rb = r.count * DType::size(r.dtype);
+    if (sb != rb)
+      CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: ncclSend to itself of %zu bytes meets an ncclRecv of %zu bytes",
+                  comm_->rank, sb, rb);
+    CHORUS_CHECK(copy(r.recvbuff, s.sendbuff, sb, r.stream, "ncclSend/ncclRecv to itself"));
   }
   for (auto& batch : Planner::p2pBatches(p2p)) CHORUS_CHECK(launchP2P(batch));
   return ncclSuccess;

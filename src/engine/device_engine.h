@@ -11,6 +11,7 @@
 
 #include "core/comm.h"
 #include "engine/device_connections.h"
+#include "engine/launch_gate.h"
 #include "engine/op.h"
 #include "engine/plan.h"
 #include "kernels/device_work.h"
@@ -41,13 +42,24 @@ class DeviceEngine {
   /// exited, and a kernel waiting for data that peer never wrote then fails at once, naming it.
   void watchPeers();
   uint8_t* deadPeers() const;
+  ncclResult_t runOps(const std::vector<OpDesc>& ops);
   ncclResult_t launchColl(const OpDesc& op);
+  /// A collective on one rank (not a premulsum): a device-to-device copy, or nothing in place.
+  ncclResult_t copyColl(const OpDesc& op);
   /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
   int channelsFor(const OpDesc& op) const;
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
   /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections.
   ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels);
-  ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what);
+  /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business).
+  ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers);
+  /// Enqueues a device-to-device copy on stream, in this communicator's call order.
+  ncclResult_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
+  /// Call order across streams: makes work about to be enqueued on `stream` wait for this communicator's previous
+  /// launch when that was on another stream (of the same capture, or both outside any).
+  ncclResult_t orderBefore(cudaStream_t stream, uint64_t captureId, const char* what);
+  /// Records that this communicator's latest work went to `stream`.
+  ncclResult_t orderAfter(cudaStream_t stream, uint64_t captureId, const char* what);
   /// Records that this rank launches on `stream`; refuses a stream another rank of this communicator uses.
   ncclResult_t claimStream(cudaStream_t stream);
   void fillCommon(DevWork* w) const;
@@ -70,6 +82,14 @@ class DeviceEngine {
   std::condition_variable watchCv_;
   bool watchStop_ = false;  ///< guarded by watchMutex_
   bool launched_ = false;  ///< a kernel was enqueued: destroy waits for the device (user streams may be gone)
+  std::shared_ptr<LaunchGate> gate_;  ///< ranks of this communicator that are threads of this process on this GPU
+  // Call order (orderBefore/orderAfter), used by the calling thread only.
+  void* orderEvent_ = nullptr;  ///< marks the end of the latest work once several streams are in use
+  bool haveLast_ = false;
+  cudaStream_t lastStream_ = nullptr;
+  uint64_t lastCaptureId_ = 0;
+  bool lastRecorded_ = false;  ///< orderEvent_ holds the end of the latest work
+  bool multiStream_ = false;   ///< more than one stream seen: orderEvent_ is recorded after every launch
   uint64_t ticksPerMs_ = 1000000;
 };
 
