@@ -20,6 +20,45 @@ struct alignas(16) Bytes16 {
   uint64_t lo, hi;
 };
 
+/// Loads a source element. On the device every source load bypasses the SM's L1 cache (ld.volatile): sources
+/// include FIFO slots that a peer GPU or process rewrites each time the FIFO wraps, and a line the L1 kept from the
+/// previous round would be stale (L1 is not coherent with other agents' writes); NCCL's copy loops load their
+/// sources the same way. On the host a plain load.
+template <typename T>
+CHORUS_HOST_DEVICE CHORUS_INLINE T loadSrc(const T* p) {
+#if CHORUS_ON_DEVICE
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                "element sizes of the copy loops");
+  T v;
+  if constexpr (sizeof(T) == 16) {
+    uint64_t lo, hi;
+#if CHORUS_CUDA
+    asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(p));
+#else
+    lo = reinterpret_cast<const volatile uint64_t*>(p)[0];
+    hi = reinterpret_cast<const volatile uint64_t*>(p)[1];
+#endif
+    uint64_t both[2] = {lo, hi};
+    __builtin_memcpy(&v, both, 16);
+  } else if constexpr (sizeof(T) == 8) {
+    uint64_t b = *reinterpret_cast<const volatile uint64_t*>(p);
+    __builtin_memcpy(&v, &b, 8);
+  } else if constexpr (sizeof(T) == 4) {
+    uint32_t b = *reinterpret_cast<const volatile uint32_t*>(p);
+    __builtin_memcpy(&v, &b, 4);
+  } else if constexpr (sizeof(T) == 2) {
+    uint16_t b = *reinterpret_cast<const volatile uint16_t*>(p);
+    __builtin_memcpy(&v, &b, 2);
+  } else {
+    uint8_t b = *reinterpret_cast<const volatile uint8_t*>(p);
+    __builtin_memcpy(&v, &b, 1);
+  }
+  return v;
+#else
+  return *p;
+#endif
+}
+
 /// dst = src for `bytes` bytes, the block's threads striding over 16-byte (or 4-byte, or 1-byte) units.
 CHORUS_HOST_DEVICE inline void blockCopyBytes(char* dst, const char* src, size_t bytes, int tid, int nt) {
   if (dst == src || bytes == 0) return;
@@ -29,16 +68,16 @@ CHORUS_HOST_DEVICE inline void blockCopyBytes(char* dst, const char* src, size_t
     size_t n = bytes / 16;
     Bytes16* d = reinterpret_cast<Bytes16*>(dst);
     const Bytes16* s = reinterpret_cast<const Bytes16*>(src);
-    for (size_t i = tid; i < n; i += nt) d[i] = s[i];
+    for (size_t i = tid; i < n; i += nt) d[i] = loadSrc(s + i);
     done = n * 16;
   } else if (a % 4 == 0) {
     size_t n = bytes / 4;
     uint32_t* d = reinterpret_cast<uint32_t*>(dst);
     const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
-    for (size_t i = tid; i < n; i += nt) d[i] = s[i];
+    for (size_t i = tid; i < n; i += nt) d[i] = loadSrc(s + i);
     done = n * 4;
   }
-  for (size_t i = done + tid; i < bytes; i += nt) dst[i] = src[i];
+  for (size_t i = done + tid; i < bytes; i += nt) dst[i] = loadSrc(src + i);
 }
 
 namespace detail {
@@ -48,11 +87,11 @@ CHORUS_HOST_DEVICE inline void reduceLoop(const Fn& fn, typename Fn::Elt* dst, c
                                           const typename Fn::Elt* local, size_t n, bool pre, bool post, int tid,
                                           int nt) {
   if (pre) {
-    for (size_t i = tid; i < n; i += nt) dst[i] = applyReduce<true, false>(fn, recv[i], local[i]);
+    for (size_t i = tid; i < n; i += nt) dst[i] = applyReduce<true, false>(fn, loadSrc(recv + i), loadSrc(local + i));
   } else if (post) {
-    for (size_t i = tid; i < n; i += nt) dst[i] = applyReduce<false, true>(fn, recv[i], local[i]);
+    for (size_t i = tid; i < n; i += nt) dst[i] = applyReduce<false, true>(fn, loadSrc(recv + i), loadSrc(local + i));
   } else {
-    for (size_t i = tid; i < n; i += nt) dst[i] = applyReduce<false, false>(fn, recv[i], local[i]);
+    for (size_t i = tid; i < n; i += nt) dst[i] = applyReduce<false, false>(fn, loadSrc(recv + i), loadSrc(local + i));
   }
 }
 
@@ -87,10 +126,10 @@ CHORUS_HOST_DEVICE inline void copyTypedBlock(const RedOp& op, void* dst, const 
   const T* s = static_cast<const T*>(src);
   if (op.kind == RedKind::kPreMulSum) {
     const FuncPreMulSum<T> fn(op);
-    for (size_t i = tid; i < n; i += nt) d[i] = applyCopy<true, false>(fn, s[i]);
+    for (size_t i = tid; i < n; i += nt) d[i] = applyCopy<true, false>(fn, loadSrc(s + i));
   } else {
     const FuncSumPostDiv<T> fn(op);
-    for (size_t i = tid; i < n; i += nt) d[i] = applyCopy<false, true>(fn, s[i]);
+    for (size_t i = tid; i < n; i += nt) d[i] = applyCopy<false, true>(fn, loadSrc(s + i));
   }
 }
 
