@@ -5,11 +5,15 @@
 // copied back to the host.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -32,6 +36,28 @@ bool haveGpuInChild() {
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Runs ranks without initialising CUDA in this process: thread ranks run in a forked child, so that the process
+// variants forked later (by this test or the next one, when test_gpu runs every test in one process) start clean.
+void runGpuRanks(int n, Driver driver, const std::function<void(RankCtx&)>& body) {
+  if (driver == Driver::kProcesses) {
+    runRanks(n, driver, body);
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    runRanks(n, Driver::kThreads, body);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(::testing::Test::HasFailure() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "thread ranks " << describeStatus(status) << " (their failures are printed above)";
 }
 
 // One rank's device buffers and stream.
@@ -86,14 +112,14 @@ class Gpu : public ::testing::TestWithParam<Driver> {
 
 TEST_P(Gpu, AllReduceSeveralRanksOneGpu) {
   for (int n : {2, 4}) {
-    runRanks(n, GetParam(), [](RankCtx& c) {
+    runGpuRanks(n, GetParam(), [](RankCtx& c) {
       for (size_t count : {size_t(1), size_t(1031), size_t(1) << 22}) allReduceOnGpu(c, count);
     });
   }
 }
 
 TEST_P(Gpu, EveryCollectiveInt32) {
-  runRanks(4, GetParam(), [](RankCtx& c) {
+  runGpuRanks(4, GetParam(), [](RankCtx& c) {
     const int n = c.nranks, r = c.rank;
     const size_t N = 100000;
     int32_t *in = nullptr, *out = nullptr;
@@ -135,7 +161,7 @@ TEST_P(Gpu, EveryCollectiveInt32) {
 }
 
 TEST_P(Gpu, SendRecvRing) {
-  runRanks(3, GetParam(), [](RankCtx& c) {
+  runGpuRanks(3, GetParam(), [](RankCtx& c) {
     const size_t N = 3 << 20;
     Dev d(N);
     std::vector<float> h(N);
@@ -154,7 +180,7 @@ TEST_P(Gpu, SendRecvRing) {
 // ncclScalarDevice: the factor lives in GPU memory and the kernel reads it when it runs, so a value written on the
 // stream after the enqueue of the first call but before the second is what the second uses.
 TEST_P(Gpu, PreMulSumWithDeviceScalar) {
-  runRanks(2, GetParam(), [](RankCtx& c) {
+  runGpuRanks(2, GetParam(), [](RankCtx& c) {
     const size_t N = 1 << 20;
     Dev d(N);
     d.upload(std::vector<float>(N, float(c.rank + 1)));
@@ -175,25 +201,90 @@ TEST_P(Gpu, PreMulSumWithDeviceScalar) {
   });
 }
 
-// Captured once, replayed three times: an in-place sum of ones over n ranks gives n^3.
-TEST_P(Gpu, GraphCaptureReplays) {
-  runRanks(2, GetParam(), [](RankCtx& c) {
-    const size_t N = 1 << 16;
-    Dev d(N);
-    d.upload(std::vector<float>(N, 1.0f));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal));
-    ASSERT_EQ(ncclAllReduce(d.send, d.send, N, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
-    CUDA_OK(cudaStreamEndCapture(d.stream, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int k = 0; k < 3; k++) CUDA_OK(cudaGraphLaunch(exec, d.stream));
-    std::vector<float> out = d.download(d.send, N);
-    float want = float(c.nranks * c.nranks * c.nranks);
-    for (size_t i = 0; i < N; i++) ASSERT_EQ(out[i], want) << "i=" << i;
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+// ncclMemAlloc gives device memory of the current GPU (nccl-tests >= 2.19 allocates every buffer with it and
+// cudaMemsets it), and ncclMemFree frees it.
+TEST_P(Gpu, MemAllocIsDeviceMemory) {
+  runGpuRanks(1, GetParam(), [](RankCtx&) {
+    void* p = nullptr;
+    ASSERT_EQ(ncclMemAlloc(&p, 1 << 20), ncclSuccess) << ncclGetLastError(nullptr);
+    cudaPointerAttributes a{};
+    CUDA_OK(cudaPointerGetAttributes(&a, p));
+    EXPECT_EQ(a.type, cudaMemoryTypeDevice);
+    CUDA_OK(cudaMemset(p, 0, 1 << 20));
+    EXPECT_EQ(ncclMemFree(p), ncclSuccess);
   });
+}
+
+// One communicator on two streams (FSDP2): all-gathers on one, reduce-scatters on the other, rank 0's first stream
+// held up by host work. The operations must run in call order on every rank.
+TEST_P(Gpu, CallOrderAcrossTwoStreams) {
+  runGpuRanks(2, GetParam(), [](RankCtx& c) {
+    const size_t N = 1 << 18;
+    Dev ag(N * c.nranks), rs(N * c.nranks);
+    cudaStream_t b;
+    CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    std::vector<float> h(N * c.nranks);
+    for (size_t i = 0; i < h.size(); i++) h[i] = float(c.rank + 1);
+    ag.upload(h);
+    rs.upload(h);
+    for (int k = 0; k < 4; k++) {
+      if (c.rank == 0) {
+        CUDA_OK(cudaLaunchHostFunc(
+            ag.stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }, nullptr));
+      }
+      ASSERT_EQ(ncclAllGather(ag.send, ag.recv, N, ncclFloat32, c.comm, ag.stream), ncclSuccess);
+      ASSERT_EQ(ncclReduceScatter(rs.send, rs.recv, N, ncclFloat32, ncclSum, c.comm, b), ncclSuccess);
+    }
+    CUDA_OK(cudaStreamSynchronize(b));
+    std::vector<float> agOut = ag.download(ag.recv, N * c.nranks);
+    std::vector<float> rsOut(N);
+    CUDA_OK(cudaMemcpy(rsOut.data(), rs.recv, N * 4, cudaMemcpyDeviceToHost));
+    ncclResult_t async = ncclSuccess;
+    ASSERT_EQ(ncclCommGetAsyncError(c.comm, &async), ncclSuccess);
+    ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(c.comm);
+    for (int q = 0; q < c.nranks; q++) ASSERT_EQ(agOut[q * N + 17], float(q + 1));
+    for (size_t i = 0; i < N; i += 1001) ASSERT_EQ(rsOut[i], float(c.nranks * (c.nranks + 1) / 2)) << i;
+    cudaStreamDestroy(b);
+  });
+}
+
+// One rank: the collective is a device-to-device copy (and nothing in place).
+TEST_P(Gpu, OneRankIsACopy) {
+  runGpuRanks(1, GetParam(), [](RankCtx& c) {
+    const size_t N = 1 << 20;
+    Dev d(N);
+    std::vector<float> h(N);
+    for (size_t i = 0; i < N; i++) h[i] = float(i % 4093);
+    d.upload(h);
+    ASSERT_EQ(ncclAllReduce(d.send, d.recv, N, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(d.recv, d.recv, N, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
+    std::vector<float> out = d.download(d.recv, N);
+    for (size_t i = 0; i < N; i += 7) ASSERT_EQ(out[i], float(i % 4093)) << i;
+  });
+}
+
+// Captured once, replayed three times: an in-place sum of ones over n ranks gives n^3. In thread-local and in
+// global mode (PyTorch's), the communicator's first call included.
+TEST_P(Gpu, GraphCaptureReplays) {
+  for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal}) {
+    runGpuRanks(2, GetParam(), [mode](RankCtx& c) {
+      const size_t N = 1 << 16;
+      Dev d(N);
+      d.upload(std::vector<float>(N, 1.0f));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_OK(cudaStreamBeginCapture(d.stream, mode));
+      ASSERT_EQ(ncclAllReduce(d.send, d.send, N, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
+      CUDA_OK(cudaStreamEndCapture(d.stream, &graph));
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int k = 0; k < 3; k++) CUDA_OK(cudaGraphLaunch(exec, d.stream));
+      std::vector<float> out = d.download(d.send, N);
+      float want = float(c.nranks * c.nranks * c.nranks);
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(out[i], want) << "i=" << i;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Drivers, Gpu, ::testing::Values(Driver::kThreads, Driver::kProcesses),
@@ -217,15 +308,18 @@ TEST(GpuStaging, ProcessesOnTwoHostIdsAllReduce) {
 
 // A rank that stops calling: the other's kernel gives up after CHORUS_TIMEOUT_S and says why.
 TEST(GpuFaults, KernelTimeoutIsReported) {
-  if (!haveGpu()) GTEST_SKIP() << "no GPU visible";
+  if (!haveGpuInChild()) GTEST_SKIP() << "no GPU visible";
   setenv("CHORUS_TIMEOUT_S", "3", 1);
-  std::atomic<bool> done{false};
-  runRanks(2, Driver::kThreads, [&](RankCtx& c) {
+  auto* done = static_cast<std::atomic<bool>*>(
+      mmap(nullptr, sizeof(std::atomic<bool>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (done) std::atomic<bool>(false);
+  // Processes: thread ranks on one GPU would not launch a kernel that waits for a call that never comes.
+  runGpuRanks(2, Driver::kProcesses, [&](RankCtx& c) {
     Dev d(1024);
     ASSERT_EQ(ncclAllReduce(d.send, d.recv, 1024, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
     ASSERT_EQ(cudaStreamSynchronize(d.stream), cudaSuccess);
     if (c.rank == 1) {
-      while (!done.load()) usleep(1000);
+      while (!done->load()) usleep(1000);
       return;
     }
     ASSERT_EQ(ncclAllReduce(d.send, d.recv, 1024, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
@@ -234,8 +328,9 @@ TEST(GpuFaults, KernelTimeoutIsReported) {
     ASSERT_EQ(ncclCommGetAsyncError(c.comm, &async), ncclSuccess);
     EXPECT_EQ(async, ncclRemoteError);
     EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("rank 1"), std::string::npos) << ncclGetLastError(c.comm);
-    done = true;
+    done->store(true);
   });
+  munmap(done, sizeof(std::atomic<bool>));
   unsetenv("CHORUS_TIMEOUT_S");
 }
 
