@@ -83,6 +83,19 @@ PoisonReason reasonOf(const IoResult& r) {
 
 }  // namespace
 
+SocketHello SocketProxy::hello(int channel, int to, const FifoGeometry* geo) const {
+  SocketHello h;
+  h.commHash = commHash_;
+  h.channel = channel;
+  h.from = rank_;
+  h.to = to;
+  if (geo != nullptr) {
+    h.nSlots = geo->nSlots;
+    h.slotBytes = geo->slotBytes;
+  }
+  return h;
+}
+
 std::string SocketProxy::connName(const SocketConn& c) const {
   char buf[200];
   snprintf(buf, sizeof(buf), "rank %d: socket channel %d %s rank %d (%s, %s)", rank_, c.channel,
@@ -396,11 +409,7 @@ bool SocketProxy::queryPeer(int peer, uint64_t* word, bool* refused) {
     *refused = r.status == IoStatus::kRefused;
     return false;
   }
-  SocketHello h;
-  h.commHash = commHash_;
-  h.channel = kStatusQueryChannel;
-  h.from = rank_;
-  h.to = peer;
+  SocketHello h = hello(kStatusQueryChannel, peer, nullptr);
   r = s.sendAll(&h, sizeof(h), dl, nullptr);
   if (r.ok()) r = s.recvAll(word, sizeof(*word), dl, nullptr);
   return r.ok();

@@ -115,6 +115,8 @@ class SocketProxy : public SocketTransport {
   bool needsTimedPoll() const;
   void buildPollSet(std::vector<pollfd>* fds, std::vector<SocketConn*>* conns) const;
   std::string connName(const SocketConn& c) const;
+  /// The hello this rank sends to rank `to` on `channel` (geometry zero: a status query).
+  SocketHello hello(int channel, int to, const FifoGeometry* geo) const;
 
   ncclComm* comm_;
   int rank_;

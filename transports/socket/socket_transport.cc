@@ -158,14 +158,8 @@ ncclResult_t SocketProxy::connectSend(int channel, int peer, const FifoGeometry&
     });
     return false;
   });
-  SocketHello hello;
-  hello.commHash = commHash_;
-  hello.channel = channel;
-  hello.from = rank_;
-  hello.to = peer;
-  hello.nSlots = geo.nSlots;
-  hello.slotBytes = geo.slotBytes;
-  if (r.ok()) r = c->sock.sendAll(&hello, sizeof(hello), deadline, &comm_->abortFlag);
+  SocketHello h = hello(channel, peer, &geo);
+  if (r.ok()) r = c->sock.sendAll(&h, sizeof(h), deadline, &comm_->abortFlag);
   if (r.status == IoStatus::kRefused) {
     std::free(c->mem);
     std::string why;
