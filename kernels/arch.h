@@ -50,6 +50,13 @@
 #define CHORUS_INLINE inline __attribute__((always_inline))
 #endif
 
+/// Fully unrolls the loop that follows (its trip count is a constant), in every compiler.
+#if CHORUS_CUDA || CHORUS_HIP
+#define CHORUS_UNROLL _Pragma("unroll")
+#else
+#define CHORUS_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 /// No-alias qualifier understood by g++, nvcc and hipcc.
 #define CHORUS_RESTRICT __restrict__
 
