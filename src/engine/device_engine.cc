@@ -260,12 +260,50 @@ char* DeviceEngine::outScratch(size_t bytes) {
   return static_cast<char*>(p);
 }
 
-ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int nChannels) {
+namespace {
+
+bool sameRef(const BufRef& a, const BufRef& b) { return a.buf == b.buf && a.block == b.block; }
+bool sameStep(const Step& a, const Step& b) {
+  return a.op == b.op && sameRef(a.src, b.src) && sameRef(a.dst, b.dst) && a.final == b.final;
+}
+
+// The plain copies of a schedule the copy engine can do before the kernel: input block to output block, in every
+// channel, with no transform (a non-reducing collective), into an output block no other step reads or writes.
+std::vector<Step> copyEngineSteps(const Schedule* scheds, int nChannels, bool reducing) {
+  std::vector<Step> out;
+  if (reducing) return out;
+  for (const Step& c : scheds[0].steps) {
+    if (c.op != StepOp::kCopy || c.src.buf != Buf::kInput || c.dst.buf != Buf::kOutput || c.final) continue;
+    bool ok = true;
+    for (int ch = 0; ch < nChannels && ok; ch++) {
+      int same = 0;
+      for (const Step& st : scheds[ch].steps) {
+        if (sameStep(st, c)) {
+          same++;
+          continue;
+        }
+        if (sameRef(st.src, c.dst) || sameRef(st.dst, c.dst)) ok = false;
+      }
+      ok = ok && same == 1;
+    }
+    if (ok) out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int nChannels,
+                                        const std::vector<Step>& skip) {
   // Channel c's steps, then the connection ends they use (each once), in step order.
   size_t n = 0;
   for (int ch = 0; ch < nChannels; ch++) {
     w->chanFirst[ch] = static_cast<uint16_t>(n);
-    for (const Step& st : scheds[ch].steps) w->steps[n++] = st;
+    for (const Step& st : scheds[ch].steps) {
+      bool skipped = false;
+      for (const Step& k : skip) skipped |= sameStep(st, k);
+      if (!skipped) w->steps[n++] = st;
+    }
   }
   w->chanFirst[nChannels] = static_cast<uint16_t>(n);
   std::vector<LaunchEnd> unique = launchEnds(scheds, nChannels);
@@ -414,7 +452,17 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
                 "rank %d: %s over %d ranks needs more than the %d schedule steps one "
                 "device launch holds, even on one channel (set NCCL_ALGO, or use host buffers)",
                 comm_->rank, collName(op.coll), comm_->nranks, kDevMaxSteps);
-  CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels));
+  // Plain copies from the input to the output (the local block of an out-of-place allgather, a broadcast root's
+  // own copy) go to the copy engine, before the kernel, which then leaves them out.
+  std::vector<Step> copies = copyEngineSteps(plan.scheds->data(), plan.nChannels, plan.reducing);
+  for (const Step& c : copies) {
+    size_t sb = m.blockElems * static_cast<size_t>(c.src.block), db = m.blockElems * static_cast<size_t>(c.dst.block);
+    size_t sn = sb < m.inTotal ? std::min(m.blockElems, m.inTotal - sb) : 0;
+    size_t dn = db < m.outTotal ? std::min(m.blockElems, m.outTotal - db) : 0;
+    if (sn != dn) CHORUS_FAIL(comm_, ncclInternalError, "rank %d: a copy step between blocks of different sizes", comm_->rank);
+    CHORUS_CHECK(copy(m.out + db * m.esize, m.in + sb * m.esize, sn * m.esize, op.stream, collName(op.coll)));
+  }
+  CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels, copies));
   std::vector<int> all(comm_->nranks);
   for (int r = 0; r < comm_->nranks; r++) all[r] = r;  // a collective waits on every rank
   return launch(w, op.stream, collName(op.coll), all);

@@ -49,8 +49,9 @@ class DeviceEngine {
   /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
   int channelsFor(const OpDesc& op) const;
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
-  /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections.
-  ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels);
+  /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections. Steps equal
+  /// to one in `skip` are left out (the copy engine does them).
+  ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels, const std::vector<Step>& skip = {});
   /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business).
   ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers);
   /// Enqueues a device-to-device copy on stream, in this communicator's call order.

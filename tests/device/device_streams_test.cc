@@ -306,5 +306,31 @@ TEST_F(Emulated, OneRankAndSelfSendsAreCopies) {
   });
 }
 
+// A step that only copies the input into the output (an out-of-place allgather's own block, a broadcast root's
+// copy) is done by the copy engine before the kernel; the kernel leaves it out, and results stay exact.
+TEST_F(Emulated, PlainCopyStepsGoToTheCopyEngine) {
+  runRanks(3, Driver::kProcesses, [](RankCtx& c) {
+    const int n = c.nranks;
+    const size_t N = 20000;
+    DevBuf in(gEmu, N * 4), out(gEmu, N * n * 4);
+    for (size_t i = 0; i < N; i++) in.as<int32_t>()[i] = int32_t(c.rank * 100000 + int(i));
+    cudaStream_t s = rankStream(c, 1);
+    int copies = gEmu.copies;
+    ASSERT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, s), ncclSuccess);
+    sync(s);
+    EXPECT_EQ(gEmu.copies - copies, 1) << "the own block of an out-of-place allgather";
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(q * 100000 + int(i)));
+    copies = gEmu.copies;
+    int32_t* own = out.as<int32_t>() + c.rank * N;
+    ASSERT_EQ(ncclAllGather(own, out.as<int32_t>(), N, ncclInt32, c.comm, s), ncclSuccess);  // in place
+    ASSERT_EQ(ncclBroadcast(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, 2, c.comm, s), ncclSuccess);
+    sync(s);
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+    EXPECT_EQ(gEmu.copies - copies, c.rank == 2 ? 1 : 0) << "none in place; the root's own copy";
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[i], int32_t(2 * 100000 + int(i)));
+  });
+}
+
 }  // namespace
 }  // namespace chorus_test
