@@ -57,12 +57,9 @@ void sleepMs(int ms) {
   nanosleep(&ts, nullptr);
 }
 
-// One interface address seen by getifaddrs, in discovery order.
-struct IfAddr {
-  std::string name;
-  unsigned flags;
-  SockAddr addr;
-};
+}  // namespace
+
+// ---- interfaces ----------------------------------------------------------------------------
 
 std::vector<IfAddr> listInterfaces() {
   std::vector<IfAddr> out;
@@ -87,8 +84,6 @@ std::vector<IfAddr> listInterfaces() {
   freeifaddrs(list);
   return out;
 }
-
-}  // namespace
 
 // ---- SockAddr -------------------------------------------------------------------------------
 

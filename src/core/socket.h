@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/timeout.h"
 #include "nccl.h"
@@ -65,6 +66,15 @@ ncclResult_t parseAddress(const std::string& text, SockAddr* out, std::string* w
 /// Whether interface `name` is selected by an NCCL_SOCKET_IFNAME-style `spec`:
 /// comma-separated prefixes; a leading `^` excludes the listed ones; `=` (after any `^`) makes them exact names.
 bool ifNameMatches(const std::string& spec, const std::string& name);
+
+/// One interface address seen by getifaddrs.
+struct IfAddr {
+  std::string name;
+  unsigned flags;  ///< IFF_*
+  SockAddr addr;
+};
+/// This host's IPv4 and routable IPv6 interface addresses, in discovery order.
+std::vector<IfAddr> listInterfaces();
 
 /// Picks the local address to listen on: NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY when set, else the first
 /// non-loopback interface that is up (IPv4 before IPv6), else loopback. `ifName` (may be null) gets its name.
