@@ -20,6 +20,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+}  // namespace
+
 // Fixed-size strings through Control::allgather.
 constexpr size_t kText = 4096;
 std::vector<std::string> gatherText(perf::Control& ctl, const std::string& mine) {
@@ -27,12 +29,23 @@ std::vector<std::string> gatherText(perf::Control& ctl, const std::string& mine)
   std::memcpy(in.data(), mine.data(), std::min(mine.size(), kText - 1));
   std::vector<std::string> all;
   if (!ctl.allgather(in.data(), kText, out.data())) return all;
-  for (int p = 0; p < ctl.nprocs(); p++)
-    all.emplace_back(out.data() + p * kText, strnlen(out.data() + p * kText, kText));
+  for (int p = 0; p < ctl.nprocs(); p++) all.emplace_back(out.data() + p * kText, strnlen(out.data() + p * kText, kText));
   return all;
 }
 
-}  // namespace
+std::vector<std::string> gatherLines(perf::Control& ctl, const std::vector<std::string>& mine) {
+  std::string joined;
+  for (const std::string& m : mine) joined += m + "\n";
+  std::vector<std::string> lines;
+  for (const std::string& s : gatherText(ctl, joined)) {
+    for (size_t a = 0, b; a < s.size(); a = b + 1) {
+      b = s.find('\n', a);
+      if (b == std::string::npos) b = s.size();
+      if (b > a) lines.push_back(s.substr(a, b - a));
+    }
+  }
+  return lines;
+}
 
 std::vector<std::string> checkConnectivity(perf::Control& ctl, const std::vector<Facts>& facts, int timeoutS) {
   int me = ctl.proc();

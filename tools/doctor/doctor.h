@@ -81,6 +81,11 @@ bool judgeFacts(Report* r);
 /// Findings about pairwise links (outliers against the median of their class) and the collectives.
 void judgeLinks(Report* r);
 
+/// Every rank's strings (up to 4 KB a rank): the text of rank 0's first, then rank 1's...; every rank gets all.
+std::vector<std::string> gatherText(perf::Control& ctl, const std::string& mine);
+/// Every rank's lines, in rank order.
+std::vector<std::string> gatherLines(perf::Control& ctl, const std::vector<std::string>& mine);
+
 /// Every rank connects to one rank of every other host on the interface chorus would use. Returns this rank's
 /// failures; `facts` are every rank's.
 std::vector<std::string> checkConnectivity(perf::Control& ctl, const std::vector<Facts>& facts, int timeoutS);

@@ -92,21 +92,7 @@ int main(int argc, char** argv) {
   // 2. Connectivity between hosts, on the interface chorus would use.
   progress(rank, "2/5 connectivity between hosts");
   std::vector<std::string> fails = checkConnectivity(*ctl, r.facts, timeoutS);
-  std::string joined;
-  for (const std::string& f : fails) joined += f + "\n";
-  {
-    std::vector<char> in(4096, 0), out(4096 * static_cast<size_t>(n));
-    std::memcpy(in.data(), joined.data(), std::min<size_t>(joined.size(), 4095));
-    if (!ctl->allgather(in.data(), 4096, out.data())) return 2;
-    for (int p = 0; p < n; p++) {
-      std::string s(out.data() + p * 4096, strnlen(out.data() + p * 4096, 4096));
-      for (size_t a = 0, b; a < s.size(); a = b + 1) {
-        b = s.find('\n', a);
-        if (b == std::string::npos) b = s.size();
-        if (b > a) r.unreachable.push_back(s.substr(a, b - a));
-      }
-    }
-  }
+  r.unreachable = gatherLines(*ctl, fails);
   for (const std::string& u : r.unreachable) r.findings.push_back({true, u});
   commPossible &= r.unreachable.empty();
 
@@ -130,19 +116,7 @@ int main(int argc, char** argv) {
           measurePairs(*ctl, comm, rank, n, lo, &r.pairs, [&](const std::string& s) { progress(rank, "3/5 " + s); });
       progress(rank, "4/5 every collective, checked");
       std::vector<std::string> wrong = ok ? checkCollectives(comm, rank, n) : std::vector<std::string>{};
-      std::string w;
-      for (const std::string& x : wrong) w += x + "\n";
-      std::vector<char> in(4096, 0), out(4096 * static_cast<size_t>(n));
-      std::memcpy(in.data(), w.data(), std::min<size_t>(w.size(), 4095));
-      if (!ctl->allgather(in.data(), 4096, out.data())) return 2;
-      for (int p = 0; p < n; p++) {
-        std::string s(out.data() + p * 4096, strnlen(out.data() + p * 4096, 4096));
-        for (size_t a = 0, b; a < s.size(); a = b + 1) {
-          b = s.find('\n', a);
-          if (b == std::string::npos) b = s.size();
-          if (b > a) r.wrongResults.push_back(s.substr(a, b - a));
-        }
-      }
+      r.wrongResults = gatherLines(*ctl, wrong);
       progress(rank, "5/5 timed allreduce and allgather");
       r.timedBytes = lo.collBytes;
       if (ok && r.wrongResults.empty() && n > 1)
@@ -165,11 +139,8 @@ int main(int argc, char** argv) {
       }
       ncclCommDestroy(comm);
     } else {
-      std::vector<char> in(1024, 0), out(1024 * static_cast<size_t>(n));
-      std::memcpy(in.data(), r.initError.data(), std::min<size_t>(r.initError.size(), 1023));
-      if (!ctl->allgather(in.data(), 1024, out.data())) return 2;
-      for (int p = 0; p < n && rank == 0; p++)
-        if (out[p * 1024] != 0) r.findings.push_back({true, std::string(out.data() + p * 1024)});
+      for (const std::string& e : gatherText(*ctl, r.initError))
+        if (!e.empty()) r.findings.push_back({true, e});
     }
   } else {
     r.findings.push_back({false, "no communicator was made: the problems above would stop chorus at init"});
