@@ -3,6 +3,7 @@
 // between these ranks, shared memory within a host and the net across).
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -100,6 +101,60 @@ std::vector<std::string> checkConnectivity(perf::Control& ctl, const std::vector
   return failures;
 }
 
+namespace {
+
+// Latency (one way, us) and bandwidth (GB/s each way) between this rank and `partner`, the lower rank timing.
+// Returns false when a call failed.
+bool measureOne(ncclComm_t comm, int rank, int partner, const LinkOptions& o, char* sendb, char* recvb, double* lat,
+                double* bw) {
+  bool ok = true;
+  const bool first = rank < partner;
+  // Latency: ping-pong of 8 bytes.
+  auto pingPong = [&](int iters) {
+    for (int i = 0; i < iters && ok; i++) {
+      if (first) {
+        ok = ncclSend(sendb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess &&
+             ncclRecv(recvb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess;
+      } else {
+        ok = ncclRecv(recvb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess &&
+             ncclSend(sendb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess;
+      }
+    }
+  };
+  // Bandwidth: both ways at once.
+  auto exchange = [&](int iters) {
+    for (int i = 0; i < iters && ok; i++) {
+      ok = ncclGroupStart() == ncclSuccess &&
+           ncclSend(sendb, o.bwBytes, ncclChar, partner, comm, nullptr) == ncclSuccess &&
+           ncclRecv(recvb, o.bwBytes, ncclChar, partner, comm, nullptr) == ncclSuccess && ncclGroupEnd() == ncclSuccess;
+    }
+  };
+  // Best of several windows and the fastest round trip, timed in two halves a moment apart (before and after the
+  // bandwidth windows): a link that is slow is slow every time, while a busy CPU (other processes, a rank
+  // descheduled) slows some windows and some round trips only.
+  *lat = 1e300;
+  auto latency = [&](int iters) {
+    for (int i = 0; i < iters && ok; i++) {
+      auto t0 = Clock::now();
+      pingPong(1);
+      *lat = std::min(*lat, seconds(t0) / 2 * 1e6);
+    }
+  };
+  pingPong(3);
+  latency(o.latIters / 2);
+  exchange(2);
+  *bw = 0;
+  for (int w = 0; w < 3; w++) {
+    auto t0 = Clock::now();
+    exchange(o.bwIters);
+    *bw = std::max(*bw, double(o.bwBytes) * o.bwIters / seconds(t0) / 1e9);
+  }
+  latency(o.latIters - o.latIters / 2);
+  return ok;
+}
+
+}  // namespace
+
 bool measurePairs(perf::Control& ctl, void* commp, int rank, int n, const LinkOptions& o, std::vector<PairResult>* out,
                   const std::function<void(const std::string&)>& progress) {
   auto comm = static_cast<ncclComm_t>(commp);
@@ -108,8 +163,6 @@ bool measurePairs(perf::Control& ctl, void* commp, int rank, int n, const LinkOp
   std::vector<int> circle(m);
   for (int i = 0; i < m; i++) circle[i] = i;
   std::vector<char> buf(2 * o.bwBytes + 64);
-  char* sendb = buf.data();
-  char* recvb = buf.data() + o.bwBytes;
   std::vector<double> mine(4 * (m - 1), -1.0);  // per round: a, b, latency, bandwidth (when this rank is a)
   bool ok = true;
   for (int round = 0; round < m - 1; round++) {
@@ -122,37 +175,9 @@ bool measurePairs(perf::Control& ctl, void* commp, int rank, int n, const LinkOp
     }
     if (!ctl.barrier()) return false;
     if (ok && partner >= 0 && partner < n) {
-      bool first = rank < partner;
-      // Latency: ping-pong of 8 bytes, the first rank timing it.
-      auto pingPong = [&](int iters) {
-        for (int i = 0; i < iters && ok; i++) {
-          if (first) {
-            ok = ncclSend(sendb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess &&
-                 ncclRecv(recvb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess;
-          } else {
-            ok = ncclRecv(recvb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess &&
-                 ncclSend(sendb, 8, ncclChar, partner, comm, nullptr) == ncclSuccess;
-          }
-        }
-      };
-      // Bandwidth: both ways at once.
-      auto exchange = [&](int iters) {
-        for (int i = 0; i < iters && ok; i++) {
-          ok = ncclGroupStart() == ncclSuccess &&
-               ncclSend(sendb, o.bwBytes, ncclChar, partner, comm, nullptr) == ncclSuccess &&
-               ncclRecv(recvb, o.bwBytes, ncclChar, partner, comm, nullptr) == ncclSuccess &&
-               ncclGroupEnd() == ncclSuccess;
-        }
-      };
-      exchange(2);
-      auto t0 = Clock::now();
-      exchange(o.bwIters);
-      double bw = double(o.bwBytes) * o.bwIters / seconds(t0) / 1e9;
-      pingPong(3);
-      t0 = Clock::now();
-      pingPong(o.latIters);
-      double lat = seconds(t0) / o.latIters / 2 * 1e6;
-      if (ok && first) {
+      double lat = 0, bw = 0;
+      ok = measureOne(comm, rank, partner, o, buf.data(), buf.data() + o.bwBytes, &lat, &bw);
+      if (ok && rank < partner) {
         mine[4 * round] = rank;
         mine[4 * round + 1] = partner;
         mine[4 * round + 2] = lat;
@@ -172,6 +197,35 @@ bool measurePairs(perf::Control& ctl, void* commp, int rank, int n, const LinkOp
   }
   std::vector<double> okAll = {ok ? 0.0 : 1.0};
   return ctl.allreduce(&okAll, perf::Reduce::kMax) && okAll[0] == 0.0;
+}
+
+bool remeasurePairs(perf::Control& ctl, void* commp, int rank, const LinkOptions& o, const std::vector<size_t>& which,
+                    std::vector<PairResult>* pairs) {
+  auto comm = static_cast<ncclComm_t>(commp);
+  std::vector<char> buf(2 * o.bwBytes + 64);
+  // Per pair: latency and bandwidth as its lower rank measured them (others: no value), reduced with max.
+  std::vector<double> got(2 * which.size(), -1.0);
+  bool ok = true;
+  for (size_t k = 0; k < which.size(); k++) {
+    const PairResult& p = (*pairs)[which[k]];
+    if (!ctl.barrier()) return false;
+    if (!ok || (rank != p.a && rank != p.b)) continue;
+    double lat = 0, bw = 0;
+    ok = measureOne(comm, rank, rank == p.a ? p.b : p.a, o, buf.data(), buf.data() + o.bwBytes, &lat, &bw);
+    if (ok && rank == std::min(p.a, p.b)) {
+      got[2 * k] = lat;
+      got[2 * k + 1] = bw;
+    }
+  }
+  std::vector<double> okAll = {ok ? 0.0 : 1.0};
+  if (!ctl.allreduce(&got, perf::Reduce::kMax) || !ctl.allreduce(&okAll, perf::Reduce::kMax) || okAll[0] != 0.0)
+    return false;
+  for (size_t k = 0; k < which.size(); k++) {
+    PairResult& p = (*pairs)[which[k]];
+    if (got[2 * k] >= 0) p.latencyUs = std::min(p.latencyUs, got[2 * k]);
+    p.gbps = std::max(p.gbps, got[2 * k + 1]);
+  }
+  return true;
 }
 
 std::vector<std::string> checkCollectives(void* commp, int r, int n) {

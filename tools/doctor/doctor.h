@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct Facts {
 
 /// Collects this rank's facts.
 Facts collectFacts(int rank);
+/// Microseconds some task of this host waited for a CPU core since boot (/proc/pressure/cpu, "some" total);
+/// negative where the kernel does not report CPU pressure.
+double cpuStallMicros();
 /// Fixed-size wire form for Control::allgather.
 constexpr size_t kFactsBytes = 16384;
 void encodeFacts(const Facts& f, char* out);
@@ -51,8 +55,8 @@ std::string rankName(const Facts& f);
 /// A measured pair of ranks.
 struct PairResult {
   int a = -1, b = -1;
-  double latencyUs = 0;  ///< one way
-  double gbps = 0;       ///< GB/s each way, both ways at once
+  double latencyUs = 0;  ///< one way: half the fastest round trip
+  double gbps = 0;       ///< GB/s each way, both ways at once (best of three windows)
 };
 
 /// One thing the report says. Problems make the exit status nonzero.
@@ -68,6 +72,9 @@ struct Report {
   bool commPhases = false;               ///< the communicator phases ran
   std::string initError;
   std::vector<PairResult> pairs;
+  /// Per rank: the share of the pair measurements during which some task of its host waited for a CPU core
+  /// (CPU pressure); negative: unknown. A busy CPU delays every wakeup, so latency there is not the link's.
+  std::vector<double> cpuBusy;
   std::vector<std::string> wrongResults;  ///< collectives whose values were wrong
   double allreduceBusbw = 0, allgatherBusbw = 0, predictedBusbw = 0;
   size_t timedBytes = 0;
@@ -78,7 +85,18 @@ struct Report {
 /// Settings and host checks: findings about facts alone. Returns false when a communicator cannot be made
 /// (no interface, or settings the bootstrap refuses), so the later phases are skipped.
 bool judgeFacts(Report* r);
-/// Findings about pairwise links (outliers against the median of their class) and the collectives.
+/// Pairwise outliers against the median of their class (within a host, between hosts), by index in Report::pairs.
+struct LinkVerdict {
+  std::map<uint64_t, std::pair<double, double>> slowHosts;   ///< host hash -> {median GB/s of its pairs, of the rest}
+  std::map<uint64_t, std::pair<double, double>> laggyHosts;  ///< host hash -> {median latency (us) of its pairs, rest}
+  std::set<size_t> slowPairs;                                ///< below a third of the median bandwidth
+  std::set<size_t> laggyPairs;                               ///< latency over 3x the median and 50 us more
+  double medianGbpsSame = 0, medianGbpsOther = 0, medianUsSame = 0, medianUsOther = 0;
+};
+LinkVerdict classifyLinks(const Report& r);
+/// The pairs an outlier rule names (or whose host it names): measured again before the verdict.
+std::vector<size_t> suspectPairs(const Report& r);
+/// Findings about pairwise links (classifyLinks) and the collectives.
 void judgeLinks(Report* r);
 
 /// Every rank's strings (up to 4 KB a rank): the text of rank 0's first, then rank 1's...; every rank gets all.
@@ -101,6 +119,10 @@ struct LinkOptions {
 /// Pairwise latency and bandwidth in rounds of disjoint pairs; every rank returns every pair.
 bool measurePairs(perf::Control& ctl, void* comm, int rank, int nranks, const LinkOptions& o,
                   std::vector<PairResult>* out, const std::function<void(const std::string&)>& progress);
+/// Measures pairs[i], i in `which`, again, one pair at a time, keeping the better latency and bandwidth of the two
+/// measurements: a busy CPU slows some measurements, a slow link every one. Every rank passes the same arguments.
+bool remeasurePairs(perf::Control& ctl, void* comm, int rank, const LinkOptions& o, const std::vector<size_t>& which,
+                    std::vector<PairResult>* pairs);
 /// A checked pass over every collective; returns the failures this rank saw.
 std::vector<std::string> checkCollectives(void* comm, int rank, int nranks);
 /// Timed allreduce and allgather busbw (GB/s), the same on every rank.

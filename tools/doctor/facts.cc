@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -31,6 +32,19 @@ std::string clean(const std::string& s) {
 }
 
 }  // namespace
+
+double cpuStallMicros() {
+  FILE* fp = fopen("/proc/pressure/cpu", "r");
+  if (fp == nullptr) return -1;
+  char line[256];
+  double total = -1;
+  while (fgets(line, sizeof(line), fp) != nullptr) {
+    const char* t = strstr(line, "total=");
+    if (strncmp(line, "some", 4) == 0 && t != nullptr) total = strtod(t + 6, nullptr);
+  }
+  fclose(fp);
+  return total;
+}
 
 Facts collectFacts(int rank) {
   Facts f;

@@ -146,57 +146,129 @@ bool judgeFacts(Report* r) {
   return commPossible;
 }
 
+/// CPU pressure from which a host's latencies are its load's rather than its links' (tasks waited for a core more
+/// than half the time). chorus-doctor's own ranks make about 30% on two cores.
+constexpr double kBusyCpu = 0.5;
+
+LinkVerdict classifyLinks(const Report& r) {
+  LinkVerdict v;
+  const std::vector<Facts>& fs = r.facts;
+  for (bool sameHost : {true, false}) {
+    std::vector<size_t> cls;
+    for (size_t i = 0; i < r.pairs.size(); i++)
+      if ((fs[r.pairs[i].a].hostHash == fs[r.pairs[i].b].hostHash) == sameHost) cls.push_back(i);
+    if (cls.size() < 3) continue;  // no median to speak of
+    std::vector<double> bw, lat;
+    for (size_t i : cls) {
+      bw.push_back(r.pairs[i].gbps);
+      lat.push_back(r.pairs[i].latencyUs);
+    }
+    double mbw = median(bw), mlat = median(lat);
+    (sameHost ? v.medianGbpsSame : v.medianGbpsOther) = mbw;
+    (sameHost ? v.medianUsSame : v.medianUsOther) = mlat;
+    // A host slow with every other host is named once, as the host: the median of its pairs against the median
+    // of the pairs without it (the overall median would be dragged down by its own pairs).
+    if (!sameHost) {
+      std::set<uint64_t> hostSet;
+      for (size_t i : cls) hostSet.insert({fs[r.pairs[i].a].hostHash, fs[r.pairs[i].b].hostHash});
+      for (uint64_t h : hostSet) {
+        std::vector<double> with, without, latWith, latWithout;
+        for (size_t i : cls) {
+          bool mine = fs[r.pairs[i].a].hostHash == h || fs[r.pairs[i].b].hostHash == h;
+          (mine ? with : without).push_back(r.pairs[i].gbps);
+          (mine ? latWith : latWithout).push_back(r.pairs[i].latencyUs);
+        }
+        if (with.size() < 2 || without.empty()) continue;
+        if (median(with) < median(without) / 2.5) v.slowHosts[h] = {median(with), median(without)};
+        double lw = median(latWith), lo = median(latWithout);
+        if (lw > 3 * lo && lw > lo + 50) v.laggyHosts[h] = {lw, lo};
+      }
+    }
+    for (size_t i : cls) {
+      const PairResult& p = r.pairs[i];
+      if (p.gbps < mbw / 3) v.slowPairs.insert(i);
+      if (p.latencyUs > 3 * mlat && p.latencyUs > mlat + 50) v.laggyPairs.insert(i);
+    }
+  }
+  return v;
+}
+
+std::vector<size_t> suspectPairs(const Report& r) {
+  LinkVerdict v = classifyLinks(r);
+  std::set<size_t> out(v.slowPairs.begin(), v.slowPairs.end());
+  out.insert(v.laggyPairs.begin(), v.laggyPairs.end());
+  for (size_t i = 0; i < r.pairs.size(); i++)
+    for (int k : {r.pairs[i].a, r.pairs[i].b})
+      if (v.slowHosts.count(r.facts[k].hostHash) || v.laggyHosts.count(r.facts[k].hostHash)) out.insert(i);
+  return std::vector<size_t>(out.begin(), out.end());
+}
+
+namespace {
+
+// A latency finding: a problem, or a note where one of `ranks` ran on a host whose CPU was busy most of the time
+// (a rank's wakeup then waits for a core: the latency is the host's load, not the link's).
+Finding latencyFinding(const Report& r, const std::vector<int>& ranks, const std::string& what) {
+  int busy = -1;
+  for (int k : ranks)
+    if (static_cast<size_t>(k) < r.cpuBusy.size() && r.cpuBusy[k] >= kBusyCpu &&
+        (busy < 0 || r.cpuBusy[k] > r.cpuBusy[busy]))
+      busy = k;
+  if (busy < 0) return {true, what};
+  char c[200];
+  snprintf(c, sizeof(c),
+           "; not counted as a problem: tasks on %s waited for a CPU core %.0f%% of the time (CPU "
+           "pressure), which delays every wakeup; measure again on idle hosts",
+           hostName(r.facts[busy]).c_str(), 100 * r.cpuBusy[busy]);
+  return {false, what + c};
+}
+
+std::string us(double v) {
+  char b[32];
+  snprintf(b, sizeof(b), "%.1f us", v);
+  return b;
+}
+
+}  // namespace
+
 void judgeLinks(Report* r) {
   const std::vector<Facts>& fs = r->facts;
   for (const std::string& w : r->wrongResults) r->findings.push_back({true, w});
   if (r->pairs.empty()) return;
-  for (bool sameHost : {true, false}) {
-    std::vector<const PairResult*> cls;
-    for (const PairResult& p : r->pairs)
-      if ((fs[p.a].hostHash == fs[p.b].hostHash) == sameHost) cls.push_back(&p);
-    if (cls.size() < 3) continue;  // no median to speak of
-    std::vector<double> bw, lat;
-    for (const PairResult* p : cls) {
-      bw.push_back(p->gbps);
-      lat.push_back(p->latencyUs);
+  LinkVerdict v = classifyLinks(*r);
+  // Hosts first, once each, in the order of their first rank.
+  std::set<uint64_t> named;
+  for (const Facts& f : fs) {
+    if (!named.insert(f.hostHash).second) continue;
+    auto slow = v.slowHosts.find(f.hostHash);
+    if (slow != v.slowHosts.end())
+      r->findings.push_back({true, "host " + hostName(f) + ": slow with every other host: " + gbps(slow->second.first) +
+                                       " against a median of " + gbps(slow->second.second) +
+                                       " between the other hosts (its link?)"});
+    auto lag = v.laggyHosts.find(f.hostHash);
+    if (lag != v.laggyHosts.end()) {
+      std::vector<int> ranks;
+      for (const Facts& x : fs)
+        if (x.hostHash == f.hostHash) ranks.push_back(x.rank);
+      r->findings.push_back(
+          latencyFinding(*r, ranks,
+                         "host " + hostName(f) + ": high latency with every other host: " + us(lag->second.first) +
+                             " against a median of " + us(lag->second.second) + " between the other hosts"));
     }
-    double mbw = median(bw), mlat = median(lat);
-    auto slow = [&](const PairResult* p) { return p->gbps < mbw / 3; };
-    auto laggy = [&](const PairResult* p) { return p->latencyUs > 3 * mlat && p->latencyUs > mlat + 50; };
-    const char* what = sameHost ? "within a host" : "between hosts";
-    // A host slow with every other host is named once, as the host: the median of its pairs against the median
-    // of the pairs without it (the overall median would be dragged down by its own pairs).
-    std::set<uint64_t> slowHosts;
-    if (!sameHost) {
-      std::set<uint64_t> hostSet;
-      for (const PairResult* p : cls) hostSet.insert({fs[p->a].hostHash, fs[p->b].hostHash});
-      for (uint64_t h : hostSet) {
-        std::vector<double> with, without;
-        const Facts* f = nullptr;
-        for (const PairResult* p : cls) {
-          bool mine = fs[p->a].hostHash == h || fs[p->b].hostHash == h;
-          (mine ? with : without).push_back(p->gbps);
-          if (mine) f = fs[p->a].hostHash == h ? &fs[p->a] : &fs[p->b];
-        }
-        if (with.size() < 2 || without.empty() || median(with) >= median(without) / 2.5) continue;
-        slowHosts.insert(h);
-        r->findings.push_back({true, "host " + hostName(*f) + ": slow with every other host: " + gbps(median(with)) +
-                                         " against a median of " + gbps(median(without)) +
-                                         " between the other hosts (its link?)"});
-      }
-    }
-    for (const PairResult* p : cls) {
-      bool hostNamed = slowHosts.count(fs[p->a].hostHash) || slowHosts.count(fs[p->b].hostHash);
-      std::string who = sameHost ? rankName(fs[p->a]) + " <-> rank " + std::to_string(p->b)
-                                 : "host " + hostName(fs[p->a]) + " <-> host " + hostName(fs[p->b]);
-      if (slow(p) && !hostNamed)
-        r->findings.push_back({true, who + ": " + gbps(p->gbps) + ", median " + gbps(mbw) + " " + what});
-      if (laggy(p)) {
-        char b[96];
-        snprintf(b, sizeof(b), ": latency %.1f us, median %.1f us ", p->latencyUs, mlat);
-        r->findings.push_back({true, who + b + what});
-      }
-    }
+  }
+  for (size_t i = 0; i < r->pairs.size(); i++) {
+    const PairResult& p = r->pairs[i];
+    bool sameHost = fs[p.a].hostHash == fs[p.b].hostHash;
+    auto hostNamed = [&](const auto& hosts) { return hosts.count(fs[p.a].hostHash) || hosts.count(fs[p.b].hostHash); };
+    const char* what = sameHost ? " within a host" : " between hosts";
+    std::string who = sameHost ? rankName(fs[p.a]) + " <-> rank " + std::to_string(p.b)
+                               : "host " + hostName(fs[p.a]) + " <-> host " + hostName(fs[p.b]);
+    if (v.slowPairs.count(i) && !hostNamed(v.slowHosts))
+      r->findings.push_back({true, who + ": " + gbps(p.gbps) + ", median " +
+                                       gbps(sameHost ? v.medianGbpsSame : v.medianGbpsOther) + what});
+    if (v.laggyPairs.count(i) && !hostNamed(v.laggyHosts))
+      r->findings.push_back(latencyFinding(
+          *r, {p.a, p.b},
+          who + ": latency " + us(p.latencyUs) + ", median " + us(sameHost ? v.medianUsSame : v.medianUsOther) + what));
   }
   if (r->predictedBusbw > 0 && r->allreduceBusbw > 0) {
     char b[200];

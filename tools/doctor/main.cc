@@ -1,6 +1,8 @@
 // chorus-doctor: the phases, in order. Every rank makes the same calls; rank 0 reports. See doctor.h.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -112,8 +114,23 @@ int main(int argc, char** argv) {
     if (!ctl->allreduce(&failed, perf::Reduce::kMax)) return 2;
     if (failed[0] == 0) {
       r.commPhases = true;
+      const double stall0 = cpuStallMicros();
+      const auto wall0 = std::chrono::steady_clock::now();
       bool ok =
           measurePairs(*ctl, comm, rank, n, lo, &r.pairs, [&](const std::string& s) { progress(rank, "3/5 " + s); });
+      // Outliers are measured again (twice at most) before they are named: every rank has every pair, so all
+      // pick the same ones.
+      for (int pass = 0; pass < 2 && ok; pass++) {
+        std::vector<size_t> again = suspectPairs(r);
+        if (again.empty()) break;
+        progress(rank, "3/5 pairs: " + std::to_string(again.size()) + " outlier(s) measured again");
+        ok = remeasurePairs(*ctl, comm, rank, lo, again, &r.pairs);
+      }
+      const double stall1 = cpuStallMicros();
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wall0).count();
+      r.cpuBusy.assign(n, -1.0);
+      double busy = stall0 >= 0 && stall1 >= stall0 && us > 0 ? std::min(1.0, (stall1 - stall0) / us) : -1.0;
+      if (!ctl->allgather(&busy, sizeof(busy), r.cpuBusy.data())) return 2;
       progress(rank, "4/5 every collective, checked");
       std::vector<std::string> wrong = ok ? checkCollectives(comm, rank, n) : std::vector<std::string>{};
       r.wrongResults = gatherLines(*ctl, wrong);

@@ -51,7 +51,12 @@ std::string formatReport(const Report& r) {
     o << "  " << hostName(f) << ": ranks";
     for (const Facts* x : ranks) o << " " << x->rank;
     o << "; " << f.gpus << " GPU(s); interface " << (f.ifName.empty() ? "none" : f.ifName + " " + f.ifAddr) << " ("
-      << f.ifChoice << "); " << f.version << "\n";
+      << f.ifChoice << "); " << f.version;
+    double busy = -1;
+    for (const Facts* x : ranks)
+      if (static_cast<size_t>(x->rank) < r.cpuBusy.size()) busy = std::max(busy, r.cpuBusy[x->rank]);
+    if (busy >= 0) o << fmt("; CPU pressure %.0f%%", 100 * busy);
+    o << "\n";
   }
   if (!r.unreachable.empty()) {
     o << "\nConnectivity\n";
@@ -89,7 +94,9 @@ std::string formatJson(const Report& r) {
     const Facts& f = r.facts[i];
     o << "    {\"rank\": " << f.rank << ", \"host\": " << jsonString(f.hostname)
       << ", \"address\": " << jsonString(f.ifAddr) << ", \"interface\": " << jsonString(f.ifName)
-      << ", \"pid\": " << f.pid << ", \"gpus\": " << f.gpus << ", \"version\": " << jsonString(f.version) << "}"
+      << ", \"pid\": " << f.pid << ", \"gpus\": " << f.gpus << ", \"version\": " << jsonString(f.version)
+      << ", \"cpu_pressure\": "
+      << (i < r.cpuBusy.size() && r.cpuBusy[i] >= 0 ? fmt("%.3f", r.cpuBusy[i]) : std::string("null")) << "}"
       << (i + 1 < r.facts.size() ? "," : "") << "\n";
   }
   o << "  ],\n  \"unreachable\": [";
