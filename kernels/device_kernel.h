@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/arch.h"
+#include "kernels/device_direct.h"
 #include "kernels/device_platform.h"
 #include "kernels/device_work.h"
 #include "kernels/executor.h"
@@ -36,6 +37,10 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
     map.recvFps = w.recvFps;
   }
   ncclResult_t res = ncclSuccess;
+  if (w.direct) {
+    p.finish(runDirectAllReduce(p, w, block));
+    return;
+  }
   if (w.p2p || map.chanStart < map.chanEnd) {
     Executor<DevicePlatform> exec(p, w.fp, w.reducing != 0, w.ll != 0, w.sliceBytes, false);
     const Step* steps = w.steps + w.chanFirst[block];

@@ -172,6 +172,42 @@ class DevicePlatform {
   CHORUS_HOST_DEVICE void noteDescribed(Fifo*) {}
   CHORUS_HOST_DEVICE ncclResult_t drainDescribed() { return ncclSuccess; }
 
+  /// Direct launches: once the block's memory accesses are done and visible, thread 0 sets `*mine` to `value` and
+  /// waits until every counter at base[k * stride], k < n, has reached it (each rank's same block got as far).
+  /// Bounded by the abort word and the deadline like every wait; every thread returns the result. `phase` (0: before
+  /// reading, 1: after writing) goes into the failure report.
+  CHORUS_HOST_DEVICE ncclResult_t meet(uint64_t* mine, const uint64_t* base, size_t stride, int n, uint64_t value,
+                                       uint32_t phase) {
+    blockSync();
+    if (tid_ == 0) {
+      storeRelease(mine, value);
+      int res = 0;
+      uint64_t start = 0;
+      for (int k = 0; k < n && res == 0; k++) {
+        uint32_t iter = 0;
+        while (loadRelaxed(base + k * stride) < value) {
+          pollPause(iter);
+          if ((++iter & 255) != 0) continue;
+          if (*w_.abortFlag != 0) {
+            res =
+                record(ncclRemoteError, PoisonReason::kAborted, k, kDevWaitDirect, nullptr, w_.fp.seq, phase, nullptr);
+            break;
+          }
+          uint64_t now = deviceClock();
+          if (start == 0) start = now;
+          if (w_.timeoutTicks != 0 && now - start > w_.timeoutTicks) {
+            res =
+                record(ncclRemoteError, PoisonReason::kTimeout, k, kDevWaitDirect, nullptr, w_.fp.seq, phase, nullptr);
+            break;
+          }
+        }
+      }
+      memoryFence();  // acquire: the peers' data is read after their counters
+      sh_.result = res;
+    }
+    return broadcastResult();
+  }
+
   /// End of the block: thread 0 stores the step counters back for the next launch; after a failure it poisons
   /// every FIFO of the block instead, so that peers stop waiting and name the culprit.
   CHORUS_HOST_DEVICE void finish(ncclResult_t res) {

@@ -30,6 +30,10 @@ constexpr int kDevMaxP2P = 8;       ///< sends (and receives) in one point-to-po
 constexpr size_t kDevWorkMaxBytes = 4096;
 #endif
 
+/// Most ranks a direct launch reaches: every rank of a communicator whose ranks are threads of one process on one
+/// GPU, each reading and writing the others' buffers.
+constexpr int kDevMaxDirect = 8;
+
 /// One connection end as the kernel sees it: FIFO memory mapped for this device and this end's step counter,
 /// which lives in this rank's device memory and carries over from one launch to the next (stream order).
 struct DevFifo {
@@ -61,7 +65,7 @@ struct DevStatus {
 };
 
 /// What a failed kernel was waiting for.
-enum DevWait : uint32_t { kDevWaitNone = 0, kDevWaitSpace = 1, kDevWaitData = 2, kDevWaitLL = 3 };
+enum DevWait : uint32_t { kDevWaitNone = 0, kDevWaitSpace = 1, kDevWaitData = 2, kDevWaitLL = 3, kDevWaitDirect = 4 };
 
 /// The collective kernel's argument.
 struct DevWork {
@@ -93,7 +97,18 @@ struct DevWork {
   uint64_t timeoutTicks;              ///< longest wait in device-timer ticks (0: none)
   int32_t rank;
   int32_t pad1;
+  // Direct allreduce (direct != 0; kernels/device_direct.h): every rank's buffers by rank, and the counters the
+  // ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxChannels blocks], 64 bytes apart.
+  uint8_t direct, nDirect, pad2[6];
+  const char* directIn[kDevMaxDirect];
+  char* directOut[kDevMaxDirect];
+  uint64_t* directSync;
 };
+
+/// uint64_t words between two direct-launch counters (one 64-byte line each).
+constexpr size_t kDirectSyncStride = 8;
+/// Bytes of a communicator's direct-launch counters.
+constexpr size_t kDirectSyncBytes = 2 * kDevMaxDirect * kDevMaxChannels * kDirectSyncStride * sizeof(uint64_t);
 
 static_assert(sizeof(DevWork) <= kDevWorkMaxBytes, "DevWork must fit the kernel argument limit of this build");
 

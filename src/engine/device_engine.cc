@@ -30,6 +30,10 @@ IntParam kDevChannelBytes{"CHORUS_DEVICE_CHANNEL_BYTES", 262144,
 // From the H100 run of 2026-11-23 (2 processes, allreduce): LL took 43 us at 8 KB and 128 us at 32 KB while
 // Simple took 60 us at 128 KB, so LL up to 64 KB made time fall as size grew. At 4 KB and below LL stays under
 // what Simple costs at any size.
+IntParam kDevDirect{"CHORUS_DEVICE_DIRECT", 1,
+                    "1: when every rank of a communicator is a thread of one process on one GPU, allreduce reads and "
+                    "writes the peers' buffers directly (no FIFO); 0: always through FIFOs.",
+                    "performance"};
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 4096,
                    "Largest message (count x element size) that uses LL by default on the device path (NCCL_PROTO "
                    "overrides).",
@@ -67,7 +71,8 @@ std::map<std::pair<int, uint64_t>, StreamUser> gStreamUsers;
 
 std::string deviceEnvKey() {
   return std::to_string(kDevChannels.get()) + "|" + std::to_string(kDevChannelBytes.get()) + "|" +
-         std::to_string(kDevLLMax.get()) + "|" + std::to_string(p2pReadSetting());
+         std::to_string(kDevLLMax.get()) + "|" + std::to_string(p2pReadSetting()) + "|" +
+         std::to_string(kDevDirect.get());
 }
 
 namespace {
@@ -142,6 +147,7 @@ DeviceEngine::~DeviceEngine() {
   for (auto& p : outScratch_) rt_->deviceFree(p.first);
   if (statusHost_) rt_->hostFree(statusHost_);
   if (orderEvent_) rt_->eventDestroy(orderEvent_);
+  gate_.reset();  // the last communicator of the gate frees its counters (the device is idle now)
   if (haveCallerDev && callerDev != comm_->cudaDev) rt_->setDevice(callerDev);
 }
 
@@ -216,7 +222,14 @@ ncclResult_t DeviceEngine::checkStatus() {
   auto reason = static_cast<PoisonReason>(st->reason);
   int peer = st->peer;
   char msg[600];
-  if (reason == PoisonReason::kMismatch) {
+  if (st->what == kDevWaitDirect) {
+    snprintf(msg, sizeof(msg),
+             "rank %d: device operation #%lu (direct allreduce) stopped while waiting for rank %d's kernel to %s "
+             "(block %d): %s",
+             comm_->rank, static_cast<unsigned long>(st->seq), peer,
+             st->step == 0 ? "start" : "finish with this rank's buffers", st->channel,
+             reason == PoisonReason::kTimeout ? "no progress before CHORUS_TIMEOUT_S" : "the communicator was aborted");
+  } else if (reason == PoisonReason::kMismatch) {
     std::string theirs = describeFingerprint(st->got[0], st->got[1], static_cast<uint32_t>(st->got[2]),
                                              static_cast<int32_t>(st->got[2] >> 32));
     snprintf(msg, sizeof(msg), "rank %d: device operation #%lu does not match rank %d's call %s (channel %d, step %u)",
@@ -367,14 +380,49 @@ ncclResult_t DeviceEngine::orderAfter(cudaStream_t stream, uint64_t captureId, c
   return ncclSuccess;
 }
 
-ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers) {
+ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers,
+                                  const OpDesc* op) {
   CHORUS_CHECK(claimStream(stream));
   fillCommon(&w);
   bool capturing = false;
   uint64_t captureId = 0;
   if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
-  if (gate_) CHORUS_CHECK(gate_->pass(comm_, peers));
+  if (gate_) {
+    LaunchGate::Payload mine;
+    std::vector<LaunchGate::Payload> all;
+    if (op != nullptr) {
+      mine.set = true;
+      mine.count = op->count;
+      mine.desc = packDesc(op->coll, op->dtype, op->op);
+      mine.root = op->root;
+      mine.in = op->sendbuff;
+      mine.out = op->recvbuff;
+      gateColls_++;
+    }
+    CHORUS_CHECK(gate_->pass(comm_, peers, op ? &mine : nullptr, op ? &all : nullptr));
+    // Ranks sharing this GPU in this process compare their calls before any kernel runs.
+    for (size_t q = 0; q < all.size() && op != nullptr; q++) {
+      const LaunchGate::Payload& p = all[q];
+      if (q == static_cast<size_t>(comm_->rank) || !p.arrived) continue;
+      if (!p.set || p.count != mine.count || p.desc != mine.desc || p.root != mine.root)
+        CHORUS_FAIL(comm_, ncclInvalidUsage,
+                    "rank %d called %s but rank %zu (a thread of this process on GPU %d) "
+                    "made %s at the same point",
+                    comm_->rank, describeFingerprint(gateColls_, mine.count, mine.desc, mine.root).c_str(), q,
+                    comm_->cudaDev,
+                    p.set ? ("call " + describeFingerprint(gateColls_, p.count, p.desc, p.root)).c_str()
+                          : "a point-to-point launch");
+    }
+    if (w.direct) {
+      for (int q = 0; q < comm_->nranks; q++) {
+        if (static_cast<size_t>(q) >= all.size() || !all[q].arrived || !all[q].set)
+          CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no buffers of rank %d for a direct launch", comm_->rank, q);
+        w.directIn[q] = static_cast<const char*>(all[q].in);
+        w.directOut[q] = static_cast<char*>(all[q].out);
+      }
+    }
+  }
   CHORUS_CHECK(orderBefore(stream, captureId, what));
   // A socket proxy asleep in poll() would see the kernel's first staged slot only at its timeout (the kernel
   // cannot kick it): wake it now, and it keeps polling for CHORUS_SOCKET_SPIN_US while the kernel starts.
@@ -417,7 +465,8 @@ int DeviceEngine::channelsFor(const OpDesc& op) const {
 }
 
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
-  if (comm_->nranks == 1 && static_cast<int>(op.op) < ncclNumOps) return copyColl(op);
+  if (comm_->nranks == 1 && !op.userOp) return copyColl(op);
+  if (op.count > 0 && directFor(op)) return launchDirect(op);
   CollPlan plan;
   bool empty = false;
   LaunchLimits limits{kDevMaxFifos, kDevMaxSteps};
@@ -465,7 +514,34 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels, copies));
   std::vector<int> all(comm_->nranks);
   for (int r = 0; r < comm_->nranks; r++) all[r] = r;  // a collective waits on every rank
-  return launch(w, op.stream, collName(op.coll), all);
+  return launch(w, op.stream, collName(op.coll), all, &op);
+}
+
+bool DeviceEngine::directFor(const OpDesc& op) const {
+  return op.coll == Coll::kAllReduce && kDevDirect.get() != 0 && comm_->nranks > 1 && comm_->nranks <= kDevMaxDirect &&
+         gate_ && static_cast<int>(gate_->members().size()) == comm_->nranks;
+}
+
+ncclResult_t DeviceEngine::launchDirect(const OpDesc& op) {
+  DevWork w{};  // unused entries stay zero or default
+  w.direct = 1;
+  w.nDirect = static_cast<uint8_t>(comm_->nranks);
+  w.esize = DType::size(op.dtype);
+  w.inTotal = w.outTotal = op.count;
+  w.red = planner_->redOpFor(op);
+  w.scalarDev = op.scalarOnDevice ? op.scalarPtr : nullptr;
+  w.reducing = 1;
+  // As many blocks as the bytes warrant; each rank's chunk is split among them.
+  w.nChannels = static_cast<uint8_t>(channelsFor(op));
+  w.fp.seq = planner_->nextCollSeq();
+  w.fp.count = op.count;
+  w.fp.desc = packDesc(op.coll, op.dtype, op.op);
+  if (gate_->syncMemory(rt_, &w.directSync) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: direct-launch counters: %s", comm_->rank,
+                rt_->lastError().c_str());
+  std::vector<int> all(comm_->nranks);
+  for (int r = 0; r < comm_->nranks; r++) all[r] = r;
+  return launch(w, op.stream, "ncclAllReduce (direct)", all, &op);
 }
 
 ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {

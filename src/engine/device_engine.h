@@ -52,8 +52,14 @@ class DeviceEngine {
   /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections. Steps equal
   /// to one in `skip` are left out (the copy engine does them).
   ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels, const std::vector<Step>& skip = {});
-  /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business).
-  ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers);
+  /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business). A collective
+  /// passes `op`: ranks sharing the gate then compare their calls before any kernel runs, and a direct launch
+  /// learns its peers' buffers.
+  ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers,
+                      const OpDesc* op = nullptr);
+  /// Whether op runs as a direct launch (every rank a thread of this process on this GPU).
+  bool directFor(const OpDesc& op) const;
+  ncclResult_t launchDirect(const OpDesc& op);
   /// Enqueues a device-to-device copy on stream, in this communicator's call order.
   ncclResult_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
   /// Call order across streams: makes work about to be enqueued on `stream` wait for this communicator's previous
@@ -91,6 +97,7 @@ class DeviceEngine {
   uint64_t lastCaptureId_ = 0;
   bool lastRecorded_ = false;  ///< orderEvent_ holds the end of the latest work
   bool multiStream_ = false;   ///< more than one stream seen: orderEvent_ is recorded after every launch
+  uint64_t gateColls_ = 0;     ///< collective launches through the gate (their number, in messages)
   uint64_t ticksPerMs_ = 1000000;
 };
 

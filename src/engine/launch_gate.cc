@@ -7,6 +7,7 @@
 
 #include "core/checks.h"
 #include "core/timeout.h"
+#include "kernels/device_work.h"
 
 namespace chorus {
 namespace {
@@ -58,19 +59,29 @@ bool LaunchGate::tryRelease(int rank) {
       }
     }
   }
+  int maxRank = 0;
+  for (int a : group) maxRank = std::max(maxRank, a);
   for (int a : group) {
     Member& m = state_[a];
     m.pending = false;
     m.released = true;
     for (const auto& [b, index] : m.want) m.count[b] = index + 1;
+    m.received.assign(static_cast<size_t>(maxRank) + 1, Payload{});
+    for (int b : group) {
+      m.received[b] = state_[b].payload;
+      m.received[b].arrived = true;
+    }
   }
   cv_.notify_all();
   return true;
 }
 
-ncclResult_t LaunchGate::pass(ncclComm* comm, const std::vector<int>& peers) {
+ncclResult_t LaunchGate::pass(ncclComm* comm, const std::vector<int>& peers, const Payload* mine,
+                              std::vector<Payload>* all) {
   std::unique_lock<std::mutex> lock(mutex_);
   Member& me = state_[comm->rank];
+  me.payload = mine ? *mine : Payload{};
+  me.received.clear();
   me.want.clear();
   for (int p : peers)
     if (p != comm->rank && std::find(members_.begin(), members_.end(), p) != members_.end()) me.want[p] = me.count[p];
@@ -121,7 +132,23 @@ ncclResult_t LaunchGate::pass(ncclComm* comm, const std::vector<int>& peers) {
     cv_.wait_for(lock, std::chrono::milliseconds(10));
     if (!me.released) tryRelease(comm->rank);
   }
+  if (all) *all = me.received;
   return ncclSuccess;
+}
+
+ncclResult_t LaunchGate::syncMemory(GpuRuntime* rt, uint64_t** out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (sync_ == nullptr) {
+    if (rt->deviceAlloc(kDirectSyncBytes, &sync_) != ncclSuccess) return ncclUnhandledCudaError;
+    syncRt_ = rt;
+  }
+  *out = static_cast<uint64_t*>(sync_);
+  return ncclSuccess;
+}
+
+// The last member's engine has waited for the device before it lets go of the gate.
+LaunchGate::~LaunchGate() {
+  if (sync_ != nullptr) syncRt_->deviceFree(sync_);
 }
 
 void LaunchGate::fail(int rank, const std::string& why) {

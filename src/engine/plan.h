@@ -91,13 +91,16 @@ class Planner {
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
   const FifoGeometry& geometry() const { return geo_; }
+  /// The reduction an operation applies (premulsum factor, average), as the kernels take it.
+  RedOp redOpFor(const OpDesc& op) const;
+  /// Numbers a collective that runs without a plan (a direct launch), in the same sequence as planned ones.
+  uint64_t nextCollSeq() { return ++collSeq_; }
 
  private:
   ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty,
                     LaunchLimits limits);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
   bool isInPlaceOffset(const OpDesc& op) const;
-  RedOp redOpFor(const OpDesc& op) const;
 
   ncclComm* comm_;
   FifoGeometry geo_;

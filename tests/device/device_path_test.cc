@@ -473,23 +473,36 @@ TEST(DevicePathFaults, TwoRanksOnOneStreamAreRefused) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
-// Failures inside a kernel: a count mismatch and a rank that stops calling. Both surface as asynchronous
-// errors with the peer named, and neither hangs.
+// A count mismatch and a rank that stops calling: neither hangs, and each names the peer. Between processes the
+// kernel finds them (asynchronous errors); between threads of one process on one GPU the launch does, before any
+// kernel runs (the ranks compare their calls at the launch gate).
 TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
   chorus::setGpuRuntimeForTesting(&gEmu);
   setenv("CHORUS_TIMEOUT_S", "2", 1);
   chorus::paramsReload();
-  runRanks(2, Driver::kThreads, [](RankCtx& c) {
-    DevBuf b(gEmu, 4096 * sizeof(float));
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
-    size_t count = c.rank == 0 ? 1024 : 2048;
-    ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
-    sync(c);
-    ncclResult_t e = asyncErrorOf(c.comm);
-    EXPECT_TRUE(e == ncclInvalidUsage || e == ncclRemoteError) << e;
-    std::string text = ncclGetLastError(c.comm);
-    EXPECT_NE(text.find(c.rank == 0 ? "rank 1" : "rank 0"), std::string::npos) << text;
-  });
+  for (Driver d : {Driver::kProcesses, Driver::kThreads}) {
+    runRanks(2, d, [d](RankCtx& c) {
+      DevBuf b(gEmu, 4096 * sizeof(float));
+      ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), 1024, ncclFloat32, ncclSum, c.comm, streamOf(c)),
+                ncclSuccess);
+      size_t count = c.rank == 0 ? 1024 : 2048;
+      ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c));
+      if (d == Driver::kThreads) {
+        EXPECT_EQ(e, ncclInvalidUsage) << "thread ranks compare their calls before launching";
+      } else {
+        EXPECT_EQ(e, ncclSuccess);
+        sync(c);
+        e = asyncErrorOf(c.comm);
+        EXPECT_TRUE(e == ncclInvalidUsage || e == ncclRemoteError) << e;
+      }
+      std::string text = ncclGetLastError(c.comm);
+      EXPECT_NE(text.find(c.rank == 0 ? "rank 1" : "rank 0"), std::string::npos) << text;
+      // Threads refuse the call itself, naming both counts; a kernel may see the mismatch or only its timeout.
+      if (d == Driver::kThreads) {
+        EXPECT_NE(text.find("count 2048"), std::string::npos) << text;
+      }
+    });
+  }
   // Rank 1 stops calling but keeps its communicator (whose GPU memory holds rank 0's FIFOs) alive. As processes
   // the kernel gives up after CHORUS_TIMEOUT_S; as threads of one process on one GPU the launch itself waits for
   // rank 1's matching call (LaunchGate) and gives up then. Both name rank 1 and the timeout.

@@ -595,6 +595,16 @@ ncclResult_t EmuRuntime::memcpyAsync(void* dst, const void* src, size_t bytes, c
   return ncclSuccess;
 }
 
+namespace {
+thread_local int tDirectLaunches = 0;
+void countDirect(EmuRuntime* rt) {
+  rt->directLaunches++;
+  tDirectLaunches++;
+}
+}  // namespace
+
+int EmuRuntime::directLaunchesOfThisThread() { return tDirectLaunches; }
+
 ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   Exec::Stream* s = streamOf(this, exec_, h);
   auto w = std::make_shared<chorus::DevWork>(work);
@@ -602,12 +612,14 @@ ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   ncclResult_t res;
   if (captured(exec_, s, EmuGraph::Node{true, w, nullptr, nullptr, 0}, &res, mem_)) {
     if (res == ncclSuccess) launches++;
+    if (res == ncclSuccess && work.direct) countDirect(this);
     return res;
   }
   Exec::Item it(Exec::Item::kKernel);
   it.work = std::move(w);
   enqueue(s, std::move(it));
   launches++;
+  if (work.direct) countDirect(this);
   return ncclSuccess;
 }
 

@@ -110,6 +110,9 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> copies{0};        ///< memcpyAsync calls (enqueued or captured)
   std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
+  std::atomic<int> directLaunches{0};  ///< launched kernels that were direct allreduces (DevWork::direct)
+  /// Direct launches made by the calling thread (a thread rank's own).
+  static int directLaunchesOfThisThread();
 
   struct Mem;
   struct Exec;
