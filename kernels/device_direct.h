@@ -1,11 +1,19 @@
-// Direct allreduce for a communicator whose ranks are threads of one process on one GPU: no FIFO, every rank reads
-// its peers' input buffers and writes their outputs. Rank r reduces chunk r of every input into its own output and
-// writes the result into every other output, so each input byte is read once and each output byte written once
-// (docs/device_path.md, "The arithmetic": 2n S bytes of HBM traffic per call, against (7n-5) S for the ring through
-// FIFOs). Each block takes its part of the chunk; the ranks' same blocks meet twice on counters in device memory:
-// before reading (every rank's kernel has started, so its stream's earlier work on its buffers is done) and after
-// writing (nobody leaves, and lets its stream reuse its buffers, while a peer still reads or writes them). The
-// counters only grow: each launch meets at the next value, which also holds when a captured graph replays.
+// Direct collectives for a communicator whose ranks are threads of one process on one GPU: no FIFO, every rank
+// reads its peers' input buffers and writes their outputs (the launch gate hands out the pointers). Each rank
+// takes a disjoint share of the work, so every input byte is read and every output byte written about once
+// (docs/device_path.md, "The arithmetic"):
+//   allreduce       rank r reduces chunk r of every input, then writes the result into every output (two-shot)
+//   reduce          rank r reduces chunk r of every input into the root's output
+//   reduce-scatter  rank r reduces block r of every input into its output
+//   allgather       rank r writes its input into block r of every output
+//   broadcast       rank r copies chunk r of the root's input into every output
+//   alltoall        rank r gathers block r of every input into its output
+//   gather/scatter  rank r writes its input into block r of the root's output / reads block r of the root's input
+// Work goes in tiles of kDirectTileBytes, each tile read once and written to every destination while it is still
+// in cache. Each block takes its part of the rank's share; the ranks' same blocks meet twice on counters in device
+// memory: before reading (every rank's kernel has started, so its stream's earlier work on its buffers is done) and
+// after writing (nobody leaves, and lets its stream reuse its buffers, while a peer still reads or writes them).
+// The counters only grow: each launch meets at the next value, which also holds when a captured graph replays.
 #pragma once
 
 #include "kernels/device_platform.h"
@@ -13,36 +21,83 @@
 
 namespace chorus {
 
-CHORUS_HOST_DEVICE inline ncclResult_t runDirectAllReduce(DevicePlatform& p, const DevWork& w, int block) {
-  const int n = w.nDirect, r = w.rank, nb = w.nChannels;
-  const size_t total = w.inTotal, es = w.esize;
-  // Chunk r of the buffer, and this block's part of it.
-  size_t c0 = total * static_cast<size_t>(r) / n, c1 = total * static_cast<size_t>(r + 1) / n;
-  size_t s = c0 + (c1 - c0) * static_cast<size_t>(block) / nb, e = c0 + (c1 - c0) * static_cast<size_t>(block + 1) / nb;
-  uint64_t* arrive =
-      w.directSync + (static_cast<size_t>(0 * kDevMaxDirect + r) * kDevMaxChannels + block) * kDirectSyncStride;
+/// Bytes of one tile of a direct launch (per block): small enough to stay in L2 while it is written to every
+/// destination.
+constexpr size_t kDirectTileBytes = 65536;
+
+/// Element i of n parts of [0, total): where part i starts.
+CHORUS_HOST_DEVICE inline size_t directPart(size_t total, int i, int n) {
+  return total * static_cast<size_t>(i) / static_cast<size_t>(n);
+}
+
+CHORUS_HOST_DEVICE inline ncclResult_t runDirect(DevicePlatform& p, const DevWork& w, int block) {
+  const int n = w.nDirect, r = w.rank, nb = w.nChannels, root = w.directRoot;
+  const size_t count = w.inTotal, es = w.esize;
+  const auto coll = static_cast<Coll>(w.directColl);
+  // This rank's share: a chunk of the buffer (split among ranks), or the whole count (each rank has its own block).
+  const bool byChunk = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kBroadcast;
+  const size_t c0 = byChunk ? directPart(count, r, n) : 0, c1 = byChunk ? directPart(count, r + 1, n) : count;
+  const size_t s = c0 + directPart(c1 - c0, block, nb), e = c0 + directPart(c1 - c0, block + 1, nb);
+  uint64_t* arrive = w.directSync + (static_cast<size_t>(r) * kDevMaxChannels + block) * kDirectSyncStride;
   uint64_t* depart =
-      w.directSync + (static_cast<size_t>(1 * kDevMaxDirect + r) * kDevMaxChannels + block) * kDirectSyncStride;
+      w.directSync + (static_cast<size_t>(kDevMaxDirect + r) * kDevMaxChannels + block) * kDirectSyncStride;
   const size_t stride = static_cast<size_t>(kDevMaxChannels) * kDirectSyncStride;  // from one rank's to the next's
   const uint64_t epoch = loadRelaxed(arrive) + 1;
   ncclResult_t res = p.meet(arrive, w.directSync + static_cast<size_t>(block) * kDirectSyncStride, stride, n, epoch, 0);
   if (res != ncclSuccess) return res;
-  if (e > s) {
-    char* acc = w.directOut[r] + s * es;
-    const uint32_t pre = w.reducing ? kExecPreLocal : 0;
-    // Own input first: in place, the accumulator is that very memory.
-    p.copy(acc, w.directIn[r] + s * es, e - s, pre);
-    for (int k = 1; k < n; k++) {
-      int q = (r + k) % n;
-      p.reduce(acc, acc, w.directIn[q] + s * es, e - s, pre | (k == n - 1 ? kExecPostOp : 0));
-    }
-    for (int k = 1; k < n; k++) {
-      int q = (r + k) % n;
-      p.copy(w.directOut[q] + s * es, acc, e - s, 0);
+  const size_t tile = kDirectTileBytes / es > 0 ? kDirectTileBytes / es : 1;
+  const uint32_t pre = w.reducing ? kExecPreLocal : 0;
+  const size_t blk = count * es;  // bytes of one rank's block (allgather, reduce-scatter, alltoall, gather, scatter)
+  const bool reducing = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter;
+  // A tile is n moves (allreduce: 2n - 1), each a copy or a reduction into dst. One call site of each keeps the
+  // kernel small: the moves are worked out here rather than unrolled per collective.
+  const int moves = coll == Coll::kAllReduce ? 2 * n - 1 : (coll == Coll::kGather || coll == Coll::kScatter) ? 1 : n;
+  for (size_t x = s; x < e; x += tile) {
+    const size_t m = (e - x < tile ? e - x : tile), xb = x * es;
+    for (int k = 0; k < moves; k++) {
+      const char* src = nullptr;
+      char* dst = nullptr;
+      bool reduce = false;
+      uint32_t flags = 0;
+      if (reducing && k < n) {
+        // Reduction: the first term is the one whose input may be the accumulator itself (in place).
+        const int first = coll == Coll::kReduce ? root : r, q = (first + k) % n;
+        dst = (coll == Coll::kReduce ? w.directOut[root] : w.directOut[r]) + xb;
+        src = w.directIn[q] + (coll == Coll::kReduceScatter ? static_cast<size_t>(r) * blk : 0) + xb;
+        reduce = k > 0;
+        flags = pre | (k == n - 1 ? kExecPostOp : 0);
+      } else if (coll == Coll::kAllReduce) {  // the result, into the other ranks' outputs
+        src = w.directOut[r] + xb;
+        dst = w.directOut[(r + k - n + 1) % n] + xb;
+      } else if (coll == Coll::kAllGather) {
+        src = w.directIn[r] + xb;
+        dst = w.directOut[(r + k) % n] + static_cast<size_t>(r) * blk + xb;
+      } else if (coll == Coll::kBroadcast) {
+        src = w.directIn[root] + xb;
+        dst = w.directOut[(r + k) % n] + xb;
+      } else if (coll == Coll::kAllToAll) {
+        const int q = (r + k) % n;
+        src = w.directIn[q] + static_cast<size_t>(r) * blk + xb;
+        dst = w.directOut[r] + static_cast<size_t>(q) * blk + xb;
+      } else if (coll == Coll::kGather) {
+        src = w.directIn[r] + xb;
+        dst = w.directOut[root] + static_cast<size_t>(r) * blk + xb;
+      } else if (coll == Coll::kScatter) {
+        src = w.directIn[root] + static_cast<size_t>(r) * blk + xb;
+        dst = w.directOut[r] + xb;
+      } else {
+        return p.internalError("direct launch of an unknown collective");
+      }
+      if (reduce) {
+        p.reduce(dst, dst, src, m, flags);
+      } else if (dst != src || flags != 0) {
+        p.copy(dst, src, m, flags);
+      }
     }
   }
   return p.meet(depart,
-                w.directSync + (static_cast<size_t>(kDevMaxDirect) * kDevMaxChannels + block) * kDirectSyncStride,
+                w.directSync + static_cast<size_t>(kDevMaxDirect) * kDevMaxChannels * kDirectSyncStride +
+                    block * kDirectSyncStride,
                 stride, n, epoch, 1);
 }
 

@@ -38,7 +38,7 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
   }
   ncclResult_t res = ncclSuccess;
   if (w.direct) {
-    p.finish(runDirectAllReduce(p, w, block));
+    p.finish(runDirect(p, w, block));
     return;
   }
   if (w.p2p || map.chanStart < map.chanEnd) {

@@ -31,7 +31,7 @@ constexpr size_t kDevWorkMaxBytes = 4096;
 #endif
 
 /// Most ranks a direct launch reaches: every rank of a communicator whose ranks are threads of one process on one
-/// GPU, each reading and writing the others' buffers.
+/// GPU, each reading and writing the others' buffers (kernels/device_direct.h).
 constexpr int kDevMaxDirect = 8;
 
 /// One connection end as the kernel sees it: FIFO memory mapped for this device and this end's step counter,
@@ -97,9 +97,11 @@ struct DevWork {
   uint64_t timeoutTicks;              ///< longest wait in device-timer ticks (0: none)
   int32_t rank;
   int32_t pad1;
-  // Direct allreduce (direct != 0; kernels/device_direct.h): every rank's buffers by rank, and the counters the
-  // ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxChannels blocks], 64 bytes apart.
-  uint8_t direct, nDirect, pad2[6];
+  // Direct collectives (direct != 0; kernels/device_direct.h): which (a Coll) and its root, every rank's buffers by
+  // rank, and the counters the ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxChannels blocks], 64
+  // bytes apart.
+  uint8_t direct, nDirect, directColl, pad2;
+  int32_t directRoot;
   const char* directIn[kDevMaxDirect];
   char* directOut[kDevMaxDirect];
   uint64_t* directSync;

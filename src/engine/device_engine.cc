@@ -31,8 +31,8 @@ IntParam kDevChannelBytes{"CHORUS_DEVICE_CHANNEL_BYTES", 262144,
 // Simple took 60 us at 128 KB, so LL up to 64 KB made time fall as size grew. At 4 KB and below LL stays under
 // what Simple costs at any size.
 IntParam kDevDirect{"CHORUS_DEVICE_DIRECT", 1,
-                    "1: when every rank of a communicator is a thread of one process on one GPU, allreduce reads and "
-                    "writes the peers' buffers directly (no FIFO); 0: always through FIFOs.",
+                    "1: when every rank of a communicator is a thread of one process on one GPU, collectives read and "
+                    "write the peers' buffers directly (no FIFO); 0: always through FIFOs.",
                     "performance"};
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 4096,
                    "Largest message (count x element size) that uses LL by default on the device path (NCCL_PROTO "
@@ -224,7 +224,7 @@ ncclResult_t DeviceEngine::checkStatus() {
   char msg[600];
   if (st->what == kDevWaitDirect) {
     snprintf(msg, sizeof(msg),
-             "rank %d: device operation #%lu (direct allreduce) stopped while waiting for rank %d's kernel to %s "
+             "rank %d: device operation #%lu (direct collective) stopped while waiting for rank %d's kernel to %s "
              "(block %d): %s",
              comm_->rank, static_cast<unsigned long>(st->seq), peer,
              st->step == 0 ? "start" : "finish with this rank's buffers", st->channel,
@@ -380,48 +380,45 @@ ncclResult_t DeviceEngine::orderAfter(cudaStream_t stream, uint64_t captureId, c
   return ncclSuccess;
 }
 
+ncclResult_t DeviceEngine::meetAtGate(const OpDesc* op, const std::vector<int>& peers,
+                                      std::vector<LaunchGate::Payload>* all) {
+  LaunchGate::Payload mine;
+  if (op != nullptr) {
+    mine.set = true;
+    mine.count = op->count;
+    mine.desc = packDesc(op->coll, op->dtype, op->op);
+    mine.root = op->root;
+    mine.in = op->sendbuff;
+    mine.out = op->recvbuff;
+    gateColls_++;
+  }
+  CHORUS_CHECK(gate_->pass(comm_, peers, op ? &mine : nullptr, op ? all : nullptr));
+  // Ranks sharing this GPU in this process compare their calls before any kernel runs.
+  for (size_t q = 0; op != nullptr && q < all->size(); q++) {
+    const LaunchGate::Payload& p = (*all)[q];
+    if (q == static_cast<size_t>(comm_->rank) || !p.arrived) continue;
+    if (!p.set || p.count != mine.count || p.desc != mine.desc || p.root != mine.root)
+      CHORUS_FAIL(comm_, ncclInvalidUsage,
+                  "rank %d called %s but rank %zu (a thread of this process on GPU %d) made %s at the same point",
+                  comm_->rank, describeFingerprint(gateColls_, mine.count, mine.desc, mine.root).c_str(), q,
+                  comm_->cudaDev,
+                  p.set ? ("call " + describeFingerprint(gateColls_, p.count, p.desc, p.root)).c_str()
+                        : "a point-to-point launch");
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers,
-                                  const OpDesc* op) {
+                                  const OpDesc* op, bool gatePassed) {
   CHORUS_CHECK(claimStream(stream));
   fillCommon(&w);
   bool capturing = false;
   uint64_t captureId = 0;
   if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
-  if (gate_) {
-    LaunchGate::Payload mine;
+  if (gate_ && !gatePassed) {
     std::vector<LaunchGate::Payload> all;
-    if (op != nullptr) {
-      mine.set = true;
-      mine.count = op->count;
-      mine.desc = packDesc(op->coll, op->dtype, op->op);
-      mine.root = op->root;
-      mine.in = op->sendbuff;
-      mine.out = op->recvbuff;
-      gateColls_++;
-    }
-    CHORUS_CHECK(gate_->pass(comm_, peers, op ? &mine : nullptr, op ? &all : nullptr));
-    // Ranks sharing this GPU in this process compare their calls before any kernel runs.
-    for (size_t q = 0; q < all.size() && op != nullptr; q++) {
-      const LaunchGate::Payload& p = all[q];
-      if (q == static_cast<size_t>(comm_->rank) || !p.arrived) continue;
-      if (!p.set || p.count != mine.count || p.desc != mine.desc || p.root != mine.root)
-        CHORUS_FAIL(comm_, ncclInvalidUsage,
-                    "rank %d called %s but rank %zu (a thread of this process on GPU %d) "
-                    "made %s at the same point",
-                    comm_->rank, describeFingerprint(gateColls_, mine.count, mine.desc, mine.root).c_str(), q,
-                    comm_->cudaDev,
-                    p.set ? ("call " + describeFingerprint(gateColls_, p.count, p.desc, p.root)).c_str()
-                          : "a point-to-point launch");
-    }
-    if (w.direct) {
-      for (int q = 0; q < comm_->nranks; q++) {
-        if (static_cast<size_t>(q) >= all.size() || !all[q].arrived || !all[q].set)
-          CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no buffers of rank %d for a direct launch", comm_->rank, q);
-        w.directIn[q] = static_cast<const char*>(all[q].in);
-        w.directOut[q] = static_cast<char*>(all[q].out);
-      }
-    }
+    CHORUS_CHECK(meetAtGate(op, peers, &all));
   }
   CHORUS_CHECK(orderBefore(stream, captureId, what));
   // A socket proxy asleep in poll() would see the kernel's first staged slot only at its timeout (the kernel
@@ -466,7 +463,19 @@ int DeviceEngine::channelsFor(const OpDesc& op) const {
 
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   if (comm_->nranks == 1 && !op.userOp) return copyColl(op);
-  if (op.count > 0 && directFor(op)) return launchDirect(op);
+  std::vector<int> all(comm_->nranks);
+  for (int r = 0; r < comm_->nranks; r++) all[r] = r;  // a collective waits on every rank
+  // Every rank a thread of this process on this GPU: the calls meet at the gate first, and with every rank's
+  // buffers known the collective may run directly on them.
+  bool gatePassed = false;
+  if (op.count > 0 && kDevDirect.get() != 0 && comm_->nranks <= kDevMaxDirect && gate_ &&
+      static_cast<int>(gate_->members().size()) == comm_->nranks) {
+    std::vector<LaunchGate::Payload> met;
+    CHORUS_CHECK(claimStream(op.stream));
+    CHORUS_CHECK(meetAtGate(&op, all, &met));
+    gatePassed = true;
+    if (directSafe(op, met)) return launchDirect(op, met);
+  }
   CollPlan plan;
   bool empty = false;
   LaunchLimits limits{kDevMaxFifos, kDevMaxSteps};
@@ -512,36 +521,46 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
     CHORUS_CHECK(copy(m.out + db * m.esize, m.in + sb * m.esize, sn * m.esize, op.stream, collName(op.coll)));
   }
   CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels, copies));
-  std::vector<int> all(comm_->nranks);
-  for (int r = 0; r < comm_->nranks; r++) all[r] = r;  // a collective waits on every rank
-  return launch(w, op.stream, collName(op.coll), all, &op);
+  return launch(w, op.stream, collName(op.coll), all, &op, gatePassed);
 }
 
-bool DeviceEngine::directFor(const OpDesc& op) const {
-  return op.coll == Coll::kAllReduce && kDevDirect.get() != 0 && comm_->nranks > 1 && comm_->nranks <= kDevMaxDirect &&
-         gate_ && static_cast<int>(gate_->members().size()) == comm_->nranks;
+bool DeviceEngine::directSafe(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) const {
+  if (static_cast<int>(met.size()) < comm_->nranks) return false;
+  for (int q = 0; q < comm_->nranks; q++) {
+    if (!met[q].arrived || !met[q].set) return false;
+    // An alltoall in place would have rank q overwrite the block of its buffer a peer is still reading.
+    if (op.coll == Coll::kAllToAll && met[q].in == met[q].out) return false;
+  }
+  return true;
 }
 
-ncclResult_t DeviceEngine::launchDirect(const OpDesc& op) {
+ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) {
   DevWork w{};  // unused entries stay zero or default
   w.direct = 1;
   w.nDirect = static_cast<uint8_t>(comm_->nranks);
+  w.directColl = static_cast<uint8_t>(op.coll);
+  w.directRoot = op.root;
+  for (int q = 0; q < comm_->nranks; q++) {
+    w.directIn[q] = static_cast<const char*>(met[q].in);
+    w.directOut[q] = static_cast<char*>(met[q].out);
+  }
   w.esize = DType::size(op.dtype);
   w.inTotal = w.outTotal = op.count;
-  w.red = planner_->redOpFor(op);
-  w.scalarDev = op.scalarOnDevice ? op.scalarPtr : nullptr;
-  w.reducing = 1;
-  // As many blocks as the bytes warrant; each rank's chunk is split among them.
+  w.reducing = collReducing(op.coll);
+  w.red = planner_->redOpFor(op);  // also the element type of the copies
+  w.scalarDev = w.reducing && op.scalarOnDevice ? op.scalarPtr : nullptr;
+  // As many blocks as the bytes warrant; each rank's share is split among them.
   w.nChannels = static_cast<uint8_t>(channelsFor(op));
   w.fp.seq = planner_->nextCollSeq();
   w.fp.count = op.count;
-  w.fp.desc = packDesc(op.coll, op.dtype, op.op);
+  w.fp.desc = packDesc(op.coll, op.dtype, w.reducing ? op.op : 0);
   if (gate_->syncMemory(rt_, &w.directSync) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: direct-launch counters: %s", comm_->rank,
                 rt_->lastError().c_str());
   std::vector<int> all(comm_->nranks);
   for (int r = 0; r < comm_->nranks; r++) all[r] = r;
-  return launch(w, op.stream, "ncclAllReduce (direct)", all, &op);
+  std::string what = std::string(collName(op.coll)) + " (direct)";
+  return launch(w, op.stream, what.c_str(), all, &op, true);
 }
 
 ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {

@@ -56,10 +56,14 @@ class DeviceEngine {
   /// passes `op`: ranks sharing the gate then compare their calls before any kernel runs, and a direct launch
   /// learns its peers' buffers.
   ncclResult_t launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers,
-                      const OpDesc* op = nullptr);
-  /// Whether op runs as a direct launch (every rank a thread of this process on this GPU).
-  bool directFor(const OpDesc& op) const;
-  ncclResult_t launchDirect(const OpDesc& op);
+                      const OpDesc* op = nullptr, bool gatePassed = false);
+  /// The launch gate: waits for the co-located ranks among `peers`; with `op`, compares their calls (refusing a
+  /// mismatch) and returns their payloads (buffers) in *all.
+  ncclResult_t meetAtGate(const OpDesc* op, const std::vector<int>& peers, std::vector<LaunchGate::Payload>* all);
+  /// Whether op, met at the gate by every rank (threads of this process on this GPU), may run directly on the
+  /// ranks' buffers (kernels/device_direct.h); every rank decides the same from the same payloads.
+  bool directSafe(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) const;
+  ncclResult_t launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met);
   /// Enqueues a device-to-device copy on stream, in this communicator's call order.
   ncclResult_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
   /// Call order across streams: makes work about to be enqueued on `stream` wait for this communicator's previous

@@ -1,8 +1,9 @@
-// Direct allreduce (kernels/device_direct.h) through the emulated runtime: when every rank of a communicator is a
-// thread of one process on one GPU, allreduce reads and writes the peers' buffers with no FIFO. These tests check
-// that such calls do take that path (and others do not), its results for every type and operation, sizes that
-// leave ranks or blocks without elements, in and out of place, many calls in a row (the counters the ranks meet at
-// carry over), blocks of several threads with random delays, and a rank whose kernel never comes.
+// Direct collectives (kernels/device_direct.h) through the emulated runtime: when every rank of a communicator is a
+// thread of one process on one GPU, collectives read and write the peers' buffers with no FIFO. These tests check
+// that such calls do take that path (and others do not), allreduce for every type and operation, every other
+// collective in and out of place, sizes that leave ranks or blocks without elements, many calls in a row (the
+// counters the ranks meet at carry over), blocks of several threads with random delays, and a rank whose kernel
+// never comes.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -26,7 +27,7 @@ namespace {
 
 EmuRuntime gEmu;
 
-class DirectAllReduce : public ::testing::Test {
+class DirectCollectives : public ::testing::Test {
  protected:
   void SetUp() override {
     gEmu.threadsPerBlock = 1;
@@ -90,7 +91,7 @@ void allReduceCheck(RankCtx& c, ncclDataType_t t, int op, size_t count, bool inP
   EXPECT_EQ(out[count * es], 0x3c) << "written past the end";
 }
 
-TEST_F(DirectAllReduce, EveryTypeAndOperation) {
+TEST_F(DirectCollectives, EveryTypeAndOperation) {
   runRanks(3, Driver::kThreads, [](RankCtx& c) {
     int k = 0;
     for (int t = 0; t < ncclNumTypes; t++)
@@ -102,7 +103,7 @@ TEST_F(DirectAllReduce, EveryTypeAndOperation) {
 }
 
 // Counts smaller than the ranks (some own no element), odd counts, and counts split among several blocks.
-TEST_F(DirectAllReduce, SizesThatLeaveRanksOrBlocksEmpty) {
+TEST_F(DirectCollectives, SizesThatLeaveRanksOrBlocksEmpty) {
   setenv("CHORUS_DEVICE_CHANNEL_BYTES", "4096", 1);  // several blocks from 8 KB on
   chorus::paramsReload();
   runRanks(4, Driver::kThreads, [](RankCtx& c) {
@@ -114,7 +115,7 @@ TEST_F(DirectAllReduce, SizesThatLeaveRanksOrBlocksEmpty) {
 
 // Many calls in a row on blocks of several threads with random delays: the ranks' counters carry over from call
 // to call, a fast rank's next call must not run into a slow rank's current one, and the block count varies.
-TEST_F(DirectAllReduce, ManyCallsWithDelays) {
+TEST_F(DirectCollectives, ManyCallsWithDelays) {
   setenv("CHORUS_DEVICE_CHANNEL_BYTES", "8192", 1);
   chorus::paramsReload();
   gEmu.threadsPerBlock = 4;
@@ -128,8 +129,101 @@ TEST_F(DirectAllReduce, ManyCallsWithDelays) {
   });
 }
 
+// Every other collective, out of place and in place (at each collective's in-place offset), with roots that move,
+// on one block and on several: int32 values whose sums are exact, a guard word past every buffer. An alltoall in
+// place cannot run directly (a rank would overwrite what a peer still reads) and takes the FIFOs, on every rank.
+void otherCollectives(RankCtx& c, size_t N) {
+  const int n = c.nranks, r = c.rank;
+  const int32_t kGuard = 0x7eadbeef;
+  auto v = [](int rank, size_t i) { return int32_t(rank * 1000003 + int32_t(i % 100000) * 7 + 1); };
+  DevBuf inBuf(gEmu, (N * n + 1) * 4), outBuf(gEmu, (N * n + 1) * 4);
+  int32_t* in = inBuf.as<int32_t>();
+  int32_t* out = outBuf.as<int32_t>();
+  cudaStream_t s = streamOf(c);
+  for (bool inPlace : {false, true}) {
+    const int root = int(N % n);
+    SCOPED_TRACE(std::string(inPlace ? "in place" : "out of place") + " N=" + std::to_string(N));
+    auto run = [&](ncclResult_t res, bool direct, int before) {
+      ASSERT_EQ(res, ncclSuccess) << ncclGetLastError(c.comm);
+      ASSERT_EQ(gEmu.streamSynchronize(s), ncclSuccess);
+      ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+      EXPECT_EQ(EmuRuntime::directLaunchesOfThisThread(), before + (direct ? 1 : 0)) << "direct: " << direct;
+      EXPECT_EQ(in[N * n], kGuard);
+      EXPECT_EQ(out[N * n], kGuard);
+    };
+    in[N * n] = out[N * n] = kGuard;
+    int before = EmuRuntime::directLaunchesOfThisThread();
+
+    // allgather: in place, rank r's input is block r of its output.
+    int32_t* agIn = inPlace ? out + r * N : in;
+    for (size_t i = 0; i < N; i++) agIn[i] = v(r, i);
+    run(ncclAllGather(agIn, out, N, ncclInt32, c.comm, s), true, before);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(out[q * N + i], v(q, i)) << "allgather q " << q << " i " << i;
+
+    // reduce-scatter: in place, the output is block r of the input.
+    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
+    int32_t* rsOut = inPlace ? in + r * N : out;
+    before = EmuRuntime::directLaunchesOfThisThread();
+    run(ncclReduceScatter(in, rsOut, N, ncclInt32, ncclSum, c.comm, s), true, before);
+    for (size_t i = 0; i < N; i++) {
+      int32_t want = 0;
+      for (int q = 0; q < n; q++) want += v(q, r * N + i);
+      ASSERT_EQ(rsOut[i], want) << "reduce-scatter i " << i;
+    }
+
+    // broadcast and reduce from `root`.
+    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
+    int32_t* bcOut = inPlace ? in : out;
+    before = EmuRuntime::directLaunchesOfThisThread();
+    run(ncclBroadcast(in, bcOut, N, ncclInt32, root, c.comm, s), true, before);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(bcOut[i], v(root, i)) << "broadcast i " << i;
+    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
+    int32_t* redOut = inPlace ? in : out;
+    before = EmuRuntime::directLaunchesOfThisThread();
+    run(ncclReduce(in, redOut, N, ncclInt32, ncclMax, root, c.comm, s), true, before);
+    if (r == root) {
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(redOut[i], v(n - 1, i)) << "reduce i " << i;
+    }
+
+    // gather and scatter at `root`: in place, the root's own block is its input / output.
+    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
+    int32_t* gIn = inPlace && r == root ? out + root * N : in;
+    if (gIn != in)
+      for (size_t i = 0; i < N; i++) gIn[i] = v(r, i);
+    before = EmuRuntime::directLaunchesOfThisThread();
+    run(ncclGather(gIn, out, N, ncclInt32, root, c.comm, s), true, before);
+    if (r == root) {
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < N; i++) ASSERT_EQ(out[q * N + i], v(q, i)) << "gather q " << q << " i " << i;
+    }
+    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
+    int32_t* scOut = inPlace && r == root ? in + root * N : out;
+    before = EmuRuntime::directLaunchesOfThisThread();
+    run(ncclScatter(in, scOut, N, ncclInt32, root, c.comm, s), true, before);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(scOut[i], v(root, r * N + i)) << "scatter i " << i;
+
+    // alltoall: block q of rank r's input goes to block r of rank q's output.
+    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
+    int32_t* aaOut = inPlace ? in : out;
+    before = EmuRuntime::directLaunchesOfThisThread();
+    run(ncclAlltoAll(in, aaOut, N, ncclInt32, c.comm, s), !inPlace, before);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(aaOut[q * N + i], v(q, r * N + i)) << "alltoall q " << q << " i " << i;
+  }
+}
+
+TEST_F(DirectCollectives, EveryOtherCollective) {
+  setenv("CHORUS_DEVICE_CHANNEL_BYTES", "4096", 1);  // several blocks from 4 KB on
+  chorus::paramsReload();
+  runRanks(4, Driver::kThreads, [](RankCtx& c) {
+    for (size_t N : {size_t(1), size_t(3), size_t(1001), size_t(20011)}) otherCollectives(c, N);
+  });
+  runRanks(3, Driver::kThreads, [](RankCtx& c) { otherCollectives(c, 5003); });
+}
+
 // The same calls between processes, and with CHORUS_DEVICE_DIRECT=0, go through FIFOs.
-TEST_F(DirectAllReduce, OnlyThreadRanksOfOneGpuAndOnlyWhenEnabled) {
+TEST_F(DirectCollectives, OnlyThreadRanksOfOneGpuAndOnlyWhenEnabled) {
   runRanks(2, Driver::kProcesses, [](RankCtx& c) { allReduceCheck(c, ncclFloat32, ncclSum, 5000, false, false); });
   setenv("CHORUS_DEVICE_DIRECT", "0", 1);
   chorus::paramsReload();
@@ -141,7 +235,7 @@ TEST_F(DirectAllReduce, OnlyThreadRanksOfOneGpuAndOnlyWhenEnabled) {
 // Rank 1's stream is held up by its own earlier work until rank 0's kernel has given up: rank 0's kernel waits
 // for rank 1's block to start, stops at CHORUS_TIMEOUT_S and names rank 1; rank 1's kernel, when it comes, waits
 // for rank 0's to finish with rank 1's buffers, stops too and names rank 0. Neither hangs.
-TEST_F(DirectAllReduce, PeerKernelThatNeverComesTimesOut) {
+TEST_F(DirectCollectives, PeerKernelThatNeverComesTimesOut) {
   setenv("CHORUS_TIMEOUT_S", "1", 1);
   chorus::paramsReload();
   static std::atomic<bool> rank0Done{false};
@@ -161,7 +255,7 @@ TEST_F(DirectAllReduce, PeerKernelThatNeverComesTimesOut) {
     EXPECT_NE(text.find(c.rank == 0 ? "rank 1's kernel to start" : "rank 0's kernel to finish"), std::string::npos)
         << text;
     EXPECT_NE(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << text;
-    EXPECT_NE(text.find("direct allreduce"), std::string::npos) << text;
+    EXPECT_NE(text.find("direct collective"), std::string::npos) << text;
   });
 }
 
