@@ -222,6 +222,18 @@ TEST_F(DirectCollectives, EveryOtherCollective) {
   runRanks(3, Driver::kThreads, [](RankCtx& c) { otherCollectives(c, 5003); });
 }
 
+// The same on blocks of several threads with random delays at barriers and kernel starts, twice in a row.
+TEST_F(DirectCollectives, EveryOtherCollectiveWithDelays) {
+  setenv("CHORUS_DEVICE_CHANNEL_BYTES", "8192", 1);
+  chorus::paramsReload();
+  gEmu.threadsPerBlock = 4;
+  gEmu.delayPercent = 10;
+  gEmu.delayMaxUs = 30;
+  runRanks(4, Driver::kThreads, [](RankCtx& c) {
+    for (size_t N : {size_t(2500), size_t(777)}) otherCollectives(c, N);
+  });
+}
+
 // The same calls between processes, and with CHORUS_DEVICE_DIRECT=0, go through FIFOs.
 TEST_F(DirectCollectives, OnlyThreadRanksOfOneGpuAndOnlyWhenEnabled) {
   runRanks(2, Driver::kProcesses, [](RankCtx& c) { allReduceCheck(c, ncclFloat32, ncclSum, 5000, false, false); });

@@ -33,6 +33,7 @@ class DeviceStress : public ::testing::TestWithParam<const char*> {
     setenv("CHORUS_FIFO_SLOT_BYTES", std::to_string(kSlotBytes).c_str(), 1);
     setenv("CHORUS_LL_LINES", "64", 1);
     setenv("CHORUS_TIMEOUT_S", "60", 1);
+    setenv("CHORUS_DEVICE_DIRECT", "0", 1);  // the FIFOs are under test (device_direct_test.cc has the direct path)
     chorus::paramsReload();
     gEmu.threadsPerBlock = 4;
     gEmu.delayPercent = 10;
@@ -41,8 +42,8 @@ class DeviceStress : public ::testing::TestWithParam<const char*> {
   }
   void TearDown() override {
     chorus::setGpuRuntimeForTesting(nullptr);
-    for (const char* v :
-         {"NCCL_PROTO", "CHORUS_FIFO_SLOTS", "CHORUS_FIFO_SLOT_BYTES", "CHORUS_LL_LINES", "CHORUS_TIMEOUT_S"})
+    for (const char* v : {"NCCL_PROTO", "CHORUS_FIFO_SLOTS", "CHORUS_FIFO_SLOT_BYTES", "CHORUS_LL_LINES",
+                          "CHORUS_TIMEOUT_S", "CHORUS_DEVICE_DIRECT"})
       unsetenv(v);
     chorus::paramsReload();
   }
