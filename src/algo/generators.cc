@@ -60,6 +60,33 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks) {
   return !(coll == Coll::kAllReduce && algo == Algo::kOneShot && nranks >= 3);
 }
 
+namespace {
+
+// A ring in another order: the rank at ring position p runs rank-order position p's steps, with peers and per-rank
+// blocks (the n-block buffers) renamed from positions to the ranks there. Every rank renames the same way, so
+// blocks still pair up, and a rank's own block (allgather's out[rank], reduce-scatter's in[rank]) stays its own.
+void genRingInOrder(const ScheduleRequest& req, Schedule* out) {
+  const std::vector<int>& order = *req.ringOrder;
+  std::vector<int> pos(order.size());
+  for (size_t p = 0; p < order.size(); p++) pos[order[p]] = static_cast<int>(p);
+  ScheduleRequest at = req;
+  at.rank = pos[req.rank];
+  at.root = collRooted(req.coll) ? pos[req.root] : req.root;
+  at.ringOrder = nullptr;
+  gen::genRing(at, out);
+  auto rename = [&](BufRef& b, int blocks) {
+    if (b.buf != Buf::kNone && blocks == req.nranks) b.block = order[b.block];
+  };
+  for (Step& st : out->steps) {
+    if (st.sendPeer >= 0) st.sendPeer = order[st.sendPeer];
+    if (st.recvPeer >= 0) st.recvPeer = order[st.recvPeer];
+    rename(st.src, st.src.buf == Buf::kInput ? out->inBlocks : out->outBlocks);
+    rename(st.dst, st.dst.buf == Buf::kInput ? out->inBlocks : out->outBlocks);
+  }
+}
+
+}  // namespace
+
 bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) {
   std::string why;
   if (req.coll >= Coll::kNumColls || req.algo >= Algo::kNumAlgos) {
@@ -76,6 +103,15 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
     why = "channel " + std::to_string(req.channel) + " out of range [0, " + std::to_string(req.nChannels) + ")";
   } else if (!algoSupported(req.coll, req.algo, req.nranks)) {
     why = std::string(algoName(req.algo)) + " does not implement " + collName(req.coll);
+  } else if (req.algo == Algo::kRing && req.ringOrder != nullptr && !req.ringOrder->empty()) {
+    std::vector<char> seen(req.nranks, 0);
+    bool perm = static_cast<int>(req.ringOrder->size()) == req.nranks;
+    for (size_t i = 0; perm && i < req.ringOrder->size(); i++) {
+      int r = (*req.ringOrder)[i];
+      perm = r >= 0 && r < req.nranks && !seen[r];
+      if (perm) seen[r] = 1;
+    }
+    if (!perm) why = "ring order is not a permutation of the " + std::to_string(req.nranks) + " ranks";
   }
   if (!why.empty()) {
     if (err) *err = why;
@@ -98,7 +134,11 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
   }
   switch (req.algo) {
     case Algo::kRing:
-      gen::genRing(req, out);
+      if (req.ringOrder != nullptr && !req.ringOrder->empty()) {
+        genRingInOrder(req, out);
+      } else {
+        gen::genRing(req, out);
+      }
       break;
     case Algo::kTree:
       gen::genTree(req, out);

@@ -1,8 +1,10 @@
 // Schedule generators: one function per algorithm family, all emitting schedule.h's data model.
 //
-// Ring order is rank order (next = rank+1). Trees are NCCL's double binary tree: even channels use tree A (in-order
-// binary tree, root 0), odd channels its mirror (even nranks) or shift by one (odd nranks), so that a rank that is a
-// leaf in one tree is interior in the other. Rooted collectives relabel the chosen tree so that it hangs from `root`.
+// Ring order is rank order (next = rank+1) unless the request gives another (ScheduleRequest::ringOrder: the ranks in
+// ring order, e.g. grouped by host so that each host is entered and left once). Trees are NCCL's double binary tree:
+// even channels use tree A (in-order binary tree, root 0), odd channels its mirror (even nranks) or shift by one (odd
+// nranks), so that a rank that is a leaf in one tree is interior in the other. Rooted collectives relabel the chosen
+// tree so that it hangs from `root`.
 //
 // Block layouts (inBlocks/outBlocks): allreduce ring/two-shot n/n, tree/one-shot 1/1; allgather 1/n; reducescatter
 // n/1; broadcast and reduce 1/1; alltoall n/n; gather 1/n; scatter n/1; sendrecv = number of sends/recvs.
@@ -29,6 +31,9 @@ struct ScheduleRequest {
   int channel;    ///< tree: parity picks tree A or B; the other families ignore it
   int nChannels;  ///< only checked (channel < nChannels when > 0)
   int root;       ///< rooted collectives only
+  /// Ring family only: the ranks in ring order (a permutation of 0..nranks-1); null or empty: rank order. A rank's
+  /// ring neighbours are the ranks before and after it here; per-rank blocks stay the ranks' own.
+  const std::vector<int>* ringOrder = nullptr;
 };
 
 /// Whether `algo` implements `coll` for nranks (e.g. tree only for allreduce/broadcast/reduce).

@@ -21,6 +21,7 @@
 #include "engine/tuner.h"
 #include "kernels/dtypes.h"
 #include "runtime/runtime.h"
+#include "topo/ring_order.h"
 
 namespace chorus {
 namespace {
@@ -224,7 +225,8 @@ class HostEngine : public Engine {
 unsigned long engineEnvHash() {
   std::string s = std::to_string(kHostChannels.get()) + "|" + std::to_string(kFifoSlots.get()) + "|" +
                   std::to_string(kSlotBytes.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
-                  std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey();
+                  std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
+                  "|" + std::to_string(ringByHostSetting());
   return fnv1a64(s);
 }
 

@@ -8,6 +8,7 @@
 #include "core/params.h"
 #include "engine/host_platform.h"
 #include "kernels/dtypes.h"
+#include "topo/ring_order.h"
 
 namespace chorus {
 namespace {
@@ -20,6 +21,16 @@ IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the f
 Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(geo) {
   sendSeq_.assign(comm->nranks, 0);
   recvSeq_.assign(comm->nranks, 0);
+  if (ringByHostSetting()) {
+    std::vector<uint64_t> hostOf(comm->nranks);
+    for (int r = 0; r < comm->nranks; r++) hostOf[r] = comm->peers[r].hostHash;
+    ringOrder_ = ringOrderByHost(hostOf);
+  }
+  if (comm->rank == 0 && !ringOrder_.empty()) {
+    std::string order;
+    for (int r : ringOrder_) order += " " + std::to_string(r);
+    INFO(kInit, "comm %p: rings host by host (CHORUS_RING_BY_HOST):%s", static_cast<void*>(comm), order.c_str());
+  }
 }
 
 const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, int nch) {
@@ -28,7 +39,7 @@ const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, 
   if (it != cache_.end()) return it->second;
   std::vector<Schedule> list(nch);
   for (int ch = 0; ch < nch; ch++) {
-    ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root};
+    ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root, &ringOrder_};
     std::string err;
     if (!buildSchedule(req, &list[ch], &err)) list[ch].steps.clear(), list[ch].nranks = -1;
     if (kPrintSchedule.get()) INFO(kColl, "schedule:\n%s", formatSchedule(list[ch]).c_str());

@@ -106,6 +106,7 @@ class Planner {
   FifoGeometry geo_;
   std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
   uint64_t collSeq_ = 0;
+  std::vector<int> ringOrder_;  ///< ranks in ring order (topo/ring_order.h); empty: rank order
   std::vector<uint64_t> sendSeq_, recvSeq_;
 };
 

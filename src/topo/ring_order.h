@@ -1,0 +1,19 @@
+// Ring order from where the ranks run: the ranks of each host next to each other, so that a ring enters and leaves
+// each host once. In rank order a ring crosses hosts at every hop where neighbouring ranks sit on different hosts
+// (ranks placed round-robin, as `srun --distribution=cyclic` does, cross at every hop), and each crossing loads a
+// host's network link with another full share of the ring's traffic.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace chorus {
+
+/// The ranks in ring order: hosts in the order of their lowest rank, each host's ranks in rank order. hostOf[r] is
+/// rank r's host (PeerInfo::hostHash). Empty when that is rank order itself (every host's ranks already adjacent).
+std::vector<int> ringOrderByHost(const std::vector<uint64_t>& hostOf);
+
+/// CHORUS_RING_BY_HOST: 1 (default) lays rings host by host; 0 keeps rank order. Every rank must agree.
+bool ringByHostSetting();
+
+}  // namespace chorus

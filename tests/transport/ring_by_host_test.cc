@@ -1,0 +1,130 @@
+// Rings laid host by host on a real communicator: six processes on three hosts (NCCL_HOSTID), placed round-robin
+// (rank r on host r % 3, as `srun --distribution=cyclic` does), shared memory within a host and sockets across.
+// Every ring collective gives exact results in and out of place, and rank 0's log names the order (0 3 1 4 2 5),
+// in which the ring crosses hosts 3 times instead of 6. CHORUS_RING_BY_HOST=0 keeps rank order, also exact.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/params.h"
+#include "harness/ranks.h"
+#include "nccl.h"
+
+namespace chorus_test {
+namespace {
+
+enum Outcome { kOk = 0, kInitFailed = 10, kCallFailed, kWrong };
+
+int32_t v(int rank, size_t i) { return int32_t(rank * 100003 + int32_t(i % 9973)); }
+
+// One rank: every ring collective on `n` int32 elements a rank, out of place then in place; the exit code says how
+// it went (the first failure's text on stderr).
+int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* byHost, const std::string& log) {
+  setenv("NCCL_HOSTID", ("ring-host-" + std::to_string(rank % 3)).c_str(), 1);
+  setenv("NCCL_ALGO", "ring", 1);
+  setenv("CHORUS_RING_BY_HOST", byHost, 1);
+  if (rank == 0) {
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
+    setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+  }
+  chorus::paramsReload();
+  ncclComm_t comm;
+  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return kInitFailed;
+  const size_t N = 20011;  // per rank; odd, and several FIFO slots a block
+  const int n = nranks;
+  std::vector<int32_t> in(N * n), out(N * n);
+  auto fail = [&](const char* what, size_t i, long got, long want) {
+    fprintf(stderr, "rank %d: %s: element %zu is %ld, expected %ld\n", rank, what, i, got, want);
+    return kWrong;
+  };
+  auto call = [&](ncclResult_t r, const char* what) {
+    if (r != ncclSuccess) fprintf(stderr, "rank %d: %s: %s\n", rank, what, ncclGetLastError(comm));
+    return r == ncclSuccess;
+  };
+  for (bool inPlace : {false, true}) {
+    // allreduce
+    for (size_t i = 0; i < N; i++) in[i] = v(rank, i);
+    int32_t* arOut = inPlace ? in.data() : out.data();
+    if (!call(ncclAllReduce(in.data(), arOut, N, ncclInt32, ncclSum, comm, nullptr), "allreduce")) return kCallFailed;
+    for (size_t i = 0; i < N; i++) {
+      long want = 0;
+      for (int q = 0; q < n; q++) want += v(q, i);
+      if (arOut[i] != want) return fail("allreduce", i, arOut[i], want);
+    }
+    // allgather: in place, the input is block `rank` of the output
+    int32_t* agIn = inPlace ? out.data() + rank * N : in.data();
+    for (size_t i = 0; i < N; i++) agIn[i] = v(rank, i);
+    if (!call(ncclAllGather(agIn, out.data(), N, ncclInt32, comm, nullptr), "allgather")) return kCallFailed;
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++)
+        if (out[q * N + i] != v(q, i)) return fail("allgather", q * N + i, out[q * N + i], v(q, i));
+    // reduce-scatter: in place, the output is block `rank` of the input
+    for (size_t i = 0; i < N * n; i++) in[i] = v(rank, i);
+    int32_t* rsOut = inPlace ? in.data() + rank * N : out.data();
+    if (!call(ncclReduceScatter(in.data(), rsOut, N, ncclInt32, ncclSum, comm, nullptr), "reduce-scatter"))
+      return kCallFailed;
+    for (size_t i = 0; i < N; i++) {
+      long want = 0;
+      for (int q = 0; q < n; q++) want += v(q, rank * N + i);
+      if (rsOut[i] != want) return fail("reduce-scatter", i, rsOut[i], want);
+    }
+    // broadcast and reduce from roots on different hosts
+    for (int root : {0, 4}) {
+      for (size_t i = 0; i < N; i++) in[i] = v(rank, i);
+      int32_t* bcOut = inPlace ? in.data() : out.data();
+      if (!call(ncclBroadcast(in.data(), bcOut, N, ncclInt32, root, comm, nullptr), "broadcast")) return kCallFailed;
+      for (size_t i = 0; i < N; i++)
+        if (bcOut[i] != v(root, i)) return fail("broadcast", i, bcOut[i], v(root, i));
+      for (size_t i = 0; i < N; i++) in[i] = v(rank, i);
+      int32_t* rdOut = inPlace ? in.data() : out.data();
+      if (!call(ncclReduce(in.data(), rdOut, N, ncclInt32, ncclMax, root, comm, nullptr), "reduce")) return kCallFailed;
+      if (rank == root)
+        for (size_t i = 0; i < N; i++)
+          if (rdOut[i] != v(n - 1, i)) return fail("reduce", i, rdOut[i], v(n - 1, i));
+    }
+  }
+  ncclCommDestroy(comm);
+  return kOk;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void runPlacement(const char* byHost, const std::string& log) {
+  unlink(log.c_str());
+  std::vector<int> status = forkRanks(
+      6, [&](int rank, const ncclUniqueId& id) { return ringCollectives(rank, 6, id, byHost, log); }, 120);
+  for (int r = 0; r < 6; r++)
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == kOk)
+        << "rank " << r << " " << describeStatus(status[r]);
+}
+
+TEST(RingByHost, RoundRobinPlacementRingsHostByHost) {
+  std::string log = "/tmp/chorus_ring_by_host_" + std::to_string(getpid()) + ".log";
+  runPlacement("1", log);
+  std::string text = readFile(log);
+  EXPECT_NE(text.find("rings host by host (CHORUS_RING_BY_HOST): 0 3 1 4 2 5"), std::string::npos) << text;
+  unlink(log.c_str());
+}
+
+TEST(RingByHost, RankOrderWhenTurnedOff) {
+  std::string log = "/tmp/chorus_ring_rank_order_" + std::to_string(getpid()) + ".log";
+  runPlacement("0", log);
+  std::string text = readFile(log);
+  EXPECT_EQ(text.find("rings host by host"), std::string::npos) << text;
+  EXPECT_NE(text.find("Init COMPLETE"), std::string::npos) << "rank 0 wrote no log: " << text;
+  unlink(log.c_str());
+}
+
+}  // namespace
+}  // namespace chorus_test
