@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Rings across hosts: 4 network-namespace hosts on a bridge, 2 ranks each (shared memory within a host, sockets
+# across), every host's link shaped with HTB to RATE both ways. Measures the link's TCP goodput with iperf3, then
+# all_reduce_perf and all_gather_perf with the ranks placed host by host (rank r on host r / 2) and round-robin
+# (rank r on host r % 4), each with CHORUS_RING_BY_HOST=1 and 0. Prints a Markdown table of time and of the share of
+# the link bound reached: allreduce must move 2(H-1)/H x S through each host's link, allgather (H-1)/H x S_out
+# (H hosts, S bytes a rank), at the iperf3 goodput. A benchmark, not a test. Needs root, iperf3 and python3.
+#
+# Usage: perf/netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE (default 1gbit)] [MAX_BYTES (default 64M)]
+set -u
+build=${1:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
+out=${2:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
+rate=${3:-1gbit}
+maxb=${4:-64M}
+build=$(cd "$build" && pwd)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tag=$$
+sw=rb_sw_$tag
+H=4
+PER=2
+pids=()
+
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for i in $(seq 1 $H); do ip netns del "rb_h${i}_$tag" 2>/dev/null; done
+  ip netns del "$sw" 2>/dev/null
+}
+trap cleanup EXIT
+
+ip netns add "$sw" || exit 1
+ip -n "$sw" link add br0 type bridge || exit 1
+ip -n "$sw" link set br0 up || exit 1
+shape() {
+  ip netns exec "$1" tc qdisc add dev "$2" root handle 1: htb default 10 r2q 1000 || exit 1
+  ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$rate" ceil "$rate" || exit 1
+}
+for i in $(seq 1 $H); do
+  ns=rb_h${i}_$tag
+  ip netns add "$ns" || exit 1
+  ip link add "rh$i$tag" type veth peer name "rs$i$tag" || exit 1
+  ip link set "rh$i$tag" netns "$ns" || exit 1
+  ip link set "rs$i$tag" netns "$sw" || exit 1
+  ip -n "$ns" link set "rh$i$tag" name hx || exit 1
+  ip -n "$sw" link set "rs$i$tag" master br0 || exit 1
+  ip -n "$ns" addr add "10.81.0.$i/24" dev hx || exit 1
+  ip -n "$ns" link set lo up || exit 1
+  ip -n "$ns" link set hx up || exit 1
+  ip -n "$sw" link set "rs$i$tag" up || exit 1
+  shape "$ns" hx
+  shape "$sw" "rs$i$tag"
+done
+
+# Goodput of one host's link, one stream each way at once (as a ring hop's two directions run).
+ip netns exec "rb_h2_$tag" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
+sleep 0.5
+ip netns exec "rb_h1_$tag" iperf3 -c 10.81.0.2 -p 5201 -t 5 --bidir -J >"$out/iperf3.json" 2>&1
+goodput=$(python3 -c '
+import json,sys
+d=json.load(open(sys.argv[1]))
+e=d["end"]
+print(min(e["sum_sent"]["bits_per_second"], e["sum_sent_bidir_reverse"]["bits_per_second"])/8)
+' "$out/iperf3.json") || { echo "iperf3 failed: $(tail -3 "$out/iperf3.json")"; exit 1; }
+echo "link $rate: TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s)"
+
+# run TOOL PLACEMENT BYHOST: 8 ranks, JSON to $out/TOOL-PLACEMENT-BYHOST.json.
+port=29700
+run() {
+  local tool=$1 place=$2 byhost=$3 n=$((H * PER))
+  port=$((port + 2))
+  pids=()
+  for r in $(seq 0 $((n - 1))); do
+    local h lr
+    if [ "$place" = host ]; then h=$((r / PER + 1)); lr=$((r % PER)); else h=$((r % H + 1)); lr=$((r / H)); fi
+    ip netns exec "rb_h${h}_$tag" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
+      MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=ring \
+      CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b 1M -e "$maxb" -f 4 -n 5 -w 1 \
+      --json "$out/$tool-$place-$byhost.json" >"$out/$tool-$place-$byhost.$r.log" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  pids=()
+  return $rc
+}
+
+for tool in all_reduce_perf all_gather_perf; do
+  for place in host cyclic; do
+    for byhost in 1 0; do
+      if ! run $tool $place $byhost; then
+        echo "$tool $place CHORUS_RING_BY_HOST=$byhost failed:"
+        tail -3 "$out/$tool-$place-$byhost.0.log"
+      fi
+    done
+  done
+done
+
+python3 - "$out" "$goodput" "$H" "$rate" <<'EOF'
+import json, os, sys
+out, goodput, H, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+print(f"\n| collective | placement | CHORUS_RING_BY_HOST | size (bytes) | time (ms) | busbw (GB/s) | link bound (ms) | share of bound |")
+print("|---|---|---|---|---|---|---|---|")
+for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgather")):
+    for place in ("host", "cyclic"):
+        for byhost in ("1", "0"):
+            path = f"{out}/{tool}-{place}-{byhost}.json"
+            if not os.path.exists(path):
+                continue
+            d = json.load(open(path))
+            for row in d["results"]:
+                size = row["size"]  # allreduce: the buffer; allgather: the output (nccl-tests' size column)
+                t_us = row["out_of_place"]["time"]
+                link = (2 if coll == "allreduce" else 1) * (H - 1) / H * size  # bytes through each host's link
+                bound_ms = link / goodput * 1e3
+                print(f"| {coll} | {place} | {byhost} | {size} | {t_us/1e3:.1f} | {row['out_of_place']['bus_bw']:.4f} | "
+                      f"{bound_ms:.1f} | {100*bound_ms/(t_us/1e3):.0f}% |")
+EOF
