@@ -2,7 +2,8 @@
 # Rings across hosts: 4 network-namespace hosts on a bridge, 2 ranks each (shared memory within a host, sockets
 # across), every host's link shaped with HTB to RATE both ways. Measures the link's TCP goodput with iperf3, then
 # all_reduce_perf and all_gather_perf with the ranks placed host by host (rank r on host r / 2) and round-robin
-# (rank r on host r % 4), each with CHORUS_RING_BY_HOST=1 and 0. Prints a Markdown table of time and of the share of
+# (rank r on host r % 4), each with rings (NCCL_ALGO=ring) host by host and in rank order (CHORUS_RING_BY_HOST=1
+# and 0), and allreduce hierarchical (NCCL_ALGO=Hierarchical). Prints a Markdown table of time and of the share of
 # the link bound reached: allreduce must move 2(H-1)/H x S through each host's link, allgather (H-1)/H x S_out
 # (H hosts, S bytes a rank), at the iperf3 goodput. A benchmark, not a test. Needs root, iperf3 and python3.
 #
@@ -63,19 +64,21 @@ print(min(e["sum_sent"]["bits_per_second"], e["sum_sent_bidir_reverse"]["bits_pe
 ' "$out/iperf3.json") || { echo "iperf3 failed: $(tail -3 "$out/iperf3.json")"; exit 1; }
 echo "link $rate: TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s)"
 
-# run TOOL PLACEMENT BYHOST: 8 ranks, JSON to $out/TOOL-PLACEMENT-BYHOST.json.
+# run TOOL PLACEMENT BYHOST ALGO: 8 ranks, JSON to $out/TOOL-PLACEMENT-BYHOST[-ALGO].json.
 port=29700
 run() {
-  local tool=$1 place=$2 byhost=$3 n=$((H * PER))
+  local tool=$1 place=$2 byhost=$3 algo=$4 n=$((H * PER))
+  local name=$tool-$place-$byhost
+  if [ "$algo" != ring ]; then name=$name-$algo; fi
   port=$((port + 2))
   pids=()
   for r in $(seq 0 $((n - 1))); do
     local h lr
     if [ "$place" = host ]; then h=$((r / PER + 1)); lr=$((r % PER)); else h=$((r % H + 1)); lr=$((r / H)); fi
     ip netns exec "rb_h${h}_$tag" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
-      MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=ring \
+      MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo \
       CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b 1M -e "$maxb" -f 4 -n 5 -w 1 \
-      --json "$out/$tool-$place-$byhost.json" >"$out/$tool-$place-$byhost.$r.log" 2>&1 &
+      --json "$out/$name.json" >"$out/$name.$r.log" 2>&1 &
     pids+=($!)
   done
   local rc=0
@@ -86,10 +89,11 @@ run() {
 
 for tool in all_reduce_perf all_gather_perf; do
   for place in host cyclic; do
-    for byhost in 1 0; do
-      if ! run $tool $place $byhost; then
-        echo "$tool $place CHORUS_RING_BY_HOST=$byhost failed:"
-        tail -3 "$out/$tool-$place-$byhost.0.log"
+    for cfg in ring:1 ring:0 Hierarchical:1; do
+      algo=${cfg%%:*} byhost=${cfg##*:}
+      if [ $algo = Hierarchical ] && [ $tool != all_reduce_perf ]; then continue; fi
+      if ! run $tool $place $byhost $algo; then
+        echo "$tool $place CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo failed"
       fi
     done
   done
@@ -98,12 +102,12 @@ done
 python3 - "$out" "$goodput" "$H" "$rate" <<'EOF'
 import json, os, sys
 out, goodput, H, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-print(f"\n| collective | placement | CHORUS_RING_BY_HOST | size (bytes) | time (ms) | busbw (GB/s) | link bound (ms) | share of bound |")
-print("|---|---|---|---|---|---|---|---|")
+print(f"\n| collective | algorithm | placement | CHORUS_RING_BY_HOST | size (bytes) | time (ms) | busbw (GB/s) | link bound (ms) | share of bound |")
+print("|---|---|---|---|---|---|---|---|---|")
 for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgather")):
     for place in ("host", "cyclic"):
-        for byhost in ("1", "0"):
-            path = f"{out}/{tool}-{place}-{byhost}.json"
+        for algo, byhost, suffix in (("ring", "1", ""), ("ring", "0", ""), ("hierarchical", "1", "-Hierarchical")):
+            path = f"{out}/{tool}-{place}-{byhost}{suffix}.json"
             if not os.path.exists(path):
                 continue
             d = json.load(open(path))
@@ -112,6 +116,6 @@ for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgat
                 t_us = row["out_of_place"]["time"]
                 link = (2 if coll == "allreduce" else 1) * (H - 1) / H * size  # bytes through each host's link
                 bound_ms = link / goodput * 1e3
-                print(f"| {coll} | {place} | {byhost} | {size} | {t_us/1e3:.1f} | {row['out_of_place']['bus_bw']:.4f} | "
+                print(f"| {coll} | {algo} | {place} | {byhost} | {size} | {t_us/1e3:.1f} | {row['out_of_place']['bus_bw']:.4f} | "
                       f"{bound_ms:.1f} | {100*bound_ms/(t_us/1e3):.0f}% |")
 EOF

@@ -20,9 +20,10 @@ using namespace chorus;
 
 int usage() {
   std::fprintf(stderr,
-               "usage: chorus-sched <coll> <algo> <nranks> [rank|all] [channel] [root]\n"
+               "usage: chorus-sched [--local-ranks P] <coll> <algo> <nranks> [rank|all] [channel] [root]\n"
                "  coll: allreduce allgather reducescatter broadcast reduce alltoall gather scatter sendrecv\n"
-               "  algo: ring tree direct oneshot twoshot\n");
+               "  algo: ring tree direct oneshot twoshot hierarchical\n"
+               "  --local-ranks P: hierarchical over hosts of P consecutive ranks (default: one host)\n");
   return 2;
 }
 
@@ -38,7 +39,8 @@ bool parseInt(const char* s, int* v) {
 
 // Markdown table of which algorithm implements which collective (docs/algorithms.md).
 int printTable() {
-  std::printf("| collective | ring | tree | direct | one-shot | two-shot |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| collective | ring | tree | direct | one-shot | two-shot | hierarchical |\n|---|---|---|---|---|---|---|\n");
   for (int c = 0; c < static_cast<int>(Coll::kSendRecv); ++c) {
     std::printf("| %s |", collName(static_cast<Coll>(c)));
     for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); ++a) {
@@ -53,6 +55,12 @@ int printTable() {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--table") return printTable();
+  int localRanks = 0;
+  if (argc > 2 && std::string(argv[1]) == "--local-ranks") {
+    if (!parseInt(argv[2], &localRanks) || localRanks < 1) return usage();
+    argc -= 2;
+    argv += 2;
+  }
   if (argc < 4 || argc > 7) return usage();
   Coll coll;
   Algo algo;
@@ -74,7 +82,8 @@ int main(int argc, char** argv) {
       continue;
     }
     std::string err;
-    if (!buildSchedule(ScheduleRequest{coll, algo, nranks, r, channel, channel + 1, root}, &schedules[r], &err)) {
+    ScheduleRequest req{coll, algo, nranks, r, channel, channel + 1, root, nullptr, localRanks};
+    if (!buildSchedule(req, &schedules[r], &err)) {
       std::fprintf(stderr, "chorus-sched: %s\n", err.c_str());
       return 2;
     }

@@ -64,6 +64,7 @@ void genTree(const ScheduleRequest& req, Schedule* out);
 void genDirect(const ScheduleRequest& req, Schedule* out);
 void genOneShot(const ScheduleRequest& req, Schedule* out);
 void genTwoShot(const ScheduleRequest& req, Schedule* out);
+void genHier(const ScheduleRequest& req, Schedule* out);
 
 }  // namespace gen
 }  // namespace chorus

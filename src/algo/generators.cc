@@ -18,7 +18,7 @@ void blockLayout(Coll coll, Algo algo, int n, int* inBlocks, int* outBlocks) {
   *outBlocks = 1;
   switch (coll) {
     case Coll::kAllReduce:
-      if (algo == Algo::kRing || algo == Algo::kTwoShot) *inBlocks = *outBlocks = n;
+      if (algo == Algo::kRing || algo == Algo::kTwoShot || algo == Algo::kHier) *inBlocks = *outBlocks = n;
       break;
     case Coll::kAllGather:
     case Coll::kGather:
@@ -50,6 +50,7 @@ bool algoSupported(Coll coll, Algo algo, int nranks) {
       return coll == Coll::kAllToAll || coll == Coll::kGather || coll == Coll::kScatter || coll == Coll::kAllGather;
     case Algo::kOneShot:
     case Algo::kTwoShot:
+    case Algo::kHier:
       return coll == Coll::kAllReduce;
     default:
       return false;
@@ -62,10 +63,12 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks) {
 
 namespace {
 
-// A ring in another order: the rank at ring position p runs rank-order position p's steps, with peers and per-rank
-// blocks (the n-block buffers) renamed from positions to the ranks there. Every rank renames the same way, so
-// blocks still pair up, and a rank's own block (allgather's out[rank], reduce-scatter's in[rank]) stays its own.
-void genRingInOrder(const ScheduleRequest& req, Schedule* out) {
+// Ring and hierarchical schedules in another order: the rank at ring position p runs rank-order position p's
+// steps, with peers and per-rank blocks (the n-block buffers) renamed from positions to the ranks there. Every rank
+// renames the same way, so blocks still pair up, and a rank's own block (allgather's out[rank], reduce-scatter's
+// in[rank]) stays its own.
+void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const ScheduleRequest&, Schedule*)) {
+  if (req.ringOrder == nullptr || req.ringOrder->empty()) return gen(req, out);
   const std::vector<int>& order = *req.ringOrder;
   std::vector<int> pos(order.size());
   for (size_t p = 0; p < order.size(); p++) pos[order[p]] = static_cast<int>(p);
@@ -73,7 +76,7 @@ void genRingInOrder(const ScheduleRequest& req, Schedule* out) {
   at.rank = pos[req.rank];
   at.root = collRooted(req.coll) ? pos[req.root] : req.root;
   at.ringOrder = nullptr;
-  gen::genRing(at, out);
+  gen(at, out);
   auto rename = [&](BufRef& b, int blocks) {
     if (b.buf != Buf::kNone && blocks == req.nranks) b.block = order[b.block];
   };
@@ -103,7 +106,12 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
     why = "channel " + std::to_string(req.channel) + " out of range [0, " + std::to_string(req.nChannels) + ")";
   } else if (!algoSupported(req.coll, req.algo, req.nranks)) {
     why = std::string(algoName(req.algo)) + " does not implement " + collName(req.coll);
-  } else if (req.algo == Algo::kRing && req.ringOrder != nullptr && !req.ringOrder->empty()) {
+  } else if (req.algo == Algo::kHier && req.localRanks != 0 &&
+             (req.localRanks < 0 || req.nranks % req.localRanks != 0)) {
+    why = "hierarchical needs the same number of ranks on every host (" + std::to_string(req.localRanks) +
+          " does not divide " + std::to_string(req.nranks) + ")";
+  } else if ((req.algo == Algo::kRing || req.algo == Algo::kHier) && req.ringOrder != nullptr &&
+             !req.ringOrder->empty()) {
     std::vector<char> seen(req.nranks, 0);
     bool perm = static_cast<int>(req.ringOrder->size()) == req.nranks;
     for (size_t i = 0; perm && i < req.ringOrder->size(); i++) {
@@ -134,11 +142,7 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
   }
   switch (req.algo) {
     case Algo::kRing:
-      if (req.ringOrder != nullptr && !req.ringOrder->empty()) {
-        genRingInOrder(req, out);
-      } else {
-        gen::genRing(req, out);
-      }
+      genInOrder(req, out, gen::genRing);
       break;
     case Algo::kTree:
       gen::genTree(req, out);
@@ -151,6 +155,9 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
       break;
     case Algo::kTwoShot:
       gen::genTwoShot(req, out);
+      break;
+    case Algo::kHier:
+      genInOrder(req, out, gen::genHier);
       break;
     default:
       break;

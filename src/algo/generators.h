@@ -34,6 +34,9 @@ struct ScheduleRequest {
   /// Ring family only: the ranks in ring order (a permutation of 0..nranks-1); null or empty: rank order. A rank's
   /// ring neighbours are the ranks before and after it here; per-rank blocks stay the ranks' own.
   const std::vector<int>* ringOrder = nullptr;
+  /// Hierarchical only: ranks a host, every host the same; the ring order (else rank order) lists the hosts' ranks
+  /// one host after another. 0: one host.
+  int localRanks = 0;
 };
 
 /// Whether `algo` implements `coll` for nranks (e.g. tree only for allreduce/broadcast/reduce).

@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "algo/generators.h"
@@ -26,6 +27,20 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
     for (int r = 0; r < comm->nranks; r++) hostOf[r] = comm->peers[r].hostHash;
     ringOrder_ = ringOrderByHost(hostOf);
   }
+  // Hierarchical allreduce: several hosts, the same number (2 or more) of ranks on each, laid out host by host in
+  // the ring order.
+  std::map<uint64_t, int> perHost;
+  for (int r = 0; r < comm->nranks; r++) perHost[comm->peers[r].hostHash]++;
+  int P = perHost.begin()->second;
+  bool even = perHost.size() >= 2 && P >= 2;
+  for (const auto& [host, count] : perHost) even &= count == P;
+  // Rank order must already be host by host when rings are not laid by host.
+  for (int r = 0; even && ringOrder_.empty() && r + 1 < comm->nranks; r++)
+    even &= (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
+  localRanks_ = even ? P : 0;
+  if (comm->rank == 0 && localRanks_ > 0)
+    INFO(kInit, "comm %p: hierarchical allreduce from %ld bytes: %zu hosts x %d ranks", static_cast<void*>(comm),
+         static_cast<long>(hierMinBytes()), perHost.size(), localRanks_);
   if (comm->rank == 0 && !ringOrder_.empty()) {
     std::string order;
     for (int r : ringOrder_) order += " " + std::to_string(r);
@@ -39,7 +54,7 @@ const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, 
   if (it != cache_.end()) return it->second;
   std::vector<Schedule> list(nch);
   for (int ch = 0; ch < nch; ch++) {
-    ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root, &ringOrder_};
+    ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root, &ringOrder_, localRanks_};
     std::string err;
     if (!buildSchedule(req, &list[ch], &err)) list[ch].steps.clear(), list[ch].nranks = -1;
     if (kPrintSchedule.get()) INFO(kColl, "schedule:\n%s", formatSchedule(list[ch]).c_str());
@@ -105,12 +120,17 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   CollPlan& p = *out;
   int n = comm_->nranks;
   size_t es = DType::size(op.dtype);
-  p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes);
+  p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0);
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n)) p.choice.algo = Algo::kRing;
   const int minCh = p.choice.algo == Algo::kTree ? 2 : 1;  // double binary tree: one tree per channel
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
+  if (p.choice.algo == Algo::kHier && limits.maxSteps != 0 &&
+      (*p.scheds)[0].steps.size() > static_cast<size_t>(limits.maxSteps)) {
+    p.choice.algo = Algo::kRing;  // more steps than one launch holds (device path): the ring's are fewer
+    p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
+  }
   if ((*p.scheds)[0].nranks < 0) return ncclInternalError;
   // Channels are alike (or alternate, for trees), so fewer channels mean proportionally fewer ends and steps.
   while (nch > minCh) {

@@ -13,8 +13,9 @@ namespace chorus {
 namespace {
 
 StrParam kAlgo{"NCCL_ALGO", "",
-               "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot "
-               "(NCCL's other names are accepted and ignored). An algorithm that cannot run a collective is skipped.",
+               "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot, "
+               "Hierarchical (NCCL's other names are accepted and ignored). An algorithm that cannot run a "
+               "collective is skipped.",
                "tuning"};
 StrParam kProto{"NCCL_PROTO", "", "Allowed protocols: Simple, LL (LL128 is accepted and treated as Simple); ^ excludes.",
                 "tuning"};
@@ -41,10 +42,18 @@ bool allowed(const std::string& list, const char* name) {
   return exclude ? !found : found;
 }
 
-Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax) {
+// From docs/perf/net.md (4 hosts x 2 ranks, 1 Gbit/s links): hierarchical lost to the ring by 2-5% at 1 MB and
+// won by 4-7% at 4 MB.
+IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 4194304,
+                  "Smallest allreduce that runs hierarchical (reduce-scatter within each host, allreduce across "
+                  "hosts, allgather within each host) when ranks span several hosts with as many ranks on each.",
+                  "tuning"};
+
+Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts) {
   switch (coll) {
     case Coll::kAllReduce:
       if (nranks >= 2 && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
+      if (hosts && static_cast<int64_t>(bytes) >= kHierMin.get()) return Algo::kHier;
       return Algo::kRing;
     case Coll::kAllToAll:
     case Coll::kGather:
@@ -82,14 +91,14 @@ const Allowed& allowedNow() {
 
 }  // namespace
 
-Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax) {
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts) {
   const Allowed& al = allowedNow();
   Choice c;
-  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax);
+  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts);
   c.algo = def;
   if (al.algoSet && !al.algo[static_cast<int>(def)]) {
     // Prefer, in order, the algorithms a user is most likely to force.
-    static const Algo kOrder[] = {Algo::kRing, Algo::kTree, Algo::kDirect, Algo::kOneShot, Algo::kTwoShot};
+    static const Algo kOrder[] = {Algo::kRing, Algo::kTree, Algo::kDirect, Algo::kOneShot, Algo::kTwoShot, Algo::kHier};
     for (Algo a : kOrder) {
       if (al.algo[static_cast<int>(a)] && algoSupported(coll, a, nranks)) {
         c.algo = a;
@@ -108,9 +117,11 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax) {
   return c;
 }
 
+int64_t hierMinBytes() { return kHierMin.get(); }
+
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
-                  std::to_string(kOneShotMax.get());
+                  std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get());
   return fnv1a64(s);
 }
 

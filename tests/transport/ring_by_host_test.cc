@@ -1,7 +1,9 @@
 // Rings laid host by host on a real communicator: six processes on three hosts (NCCL_HOSTID), placed round-robin
 // (rank r on host r % 3, as `srun --distribution=cyclic` does), shared memory within a host and sockets across.
 // Every ring collective gives exact results in and out of place, and rank 0's log names the order (0 3 1 4 2 5),
-// in which the ring crosses hosts 3 times instead of 6. CHORUS_RING_BY_HOST=0 keeps rank order, also exact.
+// in which the ring crosses hosts 3 times instead of 6. CHORUS_RING_BY_HOST=0 keeps rank order, also exact. The
+// same placement runs hierarchical allreduce from CHORUS_HIER_MIN_BYTES (3 hosts x 2 ranks), and when NCCL_ALGO
+// forces it.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -24,9 +26,11 @@ int32_t v(int rank, size_t i) { return int32_t(rank * 100003 + int32_t(i % 9973)
 
 // One rank: every ring collective on `n` int32 elements a rank, out of place then in place; the exit code says how
 // it went (the first failure's text on stderr).
-int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* byHost, const std::string& log) {
+int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* byHost, const std::string& log,
+                    const char* algo) {
   setenv("NCCL_HOSTID", ("ring-host-" + std::to_string(rank % 3)).c_str(), 1);
-  setenv("NCCL_ALGO", "ring", 1);
+  if (algo[0] != 0) setenv("NCCL_ALGO", algo, 1);
+  setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);  // the test's allreduce (80 KB) runs hierarchical unless forced
   setenv("CHORUS_RING_BY_HOST", byHost, 1);
   if (rank == 0) {
     setenv("NCCL_DEBUG", "INFO", 1);
@@ -56,6 +60,15 @@ int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* by
       long want = 0;
       for (int q = 0; q < n; q++) want += v(q, i);
       if (arOut[i] != want) return fail("allreduce", i, arOut[i], want);
+    }
+    // integer average: the division happens once, at the last reduction
+    for (size_t i = 0; i < N; i++) in[i] = v(rank, i);
+    if (!call(ncclAllReduce(in.data(), arOut, N, ncclInt32, ncclAvg, comm, nullptr), "allreduce avg"))
+      return kCallFailed;
+    for (size_t i = 0; i < N; i++) {
+      long sum = 0;
+      for (int q = 0; q < n; q++) sum += v(q, i);
+      if (arOut[i] != sum / n) return fail("allreduce avg", i, arOut[i], sum / n);
     }
     // allgather: in place, the input is block `rank` of the output
     int32_t* agIn = inPlace ? out.data() + rank * N : in.data();
@@ -100,10 +113,10 @@ std::string readFile(const std::string& path) {
   return s.str();
 }
 
-void runPlacement(const char* byHost, const std::string& log) {
+void runPlacement(const char* byHost, const std::string& log, const char* algo = "ring") {
   unlink(log.c_str());
   std::vector<int> status = forkRanks(
-      6, [&](int rank, const ncclUniqueId& id) { return ringCollectives(rank, 6, id, byHost, log); }, 120);
+      6, [&](int rank, const ncclUniqueId& id) { return ringCollectives(rank, 6, id, byHost, log, algo); }, 120);
   for (int r = 0; r < 6; r++)
     EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == kOk)
         << "rank " << r << " " << describeStatus(status[r]);
@@ -124,6 +137,16 @@ TEST(RingByHost, RankOrderWhenTurnedOff) {
   EXPECT_EQ(text.find("rings host by host"), std::string::npos) << text;
   EXPECT_NE(text.find("Init COMPLETE"), std::string::npos) << "rank 0 wrote no log: " << text;
   unlink(log.c_str());
+}
+
+TEST(RingByHost, HierarchicalAllReduceBySizeAndForced) {
+  for (const char* algo : {"", "Hierarchical"}) {
+    std::string log = "/tmp/chorus_hier_" + std::to_string(getpid()) + ".log";
+    runPlacement("1", log, algo);
+    std::string text = readFile(log);
+    EXPECT_NE(text.find("hierarchical allreduce from 65536 bytes: 3 hosts x 2 ranks"), std::string::npos) << text;
+    unlink(log.c_str());
+  }
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+// Hierarchical allreduce (src/algo/gen_hier.cc) through the symbolic verifier: hosts x ranks a host from 1 x n to
+// n x 1, rank placements given as a ring order, in and out of place, several FIFO depths; each host's link carries
+// 2(H-1)/H of the buffer each way; a host count that does not divide the ranks is refused.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algo/generators.h"
+#include "algo/verify.h"
+
+namespace chorus {
+namespace {
+
+std::vector<Schedule> buildAll(int n, int perHost, const std::vector<int>* order, int channel = 0) {
+  std::vector<Schedule> all(n);
+  for (int r = 0; r < n; ++r) {
+    std::string err;
+    ScheduleRequest req{Coll::kAllReduce, Algo::kHier, n, r, channel, 2, 0, order, perHost};
+    EXPECT_TRUE(buildSchedule(req, &all[r], &err)) << err;
+  }
+  return all;
+}
+
+TEST(Hierarchical, EveryShapeInAndOutOfPlace) {
+  std::mt19937 rng(5);
+  for (auto [H, P] : std::vector<std::pair<int, int>>{
+           {2, 2}, {2, 3}, {3, 2}, {4, 2}, {2, 4}, {3, 3}, {5, 3}, {1, 4}, {4, 1}, {1, 1}, {2, 1}, {8, 4}}) {
+    const int n = H * P;
+    std::vector<int> shuffled(n);
+    std::iota(shuffled.begin(), shuffled.end(), 0);
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    const std::vector<int>* none = nullptr;
+    const std::vector<int>* mixed = &shuffled;
+    for (const std::vector<int>* order : {none, mixed}) {
+      auto all = buildAll(n, P, order);
+      for (bool inPlace : {false, true})
+        for (int depth : {2, 3}) {
+          VerifyOptions opt;
+          opt.inPlace = inPlace;
+          opt.fifoDepth = depth;
+          opt.tiles = 2;
+          ASSERT_EQ(verifySchedules(all, opt), "") << H << " hosts x " << P << (order ? " shuffled" : "")
+                                                   << (inPlace ? " in place" : "") << " depth " << depth;
+        }
+    }
+  }
+}
+
+TEST(Hierarchical, ThousandRanks) {
+  VerifyOptions opt;
+  opt.tiles = 1;
+  EXPECT_EQ(verifySchedules(buildAll(1024, 8, nullptr), opt), "");
+}
+
+// What crosses hosts: with hosts of P consecutive positions, the steps that send to another host carry 2(H-1)/H of
+// the buffer from each host: 2(H-1) blocks of 1/n each per local rank, P ranks a host.
+TEST(Hierarchical, EachHostSendsTheMinimum) {
+  const int H = 4, P = 3, n = H * P;
+  auto all = buildAll(n, P, nullptr);
+  for (int h = 0; h < H; ++h) {
+    int blocksOut = 0;  // blocks sent to other hosts by host h's ranks
+    for (int l = 0; l < P; ++l)
+      for (const Step& st : all[h * P + l].steps)
+        if (st.sendPeer >= 0 && st.sendPeer / P != h) blocksOut++;
+    // Each block is 1/n of the buffer: 2(H-1)/H of the buffer is 2(H-1) x P blocks.
+    EXPECT_EQ(blocksOut, 2 * (H - 1) * P) << "host " << h;
+  }
+}
+
+TEST(Hierarchical, UnevenHostsAreRefused) {
+  Schedule s;
+  std::string err;
+  ScheduleRequest req{Coll::kAllReduce, Algo::kHier, 6, 0, 0, 1, 0, nullptr, 4};
+  EXPECT_FALSE(buildSchedule(req, &s, &err));
+  EXPECT_NE(err.find("same number of ranks on every host"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace chorus
