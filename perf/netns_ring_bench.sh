@@ -16,46 +16,25 @@ maxb=${4:-64M}
 build=$(cd "$build" && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-tag=$$
-sw=rb_sw_$tag
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../scripts/netns_hosts.sh"
+net=rb$$  # namespaces rb<pid>_h1..4 and rb<pid>_sw
 H=4
 PER=2
 pids=()
 
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for i in $(seq 1 $H); do ip netns del "rb_h${i}_$tag" 2>/dev/null; done
-  ip netns del "$sw" 2>/dev/null
+  netns_hosts_del "$net" $H
 }
 trap cleanup EXIT
 
-ip netns add "$sw" || exit 1
-ip -n "$sw" link add br0 type bridge || exit 1
-ip -n "$sw" link set br0 up || exit 1
-shape() {
-  ip netns exec "$1" tc qdisc add dev "$2" root handle 1: htb default 10 r2q 1000 || exit 1
-  ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$rate" ceil "$rate" || exit 1
-}
-for i in $(seq 1 $H); do
-  ns=rb_h${i}_$tag
-  ip netns add "$ns" || exit 1
-  ip link add "rh$i$tag" type veth peer name "rs$i$tag" || exit 1
-  ip link set "rh$i$tag" netns "$ns" || exit 1
-  ip link set "rs$i$tag" netns "$sw" || exit 1
-  ip -n "$ns" link set "rh$i$tag" name hx || exit 1
-  ip -n "$sw" link set "rs$i$tag" master br0 || exit 1
-  ip -n "$ns" addr add "10.81.0.$i/24" dev hx || exit 1
-  ip -n "$ns" link set lo up || exit 1
-  ip -n "$ns" link set hx up || exit 1
-  ip -n "$sw" link set "rs$i$tag" up || exit 1
-  shape "$ns" hx
-  shape "$sw" "rs$i$tag"
-done
+netns_hosts "$net" $H 10.81.0 "$rate" || exit 1
 
 # Goodput of one host's link, one stream each way at once (as a ring hop's two directions run).
-ip netns exec "rb_h2_$tag" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
+ip netns exec "${net}_h2" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
 sleep 0.5
-ip netns exec "rb_h1_$tag" iperf3 -c 10.81.0.2 -p 5201 -t 5 --bidir -J >"$out/iperf3.json" 2>&1
+ip netns exec "${net}_h1" iperf3 -c 10.81.0.2 -p 5201 -t 5 --bidir -J >"$out/iperf3.json" 2>&1
 goodput=$(python3 -c '
 import json,sys
 d=json.load(open(sys.argv[1]))
@@ -75,7 +54,7 @@ run() {
   for r in $(seq 0 $((n - 1))); do
     local h lr
     if [ "$place" = host ]; then h=$((r / PER + 1)); lr=$((r % PER)); else h=$((r % H + 1)); lr=$((r / H)); fi
-    ip netns exec "rb_h${h}_$tag" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
+    ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
       MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo \
       CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b 1M -e "$maxb" -f 4 -n 5 -w 1 \
       --json "$out/$name.json" >"$out/$name.$r.log" 2>&1 &

@@ -43,6 +43,15 @@ class DirectCollectives : public ::testing::Test {
   }
 };
 
+// Blocks of 4 threads, 10% of barriers and kernel starts delayed up to 30 us, a block per 8 KB.
+void withDelays() {
+  setenv("CHORUS_DEVICE_CHANNEL_BYTES", "8192", 1);
+  chorus::paramsReload();
+  gEmu.threadsPerBlock = 4;
+  gEmu.delayPercent = 10;
+  gEmu.delayMaxUs = 30;
+}
+
 cudaStream_t streamOf(const RankCtx& c) { return reinterpret_cast<cudaStream_t>(uintptr_t(c.rank + 1)); }
 void sync(const RankCtx& c) { ASSERT_EQ(gEmu.streamSynchronize(streamOf(c)), ncclSuccess) << gEmu.lastError(); }
 
@@ -116,11 +125,7 @@ TEST_F(DirectCollectives, SizesThatLeaveRanksOrBlocksEmpty) {
 // Many calls in a row on blocks of several threads with random delays: the ranks' counters carry over from call
 // to call, a fast rank's next call must not run into a slow rank's current one, and the block count varies.
 TEST_F(DirectCollectives, ManyCallsWithDelays) {
-  setenv("CHORUS_DEVICE_CHANNEL_BYTES", "8192", 1);
-  chorus::paramsReload();
-  gEmu.threadsPerBlock = 4;
-  gEmu.delayPercent = 10;
-  gEmu.delayMaxUs = 30;
+  withDelays();
   runRanks(4, Driver::kThreads, [](RankCtx& c) {
     for (int k = 0; k < 24; k++) {
       size_t count = (k % 3 == 0) ? 9000 : (k % 3 == 1) ? 37 : 2500;
@@ -224,11 +229,7 @@ TEST_F(DirectCollectives, EveryOtherCollective) {
 
 // The same on blocks of several threads with random delays at barriers and kernel starts, twice in a row.
 TEST_F(DirectCollectives, EveryOtherCollectiveWithDelays) {
-  setenv("CHORUS_DEVICE_CHANNEL_BYTES", "8192", 1);
-  chorus::paramsReload();
-  gEmu.threadsPerBlock = 4;
-  gEmu.delayPercent = 10;
-  gEmu.delayMaxUs = 30;
+  withDelays();
   runRanks(4, Driver::kThreads, [](RankCtx& c) {
     for (size_t N : {size_t(2500), size_t(777)}) otherCollectives(c, N);
   });

@@ -12,50 +12,25 @@ set -u
 doctor=${1:?usage: doctor_netns_test.sh <chorus-doctor> [--keep DIR]}
 keep=""
 if [ "${2:-}" = "--keep" ]; then keep=${3:?}; fi
-tag=$$
-sw=chd_sw_$tag
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../../scripts/netns_hosts.sh"
+net=cd$$  # namespaces cd<pid>_h1..4 and cd<pid>_sw
 work=$(mktemp -d)
 pids=()
 
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for i in 1 2 3 4; do ip netns del "chd_h${i}_$tag" 2>/dev/null; done
-  ip netns del "$sw" 2>/dev/null
+  netns_hosts_del "$net" 4
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-if ! ip netns add "$sw" 2>"$work/err"; then
+if ! ip netns add "${net}_probe" 2>"$work/err"; then
   echo "SKIP: cannot create network namespaces ($(cat "$work/err")); run as root"
   exit 77
 fi
-ip -n "$sw" link add br0 type bridge || exit 1
-ip -n "$sw" link set br0 up || exit 1
-
-# shape NS DEV RATE: HTB on DEV's egress; reshape NS DEV RATE changes the rate.
-shape() {
-  ip netns exec "$1" tc qdisc add dev "$2" root handle 1: htb default 10 r2q 1000 || exit 1
-  ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$3" ceil "$3" || exit 1
-}
-reshape() {
-  ip netns exec "$1" tc class change dev "$2" parent 1: classid 1:10 htb rate "$3" ceil "$3" || exit 1
-}
-
-for i in 1 2 3 4; do
-  ns=chd_h${i}_$tag
-  ip netns add "$ns" || exit 1
-  ip link add "dh$i$tag" type veth peer name "ds$i$tag" || exit 1
-  ip link set "dh$i$tag" netns "$ns" || exit 1
-  ip link set "ds$i$tag" netns "$sw" || exit 1
-  ip -n "$ns" link set "dh$i$tag" name hx || exit 1
-  ip -n "$sw" link set "ds$i$tag" master br0 || exit 1
-  ip -n "$ns" addr add "10.79.0.$i/24" dev hx || exit 1
-  ip -n "$ns" link set lo up || exit 1
-  ip -n "$ns" link set hx up || exit 1
-  ip -n "$sw" link set "ds$i$tag" up || exit 1
-  shape "$ns" hx 1gbit
-  shape "$sw" "ds$i$tag" 1gbit
-done
+ip netns del "${net}_probe"
+netns_hosts "$net" 4 10.79.0 1gbit || exit 1
 
 # run NAME PORT [rank:VAR=VALUE ...]: one doctor per host; rank 0 writes NAME.txt, .json and .png.
 run() {
@@ -67,7 +42,7 @@ run() {
     for e in "$@"; do
       if [ "${e%%:*}" = "$r" ]; then extra+=("${e#*:}"); fi
     done
-    ip netns exec "chd_h${i}_$tag" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=10.79.0.1 \
+    ip netns exec "${net}_h$i" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=10.79.0.1 \
       MASTER_PORT="$port" CHORUS_TIMEOUT_S=60 NCCL_SOCKET_IFNAME==hx "${extra[@]}" \
       "$doctor" --bytes 262144 --json "$work/$name.json" --png "$work/$name.png" \
       >"$work/$name.$r.out" 2>"$work/$name.$r.err" &
@@ -97,15 +72,13 @@ rc=$?
 [ "$rc" = 0 ] || fail "a healthy cluster must exit 0 (exit $rc)"
 grep -q "Findings: nothing wrong" "$work/healthy.txt" || fail "a healthy cluster must name nothing"
 
-reshape "chd_h4_$tag" hx 100mbit
-reshape "$sw" "ds4$tag" 100mbit
+netns_reshape "$net" 4 100mbit || exit 1
 run slow 29612
 rc=$?
 [ "$rc" = 1 ] || fail "a slow host must make the exit status 1 (exit $rc)"
 grep -q "host .* (10.79.0.4): slow with every other host" "$work/slow.txt" || fail "the slow host 10.79.0.4 is not named"
 grep -q "PROBLEM host .* (10.79.0.[123]): slow" "$work/slow.txt" && fail "a fast host was named slow"
-reshape "chd_h4_$tag" hx 1gbit
-reshape "$sw" "ds4$tag" 1gbit
+netns_reshape "$net" 4 1gbit || exit 1
 
 run ifname 29613 2:NCCL_SOCKET_IFNAME=nosuch0
 rc=$?
