@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Rings across hosts: 4 network-namespace hosts on a bridge, 2 ranks each (shared memory within a host, sockets
 # across), every host's link shaped with HTB to RATE both ways. Measures the link's TCP goodput with iperf3, then
-# all_reduce_perf and all_gather_perf with the ranks placed host by host (rank r on host r / 2) and round-robin
-# (rank r on host r % 4), each with rings (NCCL_ALGO=ring) host by host and in rank order (CHORUS_RING_BY_HOST=1
-# and 0), and allreduce hierarchical (NCCL_ALGO=Hierarchical). Prints a Markdown table of time and of the share of
-# the link bound reached: allreduce must move 2(H-1)/H x S through each host's link, allgather (H-1)/H x S_out
-# (H hosts, S bytes a rank), at the iperf3 goodput. A benchmark, not a test. Needs root, iperf3 and python3.
+# all_reduce_perf, all_gather_perf and reduce_scatter_perf with the ranks placed host by host (rank r on host r / 2)
+# and round-robin (rank r on host r % 4), each with rings (NCCL_ALGO=ring) host by host and in rank order
+# (CHORUS_RING_BY_HOST=1 and 0), hierarchical (NCCL_ALGO=Hierarchical), and the tuner's own choice (NCCL_ALGO
+# unset). Prints a Markdown table of time and of
+# the share of the link bound reached: allreduce must move 2(H-1)/H x S through each host's link, allgather
+# (H-1)/H x S_out and reduce-scatter (H-1)/H x S_in (H hosts, S bytes a rank), at the iperf3 goodput. A benchmark,
+# not a test. Needs root, iperf3 and python3.
 #
-# Usage: perf/netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE (default 1gbit)] [MAX_BYTES (default 64M)]
+# Usage: perf/netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE (default 1gbit)] [MAX_BYTES (default 64M)] [TOOLS]
+# TOOLS: the perf tools to run, space-separated (default: all three). MIN_BYTES in the environment: the smallest size
+# (default 1M).
 set -u
 build=${1:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
 out=${2:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
 rate=${3:-1gbit}
 maxb=${4:-64M}
+tools=${5:-all_reduce_perf all_gather_perf reduce_scatter_perf}
 build=$(cd "$build" && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -49,6 +54,7 @@ run() {
   local tool=$1 place=$2 byhost=$3 algo=$4 n=$((H * PER))
   local name=$tool-$place-$byhost
   if [ "$algo" != ring ]; then name=$name-$algo; fi
+  if [ "$algo" = default ]; then algo=; fi
   port=$((port + 2))
   pids=()
   for r in $(seq 0 $((n - 1))); do
@@ -56,7 +62,7 @@ run() {
     if [ "$place" = host ]; then h=$((r / PER + 1)); lr=$((r % PER)); else h=$((r % H + 1)); lr=$((r / H)); fi
     ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
       MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo \
-      CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b 1M -e "$maxb" -f 4 -n 5 -w 1 \
+      CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b "${MIN_BYTES:-1M}" -e "$maxb" -f 4 -n 5 -w 1 \
       --json "$out/$name.json" >"$out/$name.$r.log" 2>&1 &
     pids+=($!)
   done
@@ -66,11 +72,10 @@ run() {
   return $rc
 }
 
-for tool in all_reduce_perf all_gather_perf; do
+for tool in $tools; do
   for place in host cyclic; do
-    for cfg in ring:1 ring:0 Hierarchical:1; do
+    for cfg in ring:1 ring:0 Hierarchical:1 default:1; do
       algo=${cfg%%:*} byhost=${cfg##*:}
-      if [ $algo = Hierarchical ] && [ $tool != all_reduce_perf ]; then continue; fi
       if ! run $tool $place $byhost $algo; then
         echo "$tool $place CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo failed"
       fi
@@ -83,15 +88,18 @@ import json, os, sys
 out, goodput, H, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 print(f"\n| collective | algorithm | placement | CHORUS_RING_BY_HOST | size (bytes) | time (ms) | busbw (GB/s) | link bound (ms) | share of bound |")
 print("|---|---|---|---|---|---|---|---|---|")
-for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgather")):
+for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgather"),
+                   ("reduce_scatter_perf", "reduce-scatter")):
     for place in ("host", "cyclic"):
-        for algo, byhost, suffix in (("ring", "1", ""), ("ring", "0", ""), ("hierarchical", "1", "-Hierarchical")):
+        for algo, byhost, suffix in (("ring", "1", ""), ("ring", "0", ""), ("hierarchical", "1", "-Hierarchical"),
+                                     ("tuner's choice", "1", "-default")):
             path = f"{out}/{tool}-{place}-{byhost}{suffix}.json"
             if not os.path.exists(path):
                 continue
             d = json.load(open(path))
             for row in d["results"]:
-                size = row["size"]  # allreduce: the buffer; allgather: the output (nccl-tests' size column)
+                size = row["size"]  # nccl-tests' size column: allreduce the buffer, allgather the output,
+                                    # reduce-scatter the input
                 t_us = row["out_of_place"]["time"]
                 link = (2 if coll == "allreduce" else 1) * (H - 1) / H * size  # bytes through each host's link
                 bound_ms = link / goodput * 1e3

@@ -1,54 +1,87 @@
-// Hierarchical allreduce over hosts of P ranks each: reduce-scatter within each host, allreduce across hosts among
-// the ranks with the same local index, allgather within each host. Each host's link carries 2(H-1)/H of the buffer
-// each way, the least any allreduce can (a ring over all H x P ranks carries 2(HP-1)/(HP)); the rest stays inside
-// the hosts. The steps are written in ring positions (host h's ranks are positions hP .. hP+P-1, local index l);
-// buildSchedule renames positions to ranks.
+// Hierarchical allreduce, allgather and reduce-scatter over H hosts of P ranks each (positions hP .. hP+P-1 are host
+// h's ranks, l = position mod P the local index; buildSchedule renames positions to ranks): one ring each, whose hops
+// stay inside a host except once every P steps.
 //
-// Blocks: n = H x P; block l*H + g is sub-block g of local slice l. Phase 1 leaves the host's sum of slice l in
-// local rank l's output, phase 2 the global sum, phase 3 copies every slice to every local rank. Only inputs are
-// read in phase 1 (the pre-multiplier applies there), and the last reduction of each block, in phase 2, is final.
-// One host (P = n) is a reduce-scatter and an allgather ring; one rank a host (P = 1) is a ring allreduce.
+// Allgather: block (g, t) (position gP + t) travels from its owner through (g, t+1), ..., (g, t-1), then across to
+// (g+1, t), on through host g+1 to (g+1, t-1), across to (g+2, t), and so on. At step j every rank handles the block
+// j hops from its owner, so like a ring every rank moves one block a step, and after step j hands it on to (h, l+1)
+// or, every P-th step, to (h+1, l+1). Each rank sends H-1 blocks across hosts, so each host sends (H-1) x P blocks of
+// 1/n of the gathered buffer, (H-1)/H of it, the least an allgather can; a ring over all n ranks, even laid host by
+// host, sends n-1 blocks over each host boundary.
+//
+// Reduce-scatter runs the allgather's chains backwards on the mirrored ring (local index and host counted downwards),
+// which puts its hops on the same peers and ends each block's chain at its owner. Allreduce is the reduce-scatter
+// then the allgather: each host's link carries 2(H-1)/H of the buffer each way, the least an allreduce can, in as
+// many steps as the ring (which carries 2(n-1)/n). Measured against a reduce-scatter / allreduce across hosts /
+// allgather in three phases (docs/perf/net.md), this was as fast as the ring at 1 MB where the phases lost 2-5%, and
+// 2-4 points closer to the link bound above.
+//
+// With one host (P = n) or one rank a host (P = 1) each is the plain ring.
 #include "algo/gen_util.h"
 
 namespace chorus {
 namespace gen {
 
+namespace {
+
+struct Twisted {
+  int n, P, h, l;
+  int position(int host, int local) const { return mod(host, n / P) * P + mod(local, P); }
+  /// The peer the block of step j comes from, and the one it goes to.
+  int prev(int j) const { return position(j % P == 0 ? h - 1 : h, l - 1); }
+  int next(int j) const { return position(j % P == P - 1 ? h + 1 : h, l + 1); }
+  /// Allgather: the output block of step j, j hops from its owner (h - j/P, l - j%P).
+  BufRef gathered(int j) const { return out(position(h - j / P, l - j % P)); }
+  /// Reduce-scatter: the input block of step j, n-1-j hops (on the mirrored ring) from its owner.
+  BufRef scattered(int j) const {
+    int k = n - 1 - j;
+    return in(position(h + k / P, l + k % P));
+  }
+};
+
+// Rank r reads every input block before its first write (out[r], at step n-1), so in place is safe as in the ring.
+void allReduce(const Twisted& t, Steps& st) {
+  const int own = t.position(t.h, t.l);
+  st.send(t.next(0), t.scattered(0));
+  for (int j = 1; j < t.n - 1; ++j) st.recvReduceSend(t.prev(j), t.next(j), t.scattered(j));
+  st.recvReduceCopySend(t.prev(t.n - 1), t.next(0), in(own), out(own), /*final=*/true);
+  for (int j = 1; j < t.n - 1; ++j) st.recvCopySend(t.prev(j), t.next(j), t.gathered(j));
+  st.recv(t.prev(t.n - 1), t.gathered(t.n - 1));
+}
+
+// In place in[0] is out[own], rewritten with itself by the copy.
+void allGather(const Twisted& t, Steps& st) {
+  st.send(t.next(0), in(0));
+  st.copy(in(0), t.gathered(0));
+  for (int j = 1; j < t.n - 1; ++j) st.recvCopySend(t.prev(j), t.next(j), t.gathered(j));
+  st.recv(t.prev(t.n - 1), t.gathered(t.n - 1));
+}
+
+// In place out[0] is in[own], read by the same (last) step that writes it.
+void reduceScatter(const Twisted& t, Steps& st) {
+  st.send(t.next(0), t.scattered(0));
+  for (int j = 1; j < t.n - 1; ++j) st.recvReduceSend(t.prev(j), t.next(j), t.scattered(j));
+  st.recvReduceCopy(t.prev(t.n - 1), t.scattered(t.n - 1), out(0), /*final=*/true);
+}
+
+}  // namespace
+
 void genHier(const ScheduleRequest& req, Schedule* s) {
   Steps st(s);
-  const int n = req.nranks, P = req.localRanks > 0 ? req.localRanks : n, H = n / P;
-  const int pos = req.rank, h = pos / P, l = pos % P;
-  auto position = [P](int host, int local) { return host * P + local; };
-  auto blk = [H](int slice, int sub) { return slice * H + sub; };
-  const bool hostsToo = H > 1;
-  if (P > 1) {
-    // Phase 1: ring reduce-scatter of the P slices among the host's ranks.
-    const int next = position(h, mod(l + 1, P)), prev = position(h, mod(l - 1, P));
-    // One sub-block at a time: each is a ring pass of one send ahead, so a FIFO holds at most one of its messages.
-    for (int g = 0; g < H; ++g) {
-      st.send(next, in(blk(mod(l - 1, P), g)));
-      for (int j = 2; j < P; ++j) st.recvReduceSend(prev, next, in(blk(mod(l - j, P), g)));
-      st.recvReduceCopy(prev, in(blk(l, g)), out(blk(l, g)), /*final=*/!hostsToo);
-    }
-  }
-  if (hostsToo) {
-    // Phase 2: ring allreduce of slice l's H sub-blocks among the hosts' local rank l (after phase 1 they hold the
-    // hosts' partial sums in their outputs; with one rank a host, the inputs themselves).
-    const int next = position(mod(h + 1, H), l), prev = position(mod(h - 1, H), l);
-    auto src = [&](int g) { return P > 1 ? out(blk(l, g)) : in(blk(l, g)); };
-    st.send(next, src(mod(h - 1, H)));
-    for (int j = 2; j < H; ++j) st.recvReduceSend(prev, next, src(mod(h - j, H)));
-    st.recvReduceCopySend(prev, next, src(h), out(blk(l, h)), /*final=*/true);
-    for (int j = 1; j < H - 1; ++j) st.recvCopySend(prev, next, out(blk(l, mod(h - j, H))));
-    st.recv(prev, out(blk(l, mod(h + 1, H))));
-  }
-  if (P > 1) {
-    // Phase 3: ring allgather of the slices among the host's ranks.
-    const int next = position(h, mod(l + 1, P)), prev = position(h, mod(l - 1, P));
-    for (int g = 0; g < H; ++g) {
-      st.send(next, out(blk(l, g)));
-      for (int j = 1; j < P - 1; ++j) st.recvCopySend(prev, next, out(blk(mod(l - j, P), g)));
-      st.recv(prev, out(blk(mod(l + 1, P), g)));
-    }
+  const int n = req.nranks, P = req.localRanks > 0 ? req.localRanks : n;
+  const Twisted t{n, P, req.rank / P, req.rank % P};
+  switch (req.coll) {
+    case Coll::kAllReduce:
+      allReduce(t, st);
+      break;
+    case Coll::kAllGather:
+      allGather(t, st);
+      break;
+    case Coll::kReduceScatter:
+      reduceScatter(t, st);
+      break;
+    default:
+      break;
   }
 }
 

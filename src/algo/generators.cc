@@ -50,8 +50,9 @@ bool algoSupported(Coll coll, Algo algo, int nranks) {
       return coll == Coll::kAllToAll || coll == Coll::kGather || coll == Coll::kScatter || coll == Coll::kAllGather;
     case Algo::kOneShot:
     case Algo::kTwoShot:
-    case Algo::kHier:
       return coll == Coll::kAllReduce;
+    case Algo::kHier:
+      return coll == Coll::kAllReduce || coll == Coll::kAllGather || coll == Coll::kReduceScatter;
     default:
       return false;
   }

@@ -27,8 +27,8 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
     for (int r = 0; r < comm->nranks; r++) hostOf[r] = comm->peers[r].hostHash;
     ringOrder_ = ringOrderByHost(hostOf);
   }
-  // Hierarchical allreduce: several hosts, the same number (2 or more) of ranks on each, laid out host by host in
-  // the ring order.
+  // Hierarchical allreduce, allgather and reduce-scatter: several hosts, the same number (2 or more) of ranks on each,
+  // laid out host by host in the ring order.
   std::map<uint64_t, int> perHost;
   for (int r = 0; r < comm->nranks; r++) perHost[comm->peers[r].hostHash]++;
   int P = perHost.begin()->second;
@@ -39,8 +39,8 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
     even &= (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
   localRanks_ = even ? P : 0;
   if (comm->rank == 0 && localRanks_ > 0)
-    INFO(kInit, "comm %p: hierarchical allreduce from %ld bytes: %zu hosts x %d ranks", static_cast<void*>(comm),
-         static_cast<long>(hierMinBytes()), perHost.size(), localRanks_);
+    INFO(kInit, "comm %p: hierarchical allreduce, allgather and reduce-scatter from %ld bytes: %zu hosts x %d ranks",
+         static_cast<void*>(comm), static_cast<long>(hierMinBytes()), perHost.size(), localRanks_);
   if (comm->rank == 0 && !ringOrder_.empty()) {
     std::string order;
     for (int r : ringOrder_) order += " " + std::to_string(r);
@@ -126,11 +126,6 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   const int minCh = p.choice.algo == Algo::kTree ? 2 : 1;  // double binary tree: one tree per channel
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
-  if (p.choice.algo == Algo::kHier && limits.maxSteps != 0 &&
-      (*p.scheds)[0].steps.size() > static_cast<size_t>(limits.maxSteps)) {
-    p.choice.algo = Algo::kRing;  // more steps than one launch holds (device path): the ring's are fewer
-    p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
-  }
   if ((*p.scheds)[0].nranks < 0) return ncclInternalError;
   // Channels are alike (or alternate, for trees), so fewer channels mean proportionally fewer ends and steps.
   while (nch > minCh) {

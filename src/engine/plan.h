@@ -107,7 +107,7 @@ class Planner {
   std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
   uint64_t collSeq_ = 0;
   std::vector<int> ringOrder_;  ///< ranks in ring order (topo/ring_order.h); empty: rank order
-  int localRanks_ = 0;          ///< ranks a host when hierarchical allreduce applies (every host alike), else 0
+  int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
   std::vector<uint64_t> sendSeq_, recvSeq_;
 };
 

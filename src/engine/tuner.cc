@@ -42,19 +42,25 @@ bool allowed(const std::string& list, const char* name) {
   return exclude ? !found : found;
 }
 
-// From docs/perf/net.md (4 hosts x 2 ranks, 1 Gbit/s links): hierarchical lost to the ring by 2-5% at 1 MB and
-// won by 4-7% at 4 MB.
+// From docs/perf/net.md (4 hosts x 2 ranks, 1 Gbit/s links): hierarchical beat the ring by 7-9 points of the link
+// bound from 4 MB (the buffer nccl-tests names: allreduce's, allgather's output, reduce-scatter's input) for all
+// three collectives, was within noise of it at 256 KB - 1 MB, and up to 2.5x slower at 4-64 KB.
 IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 4194304,
-                  "Smallest allreduce that runs hierarchical (reduce-scatter within each host, allreduce across "
-                  "hosts, allgather within each host) when ranks span several hosts with as many ranks on each.",
+                  "Smallest allreduce buffer, allgather output or reduce-scatter input (bytes) that runs hierarchical "
+                  "when ranks span several hosts with as many ranks on each (a ring whose hops cross hosts the "
+                  "fewest times).",
                   "tuning"};
 
 Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts) {
+  const size_t full = coll == Coll::kAllGather || coll == Coll::kReduceScatter ? bytes * nranks : bytes;
+  const bool hier = hosts && static_cast<int64_t>(full) >= kHierMin.get();
   switch (coll) {
     case Coll::kAllReduce:
       if (nranks >= 2 && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
-      if (hosts && static_cast<int64_t>(bytes) >= kHierMin.get()) return Algo::kHier;
-      return Algo::kRing;
+      return hier ? Algo::kHier : Algo::kRing;
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+      return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllToAll:
     case Coll::kGather:
     case Coll::kScatter:

@@ -21,9 +21,9 @@ struct Choice {
 /// Picks the algorithm and protocol; honours NCCL_ALGO and NCCL_PROTO when they allow one that applies.
 /// llMax: largest message that uses LL by default (-1: CHORUS_LL_MAX_BYTES, the host path's setting). hosts: the
 /// communicator spans several hosts with the same number of ranks (at least 2) on each, so hierarchical
-/// allreduce applies.
+/// allreduce, allgather and reduce-scatter apply.
 Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool hosts = false);
-/// CHORUS_HIER_MIN_BYTES: the smallest allreduce that runs hierarchical where it applies.
+/// CHORUS_HIER_MIN_BYTES: the smallest collective that runs hierarchical where it applies.
 int64_t hierMinBytes();
 /// Hash of the tuning environment (ranks must agree on it).
 unsigned long tunerEnvHash();

@@ -2,8 +2,8 @@
 // (rank r on host r % 3, as `srun --distribution=cyclic` does), shared memory within a host and sockets across.
 // Every ring collective gives exact results in and out of place, and rank 0's log names the order (0 3 1 4 2 5),
 // in which the ring crosses hosts 3 times instead of 6. CHORUS_RING_BY_HOST=0 keeps rank order, also exact. The
-// same placement runs hierarchical allreduce from CHORUS_HIER_MIN_BYTES (3 hosts x 2 ranks), and when NCCL_ALGO
-// forces it.
+// same placement runs allreduce, allgather and reduce-scatter hierarchical from CHORUS_HIER_MIN_BYTES (3 hosts x 2
+// ranks), and when NCCL_ALGO forces it; rank 0's schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -30,11 +30,12 @@ int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* by
                     const char* algo) {
   setenv("NCCL_HOSTID", ("ring-host-" + std::to_string(rank % 3)).c_str(), 1);
   if (algo[0] != 0) setenv("NCCL_ALGO", algo, 1);
-  setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);  // the test's allreduce (80 KB) runs hierarchical unless forced
+  setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);  // the test's collectives (80 KB a rank) run hierarchical
   setenv("CHORUS_RING_BY_HOST", byHost, 1);
   if (rank == 0) {
     setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "INIT,COLL", 1);
+    setenv("CHORUS_PRINT_SCHEDULE", "1", 1);
     setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
   }
   chorus::paramsReload();
@@ -127,6 +128,10 @@ TEST(RingByHost, RoundRobinPlacementRingsHostByHost) {
   runPlacement("1", log);
   std::string text = readFile(log);
   EXPECT_NE(text.find("rings host by host (CHORUS_RING_BY_HOST): 0 3 1 4 2 5"), std::string::npos) << text;
+  for (const char* coll : {"AllReduce", "AllGather", "ReduceScatter"}) {
+    EXPECT_NE(text.find(std::string(coll) + " Ring nranks=6"), std::string::npos) << coll << "\n" << text;
+    EXPECT_EQ(text.find(std::string(coll) + " Hierarchical"), std::string::npos) << coll << "\n" << text;
+  }
   unlink(log.c_str());
 }
 
@@ -139,12 +144,16 @@ TEST(RingByHost, RankOrderWhenTurnedOff) {
   unlink(log.c_str());
 }
 
-TEST(RingByHost, HierarchicalAllReduceBySizeAndForced) {
+TEST(RingByHost, HierarchicalBySizeAndForced) {
   for (const char* algo : {"", "Hierarchical"}) {
     std::string log = "/tmp/chorus_hier_" + std::to_string(getpid()) + ".log";
     runPlacement("1", log, algo);
     std::string text = readFile(log);
-    EXPECT_NE(text.find("hierarchical allreduce from 65536 bytes: 3 hosts x 2 ranks"), std::string::npos) << text;
+    EXPECT_NE(text.find("hierarchical allreduce, allgather and reduce-scatter from 65536 bytes: 3 hosts x 2 ranks"),
+              std::string::npos)
+        << text;
+    for (const char* coll : {"AllReduce", "AllGather", "ReduceScatter"})
+      EXPECT_NE(text.find(std::string(coll) + " Hierarchical nranks=6"), std::string::npos) << coll << "\n" << text;
     unlink(log.c_str());
   }
 }

@@ -1,6 +1,7 @@
-// Hierarchical allreduce (src/algo/gen_hier.cc) through the symbolic verifier: hosts x ranks a host from 1 x n to
-// n x 1, rank placements given as a ring order, in and out of place, several FIFO depths; each host's link carries
-// 2(H-1)/H of the buffer each way; a host count that does not divide the ranks is refused.
+// Hierarchical allreduce, allgather and reduce-scatter (src/algo/gen_hier.cc) through the symbolic verifier: hosts x
+// ranks a host from 1 x n to n x 1, rank placements given as a ring order, in and out of place, several FIFO depths;
+// each host's link carries 2(H-1)/H of the buffer (allreduce) or (H-1)/H of the gathered buffer (allgather,
+// reduce-scatter) each way; a host count that does not divide the ranks is refused.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -14,11 +15,13 @@
 namespace chorus {
 namespace {
 
-std::vector<Schedule> buildAll(int n, int perHost, const std::vector<int>* order, int channel = 0) {
+const Coll kColls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter};
+
+std::vector<Schedule> buildAll(int n, int perHost, const std::vector<int>* order, Coll coll = Coll::kAllReduce) {
   std::vector<Schedule> all(n);
   for (int r = 0; r < n; ++r) {
     std::string err;
-    ScheduleRequest req{Coll::kAllReduce, Algo::kHier, n, r, channel, 2, 0, order, perHost};
+    ScheduleRequest req{coll, Algo::kHier, n, r, 0, 2, 0, order, perHost};
     EXPECT_TRUE(buildSchedule(req, &all[r], &err)) << err;
   }
   return all;
@@ -34,25 +37,27 @@ TEST(Hierarchical, EveryShapeInAndOutOfPlace) {
     std::shuffle(shuffled.begin(), shuffled.end(), rng);
     const std::vector<int>* none = nullptr;
     const std::vector<int>* mixed = &shuffled;
-    for (const std::vector<int>* order : {none, mixed}) {
-      auto all = buildAll(n, P, order);
-      for (bool inPlace : {false, true})
-        for (int depth : {2, 3}) {
-          VerifyOptions opt;
-          opt.inPlace = inPlace;
-          opt.fifoDepth = depth;
-          opt.tiles = 2;
-          ASSERT_EQ(verifySchedules(all, opt), "") << H << " hosts x " << P << (order ? " shuffled" : "")
-                                                   << (inPlace ? " in place" : "") << " depth " << depth;
-        }
-    }
+    for (const std::vector<int>* order : {none, mixed})
+      for (Coll coll : kColls) {
+        auto all = buildAll(n, P, order, coll);
+        for (bool inPlace : {false, true})
+          for (int depth : {2, 3}) {
+            VerifyOptions opt;
+            opt.inPlace = inPlace;
+            opt.fifoDepth = depth;
+            opt.tiles = 2;
+            ASSERT_EQ(verifySchedules(all, opt), "")
+                << collName(coll) << " " << H << " hosts x " << P << (order ? " shuffled" : "")
+                << (inPlace ? " in place" : "") << " depth " << depth;
+          }
+      }
   }
 }
 
 TEST(Hierarchical, ThousandRanks) {
   VerifyOptions opt;
   opt.tiles = 1;
-  EXPECT_EQ(verifySchedules(buildAll(1024, 8, nullptr), opt), "");
+  for (Coll coll : kColls) EXPECT_EQ(verifySchedules(buildAll(1024, 8, nullptr, coll), opt), "") << collName(coll);
 }
 
 // What crosses hosts: with hosts of P consecutive positions, the steps that send to another host carry 2(H-1)/H of
@@ -67,6 +72,26 @@ TEST(Hierarchical, EachHostSendsTheMinimum) {
         if (st.sendPeer >= 0 && st.sendPeer / P != h) blocksOut++;
     // Each block is 1/n of the buffer: 2(H-1)/H of the buffer is 2(H-1) x P blocks.
     EXPECT_EQ(blocksOut, 2 * (H - 1) * P) << "host " << h;
+  }
+}
+
+// Allgather and reduce-scatter: (H-1)/H of the gathered buffer leaves each host, (H-1) blocks of 1/n from each of its
+// P ranks; a ring over all ranks laid host by host sends n-1 blocks over each host boundary.
+TEST(Hierarchical, GatherAndScatterSendTheMinimumAcrossHosts) {
+  const int H = 4, P = 3, n = H * P;
+  for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
+    auto all = buildAll(n, P, nullptr, coll);
+    for (int h = 0; h < H; ++h) {
+      int blocksOut = 0, blocksIn = 0;
+      for (int r = 0; r < n; ++r)
+        for (const Step& st : all[r].steps) {
+          if (st.sendPeer < 0) continue;
+          blocksOut += r / P == h && st.sendPeer / P != h;
+          blocksIn += r / P != h && st.sendPeer / P == h;
+        }
+      EXPECT_EQ(blocksOut, (H - 1) * P) << collName(coll) << " host " << h;
+      EXPECT_EQ(blocksIn, (H - 1) * P) << collName(coll) << " host " << h;
+    }
   }
 }
 
