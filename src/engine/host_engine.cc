@@ -73,12 +73,7 @@ class HostEngine : public Engine {
     return ncclSuccess;
   }
 
-  float estimateUs(const std::vector<OpDesc>& ops) override {
-    // A simple alpha-beta model of the host path: 2 us per step plus bytes at 4 GB/s.
-    float us = 0;
-    for (const OpDesc& op : ops) us += 2.0f * comm_->nranks + op.count * DType::size(op.dtype) / 4000.0f;
-    return us;
-  }
+  float estimateUs(const std::vector<OpDesc>& ops) override { return planner_->estimateUs(ops, nChannels_); }
 
   void shutdown() override {
     if (device_) device_->abort();

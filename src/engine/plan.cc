@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "core/params.h"
 #include "engine/host_platform.h"
 #include "kernels/dtypes.h"
+#include "topo/cost_model.h"
 #include "topo/ring_order.h"
 
 namespace chorus {
@@ -17,7 +19,56 @@ namespace {
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
 
+// Link classes of the cost model behind ncclGroupSimulateEnd: "latency in us a step,bandwidth in GB/s".
+StrParam kCostIntra{"CHORUS_COST_INTRA", "5,5",
+                    "Cost model (ncclGroupSimulateEnd): the link between ranks of one host, as \"latency a step in us,"
+                    "bandwidth a rank in GB/s\".",
+                    "tuning"};
+StrParam kCostInter{"CHORUS_COST_INTER", "20,1.25",
+                    "Cost model (ncclGroupSimulateEnd): the link between hosts, as \"latency a step in us,bandwidth a "
+                    "NIC in GB/s\" (one NIC a host).",
+                    "tuning"};
+
+LinkCost linkCost(const std::string& text, const char* fallback) {
+  double lat = 0, gbps = 0;
+  if (std::sscanf(text.c_str(), "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0)
+    std::sscanf(fallback, "%lf,%lf", &lat, &gbps);
+  return LinkCost{lat, gbps * 1000};
+}
+
 }  // namespace
+
+float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
+  const int n = comm_->nranks;
+  std::map<uint64_t, int> perHost;
+  for (int r = 0; r < n; r++) perHost[comm_->peers[r].hostHash]++;
+  ClusterShape shape;
+  shape.hosts = static_cast<int>(perHost.size());
+  // Uneven hosts are modelled as hosts of the largest count (a few ranks more than there are).
+  shape.ranksPerHost = localRanks_ > 0 ? localRanks_ : (n + shape.hosts - 1) / shape.hosts;
+  shape.intra = linkCost(kCostIntra.get(), "5,5");
+  shape.inter = linkCost(kCostInter.get(), "20,1.25");
+  double us = 0;
+  for (const OpDesc& op : ops) {
+    const size_t bytes = op.count * DType::size(op.dtype);
+    if (op.coll == Coll::kSendRecv) {
+      const bool across =
+          op.root >= 0 && op.root < n && comm_->peers[op.root].hostHash != comm_->peers[comm_->rank].hostHash;
+      const LinkCost& link = across ? shape.inter : shape.intra;
+      us += link.latencyUs + bytes / link.bytesPerUs;
+      continue;
+    }
+    const bool perRankBuffer = op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter ||
+                               op.coll == Coll::kAllToAll || op.coll == Coll::kGather || op.coll == Coll::kScatter;
+    const size_t size = perRankBuffer ? bytes * n : bytes;
+    CostEstimate e;
+    Algo algo = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0).algo;
+    if (estimateCollective(op.coll, algo, size, nChannels, shape, &e, nullptr) ||
+        estimateCollective(op.coll, Algo::kRing, size, nChannels, shape, &e, nullptr))
+      us += e.timeUs;
+  }
+  return static_cast<float>(us);
+}
 
 Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(geo) {
   sendSeq_.assign(comm->nranks, 0);

@@ -91,6 +91,9 @@ class Planner {
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
   const FifoGeometry& geometry() const { return geo_; }
+  /// The cost model's time for a group (src/topo/cost_model.h), in microseconds: each operation with the algorithm
+  /// the tuner picks, one after another, on this communicator's hosts with CHORUS_COST_INTRA / CHORUS_COST_INTER.
+  float estimateUs(const std::vector<OpDesc>& ops, int nChannels) const;
   /// The reduction an operation applies (premulsum factor, average), as the kernels take it.
   RedOp redOpFor(const OpDesc& op) const;
   /// Numbers a collective that runs without a plan (a direct launch), in the same sequence as planned ones.

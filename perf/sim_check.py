@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Sets chorus-sim's predictions beside what perf/netns_ring_bench.sh measured.
+
+Usage: perf/sim_check.py BENCH_OUT_DIR CHORUS_SIM [INTRA (default 20,2)] [INTER_LATENCY_US (default 60)]
+
+Reads the bench's perf-tool JSON and iperf3 goodput, runs chorus-sim for the same cluster (4 hosts x 2 ranks, one
+NIC a host whose bandwidth is the measured goodput), collective, algorithm and size, and prints a Markdown table of
+measured and predicted time and the error. Rings in rank order with round-robin placement are left out: the model
+lays ranks host by host, as chorus's rings and hierarchical schedules do whatever the placement."""
+import json
+import os
+import subprocess
+import sys
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    out, sim = sys.argv[1], sys.argv[2]
+    intra = sys.argv[3] if len(sys.argv) > 3 else "20,2"
+    inter_lat = sys.argv[4] if len(sys.argv) > 4 else "60"
+    d = json.load(open(os.path.join(out, "iperf3.json")))["end"]
+    goodput = min(d["sum_sent"]["bits_per_second"], d["sum_sent_bidir_reverse"]["bits_per_second"]) / 8
+    inter = f"{inter_lat},{goodput / 1e9:.6f}"
+    print(f"chorus-sim --hosts 4 --ranks-per-host 2 --nics 1 --intra {intra} --inter {inter}\n")
+    print("| collective | algorithm | placement | size (bytes) | measured (ms) | predicted (ms) | error |")
+    print("|---|---|---|---|---|---|---|")
+    errors = []
+    for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgather"),
+                       ("reduce_scatter_perf", "reducescatter")):
+        for place in ("host", "cyclic"):
+            for suffix, algo, label in (("1", "ring", "ring"), ("1-Hierarchical", "hierarchical", "hierarchical"),
+                                        ("0", "ring", "ring, rank order")):
+                if suffix == "0" and place == "cyclic":
+                    continue
+                path = os.path.join(out, f"{tool}-{place}-{suffix}.json")
+                if not os.path.exists(path):
+                    continue
+                for row in json.load(open(path))["results"]:
+                    size = row["size"]
+                    measured = row["out_of_place"]["time"] / 1e3
+                    text = subprocess.run(
+                        [sim, "--hosts", "4", "--ranks-per-host", "2", "--nics", "1", "--intra", intra, "--inter",
+                         inter, "--coll", coll, "--algo", algo, "-b", str(size), "-e", str(size)],
+                        check=True, capture_output=True, text=True).stdout
+                    rows = [l.split() for l in text.splitlines() if l and not l.startswith("#")]
+                    predicted = float(rows[0][2]) / 1e3
+                    err = (predicted - measured) / measured
+                    errors.append((size, abs(err)))
+                    print(f"| {coll} | {label} | {place} | {size} | {measured:.2f} | {predicted:.2f} | "
+                          f"{100 * err:+.0f}% |")
+    for lo, label in ((0, "all sizes"), (1 << 20, "1 MB and up")):
+        sel = [e for s, e in errors if s >= lo]
+        if sel:
+            within = sum(1 for e in sel if e <= 0.15)
+            print(f"\n{label}: {within} of {len(sel)} predictions within 15%, largest error {100 * max(sel):.0f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+// The cost model: how long a collective takes on a cluster, from the schedules chorus would run there. One model
+// serves ncclGroupSimulateEnd and chorus-sim (docs/cost_model.md).
+//
+// A cluster is H hosts of P ranks each, ranks placed host by host (the order rings are laid in whatever the
+// placement), with two classes of link: within a host (shared memory, NVLink, xGMI) and between hosts (the hosts'
+// NICs). Each class has a per-step latency and a bandwidth. A collective's time is
+//
+//   latency:   the steps of one rank, each costing its class's latency (a step that crosses hosts costs the
+//              inter-host latency), the largest over ranks;
+//   bandwidth: the busiest resource: a NIC's bytes out or in (a host's ranks share its NICs, local rank l on NIC
+//              l mod NICs), or a rank's bytes to or from the other ranks of its host, over the class's bandwidth;
+//
+// and the sum of the two, as NCCL's model and the alpha-beta model of the literature do: pipelining hides everything
+// but the busiest resource, and each step adds its latency once. Bytes come from the schedules themselves (every
+// send of every step, block sizes from the collective's layout), so a new algorithm is modelled when it is written.
+// Large clusters build the schedules of a few hosts only (the first, second, middle and last), which is exact for
+// the symmetric algorithms (ring, hierarchical) and a sample for trees.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "algo/schedule.h"
+
+namespace chorus {
+
+/// One class of link: latency a step, and bandwidth in bytes a microsecond (= MB/s).
+struct LinkCost {
+  double latencyUs = 0;
+  double bytesPerUs = 0;
+};
+
+/// A cluster: hosts x ranks a host, and its two link classes.
+struct ClusterShape {
+  int hosts = 1;
+  int ranksPerHost = 1;
+  int nicsPerHost = 1;  ///< NICs a host's ranks share (local rank l uses NIC l mod nicsPerHost)
+  LinkCost intra;       ///< between ranks of one host, per rank each way
+  LinkCost inter;       ///< between hosts, per NIC each way
+  int nranks() const { return hosts * ranksPerHost; }
+};
+
+/// What the model says of one collective.
+struct CostEstimate {
+  double timeUs = 0;       ///< latencyUs + bandwidthUs
+  double latencyUs = 0;    ///< the steps' latencies on the slowest rank
+  double bandwidthUs = 0;  ///< the busiest resource's bytes over its bandwidth
+  int steps = 0;           ///< steps of that rank, all channels
+  double nicBytes = 0;     ///< bytes through the busiest NIC in its busier direction
+  double intraBytes = 0;   ///< bytes of the busiest rank to or from its host's other ranks
+  std::string bottleneck;  ///< "NIC", "intra-host" or "latency"
+};
+
+/// Estimates `coll` run with `algo` on `size` bytes (nccl-tests' size: allreduce's buffer, allgather's and gather's
+/// output, reduce-scatter's and scatter's input, the others' buffer) split over nChannels channels, placed host by
+/// host. False + *err when the algorithm cannot run the collective there.
+bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const ClusterShape& shape, CostEstimate* out,
+                        std::string* err);
+
+/// The cheapest of the algorithms allowed[] marks (indexed by Algo) that can run `coll` there; kNumAlgos if none.
+Algo cheapestAlgo(Coll coll, size_t size, int nChannels, const ClusterShape& shape, const bool* allowed,
+                  CostEstimate* best);
+
+/// nccl-tests' bus bandwidth factor of a collective on n ranks (busbw = algbw x factor).
+double busBwFactor(Coll coll, int nranks);
+
+}  // namespace chorus

@@ -1,0 +1,117 @@
+// The cost model (src/topo/cost_model.h) on clusters whose answers are known in closed form: bytes through each
+// host's NIC for ring and hierarchical collectives, NICs per rank (rails), the latency term, a 10k-rank cluster, the
+// cheapest algorithm, and refused inputs.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "topo/cost_model.h"
+
+namespace chorus {
+namespace {
+
+ClusterShape shape(int hosts, int perHost, int nics = 1) {
+  ClusterShape s;
+  s.hosts = hosts;
+  s.ranksPerHost = perHost;
+  s.nicsPerHost = nics;
+  s.intra = LinkCost{2, 10000};  // 2 us, 10 GB/s
+  s.inter = LinkCost{10, 100};   // 10 us, 0.1 GB/s
+  return s;
+}
+
+CostEstimate estimate(Coll coll, Algo algo, double size, const ClusterShape& s, int channels = 1) {
+  CostEstimate e;
+  std::string err;
+  EXPECT_TRUE(estimateCollective(coll, algo, static_cast<size_t>(size), channels, s, &e, &err)) << err;
+  return e;
+}
+
+const double S = 64 << 20;
+
+TEST(CostModel, BytesThroughEachHostsNic) {
+  const ClusterShape s = shape(4, 2);
+  const int n = 8, H = 4;
+  // A ring laid host by host: the rank at each host boundary sends 2(n-1) blocks of S/n.
+  CostEstimate ring = estimate(Coll::kAllReduce, Algo::kRing, S, s);
+  EXPECT_DOUBLE_EQ(ring.nicBytes, 2.0 * (n - 1) / n * S);
+  EXPECT_EQ(ring.bottleneck, "NIC");
+  EXPECT_NEAR(ring.bandwidthUs, ring.nicBytes / 100, 1e-6);
+  // Hierarchical: 2(H-1)/H of the buffer, the minimum.
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kHier, S, s).nicBytes, 2.0 * (H - 1) / H * S);
+  // Allgather and reduce-scatter: (n-1)/n against (H-1)/H of the gathered buffer.
+  for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
+    EXPECT_DOUBLE_EQ(estimate(coll, Algo::kRing, S, s).nicBytes, (n - 1.0) / n * S) << collName(coll);
+    EXPECT_DOUBLE_EQ(estimate(coll, Algo::kHier, S, s).nicBytes, (H - 1.0) / H * S) << collName(coll);
+  }
+  // Channels split the data, not the total.
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kHier, S, s, 4).nicBytes, 2.0 * (H - 1) / H * S);
+}
+
+TEST(CostModel, OneNicPerRankSharesTheLoad) {
+  // Rails: every rank of a host crosses hosts on its own NIC, so each carries 1/P of the host's bytes.
+  const int H = 4, P = 8;
+  CostEstimate e = estimate(Coll::kAllReduce, Algo::kHier, S, shape(H, P, P));
+  EXPECT_DOUBLE_EQ(e.nicBytes, 2.0 * (H - 1) / H * S / P);
+  // A ring crosses at one rank of each host whatever the NICs.
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P)).nicBytes,
+                   2.0 * (H * P - 1) / (H * P) * S);
+}
+
+TEST(CostModel, LatencyCountsEachStepOnce) {
+  // One host of 4: a ring allreduce is 2(n-1)+1 steps with a peer (the last only receives), all within the host.
+  ClusterShape s = shape(1, 4);
+  CostEstimate e = estimate(Coll::kAllReduce, Algo::kRing, 8, s);
+  EXPECT_EQ(e.steps, 7);
+  EXPECT_DOUBLE_EQ(e.latencyUs, 7 * 2.0);
+  EXPECT_EQ(e.bottleneck, "latency");
+  EXPECT_DOUBLE_EQ(e.timeUs, e.latencyUs + e.bandwidthUs);
+  // Across 2 hosts of 2, the ranks at the boundaries pay the inter-host latency on the steps that cross.
+  CostEstimate across = estimate(Coll::kAllReduce, Algo::kRing, 8, shape(2, 2));
+  // Rank 1 sends to rank 2 (across) on all steps but the last, which only receives from rank 0 (within).
+  EXPECT_DOUBLE_EQ(across.latencyUs, 6 * 10.0 + 2.0);
+}
+
+TEST(CostModel, TenThousandRanks) {
+  const int H = 1280, P = 8, n = H * P;
+  CostEstimate ring = estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P));
+  EXPECT_NEAR(ring.nicBytes, 2.0 * (n - 1) / n * S, 1);
+  EXPECT_EQ(ring.steps, 2 * (n - 1) + 1);
+  CostEstimate hier = estimate(Coll::kAllReduce, Algo::kHier, S, shape(H, P, P));
+  EXPECT_NEAR(hier.nicBytes, 2.0 * (H - 1) / H * S / P, 1);
+  CostEstimate tree = estimate(Coll::kAllReduce, Algo::kTree, S, shape(H, P, P));
+  EXPECT_LT(tree.steps, 200);  // a depth of log2(n), not n
+}
+
+TEST(CostModel, CheapestAlgorithm) {
+  bool all[static_cast<int>(Algo::kNumAlgos)];
+  for (bool& a : all) a = true;
+  CostEstimate best;
+  // Large and bound by the NICs: hierarchical carries the least across.
+  EXPECT_EQ(cheapestAlgo(Coll::kAllReduce, S, 1, shape(4, 2), all, &best), Algo::kHier);
+  EXPECT_EQ(cheapestAlgo(Coll::kAllGather, S, 1, shape(4, 2), all, &best), Algo::kHier);
+  // Tiny on many hosts: a ring's 2(n-1) steps lose to a tree's depth.
+  CostEstimate ring = estimate(Coll::kAllReduce, Algo::kRing, 8, shape(64, 8));
+  Algo tiny = cheapestAlgo(Coll::kAllReduce, 8, 1, shape(64, 8), all, &best);
+  EXPECT_NE(tiny, Algo::kRing);
+  EXPECT_LT(best.timeUs, ring.timeUs);
+  // Only what is allowed.
+  bool ringOnly[static_cast<int>(Algo::kNumAlgos)] = {};
+  ringOnly[static_cast<int>(Algo::kRing)] = true;
+  EXPECT_EQ(cheapestAlgo(Coll::kAllReduce, S, 1, shape(4, 2), ringOnly, &best), Algo::kRing);
+  EXPECT_EQ(cheapestAlgo(Coll::kAllToAll, S, 1, shape(4, 2), ringOnly, &best), Algo::kNumAlgos);
+}
+
+TEST(CostModel, RefusesWhatItCannotModel) {
+  CostEstimate e;
+  std::string err;
+  EXPECT_FALSE(estimateCollective(Coll::kAllToAll, Algo::kRing, 1024, 1, shape(2, 2), &e, &err));
+  EXPECT_NE(err.find("does not implement"), std::string::npos) << err;
+  ClusterShape bad = shape(2, 2);
+  bad.inter.bytesPerUs = 0;
+  EXPECT_FALSE(estimateCollective(Coll::kAllReduce, Algo::kRing, 1024, 1, bad, &e, &err));
+  EXPECT_NE(err.find("positive bandwidths"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace chorus

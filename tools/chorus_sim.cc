@@ -1,0 +1,167 @@
+// chorus-sim: what a collective would take on a described cluster, from the schedules chorus would run there and the
+// cost model (src/topo/cost_model.h). Prints one row a size and algorithm like the perf tools (time, algbw, busbw),
+// the model's bottleneck, and the cheapest algorithm a size. docs/cost_model.md explains the model; docs/perf/sim.md
+// holds its predictions and how they compare with measurements.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "algo/generators.h"
+#include "topo/cost_model.h"
+
+namespace {
+
+using namespace chorus;
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: chorus-sim [options]\n"
+               "  --hosts H            hosts (default 4)\n"
+               "  --ranks-per-host P   ranks on each host (default 8)\n"
+               "  --nics N             NICs a host, shared by its ranks (default 1)\n"
+               "  --intra LAT_US,GBPS  latency a step and bandwidth per rank within a host (default 5,5)\n"
+               "  --inter LAT_US,GBPS  latency a step and bandwidth per NIC between hosts (default 20,1.25)\n"
+               "  --preset NAME        dgx-h100: 8 ranks and 8 NICs a host, NVLink 2,360 and 400 Gb/s IB 8,46;\n"
+               "                       netns-1g: 2 ranks and 1 NIC a host, shm 20,2 and 1 Gbit/s TCP 60,0.116\n"
+               "  --coll NAME          allreduce (default), allgather, reducescatter, broadcast, reduce, alltoall\n"
+               "  --algo NAME          ring, tree, direct, oneshot, twoshot, hierarchical, or all (default)\n"
+               "  --channels C         channels the data is split over (default 1)\n"
+               "  -b SIZE -e SIZE -f F sizes as the perf tools (default -b 1M -e 1G -f 4; K, M, G suffixes)\n"
+               "Sizes are nccl-tests': allreduce's buffer, allgather's output, reduce-scatter's input.\n");
+  return 2;
+}
+
+bool parseSize(const char* s, size_t* out) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || v < 0) return false;
+  double mult = 1;
+  if (*end == 'K' || *end == 'k')
+    mult = 1024, end++;
+  else if (*end == 'M' || *end == 'm')
+    mult = 1024.0 * 1024, end++;
+  else if (*end == 'G' || *end == 'g')
+    mult = 1024.0 * 1024 * 1024, end++;
+  if (*end != '\0') return false;
+  *out = static_cast<size_t>(v * mult);
+  return true;
+}
+
+bool parseLink(const char* s, LinkCost* out) {
+  double lat = 0, gbps = 0;
+  if (std::sscanf(s, "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0) return false;
+  out->latencyUs = lat;
+  out->bytesPerUs = gbps * 1000;  // GB/s = 1000 bytes a microsecond
+  return true;
+}
+
+bool parsePositive(const char* s, int* out) {
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < 1 || v > (1 << 20)) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+std::string human(double bytes) {
+  char buf[32];
+  if (bytes >= 1 << 30)
+    std::snprintf(buf, sizeof buf, "%.0fG", bytes / (1 << 30));
+  else if (bytes >= 1 << 20)
+    std::snprintf(buf, sizeof buf, "%.0fM", bytes / (1 << 20));
+  else if (bytes >= 1 << 10)
+    std::snprintf(buf, sizeof buf, "%.0fK", bytes / (1 << 10));
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", bytes);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ClusterShape shape;
+  shape.hosts = 4;
+  shape.ranksPerHost = 8;
+  parseLink("5,5", &shape.intra);
+  parseLink("20,1.25", &shape.inter);
+  Coll coll = Coll::kAllReduce;
+  bool allAlgos = true;
+  Algo only = Algo::kRing;
+  int channels = 1;
+  size_t minB = 1 << 20, maxB = size_t(1) << 30;
+  double factor = 4;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    bool ok = v != nullptr;
+    if (a == "--hosts")
+      ok = ok && parsePositive(v, &shape.hosts);
+    else if (a == "--ranks-per-host")
+      ok = ok && parsePositive(v, &shape.ranksPerHost);
+    else if (a == "--nics")
+      ok = ok && parsePositive(v, &shape.nicsPerHost);
+    else if (a == "--intra")
+      ok = ok && parseLink(v, &shape.intra);
+    else if (a == "--inter")
+      ok = ok && parseLink(v, &shape.inter);
+    else if (a == "--channels")
+      ok = ok && parsePositive(v, &channels);
+    else if (a == "--coll")
+      ok = ok && parseColl(v, &coll) && coll != Coll::kSendRecv;
+    else if (a == "--algo") {
+      allAlgos = ok && std::strcmp(v, "all") == 0;
+      ok = ok && (allAlgos || parseAlgo(v, &only));
+    } else if (a == "-b")
+      ok = ok && parseSize(v, &minB);
+    else if (a == "-e")
+      ok = ok && parseSize(v, &maxB);
+    else if (a == "-f")
+      ok = ok && (factor = std::atof(v)) > 1;
+    else if (a == "--preset" && ok && std::strcmp(v, "dgx-h100") == 0) {
+      shape.ranksPerHost = 8, shape.nicsPerHost = 8;
+      parseLink("2,360", &shape.intra);
+      parseLink("8,46", &shape.inter);
+    } else if (a == "--preset" && ok && std::strcmp(v, "netns-1g") == 0) {
+      shape.ranksPerHost = 2, shape.nicsPerHost = 1;
+      parseLink("20,2", &shape.intra);
+      parseLink("60,0.116", &shape.inter);
+    } else {
+      ok = false;
+    }
+    if (!ok) return usage();
+    i++;
+  }
+  if (minB < 1 || maxB < minB) return usage();
+  const int n = shape.nranks();
+  std::printf(
+      "# %d hosts x %d ranks (%d), %d NIC(s) a host; intra %.1f us %.3g GB/s; inter %.1f us %.3g GB/s; %s; "
+      "%d channel(s)\n",
+      shape.hosts, shape.ranksPerHost, n, shape.nicsPerHost, shape.intra.latencyUs, shape.intra.bytesPerUs / 1000,
+      shape.inter.latencyUs, shape.inter.bytesPerUs / 1000, collName(coll), channels);
+  std::printf("# %10s  %-12s  %12s  %9s  %9s  %-10s  %s\n", "size", "algorithm", "time (us)", "algbw", "busbw",
+              "bound by", "cheapest");
+  bool allowed[static_cast<int>(Algo::kNumAlgos)];
+  for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) allowed[a] = allAlgos || static_cast<Algo>(a) == only;
+  int printed = 0;
+  for (double size = static_cast<double>(minB); size <= static_cast<double>(maxB) * 1.0001; size *= factor) {
+    const size_t bytes = static_cast<size_t>(size);
+    CostEstimate best;
+    const Algo pick = cheapestAlgo(coll, bytes, channels, shape, allowed, &best);
+    for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) {
+      CostEstimate e;
+      if (!allowed[a] || !estimateCollective(coll, static_cast<Algo>(a), bytes, channels, shape, &e, nullptr)) continue;
+      const double algbw = bytes / e.timeUs / 1000;  // GB/s
+      std::printf("  %10s  %-12s  %12.1f  %9.3f  %9.3f  %-10s  %s\n", human(size).c_str(),
+                  algoName(static_cast<Algo>(a)), e.timeUs, algbw, algbw * busBwFactor(coll, n), e.bottleneck.c_str(),
+                  static_cast<Algo>(a) == pick ? "*" : "");
+      printed++;
+    }
+  }
+  if (printed == 0) {
+    std::fprintf(stderr, "chorus-sim: no allowed algorithm implements %s\n", collName(coll));
+    return 1;
+  }
+  return 0;
+}
