@@ -64,8 +64,10 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks) {
 
 namespace {
 
-// Ring and hierarchical schedules in another order: the rank at ring position p runs rank-order position p's
-// steps, with peers and per-rank blocks (the n-block buffers) renamed from positions to the ranks there. Every rank
+// Ring, hierarchical and tree schedules in another order: the rank at ring position p runs rank-order position p's
+// steps, with peers and per-rank blocks (the n-block buffers) renamed from positions to the ranks there. A tree over
+// positions laid host by host keeps most of its edges within a host: the in-order tree's subtrees are ranges of
+// consecutive positions. Every rank
 // renames the same way, so blocks still pair up, and a rank's own block (allgather's out[rank], reduce-scatter's
 // in[rank]) stays its own.
 void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const ScheduleRequest&, Schedule*)) {
@@ -111,7 +113,8 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
              (req.localRanks < 0 || req.nranks % req.localRanks != 0)) {
     why = "hierarchical needs the same number of ranks on every host (" + std::to_string(req.localRanks) +
           " does not divide " + std::to_string(req.nranks) + ")";
-  } else if ((req.algo == Algo::kRing || req.algo == Algo::kHier) && req.ringOrder != nullptr &&
+  } else if ((req.algo == Algo::kRing || req.algo == Algo::kHier || req.algo == Algo::kTree) &&
+             req.ringOrder != nullptr &&
              !req.ringOrder->empty()) {
     std::vector<char> seen(req.nranks, 0);
     bool perm = static_cast<int>(req.ringOrder->size()) == req.nranks;
@@ -146,7 +149,7 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
       genInOrder(req, out, gen::genRing);
       break;
     case Algo::kTree:
-      gen::genTree(req, out);
+      genInOrder(req, out, gen::genTree);
       break;
     case Algo::kDirect:
       gen::genDirect(req, out);

@@ -1,7 +1,8 @@
 // Schedule generators: one function per algorithm family, all emitting schedule.h's data model.
 //
 // Ring order is rank order (next = rank+1) unless the request gives another (ScheduleRequest::ringOrder: the ranks in
-// ring order, e.g. grouped by host so that each host is entered and left once). Trees are NCCL's double binary tree:
+// ring order, e.g. grouped by host so that each host is entered and left once); trees are built over the same order.
+// Trees are NCCL's double binary tree:
 // even channels use tree A (in-order binary tree, root 0), odd channels its mirror (even nranks) or shift by one (odd
 // nranks), so that a rank that is a leaf in one tree is interior in the other. Rooted collectives relabel the chosen
 // tree so that it hangs from `root`.
@@ -31,8 +32,9 @@ struct ScheduleRequest {
   int channel;    ///< tree: parity picks tree A or B; the other families ignore it
   int nChannels;  ///< only checked (channel < nChannels when > 0)
   int root;       ///< rooted collectives only
-  /// Ring family only: the ranks in ring order (a permutation of 0..nranks-1); null or empty: rank order. A rank's
-  /// ring neighbours are the ranks before and after it here; per-rank blocks stay the ranks' own.
+  /// Ring, hierarchical and tree: the ranks in ring order (a permutation of 0..nranks-1); null or empty: rank order.
+  /// A rank's ring neighbours are the ranks before and after it here, and trees are built over these positions;
+  /// per-rank blocks stay the ranks' own.
   const std::vector<int>* ringOrder = nullptr;
   /// Hierarchical only: ranks a host, every host the same; the ring order (else rank order) lists the hosts' ranks
   /// one host after another. 0: one host.

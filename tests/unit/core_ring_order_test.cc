@@ -56,11 +56,12 @@ TEST(RingOrder, EntersAndLeavesEachHostOnce) {
   }
 }
 
-std::vector<Schedule> buildAll(Coll coll, int n, int root, const std::vector<int>& order) {
+std::vector<Schedule> buildAll(Coll coll, int n, int root, const std::vector<int>& order, Algo algo = Algo::kRing,
+                               int channel = 0) {
   std::vector<Schedule> all(n);
   for (int r = 0; r < n; ++r) {
     std::string err;
-    ScheduleRequest req{coll, Algo::kRing, n, r, 0, 1, root, &order};
+    ScheduleRequest req{coll, algo, n, r, channel, 2, root, &order};
     EXPECT_TRUE(buildSchedule(req, &all[r], &err)) << err;
   }
   return all;
@@ -90,6 +91,49 @@ TEST(RingOrder, EveryRingCollectiveInRandomOrders) {
       verifyOrder(n, order);
     }
   }
+}
+
+// Trees are built over the same order: every tree collective, both trees of the double binary tree, any root.
+TEST(RingOrder, TreesInRandomOrders) {
+  std::mt19937 rng(13);
+  for (int n : {2, 3, 5, 8, 13, 32}) {
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (Coll coll : {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce})
+      for (int channel : {0, 1})
+        for (int root : collRooted(coll) ? std::vector<int>{0, n / 2, n - 1} : std::vector<int>{0})
+          for (bool inPlace : {false, true}) {
+            VerifyOptions opt;
+            opt.inPlace = inPlace;
+            opt.tiles = 2;
+            ASSERT_EQ(verifySchedules(buildAll(coll, n, root, order, Algo::kTree, channel), opt), "")
+                << collName(coll) << " n=" << n << " channel " << channel << " root " << root
+                << (inPlace ? " in place" : "");
+          }
+  }
+}
+
+// Ranks placed round-robin over 8 hosts of 8: a tree in rank order crosses hosts on nearly every edge; over the
+// host-by-host order, only where a subtree spans two hosts.
+TEST(RingOrder, TreesOverTheHostOrderStayWithinHosts) {
+  const int n = 64, hosts = 8;
+  std::vector<uint64_t> hostOf(n);
+  for (int r = 0; r < n; r++) hostOf[r] = r % hosts;
+  std::vector<int> rankOrder(n);
+  std::iota(rankOrder.begin(), rankOrder.end(), 0);
+  auto crossingEdges = [&](const std::vector<int>& order) {
+    int edges = 0;
+    for (const Schedule& s : buildAll(Coll::kAllReduce, n, 0, order, Algo::kTree, 0))
+      for (const Step& st : s.steps)
+        if (st.sendPeer >= 0 && hostOf[st.sendPeer] != hostOf[s.rank]) edges++;
+    return edges;
+  };
+  const int flat = crossingEdges(rankOrder), byHost = crossingEdges(ringOrderByHost(hostOf));
+  // 63 edges, each used up and down: in rank order all but the edges 8 labels apart cross.
+  EXPECT_GE(flat, 100) << "rank order";
+  EXPECT_LE(byHost, 2 * 2 * (hosts - 1)) << "host order: at most two edges a host";
+  EXPECT_LT(byHost * 4, flat) << byHost;
 }
 
 TEST(RingOrder, LargeRoundRobinPlacement) {
