@@ -114,8 +114,7 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
     why = "hierarchical needs the same number of ranks on every host (" + std::to_string(req.localRanks) +
           " does not divide " + std::to_string(req.nranks) + ")";
   } else if ((req.algo == Algo::kRing || req.algo == Algo::kHier || req.algo == Algo::kTree) &&
-             req.ringOrder != nullptr &&
-             !req.ringOrder->empty()) {
+             req.ringOrder != nullptr && !req.ringOrder->empty()) {
     std::vector<char> seen(req.nranks, 0);
     bool perm = static_cast<int>(req.ringOrder->size()) == req.nranks;
     for (size_t i = 0; perm && i < req.ringOrder->size(); i++) {
