@@ -1,6 +1,35 @@
 # Components of libchorus. Each folder's sources are globbed so that adding a file needs no
 # CMake edit; the dependency direction is api -> core -> {algo, engine, topo} -> runtime/transports -> util.
 
+# Host topology (src/topo/topology_hwloc.cc, docs/topology.md): hwloc 2.x (2.1 or later) through pkg-config. AUTO
+# builds without it where it is missing (the GPU machines have no Debian packages): probing and topology files then
+# say so and communicators start with an empty view. ON requires it.
+set(CHORUS_HWLOC AUTO CACHE STRING "hwloc for the host topology (AUTO/ON/OFF)")
+if(NOT CHORUS_HWLOC MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "CHORUS_HWLOC must be AUTO, ON or OFF (got '${CHORUS_HWLOC}')")
+endif()
+set(CHORUS_HAVE_HWLOC FALSE)
+if(NOT CHORUS_HWLOC STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(HWLOC QUIET IMPORTED_TARGET hwloc>=2.1)
+  endif()
+  # hwloc 3 changed the object structures chorus reads; it is not supported yet.
+  if(HWLOC_FOUND AND HWLOC_VERSION VERSION_LESS 3)
+    set(CHORUS_HAVE_HWLOC TRUE)
+  elseif(CHORUS_HWLOC STREQUAL "ON")
+    message(FATAL_ERROR "CHORUS_HWLOC=ON but hwloc 2.x (2.1 or later) was not found through pkg-config "
+      "(Debian: apt-get install libhwloc-dev)")
+  endif()
+endif()
+if(CHORUS_HAVE_HWLOC)
+  message(STATUS "chorus: host topology through hwloc ${HWLOC_VERSION}")
+elseif(CHORUS_HWLOC STREQUAL "OFF")
+  message(STATUS "chorus: CHORUS_HWLOC=OFF: host topology probing and topology files disabled")
+else()
+  message(STATUS "chorus: no hwloc 2.x found: host topology probing and topology files disabled")
+endif()
+
 # Schedules: plain data, no dependencies.
 file(GLOB CHORUS_ALGO_SRCS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/algo/*.cc)
 add_library(chorus_algo STATIC ${CHORUS_ALGO_SRCS})
@@ -29,6 +58,11 @@ target_compile_definitions(chorus_objs PUBLIC CHORUS_VERSION_STRING="${PROJECT_V
 target_compile_options(chorus_objs PRIVATE -fvisibility=hidden)
 
 set(CHORUS_LINK_LIBS chorus_algo chorus_kernels Threads::Threads ${CMAKE_DL_LIBS} rt)
+if(CHORUS_HAVE_HWLOC)
+  target_compile_definitions(chorus_objs PRIVATE CHORUS_HAVE_HWLOC=1)
+  target_link_libraries(chorus_objs PRIVATE PkgConfig::HWLOC)
+  list(APPEND CHORUS_LINK_LIBS PkgConfig::HWLOC)
+endif()
 
 # The GPU backend (cmake/gpu.cmake chose it): GpuRuntime (src/runtime/gpu/gpu_runtime.cc, one source for CUDA and
 # HIP through src/runtime/{cuda,hip}/api.h) and the collective kernel (kernels/device_kernel.cu). A host build gets

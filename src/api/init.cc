@@ -15,6 +15,7 @@
 #include "core/hash.h"
 #include "core/params.h"
 #include "engine/engine.h"
+#include "topo/topology.h"
 
 namespace chorus {
 namespace {
@@ -72,6 +73,7 @@ void printVersionOnce() {
 // Bootstrap and connections; runs on the calling thread (blocking) or the init thread.
 ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
   printVersionOnce();
+  topologyAtCommInit(comm->rank);  // once per process; never fails the init
   PeerInfo mine;
   mine.rank = comm->rank;
   mine.cudaDev = comm->cudaDev;

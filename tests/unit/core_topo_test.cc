@@ -1,0 +1,299 @@
+// The host topology (topo/topology.h): the synthetic nodes of topo/ load with the counts and distance classes their
+// PCI trees imply, a dump reloads to the same view (this host's probe and every synthetic node), bad files give a
+// clear error, and communicator init logs the summary, falls back to probing with a WARN naming a bad file, and
+// writes NCCL_TOPO_DUMP_FILE.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/params.h"
+#include "nccl.h"
+#include "topo/topology.h"
+
+namespace chorus {
+namespace {
+
+// The repository root: ctest passes it; a direct run finds it from this file's path.
+std::string sourceDir() {
+  if (const char* d = std::getenv("CHORUS_SOURCE_DIR")) return d;
+  std::string f = __FILE__;
+  return f.substr(0, f.rfind("/tests/unit/"));
+}
+
+std::string node(const char* name) { return sourceDir() + "/topo/" + name; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string tempPath(const char* tag) {
+  return "/tmp/chorus-topo-test-" + std::to_string(getpid()) + "-" + tag + ".xml";
+}
+
+HostTopology load(const std::string& path) {
+  HostTopology t;
+  std::string err;
+  EXPECT_TRUE(loadHostTopology(path, &t, &err)) << err;
+  return t;
+}
+
+// A copy of an XML text with `infos` (whole <info .../> lines) added to the root object.
+std::string withRootInfos(const std::string& xml, const std::string& infos) {
+  size_t machine = xml.find("<object type=\"Machine\"");
+  size_t eol = xml.find('\n', machine);
+  return xml.substr(0, eol + 1) + infos + xml.substr(eol + 1);
+}
+
+class Topo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!topologyHasHwloc()) GTEST_SKIP() << "built without hwloc";
+  }
+};
+
+TEST_F(Topo, DgxH100) {
+  HostTopology t = load(node("dgx-h100.xml"));
+  EXPECT_EQ(t.packages, 2);
+  EXPECT_EQ(t.numaNodes, 2);
+  EXPECT_EQ(t.cores, 112);
+  EXPECT_EQ(t.pus, 224);
+  ASSERT_EQ(t.gpus.size(), 8u);
+  ASSERT_EQ(t.nics.size(), 8u);
+  for (int i = 0; i < 8; i++) {
+    EXPECT_EQ(t.gpus[i].vendor, 0x10de);
+    EXPECT_EQ(t.gpus[i].pciClass, 0x0302);
+    EXPECT_FALSE(t.gpus[i].byRuntime);
+    EXPECT_EQ(t.gpus[i].numa, i < 4 ? 0 : 1);
+    EXPECT_EQ(t.gpus[i].package, i < 4 ? 0 : 1);
+    EXPECT_EQ(t.nics[i].name, "mlx5_" + std::to_string(i));
+    EXPECT_TRUE(t.nics[i].rdma);
+    EXPECT_FALSE(t.nics[i].isVirtual);
+    EXPECT_EQ(t.nics[i].speedMbps, 400000);
+  }
+  EXPECT_EQ(t.gpus[0].busId, "0000:19:00.0");
+  EXPECT_EQ(t.gpus[0].cpus, "0-55,112-167");
+  EXPECT_NEAR(t.gpus[0].linkGBps, 63.0, 0.1);
+  // Each switch holds two GPUs and their two NICs; two switches a socket.
+  EXPECT_EQ(t.gpuNic(0, 0), PathClass::kPIX);
+  EXPECT_EQ(t.gpuNic(0, 1), PathClass::kPIX);
+  EXPECT_EQ(t.gpuNic(0, 2), PathClass::kPHB);  // same socket, the other switch's host bridge
+  EXPECT_EQ(t.gpuNic(0, 4), PathClass::kSYS);
+  EXPECT_EQ(t.gpuNic(7, 7), PathClass::kPIX);
+  EXPECT_EQ(t.gpuNic(7, 0), PathClass::kSYS);
+  EXPECT_EQ(t.gpuNic(5, 6), PathClass::kPHB);
+  EXPECT_EQ(t.gpuGpu(0, 1), PathClass::kPIX);
+  // NVSwitch: every pair has 18 NVLinks.
+  EXPECT_EQ(t.gpuLinks.size(), 28u);
+  for (int a = 0; a < 8; a++) {
+    for (int b = 0; b < 8; b++) {
+      if (a == b) continue;
+      const TopoGpuLink* l = t.gpuLink(a, b);
+      ASSERT_NE(l, nullptr) << a << "-" << b;
+      EXPECT_EQ(l->kind, GpuLinkKind::kNVLink);
+      EXPECT_EQ(l->count, 18);
+    }
+  }
+  EXPECT_EQ(t.summary(), "2 packages, 2 NUMA, 112 cores, 224 PUs, 8 GPUs, 8 NICs");
+}
+
+TEST_F(Topo, Mi300x) {
+  HostTopology t = load(node("mi300x.xml"));
+  EXPECT_EQ(t.packages, 2);
+  EXPECT_EQ(t.numaNodes, 2);
+  EXPECT_EQ(t.cores, 192);
+  EXPECT_EQ(t.pus, 384);
+  ASSERT_EQ(t.gpus.size(), 8u);
+  ASSERT_EQ(t.nics.size(), 8u);
+  for (const TopoGpu& g : t.gpus) {
+    EXPECT_EQ(g.vendor, 0x1002);
+    EXPECT_EQ(g.pciClass, 0x1200);  // processing accelerator, not a display class
+  }
+  // A lower switch holds a GPU and its NIC, an upper switch two lower ones, two upper switches a socket.
+  EXPECT_EQ(t.gpuNic(0, 0), PathClass::kPIX);
+  EXPECT_EQ(t.gpuNic(0, 1), PathClass::kPXB);
+  EXPECT_EQ(t.gpuNic(1, 0), PathClass::kPXB);
+  EXPECT_EQ(t.gpuNic(0, 2), PathClass::kPHB);
+  EXPECT_EQ(t.gpuNic(0, 4), PathClass::kSYS);
+  EXPECT_EQ(t.gpuNic(6, 7), PathClass::kPXB);
+  EXPECT_EQ(t.gpuLinks.size(), 28u);
+  ASSERT_NE(t.gpuLink(2, 5), nullptr);
+  EXPECT_EQ(t.gpuLink(2, 5)->kind, GpuLinkKind::kXGMI);
+  // The DRM devices of the GPUs are not NICs.
+  for (const TopoNic& n : t.nics) EXPECT_EQ(n.name.rfind("mlx5_", 0), 0u) << n.name;
+}
+
+TEST_F(Topo, CpuHost) {
+  HostTopology t = load(node("cpu-2socket.xml"));
+  EXPECT_EQ(t.packages, 2);
+  EXPECT_EQ(t.numaNodes, 2);
+  EXPECT_EQ(t.cores, 32);
+  EXPECT_EQ(t.pus, 64);
+  EXPECT_TRUE(t.gpus.empty()) << "the BMC's ASPEED VGA is a display device but not a GPU";
+  ASSERT_EQ(t.nics.size(), 3u);
+  EXPECT_EQ(t.nics[0].name, "eno1");
+  EXPECT_EQ(t.nics[0].speedMbps, 10000);
+  EXPECT_EQ(t.nics[1].name, "ens801f0");
+  EXPECT_EQ(t.nics[1].numa, 1);
+  EXPECT_EQ(t.nics[2].name, "docker0");
+  EXPECT_TRUE(t.nics[2].isVirtual);
+  EXPECT_TRUE(t.nics[2].busId.empty());
+  EXPECT_EQ(t.nicNic(0, 1), PathClass::kSYS);
+  EXPECT_EQ(t.nicNic(0, 2), PathClass::kNone);
+  EXPECT_EQ(t.pciNics(), 2);
+  EXPECT_EQ(t.summary(), "2 packages, 2 NUMA, 32 cores, 64 PUs, 0 GPUs, 2 NICs, 1 virtual NIC");
+}
+
+TEST_F(Topo, SyntheticNodesSurviveDumpAndReload) {
+  for (const char* name : {"dgx-h100.xml", "mi300x.xml", "cpu-2socket.xml"}) {
+    HostTopology a = load(node(name));
+    std::string path = tempPath("synthetic"), err, xml;
+    ASSERT_TRUE(dumpHostTopology(a, path, &err)) << err;
+    HostTopology b = load(path);
+    EXPECT_EQ(a, b) << name;
+    EXPECT_EQ(formatTopology(a).substr(formatTopology(a).find('\n')),
+              formatTopology(b).substr(formatTopology(b).find('\n')));
+    // A loaded file's facts are replaced in the dump, not written twice.
+    xml = slurp(path);
+    EXPECT_EQ(xml.find("ChorusVersion"), xml.rfind("ChorusVersion")) << name;
+    std::remove(path.c_str());
+  }
+}
+
+TEST_F(Topo, ProbeDumpsAndReloadsToTheSameView) {
+  HostTopology probed, loaded;
+  std::string err, path = tempPath("probe");
+  ASSERT_TRUE(probeHostTopology({}, &probed, &err)) << err;
+  EXPECT_GE(probed.packages, 1);
+  EXPECT_GE(probed.cores, 1);
+  EXPECT_GE(probed.pus, probed.cores);
+  ASSERT_TRUE(dumpHostTopology(probed, path, &err)) << err;
+  ASSERT_TRUE(loadHostTopology(path, &loaded, &err)) << err;
+  EXPECT_EQ(probed, loaded) << formatTopology(probed) << "\n---\n" << formatTopology(loaded);
+  EXPECT_EQ(loaded.source, "file " + path);
+  std::remove(path.c_str());
+}
+
+// A GPU the runtime named by bus id (here the BMC's VGA, as a runtime of another vendor might) is kept as one by the
+// file, and survives a dump; a bus id whose device has no GPU class is refused.
+TEST_F(Topo, RuntimeNamedGpuIsRecorded) {
+  std::string xml = slurp(node("cpu-2socket.xml")), err;
+  HostTopology t;
+  ASSERT_TRUE(loadHostTopologyXml(
+      withRootInfos(xml, "<info name=\"ChorusGPU\" value=\"busid=0000:03:00.0 by=runtime\"/>\n"), "vga", &t, &err))
+      << err;
+  ASSERT_EQ(t.gpus.size(), 1u);
+  EXPECT_TRUE(t.gpus[0].byRuntime);
+  EXPECT_EQ(t.gpus[0].vendor, 0x1a03);
+  std::string path = tempPath("runtime");
+  ASSERT_TRUE(dumpHostTopology(t, path, &err)) << err;
+  EXPECT_EQ(load(path), t);
+  std::remove(path.c_str());
+
+  EXPECT_FALSE(loadHostTopologyXml(
+      withRootInfos(xml, "<info name=\"ChorusGPU\" value=\"busid=0000:3d:00.0 by=runtime\"/>\n"), "nic", &t, &err));
+  EXPECT_NE(err.find("0000:3d:00.0"), std::string::npos) << err;
+}
+
+TEST_F(Topo, BadFilesGiveClearErrors) {
+  HostTopology t;
+  std::string err;
+  EXPECT_FALSE(loadHostTopology("/nonexistent/chorus-topo.xml", &t, &err));
+  EXPECT_NE(err.find("/nonexistent/chorus-topo.xml"), std::string::npos) << err;
+  EXPECT_NE(err.find("No such file"), std::string::npos) << err;
+
+  EXPECT_FALSE(loadHostTopologyXml("", "empty.xml", &t, &err));
+  EXPECT_NE(err.find("empty.xml: empty"), std::string::npos) << err;
+  EXPECT_FALSE(loadHostTopologyXml("garbage \x01\x02 not xml", "garbage.xml", &t, &err));
+  EXPECT_NE(err.find("garbage.xml: not a topology file"), std::string::npos) << err;
+  EXPECT_FALSE(loadHostTopologyXml("<?xml version=\"1.0\"?>\n<system version=\"1\"><cpu numaid=\"0\"/></system>\n",
+                                   "nccl.xml", &t, &err));
+  EXPECT_NE(err.find("NCCL topology file"), std::string::npos) << err;
+
+  std::string dgx = slurp(node("dgx-h100.xml"));
+  EXPECT_FALSE(loadHostTopologyXml(dgx.substr(0, dgx.size() / 2), "half.xml", &t, &err));
+  EXPECT_NE(err.find("half.xml: hwloc cannot parse"), std::string::npos) << err;
+  EXPECT_FALSE(loadHostTopologyXml(withRootInfos(dgx, "<info name=\"ChorusVersion\" value=\"9\"/>\n"), "v9", &t, &err));
+  EXPECT_NE(err.find("newer chorus"), std::string::npos) << err;
+  EXPECT_FALSE(
+      loadHostTopologyXml(withRootInfos(dgx, "<info name=\"ChorusNIC\" value=\"name=mlx5_99\"/>\n"), "nic", &t, &err));
+  EXPECT_NE(err.find("mlx5_99"), std::string::npos) << err;
+  EXPECT_FALSE(loadHostTopologyXml(
+      withRootInfos(dgx, "<info name=\"ChorusGPULink\" value=\"a=0000:19:00.0 b=0000:77:00.0 kind=NVLink\"/>\n"),
+      "link", &t, &err));
+  EXPECT_NE(err.find("ChorusGPULink"), std::string::npos) << err;
+
+  HostTopology empty;
+  EXPECT_FALSE(dumpHostTopology(empty, tempPath("empty"), &err));
+}
+
+TEST_F(Topo, ResolveFallsBackToTheProbe) {
+  std::string warning;
+  HostTopology t = resolveHostTopology("/nonexistent/node.xml", {}, &warning);
+  EXPECT_EQ(t.source, "probe");
+  EXPECT_NE(warning.find("/nonexistent/node.xml"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("probing this host instead"), std::string::npos) << warning;
+
+  t = resolveHostTopology(node("mi300x.xml"), {}, &warning);
+  EXPECT_EQ(t.source, "file " + node("mi300x.xml"));
+  EXPECT_TRUE(warning.empty()) << warning;
+  EXPECT_EQ(t.gpus.size(), 8u);
+}
+
+// Runs communicator init in a child process (the process topology is resolved once per process) with `env` set;
+// returns the child's log.
+std::string initInChild(const std::vector<std::pair<std::string, std::string>>& env) {
+  std::string log = tempPath("log");
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // a hung init fails the test instead of hanging it
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
+    setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+    paramsReload();
+    ncclComm_t comms[2];
+    if (ncclCommInitAll(comms, 2, nullptr) != ncclSuccess) _exit(1);
+    for (ncclComm_t c : comms) ncclCommDestroy(c);
+    _exit(0);
+  }
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  std::string text = slurp(log);
+  std::remove(log.c_str());
+  return text;
+}
+
+TEST_F(Topo, InitLogsTheSummaryAndDumps) {
+  std::string dump = tempPath("dump");
+  std::string log = initInChild({{"CHORUS_TOPO_FILE", node("dgx-h100.xml")}, {"NCCL_TOPO_DUMP_FILE", dump}});
+  EXPECT_NE(log.find("topology: 2 packages, 2 NUMA, 112 cores, 224 PUs, 8 GPUs, 8 NICs (from file " +
+                     node("dgx-h100.xml") + ")"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find(" WARN "), std::string::npos) << log;
+  EXPECT_EQ(load(dump), load(node("dgx-h100.xml")));
+  std::remove(dump.c_str());
+}
+
+TEST_F(Topo, InitWarnsAboutABadFileAndProbes) {
+  std::string log = initInChild({{"NCCL_TOPO_FILE", "/nonexistent/node.xml"}});
+  size_t warn = log.find(" WARN ");
+  ASSERT_NE(warn, std::string::npos) << log;
+  EXPECT_EQ(log.find(" WARN ", warn + 1), std::string::npos) << "warned once: " << log;
+  std::string line = log.substr(warn, log.find('\n', warn) - warn);
+  EXPECT_NE(line.find("topology: cannot read topology file /nonexistent/node.xml"), std::string::npos) << line;
+  EXPECT_NE(log.find("(probed)"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace chorus
