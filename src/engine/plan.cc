@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "core/debug.h"
 #include "core/params.h"
 #include "engine/host_platform.h"
+#include "engine/tuner_plugin.h"
 #include "kernels/dtypes.h"
 #include "topo/cost_model.h"
 #include "topo/ring_order.h"
@@ -38,16 +40,48 @@ LinkCost linkCost(const std::string& text, const char* fallback) {
 
 }  // namespace
 
-float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
-  const int n = comm_->nranks;
-  std::map<uint64_t, int> perHost;
-  for (int r = 0; r < n; r++) perHost[comm_->peers[r].hostHash]++;
+ClusterShape Planner::modelShape() const {
   ClusterShape shape;
-  shape.hosts = static_cast<int>(perHost.size());
+  shape.hosts = hosts_;
   // Uneven hosts are modelled as hosts of the largest count (a few ranks more than there are).
-  shape.ranksPerHost = localRanks_ > 0 ? localRanks_ : (n + shape.hosts - 1) / shape.hosts;
+  shape.ranksPerHost = localRanks_ > 0 ? localRanks_ : (comm_->nranks + hosts_ - 1) / hosts_;
   shape.intra = linkCost(kCostIntra.get(), "5,5");
   shape.inter = linkCost(kCostInter.get(), "20,1.25");
+  return shape;
+}
+
+void Planner::consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const {
+  const int n = comm_->nranks;
+  const size_t bytes = op.count * DType::size(op.dtype);
+  const size_t size = bytes * (op.coll == Coll::kAllReduce || op.coll == Coll::kBroadcast || op.coll == Coll::kReduce
+                                   ? 1
+                                   : n);  // the full buffer: the model's size, and NCCL's nBytes
+  const ClusterShape shape = modelShape();
+  const Algo ringFamily = choice->algo == Algo::kTree ? Algo::kRing : choice->algo;
+  TunerPlugin::CostTable table;
+  for (auto& row : table)
+    for (float& c : row) c = -1;
+  CostEstimate e;
+  if (estimateCollective(op.coll, ringFamily, size, *nChannels, shape, &e, nullptr))
+    table[TunerPlugin::kRing][TunerPlugin::kLL] = table[TunerPlugin::kRing][TunerPlugin::kSimple] = e.timeUs;
+  if (algoSupported(op.coll, Algo::kTree, n) &&
+      estimateCollective(op.coll, Algo::kTree, size, *nChannels, shape, &e, nullptr))
+    table[TunerPlugin::kTree][TunerPlugin::kLL] = table[TunerPlugin::kTree][TunerPlugin::kSimple] = e.timeUs;
+  TunerPlugin::CostTable before;
+  std::memcpy(before, table, sizeof(table));
+  int pluginChannels = 0;
+  if (!tuner_->getCollInfo(op.coll, size, 1, table, &pluginChannels)) return;
+  // A table left as it was leaves chorus's choice: the model's costs are not what chorus's thresholds pick by.
+  if (std::memcmp(before, table, sizeof(table)) != 0) {
+    Choice c = *choice;
+    if (choiceFromTable(table, ringFamily, &c) && algoSupported(op.coll, c.algo, n)) *choice = c;
+  }
+  if (pluginChannels > 0) *nChannels = std::min(*nChannels, pluginChannels);  // fewer channels only
+}
+
+float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
+  const int n = comm_->nranks;
+  const ClusterShape shape = modelShape();
   double us = 0;
   for (const OpDesc& op : ops) {
     const size_t bytes = op.count * DType::size(op.dtype);
@@ -89,6 +123,8 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
   for (int r = 0; even && ringOrder_.empty() && r + 1 < comm->nranks; r++)
     even &= (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
   localRanks_ = even ? P : 0;
+  hosts_ = static_cast<int>(perHost.size());
+  tuner_ = TunerPlugin::open(comm->commHash, comm->nranks, perHost.size());
   if (comm->rank == 0 && localRanks_ > 0)
     INFO(kInit, "comm %p: hierarchical allreduce, allgather and reduce-scatter from %ld bytes: %zu hosts x %d ranks",
          static_cast<void*>(comm), static_cast<long>(hierMinBytes()), perHost.size(), localRanks_);
@@ -98,6 +134,8 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
     INFO(kInit, "comm %p: rings host by host (CHORUS_RING_BY_HOST):%s", static_cast<void*>(comm), order.c_str());
   }
 }
+
+Planner::~Planner() = default;
 
 const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, int nch) {
   auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root, nch);
@@ -172,6 +210,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   int n = comm_->nranks;
   size_t es = DType::size(op.dtype);
   p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0);
+  if (tuner_ && !tuningForced()) consultTuner(op, &nChannels, &p.choice);
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n)) p.choice.algo = Algo::kRing;
   const int minCh = p.choice.algo == Algo::kTree ? 2 : 1;  // double binary tree: one tree per channel

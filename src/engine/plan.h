@@ -4,15 +4,18 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 
 #include "core/comm.h"
 #include "engine/op.h"
 #include "engine/tuner.h"
+#include "engine/tuner_plugin.h"
 #include "kernels/executor.h"
 #include "kernels/fifo.h"
 #include "kernels/reduce.h"
+#include "topo/cost_model.h"
 
 namespace chorus {
 
@@ -94,6 +97,7 @@ class Planner {
   /// The cost model's time for a group (src/topo/cost_model.h), in microseconds: each operation with the algorithm
   /// the tuner picks, one after another, on this communicator's hosts with CHORUS_COST_INTRA / CHORUS_COST_INTER.
   float estimateUs(const std::vector<OpDesc>& ops, int nChannels) const;
+  ~Planner();
   /// The reduction an operation applies (premulsum factor, average), as the kernels take it.
   RedOp redOpFor(const OpDesc& op) const;
   /// Numbers a collective that runs without a plan (a direct launch), in the same sequence as planned ones.
@@ -110,6 +114,13 @@ class Planner {
   std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
   uint64_t collSeq_ = 0;
   std::vector<int> ringOrder_;  ///< ranks in ring order (topo/ring_order.h); empty: rank order
+  /// The cost model's view of this communicator (hosts, ranks a host, CHORUS_COST_* links).
+  ClusterShape modelShape() const;
+  /// Lets the tuner plugin change a choice and lower the channel count (engine/tuner_plugin.h).
+  void consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const;
+
+  std::unique_ptr<TunerPlugin> tuner_;  ///< NCCL_TUNER_PLUGIN's context for this communicator, or null
+  int hosts_ = 1;                       ///< distinct hosts among the ranks
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
   std::vector<uint64_t> sendSeq_, recvSeq_;
 };

@@ -125,6 +125,11 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
 
 int64_t hierMinBytes() { return kHierMin.get(); }
 
+bool tuningForced() {
+  const Allowed& al = allowedNow();
+  return al.algoSet || al.protoSet;
+}
+
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get());

@@ -23,6 +23,8 @@ struct Choice {
 /// communicator spans several hosts with the same number of ranks (at least 2) on each, so hierarchical
 /// allreduce, allgather and reduce-scatter apply.
 Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool hosts = false);
+/// Whether NCCL_ALGO or NCCL_PROTO is set: they force, and a tuner plugin is not asked.
+bool tuningForced();
 /// CHORUS_HIER_MIN_BYTES: the smallest collective that runs hierarchical where it applies.
 int64_t hierMinBytes();
 /// Hash of the tuning environment (ranks must agree on it).
