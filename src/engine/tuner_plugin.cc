@@ -84,6 +84,7 @@ void pluginLog(int level, unsigned long flags, const char* file, int line, const
 struct Loaded {
   std::mutex mu;
   bool tried = false;
+  std::string setting;  ///< NCCL_TUNER_PLUGIN when last tried
   void* lib = nullptr;
   int version = 0;
   const void* sym = nullptr;
@@ -117,13 +118,16 @@ void* openLib(const std::string& setting, std::string* path, std::string* tried)
   return nullptr;
 }
 
-// Loads the library on first use; later calls return what the first found.
+// Loads the library on first use; later calls return what the first found. When none was found, a later
+// NCCL_TUNER_PLUGIN that differs is tried again (a forked child, or a program that sets it after a first
+// communicator); a loaded library stays for the life of the process, as communicators may use it.
 Loaded* load() {
   Loaded& l = loaded();
   std::lock_guard<std::mutex> lock(l.mu);
-  if (l.tried) return l.sym != nullptr ? &l : nullptr;
-  l.tried = true;
   const std::string setting = kTunerPlugin.get();
+  if (l.tried && (l.sym != nullptr || setting == l.setting)) return l.sym != nullptr ? &l : nullptr;
+  l.tried = true;
+  l.setting = setting;
   if (strcasecmp(setting.c_str(), "none") == 0) return nullptr;
   std::string tried;
   l.lib = openLib(setting, &l.path, &tried);
