@@ -5,8 +5,8 @@ Usage: perf/sim_check.py BENCH_OUT_DIR CHORUS_SIM [INTRA (default 20,2)] [INTER_
 
 Reads the bench's perf-tool JSON and iperf3 goodput, runs chorus-sim for the same cluster (4 hosts x 2 ranks, one
 NIC a host whose bandwidth is the measured goodput), collective, algorithm and size, and prints a Markdown table of
-measured and predicted time and the error. Rings in rank order with round-robin placement are left out: the model
-lays ranks host by host, as chorus's rings and hierarchical schedules do whatever the placement."""
+measured and predicted time and the error. Rings and trees in rank order with round-robin placement are left out:
+the model lays ranks host by host, as chorus's rings, trees and hierarchical schedules do whatever the placement."""
 import json
 import os
 import subprocess
@@ -31,8 +31,9 @@ def main():
                        ("reduce_scatter_perf", "reducescatter")):
         for place in ("host", "cyclic"):
             for suffix, algo, label in (("1", "ring", "ring"), ("1-Hierarchical", "hierarchical", "hierarchical"),
-                                        ("0", "ring", "ring, rank order")):
-                if suffix == "0" and place == "cyclic":
+                                        ("0", "ring", "ring, rank order"), ("1-Tree", "tree", "tree"),
+                                        ("0-Tree", "tree", "tree, rank order")):
+                if suffix.startswith("0") and place == "cyclic":
                     continue
                 path = os.path.join(out, f"{tool}-{place}-{suffix}.json")
                 if not os.path.exists(path):

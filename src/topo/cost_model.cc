@@ -1,6 +1,8 @@
 #include "topo/cost_model.h"
 
 #include <algorithm>
+#include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "algo/generators.h"
@@ -25,20 +27,67 @@ void bufferBytes(Coll coll, double size, int n, double* in, double* out) {
   }
 }
 
-/// The ranks whose schedules are built: all of them up to 64, else every rank of a few hosts.
-std::vector<int> sampledRanks(const ClusterShape& shape) {
+/// The ranks whose schedules are built: all of them up to 64 ranks, and for trees (a few steps a rank), else every
+/// rank of a few hosts.
+std::vector<int> sampledRanks(const ClusterShape& shape, Algo algo) {
   const int n = shape.nranks(), P = shape.ranksPerHost, H = shape.hosts;
   std::vector<int> ranks;
-  if (n <= 64) {
+  if (n <= 64 || algo == Algo::kTree) {
     for (int r = 0; r < n; r++) ranks.push_back(r);
     return ranks;
   }
-  std::vector<int> hosts = {0, 1, H / 2, H - 1};
+  std::vector<int> hosts;
+  for (int h : {0, 1, H / 2, H - 1})
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
   std::sort(hosts.begin(), hosts.end());
-  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
   for (int h : hosts)
     for (int l = 0; l < P; l++) ranks.push_back(h * P + l);
   return ranks;
+}
+
+// The latest finish of any step when every rank runs its steps in order and a receive waits for the matching send
+// (the k-th send from p to r meets r's k-th receive from p), each step taking cost(rank, step). -1 if the steps do
+// not all run (a schedule that cannot complete, which the verifier rules out for chorus's own).
+double criticalPath(const std::vector<Schedule>& all, const std::function<double(int, const Step&)>& cost) {
+  const int n = static_cast<int>(all.size());
+  std::vector<size_t> pos(n, 0);
+  std::vector<double> t(n, 0);
+  std::unordered_map<uint64_t, std::vector<double>> sent;  // (from, to) -> finish times of its sends, in order
+  std::unordered_map<uint64_t, size_t> received;           // (from, to) -> receives done
+  auto key = [n](int from, int to) { return static_cast<uint64_t>(from) * n + to; };
+  std::vector<int> ready(n);
+  for (int r = 0; r < n; r++) ready[r] = r;
+  std::vector<char> queued(n, 1);
+  while (!ready.empty()) {
+    const int r = ready.back();
+    ready.pop_back();
+    queued[r] = 0;
+    const std::vector<Step>& steps = all[r].steps;
+    while (pos[r] < steps.size()) {
+      const Step& st = steps[pos[r]];
+      double start = t[r];
+      if (stepRecvs(st.op)) {
+        const uint64_t k = key(st.recvPeer, r);
+        auto it = sent.find(k);
+        const size_t idx = received[k];
+        if (it == sent.end() || it->second.size() <= idx) break;  // its data is not sent yet
+        start = std::max(start, it->second[idx]);
+        received[k] = idx + 1;
+      }
+      t[r] = start + cost(r, st);
+      if (stepSends(st.op)) {
+        sent[key(r, st.sendPeer)].push_back(t[r]);
+        if (!queued[st.sendPeer]) queued[st.sendPeer] = 1, ready.push_back(st.sendPeer);
+      }
+      pos[r]++;
+    }
+  }
+  double end = 0;
+  for (int r = 0; r < n; r++) {
+    if (pos[r] < all[r].steps.size()) return -1;
+    end = std::max(end, t[r]);
+  }
+  return end;
 }
 
 }  // namespace
@@ -75,7 +124,9 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
   double inBytes, outBytes;
   bufferBytes(coll, static_cast<double>(size) / nch, n, &inBytes, &outBytes);
 
-  const std::vector<int> ranks = sampledRanks(shape);
+  const std::vector<int> ranks = sampledRanks(shape, algo);
+  const bool allRanks = static_cast<int>(ranks.size()) == n;
+  std::vector<std::vector<Schedule>> built(allRanks ? nch : 0, std::vector<Schedule>(allRanks ? n : 0));
   const int nics = std::min(shape.nicsPerHost, P);
   // Per sampled host (by index in `ranks` / P): each NIC's bytes out and in.
   std::vector<double> nicOut(ranks.size() / P * nics, 0), nicIn(nicOut.size(), 0);
@@ -93,6 +144,7 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
         if (err) *err = why;
         return false;
       }
+      if (allRanks) built[ch][rank] = s;
       const double inBlock = inBytes / s.inBlocks, outBlock = outBytes / s.outBlocks;
       auto blockBytes = [&](const BufRef& b) { return b.buf == Buf::kInput ? inBlock : outBlock; };
       double chLatency = 0;
@@ -111,6 +163,22 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
     }
     if (latency > e.latencyUs) e.latencyUs = latency, e.steps = steps;
     e.intraBytes = std::max({e.intraBytes, intraOut, intraIn});
+  }
+  // With every rank's steps at hand, latency is the critical path through them (a tree's depth up and down, not one
+  // rank's few steps); otherwise the symmetric schedules' one-rank sum above stands.
+  if (allRanks) {
+    auto stepCost = [&](int rank, const Step& st) {
+      const bool sends = stepSends(st.op), recvs = stepRecvs(st.op);
+      if (!sends && !recvs) return 0.0;
+      const bool across = (sends && st.sendPeer / P != rank / P) || (recvs && st.recvPeer / P != rank / P);
+      return across ? shape.inter.latencyUs : shape.intra.latencyUs;
+    };
+    double path = 0;
+    for (int ch = 0; ch < nch && path >= 0; ch++) {
+      const double p = criticalPath(built[ch], stepCost);
+      path = p < 0 ? -1 : std::max(path, p);
+    }
+    if (path >= 0) e.latencyUs = path;
   }
   for (size_t k = 0; k < nicOut.size(); k++) e.nicBytes = std::max({e.nicBytes, nicOut[k], nicIn[k]});
   const double nicUs = shape.hosts > 1 ? e.nicBytes / shape.inter.bytesPerUs : 0;

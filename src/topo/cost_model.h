@@ -5,16 +5,17 @@
 // placement), with two classes of link: within a host (shared memory, NVLink, xGMI) and between hosts (the hosts'
 // NICs). Each class has a per-step latency and a bandwidth. A collective's time is
 //
-//   latency:   the steps of one rank, each costing its class's latency (a step that crosses hosts costs the
-//              inter-host latency), the largest over ranks;
+//   latency:   the critical path through every rank's steps, each costing its class's latency (a step that
+//              crosses hosts costs the inter-host latency), a receive waiting for its matching send; where only a
+//              few hosts' schedules are built (below), the steps of one rank, the largest over ranks;
 //   bandwidth: the busiest resource: a NIC's bytes out or in (a host's ranks share its NICs, local rank l on NIC
 //              l mod NICs), or a rank's bytes to or from the other ranks of its host, over the class's bandwidth;
 //
 // and the sum of the two, as NCCL's model and the alpha-beta model of the literature do: pipelining hides everything
 // but the busiest resource, and each step adds its latency once. Bytes come from the schedules themselves (every
 // send of every step, block sizes from the collective's layout), so a new algorithm is modelled when it is written.
-// Large clusters build the schedules of a few hosts only (the first, second, middle and last), which is exact for
-// the symmetric algorithms (ring, hierarchical) and a sample for trees.
+// Large clusters (over 64 ranks) build the schedules of a few hosts only (the first, second, middle and last),
+// which is exact for the symmetric algorithms (ring, hierarchical); trees, a few steps a rank, are built whole.
 #pragma once
 
 #include <cstddef>

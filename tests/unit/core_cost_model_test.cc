@@ -58,18 +58,29 @@ TEST(CostModel, OneNicPerRankSharesTheLoad) {
                    2.0 * (H * P - 1) / (H * P) * S);
 }
 
-TEST(CostModel, LatencyCountsEachStepOnce) {
-  // One host of 4: a ring allreduce is 2(n-1)+1 steps with a peer (the last only receives), all within the host.
+TEST(CostModel, LatencyIsTheCriticalPath) {
+  // One host of 4: a ring allreduce is 2(n-1)+1 steps with a peer (the last only receives), each waiting for the
+  // previous rank's previous step: 7 steps of 2 us.
   ClusterShape s = shape(1, 4);
   CostEstimate e = estimate(Coll::kAllReduce, Algo::kRing, 8, s);
   EXPECT_EQ(e.steps, 7);
   EXPECT_DOUBLE_EQ(e.latencyUs, 7 * 2.0);
   EXPECT_EQ(e.bottleneck, "latency");
   EXPECT_DOUBLE_EQ(e.timeUs, e.latencyUs + e.bandwidthUs);
-  // Across 2 hosts of 2, the ranks at the boundaries pay the inter-host latency on the steps that cross.
-  CostEstimate across = estimate(Coll::kAllReduce, Algo::kRing, 8, shape(2, 2));
-  // Rank 1 sends to rank 2 (across) on all steps but the last, which only receives from rank 0 (within).
-  EXPECT_DOUBLE_EQ(across.latencyUs, 6 * 10.0 + 2.0);
+  // Across 2 hosts of 2 every rank sends or receives across on each step but rank 1's and 3's last (a receive from
+  // within): rank 0's last step, a receive from rank 3, ends the path at 7 x 10 us.
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 8, shape(2, 2)).latencyUs, 7 * 10.0);
+  // A tree's path is its depth up and down, not one rank's few steps: each doubling of the ranks adds a level, and a
+  // level is four steps of 2 us (a node takes its two children one after the other, up and down).
+  double previous = 0;
+  for (int n : {16, 32, 64, 128}) {
+    CostEstimate tree = estimate(Coll::kAllReduce, Algo::kTree, 8, shape(1, n));
+    EXPECT_LE(tree.steps, 6) << n;  // at most 3 steps a channel, 2 channels
+    if (previous > 0) {
+      EXPECT_DOUBLE_EQ(tree.latencyUs - previous, 4 * 2.0) << n;
+    }
+    previous = tree.latencyUs;
+  }
 }
 
 TEST(CostModel, TenThousandRanks) {
@@ -80,7 +91,9 @@ TEST(CostModel, TenThousandRanks) {
   CostEstimate hier = estimate(Coll::kAllReduce, Algo::kHier, S, shape(H, P, P));
   EXPECT_NEAR(hier.nicBytes, 2.0 * (H - 1) / H * S / P, 1);
   CostEstimate tree = estimate(Coll::kAllReduce, Algo::kTree, S, shape(H, P, P));
-  EXPECT_LT(tree.steps, 200);  // a depth of log2(n), not n
+  // Four steps a level (see above) over a depth of about log2(n) = 13.3, each of 2 or 10 us: not n steps.
+  EXPECT_LT(tree.latencyUs, 4 * 15 * 10.0);
+  EXPECT_GT(tree.latencyUs, 4 * 13 * 2.0);
 }
 
 TEST(CostModel, CheapestAlgorithm) {
