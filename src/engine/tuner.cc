@@ -44,8 +44,9 @@ bool allowed(const std::string& list, const char* name) {
 
 // From docs/perf/net.md (4 hosts x 2 ranks, 1 Gbit/s links): hierarchical beat the ring by 7-9 points of the link
 // bound from 4 MB (the buffer nccl-tests names: allreduce's, allgather's output, reduce-scatter's input) for all
-// three collectives, was within noise of it at 256 KB - 1 MB, and up to 2.5x slower at 4-64 KB.
-IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 4194304,
+// three collectives, and by 9-29% at 256 KB with 40 iterations a size; it was even with the ring at 1 MB, and up to
+// 2.6x slower at 4-64 KB.
+IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 262144,
                   "Smallest allreduce buffer, allgather output or reduce-scatter input (bytes) that runs hierarchical "
                   "when ranks span several hosts with as many ranks on each (a ring whose hops cross hosts the "
                   "fewest times).",
@@ -56,7 +57,9 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool h
   const bool hier = hosts && static_cast<int64_t>(full) >= kHierMin.get();
   switch (coll) {
     case Coll::kAllReduce:
-      if (nranks >= 2 && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
+      // Across hosts one-shot sends every rank's buffer over the NICs n-1 times: at 4 KB on 4 hosts x 2 ranks it
+      // took twice the ring's time (docs/perf/net.md).
+      if (nranks >= 2 && !hosts && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllGather:
     case Coll::kReduceScatter:

@@ -24,14 +24,18 @@ constexpr size_t kMB = 1 << 20;
 
 TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   const int n = 8;
+  const size_t kMin = 256 << 10;  // CHORUS_HIER_MIN_BYTES's default
   // Allreduce: the buffer itself.
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4 * kMB, n, -1, true).algo, Algo::kHier);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, kMB, n, -1, true).algo, Algo::kRing);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kOneShot);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, kMin, n, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, kMin - 1, n, -1, true).algo, Algo::kRing);
+  // Small allreduces: one-shot within a host, the ring across hosts (one-shot would send every buffer n-1 times).
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
   // Allgather and reduce-scatter: bytes a rank times the ranks.
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
-    EXPECT_EQ(chooseAlgo(coll, 4 * kMB / n, n, -1, true).algo, Algo::kHier) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 4 * kMB / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, kMin / n, n, -1, true).algo, Algo::kHier) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, kMin / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
   }
   // One host, or hosts of unequal size: the ring.
   for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter})
