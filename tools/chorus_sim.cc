@@ -2,6 +2,7 @@
 // cost model (src/topo/cost_model.h). Prints one row a size and algorithm like the perf tools (time, algbw, busbw),
 // the model's bottleneck, and the cheapest algorithm a size. docs/cost_model.md explains the model; docs/perf/sim.md
 // holds its predictions and how they compare with measurements.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "algo/generators.h"
 #include "topo/cost_model.h"
+#include "topo/topology.h"
 
 namespace {
 
@@ -25,6 +27,8 @@ int usage() {
                "  --inter LAT_US,GBPS  latency a step and bandwidth per NIC between hosts (default 20,1.25)\n"
                "  --preset NAME        dgx-h100: 8 ranks and 8 NICs a host, NVLink 2,360 and 400 Gb/s IB 8,46;\n"
                "                       netns-1g: 2 ranks and 1 NIC a host, shm 20,2 and 1 Gbit/s TCP 60,0.116\n"
+               "  --topo FILE          a host's topology file (chorus-topo, NCCL_TOPO_DUMP_FILE): a rank per GPU,\n"
+               "                       its PCI NICs at 92%% of their port speed, and NVLink at 20.5 GB/s a link\n"
                "  --coll NAME          allreduce (default), allgather, reducescatter, broadcast, reduce, alltoall\n"
                "  --algo NAME          ring, tree, direct, oneshot, twoshot, hierarchical, or all (default)\n"
                "  --channels C         channels the data is split over (default 1)\n"
@@ -78,6 +82,41 @@ std::string human(double bytes) {
   return buf;
 }
 
+// A host from its topology file: a rank per GPU, the PCI NICs, and their slowest known port speed at 92% (what TCP
+// or RDMA reach of a port's rate) as the inter-host bandwidth. Latencies stay as given.
+bool applyTopology(const char* path, ClusterShape* shape) {
+  HostTopology t;
+  std::string err;
+  if (!loadHostTopology(path, &t, &err)) {
+    std::fprintf(stderr, "chorus-sim: %s\n", err.c_str());
+    return false;
+  }
+  if (t.gpus.empty() || t.pciNics() == 0) {
+    std::fprintf(stderr, "chorus-sim: %s has %zu GPUs and %d PCI NICs; it needs both\n", path, t.gpus.size(),
+                 t.pciNics());
+    return false;
+  }
+  shape->ranksPerHost = static_cast<int>(t.gpus.size());
+  shape->nicsPerHost = t.pciNics();
+  int64_t mbps = 0;
+  for (const TopoNic& nic : t.nics)
+    if (!nic.isVirtual && nic.speedMbps > 0 && (mbps == 0 || nic.speedMbps < mbps)) mbps = nic.speedMbps;
+  if (mbps > 0) shape->inter.bytesPerUs = mbps / 8.0 * 0.92;  // Mb/s -> bytes a us
+  // NVLink between every pair of GPUs: the fewest links of a pair at 20.5 GB/s each (NCCL reaches about 370 GB/s
+  // over an H100's 18). Other links (xGMI) keep the given intra-host figure.
+  int minLinks = 0;
+  bool allNvlink = t.gpus.size() > 1;
+  for (size_t a = 0; a < t.gpus.size() && allNvlink; a++)
+    for (size_t b = a + 1; b < t.gpus.size() && allNvlink; b++) {
+      const TopoGpuLink* l = t.gpuLink(static_cast<int>(a), static_cast<int>(b));
+      allNvlink = l != nullptr && l->kind == GpuLinkKind::kNVLink;
+      if (allNvlink) minLinks = minLinks == 0 ? l->count : std::min(minLinks, l->count);
+    }
+  if (allNvlink) shape->intra.bytesPerUs = minLinks * 20.5 * 1000;
+  std::printf("# %s: %s\n", path, t.summary().c_str());
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,6 +162,8 @@ int main(int argc, char** argv) {
       shape.ranksPerHost = 8, shape.nicsPerHost = 8;
       parseLink("2,360", &shape.intra);
       parseLink("8,46", &shape.inter);
+    } else if (a == "--topo" && ok) {
+      if (!applyTopology(v, &shape)) return 2;
     } else if (a == "--preset" && ok && std::strcmp(v, "netns-1g") == 0) {
       shape.ranksPerHost = 2, shape.nicsPerHost = 1;
       parseLink("20,2", &shape.intra);
