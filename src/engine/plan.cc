@@ -21,23 +21,6 @@ namespace {
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
 
-// Link classes of the cost model behind ncclGroupSimulateEnd: "latency in us a step,bandwidth in GB/s".
-StrParam kCostIntra{"CHORUS_COST_INTRA", "5,5",
-                    "Cost model (ncclGroupSimulateEnd): the link between ranks of one host, as \"latency a step in us,"
-                    "bandwidth a rank in GB/s\".",
-                    "tuning"};
-StrParam kCostInter{"CHORUS_COST_INTER", "20,1.25",
-                    "Cost model (ncclGroupSimulateEnd): the link between hosts, as \"latency a step in us,bandwidth a "
-                    "NIC in GB/s\" (one NIC a host).",
-                    "tuning"};
-
-LinkCost linkCost(const std::string& text, const char* fallback) {
-  double lat = 0, gbps = 0;
-  if (std::sscanf(text.c_str(), "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0)
-    std::sscanf(fallback, "%lf,%lf", &lat, &gbps);
-  return LinkCost{lat, gbps * 1000};
-}
-
 }  // namespace
 
 ClusterShape Planner::modelShape() const {
@@ -45,17 +28,31 @@ ClusterShape Planner::modelShape() const {
   shape.hosts = hosts_;
   // Uneven hosts are modelled as hosts of the largest count (a few ranks more than there are).
   shape.ranksPerHost = localRanks_ > 0 ? localRanks_ : (comm_->nranks + hosts_ - 1) / hosts_;
-  shape.intra = linkCost(kCostIntra.get(), "5,5");
-  shape.inter = linkCost(kCostInter.get(), "20,1.25");
+  shape.intra = costIntra();
+  shape.inter = costInter();
   return shape;
+}
+
+size_t Planner::fullBuffer(const OpDesc& op) const {
+  const size_t bytes = op.count * DType::size(op.dtype);
+  const bool perRank = op.coll != Coll::kAllReduce && op.coll != Coll::kBroadcast && op.coll != Coll::kReduce;
+  return perRank ? bytes * comm_->nranks : bytes;
+}
+
+void Planner::modelChoice(const OpDesc& op, int nChannels, Choice* choice) const {
+  bool allowed[static_cast<int>(Algo::kNumAlgos)];
+  for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++)
+    allowed[a] = algoSupported(op.coll, static_cast<Algo>(a), comm_->nranks);
+  // Without hosts of equal size hierarchical is the plain ring; the model would price it as hosts it does not have.
+  if (localRanks_ == 0) allowed[static_cast<int>(Algo::kHier)] = false;
+  CostEstimate best;
+  const Algo a = cheapestAlgo(op.coll, fullBuffer(op), nChannels, modelShape(), allowed, &best);
+  if (a != Algo::kNumAlgos) choice->algo = a;
 }
 
 void Planner::consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const {
   const int n = comm_->nranks;
-  const size_t bytes = op.count * DType::size(op.dtype);
-  const size_t size = bytes * (op.coll == Coll::kAllReduce || op.coll == Coll::kBroadcast || op.coll == Coll::kReduce
-                                   ? 1
-                                   : n);  // the full buffer: the model's size, and NCCL's nBytes
+  const size_t size = fullBuffer(op);  // the model's size, and NCCL's nBytes
   const ClusterShape shape = modelShape();
   const Algo ringFamily = choice->algo == Algo::kTree ? Algo::kRing : choice->algo;
   TunerPlugin::CostTable table;
@@ -92,12 +89,11 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
       us += link.latencyUs + bytes / link.bytesPerUs;
       continue;
     }
-    const bool perRankBuffer = op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter ||
-                               op.coll == Coll::kAllToAll || op.coll == Coll::kGather || op.coll == Coll::kScatter;
-    const size_t size = perRankBuffer ? bytes * n : bytes;
+    const size_t size = fullBuffer(op);
     CostEstimate e;
-    Algo algo = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0).algo;
-    if (estimateCollective(op.coll, algo, size, nChannels, shape, &e, nullptr) ||
+    Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0);
+    if (!tuningForced() && tunerByModel()) modelChoice(op, nChannels, &c);
+    if (estimateCollective(op.coll, c.algo, size, nChannels, shape, &e, nullptr) ||
         estimateCollective(op.coll, Algo::kRing, size, nChannels, shape, &e, nullptr))
       us += e.timeUs;
   }
@@ -210,7 +206,10 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   int n = comm_->nranks;
   size_t es = DType::size(op.dtype);
   p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0);
-  if (tuner_ && !tuningForced()) consultTuner(op, &nChannels, &p.choice);
+  if (!tuningForced()) {
+    if (tunerByModel()) modelChoice(op, nChannels, &p.choice);
+    if (tuner_) consultTuner(op, &nChannels, &p.choice);
+  }
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n)) p.choice.algo = Algo::kRing;
   const int minCh = p.choice.algo == Algo::kTree ? 2 : 1;  // double binary tree: one tree per channel

@@ -116,6 +116,11 @@ class Planner {
   std::vector<int> ringOrder_;  ///< ranks in ring order (topo/ring_order.h); empty: rank order
   /// The cost model's view of this communicator (hosts, ranks a host, CHORUS_COST_* links).
   ClusterShape modelShape() const;
+  /// The collective's full buffer in bytes (allreduce's, allgather's output, reduce-scatter's input...): the cost
+  /// model's size and NCCL's nBytes.
+  size_t fullBuffer(const OpDesc& op) const;
+  /// CHORUS_TUNER_MODEL: the cost model's cheapest algorithm that can run the collective.
+  void modelChoice(const OpDesc& op, int nChannels, Choice* choice) const;
   /// Lets the tuner plugin change a choice and lower the channel count (engine/tuner_plugin.h).
   void consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const;
 

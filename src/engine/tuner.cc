@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,28 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool h
   }
 }
 
+// Link classes of the cost model behind ncclGroupSimulateEnd, the tuner plugin's table and CHORUS_TUNER_MODEL:
+// "latency in us a step,bandwidth in GB/s".
+StrParam kCostIntra{"CHORUS_COST_INTRA", "5,5",
+                    "Cost model (ncclGroupSimulateEnd, CHORUS_TUNER_MODEL): the link between ranks of one host, as "
+                    "\"latency a step in us,bandwidth a rank in GB/s\".",
+                    "tuning"};
+StrParam kCostInter{"CHORUS_COST_INTER", "20,1.25",
+                    "Cost model (ncclGroupSimulateEnd, CHORUS_TUNER_MODEL): the link between hosts, as \"latency a "
+                    "step in us,bandwidth a NIC in GB/s\" (one NIC a host).",
+                    "tuning"};
+IntParam kTunerModel{"CHORUS_TUNER_MODEL", 0,
+                     "1: pick each collective's algorithm by the cost model under CHORUS_COST_INTRA / "
+                     "CHORUS_COST_INTER (the cheapest that can run it) instead of the measured thresholds.",
+                     "tuning"};
+
+LinkCost linkCost(const std::string& text, const char* fallback) {
+  double lat = 0, gbps = 0;
+  if (std::sscanf(text.c_str(), "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0)
+    std::sscanf(fallback, "%lf,%lf", &lat, &gbps);
+  return LinkCost{lat, gbps * 1000};
+}
+
 // NCCL_ALGO / NCCL_PROTO parsed once per parameter generation (chooseAlgo runs on every call).
 struct Allowed {
   uint64_t gen = 0;
@@ -128,6 +151,10 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
 
 int64_t hierMinBytes() { return kHierMin.get(); }
 
+LinkCost costIntra() { return linkCost(kCostIntra.get(), "5,5"); }
+LinkCost costInter() { return linkCost(kCostInter.get(), "20,1.25"); }
+bool tunerByModel() { return kTunerModel.get() != 0; }
+
 bool tuningForced() {
   const Allowed& al = allowedNow();
   return al.algoSet || al.protoSet;
@@ -135,7 +162,8 @@ bool tuningForced() {
 
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
-                  std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get());
+                  std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
+                  std::to_string(kTunerModel.get()) + "|" + kCostIntra.get() + "|" + kCostInter.get();
   return fnv1a64(s);
 }
 

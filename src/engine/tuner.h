@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "algo/schedule.h"
+#include "topo/cost_model.h"
 
 namespace chorus {
 
@@ -23,6 +24,12 @@ struct Choice {
 /// communicator spans several hosts with the same number of ranks (at least 2) on each, so hierarchical
 /// allreduce, allgather and reduce-scatter apply.
 Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool hosts = false);
+/// The cost model's links, from CHORUS_COST_INTRA / CHORUS_COST_INTER (a setting that does not parse gives the
+/// default).
+LinkCost costIntra();
+LinkCost costInter();
+/// CHORUS_TUNER_MODEL: pick algorithms by the cost model rather than by thresholds.
+bool tunerByModel();
 /// Whether NCCL_ALGO or NCCL_PROTO is set: they force, and a tuner plugin is not asked.
 bool tuningForced();
 /// CHORUS_HIER_MIN_BYTES: the smallest collective that runs hierarchical where it applies.

@@ -1,0 +1,71 @@
+// CHORUS_TUNER_MODEL=1: the algorithm is the cost model's cheapest under CHORUS_COST_INTRA / CHORUS_COST_INTER.
+// Four process ranks on two NCCL_HOSTID hosts run a 32 KB allgather, below CHORUS_HIER_MIN_BYTES, where the
+// thresholds pick the ring; with slow links between hosts the model picks hierarchical, which sends the fewest bytes
+// across (2 blocks a host against the ring's 3); with the model off, the ring. Results are exact either way.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/ranks.h"
+#include "nccl.h"
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // ncclResetDebugInit: re-reads the parameters
+
+namespace chorus_test {
+namespace {
+
+std::string allGatherLog(const char* model) {
+  const std::string log = "/tmp/chorus_tuner_model_" + std::to_string(getpid()) + ".log";
+  unlink(log.c_str());
+  auto child = [&](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank < 2 ? "model-host-a" : "model-host-b", 1);
+    setenv("CHORUS_TUNER_MODEL", model, 1);
+    setenv("CHORUS_COST_INTRA", "1,100", 1);    // 1 us, 100 GB/s
+    setenv("CHORUS_COST_INTER", "1,0.001", 1);  // 1 us, 1 MB/s: bytes across hosts dominate
+    if (rank == 0) {
+      setenv("NCCL_DEBUG", "INFO", 1);
+      setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
+      setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+      setenv("CHORUS_PRINT_SCHEDULE", "1", 1);
+    }
+    ncclResetDebugInit();
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+    const size_t count = 2048;  // int32 a rank: 32 KB gathered
+    std::vector<int32_t> in(count), out(count * 4);
+    for (size_t i = 0; i < count; i++) in[i] = int32_t(rank * 100000 + i);
+    if (ncclAllGather(in.data(), out.data(), count, ncclInt32, comm, nullptr) != ncclSuccess) return 11;
+    for (int q = 0; q < 4; q++)
+      for (size_t i = 0; i < count; i++)
+        if (out[q * count + i] != int32_t(q * 100000 + i)) return 12;
+    ncclCommDestroy(comm);
+    return 0;
+  };
+  std::vector<int> status = forkRanks(4, child, 60);
+  for (int r = 0; r < 4; r++)
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)
+        << "rank " << r << " " << describeStatus(status[r]);
+  std::ifstream f(log);
+  std::stringstream s;
+  s << f.rdbuf();
+  unlink(log.c_str());
+  return s.str();
+}
+
+TEST(TunerModel, SlowLinksBetweenHostsPickHierarchical) {
+  const std::string on = allGatherLog("1");
+  EXPECT_NE(on.find("AllGather Hierarchical nranks=4"), std::string::npos) << on;
+  EXPECT_EQ(on.find("AllGather Ring"), std::string::npos) << on;
+  const std::string off = allGatherLog("0");
+  EXPECT_NE(off.find("AllGather Ring nranks=4"), std::string::npos) << off;
+  EXPECT_EQ(off.find("AllGather Hierarchical"), std::string::npos) << off;
+}
+
+}  // namespace
+}  // namespace chorus_test
