@@ -117,6 +117,18 @@ TEST(DoctorJudge, LatencyOnABusyHostIsANote) {
   EXPECT_EQ(texts(r, true).size(), 2u);
 }
 
+// A GPU whose nearest NIC is across sockets (from the host's topology) is a note naming the host and the GPUs.
+TEST(DoctorJudge, GpusFarFromEveryNicAreANote) {
+  Report r = cluster(2);
+  r.facts[1].farGpus = "4,5";
+  judgeFacts(&r);
+  std::vector<std::string> notes = texts(r, false);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("node1"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("GPU(s) 4,5 have no NIC nearer than across sockets"), std::string::npos) << notes[0];
+  EXPECT_TRUE(texts(r, true).empty());
+}
+
 }  // namespace
 }  // namespace doctor
 }  // namespace chorus

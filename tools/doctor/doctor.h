@@ -31,6 +31,8 @@ struct Facts {
   std::string ifChoice;                 ///< how it was chosen
   std::vector<std::string> interfaces;  ///< "name=address", all of this host's
   int gpus = 0;
+  std::string topo;                        ///< the host topology's summary (topo/topology.h), or why there is none
+  std::string farGpus;                     ///< GPUs ("0,3") whose nearest PCI NIC is across sockets (SYS); "" when none
   int64_t shmFree = -1, shmNeed = 0;       ///< bytes in /dev/shm, and what this rank's FIFOs need
   int64_t memlock = -1, memlockNeed = 0;   ///< RLIMIT_MEMLOCK (-1 unlimited), and what pinning needs
   uint64_t settingsHash = 0;               ///< the settings the bootstrap requires to agree

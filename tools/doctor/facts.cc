@@ -16,6 +16,7 @@
 #include "runtime/device_probe.h"
 #include "runtime/runtime.h"
 #include "tools/doctor/doctor.h"
+#include "topo/topology.h"
 
 extern char** environ;
 
@@ -71,6 +72,16 @@ Facts collectFacts(int rank) {
   for (const IfAddr& a : listInterfaces()) f.interfaces.push_back(a.name + "=" + a.addr.hostStr());
   GpuRuntime* rt = gpuRuntime();
   f.gpus = rt ? rt->deviceCount() : visibleCudaDevices();
+  const HostTopology& topo = processTopology();
+  f.topo = topo.source.rfind("none", 0) == 0 ? "unknown (" + topo.source + ")" : topo.summary();
+  if (topo.pciNics() > 0) {
+    for (size_t g = 0; g < topo.gpus.size(); g++) {
+      bool nearer = false;
+      for (size_t n = 0; n < topo.nics.size(); n++)
+        nearer |= !topo.nics[n].isVirtual && topo.gpuNic(static_cast<int>(g), static_cast<int>(n)) < PathClass::kSYS;
+      if (!nearer) f.farGpus += (f.farGpus.empty() ? "" : ",") + std::to_string(g);
+    }
+  }
   struct statvfs sv;
   if (statvfs("/dev/shm", &sv) == 0) f.shmFree = static_cast<int64_t>(sv.f_bavail) * static_cast<int64_t>(sv.f_frsize);
   struct rlimit rl;
@@ -92,9 +103,9 @@ void encodeFacts(const Facts& f, char* out) {
   std::ostringstream o;
   o << "rank\t" << f.rank << "\nhost\t" << clean(f.hostname) << "\nhash\t" << f.hostHash << "\npid\t" << f.pid
     << "\nversion\t" << clean(f.version) << "\nifname\t" << clean(f.ifName) << "\nifaddr\t" << clean(f.ifAddr)
-    << "\nifwhy\t" << clean(f.ifWhy) << "\nifchoice\t" << clean(f.ifChoice) << "\ngpus\t" << f.gpus << "\nshm\t"
-    << f.shmFree << "\nmemlock\t" << f.memlock << "\nmemlockneed\t" << f.memlockNeed << "\nsettings\t" << f.settingsHash
-    << "\n";
+    << "\nifwhy\t" << clean(f.ifWhy) << "\nifchoice\t" << clean(f.ifChoice) << "\ngpus\t" << f.gpus << "\ntopo\t"
+    << clean(f.topo) << "\nfargpus\t" << clean(f.farGpus) << "\nshm\t" << f.shmFree << "\nmemlock\t" << f.memlock
+    << "\nmemlockneed\t" << f.memlockNeed << "\nsettings\t" << f.settingsHash << "\n";
   for (const std::string& i : f.interfaces) o << "if\t" << clean(i) << "\n";
   for (const auto& [k, v] : f.env) o << "env\t" << clean(k) << "=" << clean(v) << "\n";
   std::string s = o.str();
@@ -132,6 +143,10 @@ Facts decodeFacts(const char* in) {
       f.ifChoice = v;
     else if (k == "gpus")
       f.gpus = static_cast<int>(num());
+    else if (k == "topo")
+      f.topo = v;
+    else if (k == "fargpus")
+      f.farGpus = v;
     else if (k == "shm")
       f.shmFree = num();
     else if (k == "memlock")

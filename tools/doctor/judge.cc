@@ -139,6 +139,10 @@ bool judgeFacts(Report* r) {
       r->findings.push_back({true, "host " + hostName(f) + ": the locked-memory limit is " + megabytes(f.memlock) +
                                        ", below the " + megabytes(f.memlockNeed) +
                                        " pinned memory GPU ranks use (ulimit -l unlimited)"});
+    if (!f.farGpus.empty())
+      r->findings.push_back({false, "host " + hostName(f) + ": GPU(s) " + f.farGpus +
+                                        " have no NIC nearer than across sockets (SYS): their traffic to other hosts "
+                                        "crosses the CPU interconnect (chorus-topo shows the matrix)"});
     if (f.gpus > 0 && n > f.gpus)
       r->findings.push_back({false, "host " + hostName(f) + ": " + std::to_string(n) + " ranks share " +
                                         std::to_string(f.gpus) + " GPU(s)"});

@@ -52,6 +52,7 @@ std::string formatReport(const Report& r) {
     for (const Facts* x : ranks) o << " " << x->rank;
     o << "; " << f.gpus << " GPU(s); interface " << (f.ifName.empty() ? "none" : f.ifName + " " + f.ifAddr) << " ("
       << f.ifChoice << "); " << f.version;
+    if (!f.topo.empty()) o << "; topology: " << f.topo;
     double busy = -1;
     for (const Facts* x : ranks)
       if (static_cast<size_t>(x->rank) < r.cpuBusy.size()) busy = std::max(busy, r.cpuBusy[x->rank]);
@@ -95,7 +96,7 @@ std::string formatJson(const Report& r) {
     o << "    {\"rank\": " << f.rank << ", \"host\": " << jsonString(f.hostname)
       << ", \"address\": " << jsonString(f.ifAddr) << ", \"interface\": " << jsonString(f.ifName)
       << ", \"pid\": " << f.pid << ", \"gpus\": " << f.gpus << ", \"version\": " << jsonString(f.version)
-      << ", \"cpu_pressure\": "
+      << ", \"topology\": " << jsonString(f.topo) << ", \"cpu_pressure\": "
       << (i < r.cpuBusy.size() && r.cpuBusy[i] >= 0 ? fmt("%.3f", r.cpuBusy[i]) : std::string("null")) << "}"
       << (i + 1 < r.facts.size() ? "," : "") << "\n";
   }
