@@ -53,14 +53,6 @@ bool parseSize(const char* s, size_t* out) {
   return true;
 }
 
-bool parseLink(const char* s, LinkCost* out) {
-  double lat = 0, gbps = 0;
-  if (std::sscanf(s, "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0) return false;
-  out->latencyUs = lat;
-  out->bytesPerUs = gbps * 1000;  // GB/s = 1000 bytes a microsecond
-  return true;
-}
-
 bool parsePositive(const char* s, int* out) {
   char* end = nullptr;
   long v = std::strtol(s, &end, 10);
@@ -123,8 +115,8 @@ int main(int argc, char** argv) {
   ClusterShape shape;
   shape.hosts = 4;
   shape.ranksPerHost = 8;
-  parseLink("5,5", &shape.intra);
-  parseLink("20,1.25", &shape.inter);
+  parseLinkCost("5,5", &shape.intra);
+  parseLinkCost("20,1.25", &shape.inter);
   Coll coll = Coll::kAllReduce;
   bool allAlgos = true;
   Algo only = Algo::kRing;
@@ -142,9 +134,9 @@ int main(int argc, char** argv) {
     else if (a == "--nics")
       ok = ok && parsePositive(v, &shape.nicsPerHost);
     else if (a == "--intra")
-      ok = ok && parseLink(v, &shape.intra);
+      ok = ok && parseLinkCost(v, &shape.intra);
     else if (a == "--inter")
-      ok = ok && parseLink(v, &shape.inter);
+      ok = ok && parseLinkCost(v, &shape.inter);
     else if (a == "--channels")
       ok = ok && parsePositive(v, &channels);
     else if (a == "--coll")
@@ -160,14 +152,14 @@ int main(int argc, char** argv) {
       ok = ok && (factor = std::atof(v)) > 1;
     else if (a == "--preset" && ok && std::strcmp(v, "dgx-h100") == 0) {
       shape.ranksPerHost = 8, shape.nicsPerHost = 8;
-      parseLink("2,360", &shape.intra);
-      parseLink("8,46", &shape.inter);
+      parseLinkCost("2,360", &shape.intra);
+      parseLinkCost("8,46", &shape.inter);
     } else if (a == "--topo" && ok) {
       if (!applyTopology(v, &shape)) return 2;
     } else if (a == "--preset" && ok && std::strcmp(v, "netns-1g") == 0) {
       shape.ranksPerHost = 2, shape.nicsPerHost = 1;
-      parseLink("20,2", &shape.intra);
-      parseLink("60,0.116", &shape.inter);
+      parseLinkCost("20,2", &shape.intra);
+      parseLinkCost("60,0.116", &shape.inter);
     } else {
       ok = false;
     }

@@ -34,9 +34,27 @@ ClusterShape Planner::modelShape() const {
 }
 
 size_t Planner::fullBuffer(const OpDesc& op) const {
-  const size_t bytes = op.count * DType::size(op.dtype);
-  const bool perRank = op.coll != Coll::kAllReduce && op.coll != Coll::kBroadcast && op.coll != Coll::kReduce;
-  return perRank ? bytes * comm_->nranks : bytes;
+  return fullBufferBytes(op.coll, op.count * DType::size(op.dtype), comm_->nranks);
+}
+
+bool Planner::modelEstimate(Coll coll, Algo algo, size_t size, int nChannels, CostEstimate* out) const {
+  // Built once at a reference size per (collective, algorithm, channels) and link settings, then scaled: building
+  // every rank's schedules and their critical path on each call would put that work on the call path.
+  constexpr size_t kRefBytes = size_t(1) << 20;
+  if (modelCacheGen_ != paramsGeneration()) {
+    modelCache_.clear();
+    modelCacheGen_ = paramsGeneration();
+  }
+  auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), nChannels);
+  auto it = modelCache_.find(key);
+  if (it == modelCache_.end()) {
+    CostEstimate ref;
+    const bool ok = estimateCollective(coll, algo, kRefBytes, nChannels, modelShape(), &ref, nullptr);
+    it = modelCache_.emplace(key, std::make_pair(ok, ref)).first;
+  }
+  if (!it->second.first) return false;
+  *out = scaleEstimate(it->second.second, kRefBytes, size);
+  return true;
 }
 
 void Planner::modelChoice(const OpDesc& op, int nChannels, Choice* choice) const {
@@ -45,24 +63,24 @@ void Planner::modelChoice(const OpDesc& op, int nChannels, Choice* choice) const
     allowed[a] = algoSupported(op.coll, static_cast<Algo>(a), comm_->nranks);
   // Without hosts of equal size hierarchical is the plain ring; the model would price it as hosts it does not have.
   if (localRanks_ == 0) allowed[static_cast<int>(Algo::kHier)] = false;
+  const size_t size = fullBuffer(op);
   CostEstimate best;
-  const Algo a = cheapestAlgo(op.coll, fullBuffer(op), nChannels, modelShape(), allowed, &best);
+  const Algo a = cheapestAlgo(
+      allowed, [&](Algo algo, CostEstimate* e) { return modelEstimate(op.coll, algo, size, nChannels, e); }, &best);
   if (a != Algo::kNumAlgos) choice->algo = a;
 }
 
 void Planner::consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const {
   const int n = comm_->nranks;
   const size_t size = fullBuffer(op);  // the model's size, and NCCL's nBytes
-  const ClusterShape shape = modelShape();
   const Algo ringFamily = choice->algo == Algo::kTree ? Algo::kRing : choice->algo;
   TunerPlugin::CostTable table;
   for (auto& row : table)
     for (float& c : row) c = -1;
   CostEstimate e;
-  if (estimateCollective(op.coll, ringFamily, size, *nChannels, shape, &e, nullptr))
+  if (modelEstimate(op.coll, ringFamily, size, *nChannels, &e))
     table[TunerPlugin::kRing][TunerPlugin::kLL] = table[TunerPlugin::kRing][TunerPlugin::kSimple] = e.timeUs;
-  if (algoSupported(op.coll, Algo::kTree, n) &&
-      estimateCollective(op.coll, Algo::kTree, size, *nChannels, shape, &e, nullptr))
+  if (algoSupported(op.coll, Algo::kTree, n) && modelEstimate(op.coll, Algo::kTree, size, *nChannels, &e))
     table[TunerPlugin::kTree][TunerPlugin::kLL] = table[TunerPlugin::kTree][TunerPlugin::kSimple] = e.timeUs;
   TunerPlugin::CostTable before;
   std::memcpy(before, table, sizeof(table));
@@ -93,8 +111,7 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
     CostEstimate e;
     Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0);
     if (!tuningForced() && tunerByModel()) modelChoice(op, nChannels, &c);
-    if (estimateCollective(op.coll, c.algo, size, nChannels, shape, &e, nullptr) ||
-        estimateCollective(op.coll, Algo::kRing, size, nChannels, shape, &e, nullptr))
+    if (modelEstimate(op.coll, c.algo, size, nChannels, &e) || modelEstimate(op.coll, Algo::kRing, size, nChannels, &e))
       us += e.timeUs;
   }
   return static_cast<float>(us);

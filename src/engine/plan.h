@@ -119,12 +119,18 @@ class Planner {
   /// The collective's full buffer in bytes (allreduce's, allgather's output, reduce-scatter's input...): the cost
   /// model's size and NCCL's nBytes.
   size_t fullBuffer(const OpDesc& op) const;
+  /// The cost model's estimate of (coll, algo) on nChannels for `size` bytes; false where algo cannot run it.
+  bool modelEstimate(Coll coll, Algo algo, size_t size, int nChannels, CostEstimate* out) const;
   /// CHORUS_TUNER_MODEL: the cost model's cheapest algorithm that can run the collective.
   void modelChoice(const OpDesc& op, int nChannels, Choice* choice) const;
   /// Lets the tuner plugin change a choice and lower the channel count (engine/tuner_plugin.h).
   void consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const;
 
   std::unique_ptr<TunerPlugin> tuner_;  ///< NCCL_TUNER_PLUGIN's context for this communicator, or null
+  /// modelEstimate's estimates at its reference size, for the parameter generation modelCacheGen_ (the link costs
+  /// are parameters); the bool says whether the algorithm can run the collective.
+  mutable std::map<std::tuple<int, int, int>, std::pair<bool, CostEstimate>> modelCache_;
+  mutable uint64_t modelCacheGen_ = 0;
   int hosts_ = 1;                       ///< distinct hosts among the ranks
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
   std::vector<uint64_t> sendSeq_, recvSeq_;

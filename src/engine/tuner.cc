@@ -2,7 +2,6 @@
 
 #include <strings.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -54,8 +53,7 @@ IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 262144,
                   "tuning"};
 
 Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts) {
-  const size_t full = coll == Coll::kAllGather || coll == Coll::kReduceScatter ? bytes * nranks : bytes;
-  const bool hier = hosts && static_cast<int64_t>(full) >= kHierMin.get();
+  const bool hier = hosts && static_cast<int64_t>(fullBufferBytes(coll, bytes, nranks)) >= kHierMin.get();
   switch (coll) {
     case Coll::kAllReduce:
       // Across hosts one-shot sends every rank's buffer over the NICs n-1 times: at 4 KB on 4 hosts x 2 ranks it
@@ -89,10 +87,9 @@ IntParam kTunerModel{"CHORUS_TUNER_MODEL", 0,
                      "tuning"};
 
 LinkCost linkCost(const std::string& text, const char* fallback) {
-  double lat = 0, gbps = 0;
-  if (std::sscanf(text.c_str(), "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0)
-    std::sscanf(fallback, "%lf,%lf", &lat, &gbps);
-  return LinkCost{lat, gbps * 1000};
+  LinkCost c;
+  if (!parseLinkCost(text, &c)) parseLinkCost(fallback, &c);
+  return c;
 }
 
 // NCCL_ALGO / NCCL_PROTO parsed once per parameter generation (chooseAlgo runs on every call).

@@ -1,6 +1,7 @@
 #include "topo/cost_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <unordered_map>
 #include <vector>
@@ -108,6 +109,30 @@ double busBwFactor(Coll coll, int nranks) {
   }
 }
 
+size_t fullBufferBytes(Coll coll, size_t countBytes, int nranks) {
+  const bool perRank = coll != Coll::kAllReduce && coll != Coll::kBroadcast && coll != Coll::kReduce;
+  return perRank ? countBytes * nranks : countBytes;
+}
+
+bool parseLinkCost(const std::string& text, LinkCost* out) {
+  double lat = 0, gbps = 0;
+  if (std::sscanf(text.c_str(), "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0) return false;
+  out->latencyUs = lat;
+  out->bytesPerUs = gbps * 1000;  // GB/s = 1000 bytes a microsecond
+  return true;
+}
+
+CostEstimate scaleEstimate(const CostEstimate& ref, size_t refSize, size_t size) {
+  CostEstimate e = ref;
+  const double f = refSize > 0 ? static_cast<double>(size) / static_cast<double>(refSize) : 0;
+  e.bandwidthUs *= f;
+  e.nicBytes *= f;
+  e.intraBytes *= f;
+  e.timeUs = e.latencyUs + e.bandwidthUs;
+  e.bottleneck = e.latencyUs > e.bandwidthUs ? "latency" : e.bandwidthBound;
+  return e;
+}
+
 bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const ClusterShape& shape, CostEstimate* out,
                         std::string* err) {
   const int n = shape.nranks(), P = shape.ranksPerHost;
@@ -185,20 +210,27 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
   const double intraUs = e.intraBytes / shape.intra.bytesPerUs;
   e.bandwidthUs = std::max(nicUs, intraUs);
   e.timeUs = e.latencyUs + e.bandwidthUs;
-  e.bottleneck = e.latencyUs > e.bandwidthUs ? "latency" : nicUs >= intraUs ? "NIC" : "intra-host";
+  e.bandwidthBound = nicUs >= intraUs ? "NIC" : "intra-host";
+  e.bottleneck = e.latencyUs > e.bandwidthUs ? "latency" : e.bandwidthBound;
   *out = e;
   return true;
 }
 
-Algo cheapestAlgo(Coll coll, size_t size, int nChannels, const ClusterShape& shape, const bool* allowed,
-                  CostEstimate* best) {
+Algo cheapestAlgo(const bool* allowed, const std::function<bool(Algo, CostEstimate*)>& estimate, CostEstimate* best) {
   Algo pick = Algo::kNumAlgos;
   for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) {
     CostEstimate e;
-    if (!allowed[a] || !estimateCollective(coll, static_cast<Algo>(a), size, nChannels, shape, &e, nullptr)) continue;
+    if (!allowed[a] || !estimate(static_cast<Algo>(a), &e)) continue;
     if (pick == Algo::kNumAlgos || e.timeUs < best->timeUs) pick = static_cast<Algo>(a), *best = e;
   }
   return pick;
+}
+
+Algo cheapestAlgo(Coll coll, size_t size, int nChannels, const ClusterShape& shape, const bool* allowed,
+                  CostEstimate* best) {
+  return cheapestAlgo(
+      allowed, [&](Algo a, CostEstimate* e) { return estimateCollective(coll, a, size, nChannels, shape, e, nullptr); },
+      best);
 }
 
 }  // namespace chorus

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "algo/schedule.h"
@@ -50,6 +51,7 @@ struct CostEstimate {
   double nicBytes = 0;     ///< bytes through the busiest NIC in its busier direction
   double intraBytes = 0;   ///< bytes of the busiest rank to or from its host's other ranks
   std::string bottleneck;  ///< "NIC", "intra-host" or "latency"
+  std::string bandwidthBound;  ///< which of "NIC" and "intra-host" bounds bandwidthUs, whatever the size
 };
 
 /// Estimates `coll` run with `algo` on `size` bytes (nccl-tests' size: allreduce's buffer, allgather's and gather's
@@ -61,8 +63,22 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
 /// The cheapest of the algorithms allowed[] marks (indexed by Algo) that can run `coll` there; kNumAlgos if none.
 Algo cheapestAlgo(Coll coll, size_t size, int nChannels, const ClusterShape& shape, const bool* allowed,
                   CostEstimate* best);
+/// The same over any estimator (one that caches, for instance): estimate(algo, &e) is false where algo cannot run.
+Algo cheapestAlgo(const bool* allowed, const std::function<bool(Algo, CostEstimate*)>& estimate, CostEstimate* best);
 
 /// nccl-tests' bus bandwidth factor of a collective on n ranks (busbw = algbw x factor).
 double busBwFactor(Coll coll, int nranks);
+
+/// nccl-tests' size of a collective whose API count is `countBytes` a rank: the buffer itself for allreduce,
+/// broadcast and reduce, n times it for the others (allgather's output, reduce-scatter's input...).
+size_t fullBufferBytes(Coll coll, size_t countBytes, int nranks);
+
+/// Parses "latency a step in us,bandwidth in GB/s" (e.g. "5,1.25"); false when it is not two numbers, the latency
+/// negative or the bandwidth not positive.
+bool parseLinkCost(const std::string& text, LinkCost* out);
+
+/// The estimate for `size` bytes from one made for `refSize`: the model is linear in size (its latency does not
+/// depend on it, every byte count is proportional to it), so schedules need not be built again for every size.
+CostEstimate scaleEstimate(const CostEstimate& ref, size_t refSize, size_t size);
 
 }  // namespace chorus

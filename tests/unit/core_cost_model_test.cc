@@ -115,6 +115,33 @@ TEST(CostModel, CheapestAlgorithm) {
   EXPECT_EQ(cheapestAlgo(Coll::kAllToAll, S, 1, shape(4, 2), ringOnly, &best), Algo::kNumAlgos);
 }
 
+// The planner builds schedules once and scales (scaleEstimate): that must give what building them again gives.
+TEST(CostModel, ScalingIsBuildingAgain) {
+  for (const ClusterShape& s : {shape(4, 2), shape(1, 8), shape(128, 8, 8)})
+    for (Algo algo : {Algo::kRing, Algo::kTree, Algo::kHier})
+      for (double size : {0.0, 8.0, 65536.0, S}) {
+        CostEstimate ref = estimate(Coll::kAllReduce, algo, 1 << 20, s);
+        CostEstimate direct = estimate(Coll::kAllReduce, algo, size, s);
+        CostEstimate scaled = scaleEstimate(ref, 1 << 20, static_cast<size_t>(size));
+        EXPECT_NEAR(scaled.timeUs, direct.timeUs, 1e-9 * direct.timeUs) << algoName(algo) << " " << size;
+        EXPECT_NEAR(scaled.nicBytes, direct.nicBytes, 1e-9 * direct.nicBytes + 1e-9);
+        EXPECT_NEAR(scaled.intraBytes, direct.intraBytes, 1e-9 * direct.intraBytes + 1e-9);
+        EXPECT_EQ(scaled.bottleneck, direct.bottleneck) << algoName(algo) << " " << size;
+      }
+}
+
+TEST(CostModel, ParsesLinkCosts) {
+  LinkCost c;
+  ASSERT_TRUE(parseLinkCost("5,1.25", &c));
+  EXPECT_DOUBLE_EQ(c.latencyUs, 5);
+  EXPECT_DOUBLE_EQ(c.bytesPerUs, 1250);
+  EXPECT_FALSE(parseLinkCost("fast", &c));
+  EXPECT_FALSE(parseLinkCost("5,0", &c));
+  EXPECT_FALSE(parseLinkCost("-1,5", &c));
+  EXPECT_EQ(fullBufferBytes(Coll::kAllGather, 100, 8), 800u);
+  EXPECT_EQ(fullBufferBytes(Coll::kAllReduce, 100, 8), 100u);
+}
+
 TEST(CostModel, RefusesWhatItCannotModel) {
   CostEstimate e;
   std::string err;
