@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
 
 namespace chorus_test {
@@ -131,6 +133,25 @@ void runRanks(int nranks, Driver driver, const std::function<void(RankCtx&)>& bo
       _exit(3);
     }
   }
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string forkRanksForLog(int n, const std::function<int(int rank, const ncclUniqueId& id)>& child,
+                            const std::string& logPath, double deadlineS) {
+  unlink(logPath.c_str());
+  std::vector<int> status = forkRanks(n, child, deadlineS);
+  for (int r = 0; r < n; r++)
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)
+        << "rank " << r << " " << describeStatus(status[r]);
+  std::string text = readFile(logPath);
+  unlink(logPath.c_str());
+  return text;
 }
 
 }  // namespace chorus_test

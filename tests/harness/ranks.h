@@ -41,4 +41,12 @@ std::vector<int> forkRanks(int n, const std::function<int(int rank, const ncclUn
 /// "exited with 0", "killed by signal 9"...
 std::string describeStatus(int status);
 
+/// The whole text of a file ("" when it cannot be read).
+std::string readFile(const std::string& path);
+
+/// forkRanks for tests that judge a log: removes `logPath`, runs the ranks, expects each to exit 0 (a gtest failure
+/// names any other), and returns what the ranks wrote to `logPath` (their NCCL_DEBUG_FILE), removed afterwards.
+std::string forkRanksForLog(int n, const std::function<int(int rank, const ncclUniqueId& id)>& child,
+                            const std::string& logPath, double deadlineS = 120);
+
 }  // namespace chorus_test

@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -107,54 +105,38 @@ int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* by
   return kOk;
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-void runPlacement(const char* byHost, const std::string& log, const char* algo = "ring") {
-  unlink(log.c_str());
-  std::vector<int> status = forkRanks(
-      6, [&](int rank, const ncclUniqueId& id) { return ringCollectives(rank, 6, id, byHost, log, algo); }, 120);
-  for (int r = 0; r < 6; r++)
-    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == kOk)
-        << "rank " << r << " " << describeStatus(status[r]);
+// Six ranks placed round-robin; returns rank 0's log (each rank must exit 0, kOk).
+std::string runPlacement(const char* byHost, const std::string& log, const char* algo = "ring") {
+  return forkRanksForLog(
+      6, [&](int rank, const ncclUniqueId& id) { return ringCollectives(rank, 6, id, byHost, log, algo); }, log, 120);
 }
 
 TEST(RingByHost, RoundRobinPlacementRingsHostByHost) {
   std::string log = "/tmp/chorus_ring_by_host_" + std::to_string(getpid()) + ".log";
-  runPlacement("1", log);
-  std::string text = readFile(log);
+  std::string text = runPlacement("1", log);
   EXPECT_NE(text.find("rings host by host (CHORUS_RING_BY_HOST): 0 3 1 4 2 5"), std::string::npos) << text;
   for (const char* coll : {"AllReduce", "AllGather", "ReduceScatter"}) {
     EXPECT_NE(text.find(std::string(coll) + " Ring nranks=6"), std::string::npos) << coll << "\n" << text;
     EXPECT_EQ(text.find(std::string(coll) + " Hierarchical"), std::string::npos) << coll << "\n" << text;
   }
-  unlink(log.c_str());
 }
 
 TEST(RingByHost, RankOrderWhenTurnedOff) {
   std::string log = "/tmp/chorus_ring_rank_order_" + std::to_string(getpid()) + ".log";
-  runPlacement("0", log);
-  std::string text = readFile(log);
+  std::string text = runPlacement("0", log);
   EXPECT_EQ(text.find("rings host by host"), std::string::npos) << text;
   EXPECT_NE(text.find("Init COMPLETE"), std::string::npos) << "rank 0 wrote no log: " << text;
-  unlink(log.c_str());
 }
 
 TEST(RingByHost, HierarchicalBySizeAndForced) {
   for (const char* algo : {"", "Hierarchical"}) {
     std::string log = "/tmp/chorus_hier_" + std::to_string(getpid()) + ".log";
-    runPlacement("1", log, algo);
-    std::string text = readFile(log);
+    std::string text = runPlacement("1", log, algo);
     EXPECT_NE(text.find("hierarchical allreduce, allgather and reduce-scatter from 65536 bytes: 3 hosts x 2 ranks"),
               std::string::npos)
         << text;
     for (const char* coll : {"AllReduce", "AllGather", "ReduceScatter"})
       EXPECT_NE(text.find(std::string(coll) + " Hierarchical nranks=6"), std::string::npos) << coll << "\n" << text;
-    unlink(log.c_str());
   }
 }
 

@@ -7,12 +7,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "harness/ranks.h"
 #include "nccl.h"
 
 namespace {
@@ -240,13 +239,6 @@ TEST(GroupCreate, FailedSplitIsTheGroupsResult) {
   }
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 // A wait that lasts longer than CHORUS_WAIT_WARN_S logs one WARN naming the communicator, the step and the ranks
 // it waits for, long before CHORUS_TIMEOUT_S ends it: here a bootstrap allgather (a split rank 3 never joins) and
 // the bootstrap root (an init rank 3 never joins).
@@ -276,7 +268,7 @@ TEST(GroupCreate, LongWaitsSayWhatTheyWaitFor) {
   unsetenv("CHORUS_WAIT_WARN_S");
   setenv("CHORUS_TIMEOUT_S", "20", 1);
   ncclResetDebugInit();
-  std::string log = slurp(file);
+  std::string log = chorus_test::readFile(file);
   unlink(file.c_str());
   // The allgather of the split, on each of ranks 0-2 of the parent (before the timeout's own error lines).
   size_t at = log.find("bootstrap allGather on comm ");

@@ -4,20 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "harness/ranks.h"
 #include "nccl.h"
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 class Logging : public ::testing::Test {
  protected:
@@ -49,7 +41,7 @@ TEST_F(Logging, InfoShowsInitWithNcclStylePrefix) {
   setenv("NCCL_DEBUG", "INFO", 1);
   ncclResetDebugInit();
   makeAndDestroyComms();
-  std::string log = slurp(file_);
+  std::string log = chorus_test::readFile(file_);
   EXPECT_NE(log.find(" chorus INFO "), std::string::npos) << log;
   EXPECT_NE(log.find("Init COMPLETE"), std::string::npos) << log;
   EXPECT_NE(log.find(" chorus WARN "), std::string::npos) << "a bad argument is warned about at INFO too";
@@ -63,7 +55,7 @@ TEST_F(Logging, SubsysMaskFiltersInfo) {
   setenv("NCCL_DEBUG_SUBSYS", "^INIT", 1);
   ncclResetDebugInit();
   makeAndDestroyComms();
-  std::string log = slurp(file_);
+  std::string log = chorus_test::readFile(file_);
   EXPECT_EQ(log.find("Init COMPLETE"), std::string::npos) << log;
   EXPECT_NE(log.find("invalid datatype"), std::string::npos) << "WARN is not filtered by subsystem";
 }
@@ -72,7 +64,7 @@ TEST_F(Logging, WarnLevelHidesInfo) {
   setenv("NCCL_DEBUG", "WARN", 1);
   ncclResetDebugInit();
   makeAndDestroyComms();
-  std::string log = slurp(file_);
+  std::string log = chorus_test::readFile(file_);
   EXPECT_EQ(log.find(" chorus INFO "), std::string::npos) << log;
   EXPECT_NE(log.find("invalid datatype 99"), std::string::npos) << log;
 }
@@ -81,7 +73,7 @@ TEST_F(Logging, VersionLevelPrintsTheVersionOnly) {
   setenv("NCCL_DEBUG", "VERSION", 1);
   ncclResetDebugInit();
   makeAndDestroyComms();
-  std::string log = slurp(file_);
+  std::string log = chorus_test::readFile(file_);
   EXPECT_EQ(log.find(" chorus INFO "), std::string::npos) << log;
   EXPECT_EQ(log.find(" chorus WARN "), std::string::npos) << log;
   // Printed once per process; an earlier test in this process may already have printed it.
@@ -92,7 +84,7 @@ TEST_F(Logging, VersionLevelPrintsTheVersionOnly) {
 TEST_F(Logging, UnsetPrintsNothing) {
   ncclResetDebugInit();
   makeAndDestroyComms();
-  EXPECT_EQ(slurp(file_), "");
+  EXPECT_EQ(chorus_test::readFile(file_), "");
 }
 
 }  // namespace

@@ -4,11 +4,8 @@
 // across (2 blocks a host against the ring's 3); with the model off, the ring. Results are exact either way.
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,7 +19,6 @@ namespace {
 
 std::string allGatherLog(const char* model) {
   const std::string log = "/tmp/chorus_tuner_model_" + std::to_string(getpid()) + ".log";
-  unlink(log.c_str());
   auto child = [&](int rank, const ncclUniqueId& id) {
     setenv("NCCL_HOSTID", rank < 2 ? "model-host-a" : "model-host-b", 1);
     setenv("CHORUS_TUNER_MODEL", model, 1);
@@ -47,15 +43,7 @@ std::string allGatherLog(const char* model) {
     ncclCommDestroy(comm);
     return 0;
   };
-  std::vector<int> status = forkRanks(4, child, 60);
-  for (int r = 0; r < 4; r++)
-    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)
-        << "rank " << r << " " << describeStatus(status[r]);
-  std::ifstream f(log);
-  std::stringstream s;
-  s << f.rdbuf();
-  unlink(log.c_str());
-  return s.str();
+  return forkRanksForLog(4, child, log, 60);
 }
 
 TEST(TunerModel, SlowLinksBetweenHostsPickHierarchical) {

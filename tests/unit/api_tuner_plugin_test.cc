@@ -4,11 +4,8 @@
 // Every scenario runs in two forked rank processes, as the plugin is loaded once per process.
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,7 +24,6 @@ using Env = std::vector<std::pair<const char*, const char*>>;
 // (INFO for INIT, COLL and TUNING, with the schedules it runs).
 std::string runWith(const Env& env) {
   const std::string log = "/tmp/chorus_tuner_plugin_" + std::to_string(getpid()) + ".log";
-  unlink(log.c_str());
   auto child = [&](int rank, const ncclUniqueId& id) {
     for (auto& [k, v] : env) setenv(k, v, 1);
     setenv("CHORUS_HOST_NCHANNELS", "2", 1);
@@ -48,15 +44,7 @@ std::string runWith(const Env& env) {
     ncclCommDestroy(comm);
     return 0;
   };
-  std::vector<int> status = forkRanks(2, child, 60);
-  for (int r = 0; r < 2; r++)
-    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)
-        << "rank " << r << " " << describeStatus(status[r]);
-  std::ifstream f(log);
-  std::stringstream s;
-  s << f.rdbuf();
-  unlink(log.c_str());
-  return s.str();
+  return forkRanksForLog(2, child, log, 60);
 }
 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/params.h"
+#include "harness/ranks.h"
 #include "nccl.h"
 #include "topo/topology.h"
 
@@ -27,13 +28,6 @@ std::string sourceDir() {
 }
 
 std::string node(const char* name) { return sourceDir() + "/topo/" + name; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 std::string tempPath(const char* tag) {
   return "/tmp/chorus-topo-test-" + std::to_string(getpid()) + "-" + tag + ".xml";
@@ -162,7 +156,7 @@ TEST_F(Topo, SyntheticNodesSurviveDumpAndReload) {
     EXPECT_EQ(formatTopology(a).substr(formatTopology(a).find('\n')),
               formatTopology(b).substr(formatTopology(b).find('\n')));
     // A loaded file's facts are replaced in the dump, not written twice.
-    xml = slurp(path);
+    xml = chorus_test::readFile(path);
     EXPECT_EQ(xml.find("ChorusVersion"), xml.rfind("ChorusVersion")) << name;
     std::remove(path.c_str());
   }
@@ -185,7 +179,7 @@ TEST_F(Topo, ProbeDumpsAndReloadsToTheSameView) {
 // A GPU the runtime named by bus id (here the BMC's VGA, as a runtime of another vendor might) is kept as one by the
 // file, and survives a dump; a bus id whose device has no GPU class is refused.
 TEST_F(Topo, RuntimeNamedGpuIsRecorded) {
-  std::string xml = slurp(node("cpu-2socket.xml")), err;
+  std::string xml = chorus_test::readFile(node("cpu-2socket.xml")), err;
   HostTopology t;
   ASSERT_TRUE(loadHostTopologyXml(
       withRootInfos(xml, "<info name=\"ChorusGPU\" value=\"busid=0000:03:00.0 by=runtime\"/>\n"), "vga", &t, &err))
@@ -218,7 +212,7 @@ TEST_F(Topo, BadFilesGiveClearErrors) {
                                    "nccl.xml", &t, &err));
   EXPECT_NE(err.find("NCCL topology file"), std::string::npos) << err;
 
-  std::string dgx = slurp(node("dgx-h100.xml"));
+  std::string dgx = chorus_test::readFile(node("dgx-h100.xml"));
   EXPECT_FALSE(loadHostTopologyXml(dgx.substr(0, dgx.size() / 2), "half.xml", &t, &err));
   EXPECT_NE(err.find("half.xml: hwloc cannot parse"), std::string::npos) << err;
   EXPECT_FALSE(loadHostTopologyXml(withRootInfos(dgx, "<info name=\"ChorusVersion\" value=\"9\"/>\n"), "v9", &t, &err));
@@ -268,7 +262,7 @@ std::string initInChild(const std::vector<std::pair<std::string, std::string>>& 
   int status = 0;
   EXPECT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  std::string text = slurp(log);
+  std::string text = chorus_test::readFile(log);
   std::remove(log.c_str());
   return text;
 }
