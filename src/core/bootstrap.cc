@@ -242,6 +242,8 @@ struct Bootstrap::Impl {
     return ncclSuccess;
   }
   ncclResult_t acceptOne(const char* during);
+  /// Reads one whole frame from rank `peer`'s connection (readable now) into the stash. recvMutex held.
+  ncclResult_t readFrame(int peer, const std::string& op);
   ncclResult_t ringStep(int step, const char* sendBuf, char* recvBuf, size_t bytes, const char* op, SlowWait& slow);
   ncclResult_t ringFail(ncclResult_t code, const std::string& text, bool nextUsable, const FrameHeader& sentHdr,
                         size_t sentHdrBytes, const char* sendBuf, size_t sentDataBytes, const char* op);
@@ -249,6 +251,28 @@ struct Bootstrap::Impl {
 
 // Accepts one pending connection (if any) and files it by the kind it announces. A connection
 // that cannot prove the secret is logged and dropped; that is never an error for us.
+ncclResult_t Bootstrap::Impl::readFrame(int peer, const std::string& op) {
+  Socket& s = in[peer];
+  Deadline dl = Deadline::fromEnv();
+  FrameHeader h{};
+  IoResult r = s.recvAll(&h, sizeof(h), dl, abortFlag);
+  if (r.ok() && (h.magic != kFrameMagic || h.len > kMaxMessageBytes)) {
+    CHORUS_FAIL(comm, ncclInternalError, "bootstrap rank %d: garbled message from %s (length %llu)", rank,
+                peerName(peer).c_str(), static_cast<unsigned long long>(h.len));
+  }
+  std::vector<char> msg;
+  if (r.ok()) {
+    msg.resize(h.len);
+    r = s.recvAll(msg.data(), msg.size(), dl, abortFlag);
+  }
+  if (!r.ok()) {
+    CHORUS_FAIL(comm, ioToNccl(r), "bootstrap rank %d: %s: %s%s%s", rank, op.c_str(), peerName(peer).c_str(),
+                lostText(r), r.what.c_str());
+  }
+  stash[{peer, h.tag}].push_back(std::move(msg));
+  return ncclSuccess;
+}
+
 ncclResult_t Bootstrap::Impl::acceptOne(const char* during) {
   Socket s;
   IoResult r = listen.tryAccept(&s);
@@ -684,28 +708,20 @@ ncclResult_t Bootstrap::recv(int peer, int tag, void* data, size_t size) {
   }
   Deadline dl = Deadline::fromEnv();
   SlowWait slow;
-  auto failIo = [&](const IoResult& r) -> ncclResult_t {
-    CHORUS_FAIL(im.comm, ioToNccl(r), "bootstrap rank %d: recv of tag %d: %s%s%s", rank_, tag,
-                im.peerName(peer).c_str(), lostText(r), r.what.c_str());
-  };
   for (;;) {
     Socket& s = im.in[peer];
     if (s.valid()) {
       // Messages from one peer arrive in order on one connection: read headers until our tag comes.
       pollfd pf = {s.fd(), POLLIN, 0};
       if (poll(&pf, 1, 0) > 0) {
-        FrameHeader h{};
-        IoResult r = s.recvAll(&h, sizeof(h), dl, im.abortFlag);
-        if (!r.ok()) return failIo(r);
-        if (h.magic != kFrameMagic || h.len > kMaxMessageBytes) {
-          CHORUS_FAIL(im.comm, ncclInternalError, "bootstrap rank %d: garbled message from %s (length %llu)", rank_,
-                      im.peerName(peer).c_str(), static_cast<unsigned long long>(h.len));
+        CHORUS_CHECK(im.readFrame(peer, "recv of tag " + std::to_string(tag)));
+        auto it = im.stash.find({peer, tag});
+        if (it != im.stash.end() && !it->second.empty()) {
+          std::vector<char> msg = std::move(it->second.front());
+          it->second.pop_front();
+          if (it->second.empty()) im.stash.erase(it);
+          return deliver(msg);
         }
-        std::vector<char> msg(h.len);
-        r = s.recvAll(msg.data(), msg.size(), dl, im.abortFlag);
-        if (!r.ok()) return failIo(r);
-        if (h.tag == tag) return deliver(msg);
-        im.stash[{peer, h.tag}].push_back(std::move(msg));
         continue;
       }
     }
@@ -729,6 +745,40 @@ ncclResult_t Bootstrap::recv(int peer, int tag, void* data, size_t size) {
     }
     CHORUS_CHECK(im.checkUsable("recv"));  // close() wakes the poll through the listen socket
     if (fds[0].revents != 0) CHORUS_CHECK(im.acceptOne("in recv"));
+  }
+}
+
+ncclResult_t Bootstrap::tryRecv(int peer, int tag, void* data, size_t size, bool* got) {
+  Impl& im = *impl_;
+  *got = false;
+  CHORUS_ARG_CHECK(im.comm, peer >= 0 && peer < nranks_ && peer != rank_,
+                   "bootstrap rank %d: tryRecv from invalid peer %d (nranks %d)", rank_, peer, nranks_);
+  CHORUS_CHECK(im.checkUsable("recv"));
+  std::unique_lock<std::mutex> lock(im.recvMutex, std::try_to_lock);
+  if (!lock.owns_lock()) return ncclSuccess;
+  // Only what is here is read: the stash, then whole frames while the peer's connection is readable (bootstrap
+  // frames are small, so a frame once started is read to its end under the usual deadline). Never a wait.
+  pollfd lf = {im.listen.fd(), POLLIN, 0};
+  if (poll(&lf, 1, 0) > 0) CHORUS_CHECK(im.acceptOne("in tryRecv"));
+  for (;;) {
+    auto it = im.stash.find({peer, tag});
+    if (it != im.stash.end() && !it->second.empty()) {
+      std::vector<char> msg = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) im.stash.erase(it);
+      if (msg.size() != size) {
+        CHORUS_FAIL(im.comm, ncclInvalidUsage,
+                    "bootstrap rank %d: %s sent %zu bytes with tag %d but the receive expects %zu (mismatched calls)",
+                    rank_, im.peerName(peer).c_str(), msg.size(), tag, size);
+      }
+      if (size > 0) memcpy(data, msg.data(), size);
+      *got = true;
+      return ncclSuccess;
+    }
+    Socket& s = im.in[peer];
+    pollfd pf = {s.valid() ? s.fd() : -1, POLLIN, 0};
+    if (!s.valid() || poll(&pf, 1, 0) <= 0) return ncclSuccess;
+    CHORUS_CHECK(im.readFrame(peer, "recv of tag " + std::to_string(tag)));
   }
 }
 

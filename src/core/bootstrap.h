@@ -61,6 +61,9 @@ class Bootstrap {
   /// Point-to-point messages (tag separates concurrent users); blocking, with deadline.
   ncclResult_t send(int peer, int tag, const void* data, size_t size);
   ncclResult_t recv(int peer, int tag, void* data, size_t size);
+  /// recv without waiting: *got says whether the message was there (read at once if it is arriving now). Returns
+  /// at once, *got false, while another thread is inside recv. For progress loops (a net proxy's connection setup).
+  ncclResult_t tryRecv(int peer, int tag, void* data, size_t size, bool* got);
   /// Closes sockets so that blocked peers see this rank leave (used on abort).
   void close();
 

@@ -131,6 +131,17 @@ LogLevel logLevel() {
   return static_cast<LogLevel>(gLevelCache.load(std::memory_order_relaxed));
 }
 
+void pluginLog(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  const LogLevel lv = static_cast<LogLevel>(level);
+  if (!logEnabled(lv, flags)) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  logMessage(lv, flags, file ? file : "plugin", line, "%s", msg);
+}
+
 bool logEnabled(LogLevel level, uint64_t subsys) {
   refresh();
   int cur = gLevelCache.load(std::memory_order_relaxed);

@@ -39,6 +39,10 @@ bool logEnabled(LogLevel level, uint64_t subsys);
 /// Formats and prints one log line (call through the macros below).
 void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/// The logger chorus hands to plugins (tuner, net): NCCL's ncclDebugLogger_t signature, whose levels and subsystem
+/// flags are chorus's too.
+void pluginLog(int level, unsigned long flags, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /// Records the text ncclGetLastError returns, for this thread and for `comm` (may be null).
 void setLastError(ncclComm* comm, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -70,18 +70,6 @@ struct TunerV2 {
   ncclResult_t (*destroy)(void* ctx);
 };
 
-// Plugins log through NCCL's logger signature; their flags are NCCL's subsystem bits, which are chorus's too.
-void pluginLog(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
-  const LogLevel lv = static_cast<LogLevel>(level);
-  if (!logEnabled(lv, flags)) return;
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  logMessage(lv, flags, file ? file : "tuner plugin", line, "%s", msg);
-}
-
 // The process's plugin: one library, its version and entry points, shared by every communicator.
 struct Loaded {
   std::mutex mu;
