@@ -30,6 +30,33 @@ else()
   message(STATUS "chorus: no hwloc 2.x found: host topology probing and topology files disabled")
 endif()
 
+# Nets between hosts (transports/net/net.h, docs/net.md): UCX (libucx-dev) and InfiniBand verbs (libibverbs-dev)
+# through pkg-config, like hwloc: AUTO builds each where its library is found, ON requires it, OFF leaves it out. A
+# net that is left out answers NCCL_NET=UCX / IB with an error that says so.
+find_package(PkgConfig QUIET)
+foreach(net UCX VERBS)
+  set(CHORUS_HAVE_${net} FALSE)
+endforeach()
+if(PKG_CONFIG_FOUND AND NOT CHORUS_UCX STREQUAL "OFF")
+  pkg_check_modules(UCX QUIET IMPORTED_TARGET ucx)
+  if(UCX_FOUND)
+    set(CHORUS_HAVE_UCX TRUE)
+  endif()
+endif()
+if(PKG_CONFIG_FOUND AND NOT CHORUS_VERBS STREQUAL "OFF")
+  pkg_check_modules(VERBS QUIET IMPORTED_TARGET libibverbs)
+  if(VERBS_FOUND)
+    set(CHORUS_HAVE_VERBS TRUE)
+  endif()
+endif()
+foreach(net UCX VERBS)
+  if(CHORUS_${net} STREQUAL "ON" AND NOT CHORUS_HAVE_${net})
+    message(FATAL_ERROR "CHORUS_${net}=ON but its library was not found through pkg-config "
+      "(Debian: apt-get install libucx-dev / libibverbs-dev)")
+  endif()
+endforeach()
+message(STATUS "chorus: nets Socket, UCX ${CHORUS_HAVE_UCX}, IB verbs ${CHORUS_HAVE_VERBS}")
+
 # Schedules: plain data, no dependencies.
 file(GLOB CHORUS_ALGO_SRCS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/algo/*.cc)
 add_library(chorus_algo STATIC ${CHORUS_ALGO_SRCS})
@@ -50,7 +77,11 @@ file(GLOB CHORUS_CORE_SRCS CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/topo/*.cc
   ${PROJECT_SOURCE_DIR}/src/runtime/*.cc
   ${PROJECT_SOURCE_DIR}/transports/shm/*.cc
-  ${PROJECT_SOURCE_DIR}/transports/socket/*.cc)
+  ${PROJECT_SOURCE_DIR}/transports/socket/*.cc
+  ${PROJECT_SOURCE_DIR}/transports/*.cc
+  ${PROJECT_SOURCE_DIR}/transports/net/*.cc
+  ${PROJECT_SOURCE_DIR}/transports/ucx/*.cc
+  ${PROJECT_SOURCE_DIR}/transports/ib/*.cc)
 add_library(chorus_objs OBJECT ${CHORUS_CORE_SRCS})
 target_include_directories(chorus_objs PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src
   ${PROJECT_SOURCE_DIR})
@@ -62,6 +93,18 @@ if(CHORUS_HAVE_HWLOC)
   target_compile_definitions(chorus_objs PRIVATE CHORUS_HAVE_HWLOC=1)
   target_link_libraries(chorus_objs PRIVATE PkgConfig::HWLOC)
   list(APPEND CHORUS_LINK_LIBS PkgConfig::HWLOC)
+endif()
+
+# UCX is linked; libibverbs is opened at run time (dlopen), as NCCL does, so that libnccl.so.2 loads on hosts without
+# it: only its headers are needed to build.
+if(CHORUS_HAVE_UCX)
+  target_compile_definitions(chorus_objs PRIVATE CHORUS_HAVE_UCX=1)
+  target_link_libraries(chorus_objs PRIVATE PkgConfig::UCX)
+  list(APPEND CHORUS_LINK_LIBS PkgConfig::UCX)
+endif()
+if(CHORUS_HAVE_VERBS)
+  target_compile_definitions(chorus_objs PRIVATE CHORUS_HAVE_VERBS=1)
+  target_include_directories(chorus_objs PRIVATE ${VERBS_INCLUDE_DIRS})
 endif()
 
 # The GPU backend (cmake/gpu.cmake chose it): GpuRuntime (src/runtime/gpu/gpu_runtime.cc, one source for CUDA and

@@ -1,0 +1,722 @@
+/* A net plugin for chorus's tests, written against NCCL 2.28's net plugin ABI: a real net over TCP that exports
+ * ncclNetPlugin_v<NET_VERSION> (11 by default; 6 to 10 for the older layouts chorus adapts; 5 exports a symbol of
+ * a version chorus does not load, with v6's layout, to test that it is refused). Its name is "ChorusTestNet".
+ *
+ * - One device. listen() binds 0.0.0.0 and puts a reachable address in the handle: the address of the interface
+ *   NCCL_SOCKET_IFNAME selects (comma-separated name prefixes, a leading ^ excludes, = asks for exact names), else
+ *   the first non-loopback IPv4 interface that is up, else 127.0.0.1; so it works across network namespaces.
+ * - Nothing blocks. connect() starts a non-blocking connect and keeps its progress in the caller's handle (as NCCL's
+ *   own nets do), so the caller passes the same handle again until a comm comes back. isend()/irecv() queue a
+ *   request (null when the comm's queue is full); test(), isend() and irecv() move bytes as far as the socket lets
+ *   them. Requests of one comm complete in posting order.
+ * - Each message is an 8-byte little-endian length, then the payload: a receive learns the size, and a message
+ *   larger than its receive fails the connection. One receive per irecv (maxRecvs 1).
+ * - regMr returns a handle that remembers the region; isend/irecv check that the buffer lies inside it.
+ * - A peer's EOF or a socket error fails the comm: test() of any request not yet complete returns ncclSystemError.
+ * - Before v11 a plugin is initialized once per process: a second successful init of a v6-v10 build fails, so a test
+ *   can see that chorus's adapter calls it once. CHORUS_TEST_NET_FAIL=init makes init fail.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "nccl.h"
+
+#ifndef NET_VERSION
+#define NET_VERSION 11
+#endif
+/* The layout of the table: NET_VERSION's, v6's for the refused v5. */
+#if NET_VERSION < 6
+#define NET_LAYOUT 6
+#else
+#define NET_LAYOUT NET_VERSION
+#endif
+
+/* ---- The ABI, as NCCL 2.28 defines it for NET_LAYOUT. ---- */
+
+enum { kHandleMax = 128, kPtrHost = 1, kLogWarn = 2, kLogInfo = 3, kSubsysNet = 0x10, kMaxReqs = 32 };
+
+typedef void (*Logger)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
+typedef ncclResult_t (*ProfilerCallback)(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData);
+
+typedef struct {
+  int netDeviceType;
+  int netDeviceVersion;
+  void* handle;
+  size_t size;
+  int needsProxyProgress;
+} DevHandle;
+
+typedef struct {
+  int ndevs;
+  int devs[4];
+} VDeviceProps;
+
+typedef struct {
+  int trafficClass;
+} CommConfig;
+
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+#if NET_LAYOUT >= 8
+  int regIsGlobal;
+#endif
+#if NET_LAYOUT >= 9
+  int forceFlush;
+#endif
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+#if NET_LAYOUT >= 7
+  int netDeviceType;
+  int netDeviceVersion;
+#endif
+#if NET_LAYOUT >= 9
+  VDeviceProps vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+#endif
+#if NET_LAYOUT >= 11
+  int maxMultiRequestSize;
+#endif
+} Props;
+
+/* Sizes of isend/irecv (int before v9) and of regMr (int before v8). */
+#if NET_LAYOUT >= 9
+typedef size_t MsgSize;
+#else
+typedef int MsgSize;
+#endif
+#if NET_LAYOUT >= 8
+typedef size_t MrSize;
+#else
+typedef int MrSize;
+#endif
+
+typedef struct {
+  const char* name;
+#if NET_LAYOUT >= 11
+  ncclResult_t (*init)(void** ctx, uint64_t commId, CommConfig* config, Logger log, ProfilerCallback prof);
+#elif NET_LAYOUT == 10
+  ncclResult_t (*init)(Logger log, ProfilerCallback prof);
+#else
+  ncclResult_t (*init)(Logger log);
+#endif
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, Props* props);
+#if NET_LAYOUT >= 11
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm, DevHandle** sendDevComm);
+#elif NET_LAYOUT == 10
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, CommConfig* config, void* handle, void** sendComm, DevHandle** sendDevComm);
+#elif NET_LAYOUT >= 7
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, void* handle, void** sendComm, DevHandle** sendDevComm);
+#else
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, void* handle, void** sendComm);
+#endif
+#if NET_LAYOUT >= 7
+  ncclResult_t (*accept)(void* listenComm, void** recvComm, DevHandle** recvDevComm);
+#else
+  ncclResult_t (*accept)(void* listenComm, void** recvComm);
+#endif
+  ncclResult_t (*regMr)(void* comm, void* data, MrSize size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+#if NET_LAYOUT >= 10
+  ncclResult_t (*isend)(void* sendComm, void* data, MsgSize size, int tag, void* mhandle, void* phandle,
+                        void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, MsgSize* sizes, int* tags, void** mhandles, void** phandles,
+                        void** request);
+#else
+  ncclResult_t (*isend)(void* sendComm, void* data, MsgSize size, int tag, void* mhandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, MsgSize* sizes, int* tags, void** mhandles, void** request);
+#endif
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+#if NET_LAYOUT >= 7
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptrMhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+#endif
+#if NET_LAYOUT >= 9
+  ncclResult_t (*makeVDevice)(int* d, VDeviceProps* props);
+#endif
+#if NET_LAYOUT >= 11
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, void* netAttr);
+#endif
+} Net;
+
+/* ---- State. ---- */
+
+enum { kHandleMagic = 0x43544e31, kMrMagic = 0x43544d52 };
+
+/* What listen() writes and connect() reads. The stage and fd are connect()'s progress, kept in the caller's copy. */
+typedef struct {
+  uint32_t magic;
+  struct sockaddr_in addr;
+  int stage; /* 0: not started; 1: connecting on fd */
+  int fd;
+} Handle;
+_Static_assert(sizeof(Handle) <= kHandleMax, "the handle must fit NCCL_NET_HANDLE_MAXSIZE");
+
+typedef struct {
+  uint32_t magic;
+  char* base;
+  size_t size;
+} Mr;
+
+struct Comm;
+
+/* One isend or irecv, from posting until test() reports it done. */
+typedef struct {
+  struct Comm* comm;
+  int used;
+  char* data;
+  size_t size; /* send: the message; receive: the buffer's size */
+  unsigned char header[8];
+  size_t headerDone;
+  size_t length; /* the message's length (a receive learns it from the header) */
+  size_t dataDone;
+  int done;
+} Req;
+
+typedef struct Comm {
+  int fd;
+  int isSend;
+  int failed; /* sticky: the connection is broken */
+  Req reqs[kMaxReqs];
+  int order[kMaxReqs]; /* slots in posting order (a ring indexed by sequence number) */
+  uint64_t posted;     /* requests posted so far */
+  uint64_t head;       /* the oldest request whose bytes have not all moved */
+} Comm;
+
+typedef struct {
+  int fd;
+} ListenComm;
+
+static Logger gLog;
+static int gInits;
+static char gIfName[IF_NAMESIZE + 1] = "lo";
+
+static void say(int level, int line, const char* fmt, ...) {
+  char text[256];
+  va_list ap;
+  if (gLog == NULL) return;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  gLog(level, kSubsysNet, __FILE__, line, "ChorusTestNet: %s", text);
+}
+
+/* ---- Addresses. ---- */
+
+/* Whether interface `name` is selected by NCCL_SOCKET_IFNAME's value `spec` (an empty spec selects nothing). */
+static int ifSelected(const char* name, const char* spec) {
+  int exclude = 0, exact = 0, match = 0;
+  char list[256];
+  char* save = NULL;
+  if (spec[0] == '^') exclude = 1, spec++;
+  if (spec[0] == '=') exact = 1, spec++;
+  snprintf(list, sizeof(list), "%s", spec);
+  for (char* item = strtok_r(list, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+    if (exact ? strcmp(name, item) == 0 : strncmp(name, item, strlen(item)) == 0) match = 1;
+  }
+  return exclude ? !match : match;
+}
+
+/* The IPv4 address peers reach this host at; also sets gIfName (the device's name). */
+static struct in_addr pickAddress(void) {
+  struct in_addr found;
+  struct ifaddrs* list = NULL;
+  const char* spec = getenv("NCCL_SOCKET_IFNAME");
+  found.s_addr = htonl(INADDR_LOOPBACK);
+  snprintf(gIfName, sizeof(gIfName), "lo");
+  if (getifaddrs(&list) != 0) return found;
+  for (struct ifaddrs* i = list; i != NULL; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+    if (spec != NULL && spec[0] != '\0' ? !ifSelected(i->ifa_name, spec) : (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    found = ((struct sockaddr_in*)i->ifa_addr)->sin_addr;
+    snprintf(gIfName, sizeof(gIfName), "%s", i->ifa_name);
+    break;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+/* ---- Moving bytes. ---- */
+
+static int wouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+
+static void fail(Comm* c, int line, const char* what, int err) {
+  if (!c->failed) say(kLogWarn, line, "%s: %s", what, err ? strerror(err) : "connection closed by the peer");
+  c->failed = 1;
+}
+
+/* Sends what the socket takes of r's header and payload; sets r->done when all is sent. */
+static void sendSome(Comm* c, Req* r) {
+  while (!c->failed && !r->done) {
+    const int inHeader = r->headerDone < sizeof(r->header);
+    const char* from = inHeader ? (const char*)r->header + r->headerDone : r->data + r->dataDone;
+    const size_t left = inHeader ? sizeof(r->header) - r->headerDone : r->length - r->dataDone;
+    ssize_t n = left == 0 ? 0 : send(c->fd, from, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (!wouldBlock(errno)) fail(c, __LINE__, "send", errno);
+      return;
+    }
+    if (inHeader) {
+      r->headerDone += (size_t)n;
+    } else {
+      r->dataDone += (size_t)n;
+    }
+    if (r->headerDone == sizeof(r->header) && r->dataDone == r->length) r->done = 1;
+  }
+}
+
+/* Receives what the socket has of r's header and payload; sets r->done when the whole message is in. */
+static void recvSome(Comm* c, Req* r) {
+  while (!c->failed && !r->done) {
+    const int inHeader = r->headerDone < sizeof(r->header);
+    char* to = inHeader ? (char*)r->header + r->headerDone : r->data + r->dataDone;
+    const size_t left = inHeader ? sizeof(r->header) - r->headerDone : r->length - r->dataDone;
+    ssize_t n = left == 0 ? 0 : recv(c->fd, to, left, MSG_DONTWAIT);
+    if (left != 0 && n == 0) {
+      fail(c, __LINE__, "recv", 0);
+      return;
+    }
+    if (n < 0) {
+      if (!wouldBlock(errno)) fail(c, __LINE__, "recv", errno);
+      return;
+    }
+    if (inHeader) {
+      r->headerDone += (size_t)n;
+      if (r->headerDone == sizeof(r->header)) {
+        r->length = 0;
+        for (int b = 7; b >= 0; b--) r->length = (r->length << 8) | r->header[b];
+        if (r->length > r->size) {
+          say(kLogWarn, __LINE__, "a message of %zu bytes arrived for a receive of %zu bytes", r->length, r->size);
+          c->failed = 1;
+          return;
+        }
+      }
+    } else {
+      r->dataDone += (size_t)n;
+    }
+    if (r->headerDone == sizeof(r->header) && r->dataDone == r->length) r->done = 1;
+  }
+}
+
+/* Moves the comm's requests forward in posting order, as far as the socket allows. */
+static void progress(Comm* c) {
+  while (!c->failed && c->head < c->posted) {
+    Req* r = &c->reqs[c->order[c->head % kMaxReqs]];
+    if (c->isSend) {
+      sendSome(c, r);
+    } else {
+      recvSome(c, r);
+    }
+    if (!r->done) return;
+    c->head++;
+  }
+}
+
+/* A free request slot of c, or NULL when the comm has as many requests as it holds. */
+static Req* newReq(Comm* c, char* data, size_t size) {
+  for (int s = 0; s < kMaxReqs; s++) {
+    Req* r = &c->reqs[s];
+    if (r->used) continue;
+    memset(r, 0, sizeof(*r));
+    r->comm = c;
+    r->used = 1;
+    r->data = data;
+    r->size = size;
+    c->order[c->posted % kMaxReqs] = s;
+    c->posted++;
+    return r;
+  }
+  return NULL;
+}
+
+/* Whether [data, data + size) lies in the region mhandle registered. */
+static int inRegion(void* mhandle, const void* data, size_t size) {
+  const Mr* mr = (const Mr*)mhandle;
+  if (mr == NULL || mr->magic != kMrMagic) return 0;
+  if (size == 0) return 1;
+  return (const char*)data >= mr->base && (size_t)((const char*)data - mr->base) <= mr->size &&
+         size <= mr->size - (size_t)((const char*)data - mr->base);
+}
+
+/* ---- The entry points, in their widest form (the exported table wraps them for its layout). ---- */
+
+/* Initializes the plugin; `again` says whether a second call is allowed (v11) or refused (older layouts). */
+static ncclResult_t netInit(Logger log, int again) {
+  const char* failWhat = getenv("CHORUS_TEST_NET_FAIL");
+  gLog = log;
+  if (failWhat != NULL && strcmp(failWhat, "init") == 0) return ncclSystemError;
+  if (gInits > 0) {
+    if (again) return ncclSuccess;
+    say(kLogWarn, __LINE__, "init called again: a v%d plugin is initialized once per process", NET_VERSION);
+    return ncclInternalError;
+  }
+  gInits++;
+  struct in_addr a = pickAddress();
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a, text, sizeof(text));
+  say(kLogInfo, __LINE__, "init (v%d): device %s, address %s", NET_VERSION, gIfName, text);
+  return ncclSuccess;
+}
+
+static ncclResult_t netDevices(int* ndev) {
+  *ndev = 1;
+  return ncclSuccess;
+}
+
+static ncclResult_t netGetProperties(int dev, Props* props) {
+  if (dev != 0) return ncclInvalidArgument;
+  memset(props, 0, sizeof(*props));
+  props->name = gIfName;
+  props->pciPath = NULL;
+  props->guid = 0xC0DE0000u + NET_VERSION; /* tells tests which build they reached */
+  props->ptrSupport = kPtrHost;
+  props->speed = 10000;
+  props->port = 1;
+  props->latency = 1.5f;
+  props->maxComms = 1024;
+  props->maxRecvs = 1;
+#if NET_LAYOUT >= 8
+  props->regIsGlobal = 1; /* a registration is not tied to its comm */
+#endif
+#if NET_LAYOUT >= 9
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = dev;
+  props->maxP2pBytes = (size_t)1 << 30;
+  props->maxCollBytes = (size_t)1 << 30;
+#endif
+#if NET_LAYOUT >= 11
+  props->maxMultiRequestSize = 1;
+#endif
+  return ncclSuccess;
+}
+
+static ncclResult_t netListen(int dev, void* handle, void** listenComm) {
+  Handle* h = (Handle*)handle;
+  struct sockaddr_in any;
+  socklen_t len = sizeof(any);
+  const int one = 1;
+  *listenComm = NULL;
+  if (dev != 0) return ncclInvalidArgument;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ncclSystemError;
+  memset(&any, 0, sizeof(any));
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, (struct sockaddr*)&any, sizeof(any)) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, (struct sockaddr*)&any, &len) != 0) {
+    say(kLogWarn, __LINE__, "listen: %s", strerror(errno));
+    close(fd);
+    return ncclSystemError;
+  }
+  ListenComm* l = (ListenComm*)calloc(1, sizeof(ListenComm));
+  if (l == NULL) {
+    close(fd);
+    return ncclSystemError;
+  }
+  l->fd = fd;
+  memset(h, 0, sizeof(*h));
+  h->magic = kHandleMagic;
+  h->addr.sin_family = AF_INET;
+  h->addr.sin_addr = pickAddress();
+  h->addr.sin_port = any.sin_port;
+  h->fd = -1;
+  *listenComm = l;
+  return ncclSuccess;
+}
+
+static Comm* newComm(int fd, int isSend) {
+  const int one = 1;
+  Comm* c = (Comm*)calloc(1, sizeof(Comm));
+  if (c == NULL) return NULL;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  c->fd = fd;
+  c->isSend = isSend;
+  return c;
+}
+
+static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
+  Handle* h = (Handle*)handle;
+  *sendComm = NULL;
+  if (dev != 0 || h->magic != kHandleMagic) return ncclInvalidArgument;
+  if (h->stage == 0) {
+    h->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (h->fd < 0) return ncclSystemError;
+    if (connect(h->fd, (struct sockaddr*)&h->addr, sizeof(h->addr)) != 0 && errno != EINPROGRESS) {
+      say(kLogWarn, __LINE__, "connect to %s:%d: %s", inet_ntoa(h->addr.sin_addr), ntohs(h->addr.sin_port),
+          strerror(errno));
+      close(h->fd);
+      h->fd = -1;
+      return ncclSystemError;
+    }
+    h->stage = 1;
+  }
+  struct pollfd p = {h->fd, POLLOUT, 0};
+  if (poll(&p, 1, 0) <= 0) return ncclSuccess; /* still connecting (or interrupted): called again */
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  const int fd = h->fd;
+  h->stage = 0; /* done either way: the handle may start a new connection */
+  h->fd = -1;
+  if (err != 0) {
+    say(kLogWarn, __LINE__, "connect to %s:%d: %s", inet_ntoa(h->addr.sin_addr), ntohs(h->addr.sin_port),
+        strerror(err));
+    close(fd);
+    return ncclSystemError;
+  }
+  Comm* c = newComm(fd, 1);
+  if (c == NULL) {
+    close(fd);
+    return ncclSystemError;
+  }
+  *sendComm = c;
+  return ncclSuccess;
+}
+
+static ncclResult_t netAccept(void* listenComm, void** recvComm) {
+  ListenComm* l = (ListenComm*)listenComm;
+  *recvComm = NULL;
+  int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) {
+    if (wouldBlock(errno) || errno == ECONNABORTED) return ncclSuccess; /* nobody yet: called again */
+    say(kLogWarn, __LINE__, "accept: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  Comm* c = newComm(fd, 0);
+  if (c == NULL) {
+    close(fd);
+    return ncclSystemError;
+  }
+  *recvComm = c;
+  return ncclSuccess;
+}
+
+static ncclResult_t netRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  (void)comm;
+  *mhandle = NULL;
+  if (type != kPtrHost) return ncclInvalidArgument; /* host memory only (ptrSupport) */
+  Mr* mr = (Mr*)calloc(1, sizeof(Mr));
+  if (mr == NULL) return ncclSystemError;
+  mr->magic = kMrMagic;
+  mr->base = (char*)data;
+  mr->size = size;
+  *mhandle = mr;
+  return ncclSuccess;
+}
+
+static ncclResult_t netDeregMr(void* comm, void* mhandle) {
+  Mr* mr = (Mr*)mhandle;
+  (void)comm;
+  if (mr == NULL || mr->magic != kMrMagic) return ncclInvalidArgument;
+  mr->magic = 0;
+  free(mr);
+  return ncclSuccess;
+}
+
+static ncclResult_t netIsend(void* sendComm, void* data, size_t size, void* mhandle, void** request) {
+  Comm* c = (Comm*)sendComm;
+  *request = NULL;
+  if (!c->isSend || !inRegion(mhandle, data, size)) return ncclInvalidArgument;
+  if (c->failed) return ncclSystemError;
+  Req* r = newReq(c, (char*)data, size);
+  if (r == NULL) return ncclSuccess; /* queue full: called again */
+  r->length = size;
+  for (int b = 0; b < 8; b++) r->header[b] = (unsigned char)(size >> (8 * b));
+  progress(c);
+  *request = r;
+  return ncclSuccess;
+}
+
+static ncclResult_t netIrecv(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles, void** request) {
+  Comm* c = (Comm*)recvComm;
+  *request = NULL;
+  if (n != 1 || c->isSend || !inRegion(mhandles[0], data[0], sizes[0])) return ncclInvalidArgument;
+  if (c->failed) return ncclSystemError;
+  Req* r = newReq(c, (char*)data[0], sizes[0]);
+  if (r == NULL) return ncclSuccess;
+  progress(c);
+  *request = r;
+  return ncclSuccess;
+}
+
+static ncclResult_t netTest(void* request, int* done, int* sizes) {
+  Req* r = (Req*)request;
+  *done = 0;
+  progress(r->comm);
+  if (!r->done) return r->comm->failed ? ncclSystemError : ncclSuccess;
+  *done = 1;
+  if (sizes != NULL) *sizes = (int)r->length;
+  r->used = 0;
+  return ncclSuccess;
+}
+
+static ncclResult_t netClose(void* comm) {
+  if (comm == NULL) return ncclSuccess;
+  close(((Comm*)comm)->fd);
+  free(comm);
+  return ncclSuccess;
+}
+
+static ncclResult_t netCloseListen(void* listenComm) {
+  if (listenComm == NULL) return ncclSuccess;
+  close(((ListenComm*)listenComm)->fd);
+  free(listenComm);
+  return ncclSuccess;
+}
+
+/* ---- The exported table, in NET_LAYOUT's shape. ---- */
+
+#if NET_LAYOUT >= 11
+static int gCtxToken;
+static ncclResult_t initV(void** ctx, uint64_t commId, CommConfig* config, Logger log, ProfilerCallback prof) {
+  (void)commId, (void)config, (void)prof;
+  *ctx = &gCtxToken;
+  return netInit(log, 1);
+}
+static ncclResult_t finalizeV(void* ctx) { return ctx == &gCtxToken ? ncclSuccess : ncclInvalidArgument; }
+#elif NET_LAYOUT == 10
+static ncclResult_t initV(Logger log, ProfilerCallback prof) {
+  (void)prof;
+  return netInit(log, 0);
+}
+#else
+static ncclResult_t initV(Logger log) { return netInit(log, 0); }
+#endif
+
+#if NET_LAYOUT >= 11
+static ncclResult_t listenV(void* ctx, int dev, void* handle, void** listenComm) {
+  if (ctx != &gCtxToken) return ncclInvalidArgument;
+  return netListen(dev, handle, listenComm);
+}
+static ncclResult_t connectV(void* ctx, int dev, void* handle, void** sendComm, DevHandle** devComm) {
+  (void)devComm;
+  if (ctx != &gCtxToken) return ncclInvalidArgument;
+  return netConnect(dev, handle, sendComm);
+}
+#elif NET_LAYOUT == 10
+static ncclResult_t connectV(int dev, CommConfig* config, void* handle, void** sendComm, DevHandle** devComm) {
+  (void)devComm;
+  if (config == NULL) return ncclInvalidArgument; /* v10 always passes one */
+  return netConnect(dev, handle, sendComm);
+}
+#elif NET_LAYOUT >= 7
+static ncclResult_t connectV(int dev, void* handle, void** sendComm, DevHandle** devComm) {
+  (void)devComm;
+  return netConnect(dev, handle, sendComm);
+}
+#else
+static ncclResult_t connectV(int dev, void* handle, void** sendComm) { return netConnect(dev, handle, sendComm); }
+#endif
+#if NET_LAYOUT < 11
+#define listenV netListen
+#endif
+
+/* An int size (v6-v8 messages, v6-v7 registrations) must not be negative; a size_t cannot be. */
+#if NET_LAYOUT >= 9
+static int negativeMsg(MsgSize s) { return (void)s, 0; }
+#else
+static int negativeMsg(MsgSize s) { return s < 0; }
+#endif
+#if NET_LAYOUT >= 8
+static int negativeMr(MrSize s) { return (void)s, 0; }
+#else
+static int negativeMr(MrSize s) { return s < 0; }
+#endif
+
+#if NET_LAYOUT >= 7
+static ncclResult_t acceptV(void* listenComm, void** recvComm, DevHandle** devComm) {
+  (void)devComm;
+  return netAccept(listenComm, recvComm);
+}
+#else
+#define acceptV netAccept
+#endif
+
+static ncclResult_t regMrV(void* comm, void* data, MrSize size, int type, void** mhandle) {
+  if (negativeMr(size)) return ncclInvalidArgument;
+  return netRegMr(comm, data, (size_t)size, type, mhandle);
+}
+
+#if NET_LAYOUT >= 10
+static ncclResult_t isendV(void* comm, void* data, MsgSize size, int tag, void* mhandle, void* phandle,
+                           void** request) {
+  (void)tag, (void)phandle;
+#else
+static ncclResult_t isendV(void* comm, void* data, MsgSize size, int tag, void* mhandle, void** request) {
+  (void)tag;
+#endif
+  if (negativeMsg(size)) return ncclInvalidArgument;
+  return netIsend(comm, data, (size_t)size, mhandle, request);
+}
+
+#if NET_LAYOUT >= 10
+static ncclResult_t irecvV(void* comm, int n, void** data, MsgSize* sizes, int* tags, void** mhandles, void** phandles,
+                           void** request) {
+  (void)tags, (void)phandles;
+#else
+static ncclResult_t irecvV(void* comm, int n, void** data, MsgSize* sizes, int* tags, void** mhandles, void** request) {
+  (void)tags;
+#endif
+  if (n != 1 || negativeMsg(sizes[0])) return ncclInvalidArgument; /* maxRecvs is 1 */
+  const size_t size = (size_t)sizes[0];
+  return netIrecv(comm, n, data, &size, mhandles, request);
+}
+
+#define CONCAT2(a, b) a##b
+#define CONCAT(a, b) CONCAT2(a, b)
+
+__attribute__((visibility("default"))) Net CONCAT(ncclNetPlugin_v, NET_VERSION) = {
+  .name = "ChorusTestNet",
+  .init = initV,
+  .devices = netDevices,
+  .getProperties = netGetProperties,
+  .listen = listenV,
+  .connect = connectV,
+  .accept = acceptV,
+  .regMr = regMrV,
+  .regMrDmaBuf = NULL,
+  .deregMr = netDeregMr,
+  .isend = isendV,
+  .irecv = irecvV,
+  .iflush = NULL, /* host memory only: nothing to flush */
+  .test = netTest,
+  .closeSend = netClose,
+  .closeRecv = netClose,
+  .closeListen = netCloseListen,
+#if NET_LAYOUT >= 11
+  .finalize = finalizeV,
+  .setNetAttr = NULL,
+#endif
+};

@@ -1,0 +1,37 @@
+// Nets: what carries bytes between hosts, behind one interface (include/chorus/net.h, NCCL's ncclNet_v11_t).
+//
+// Built-in nets and external NCCL net plugins both appear to the proxy (transports/net/net_proxy.h) as an
+// ncclNet_v11_t table: a built-in fills one directly, a plugin of an older version (v6-v10) is wrapped by an adapter
+// (transports/net/net_plugin.cc). Which net a communicator uses is decided once, at init, by selectNet() below and
+// logged (NCCL_NET, NCCL_NET_PLUGIN, NCCL_IB_DISABLE; docs/net.md).
+//
+// The engine sees none of this: it gets a RemoteTransport (transports/remote.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "chorus/net.h"
+
+namespace chorus {
+
+/// The UCX net (transports/ucx/ucx_net.cc), or null when chorus was built without UCX.
+const ncclNet_v11_t* ucxNet();
+/// The InfiniBand verbs net (transports/ib/ib_net.cc), or null when chorus was built without libibverbs.
+const ncclNet_v11_t* ibNet();
+
+/// The process's external net plugin (NCCL_NET_PLUGIN, else libnccl-net.so), loaded once and adapted to v11: null
+/// when none was found or it is not usable, with *why saying so (one line, for INFO or the error of NCCL_NET=name).
+/// *version is the plugin version found (6-11).
+const ncclNet_v11_t* pluginNet(std::string* why, int* version);
+
+/// One net chosen for a communicator, initialized: its table and the context init returned.
+struct NetChoice {
+  const ncclNet_v11_t* api = nullptr;
+  void* ctx = nullptr;
+  std::string name;    ///< the net's name ("UCX", "IB", a plugin's name)
+  std::string reason;  ///< why it was chosen, for NCCL_DEBUG=INFO
+  int ndev = 0;
+};
+
+}  // namespace chorus
