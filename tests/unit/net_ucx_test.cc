@@ -1,0 +1,531 @@
+// The UCX net (transports/ucx, docs/net_ucx.md) through its ncclNet_v11_t table, in one process over UCX's tcp
+// transport (UCX_TLS=tcp), plus forked peers that die. Skipped when chorus was built without UCX.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chorus/net.h"
+#include "transports/net/net.h"
+
+namespace chorus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+/// Every polling loop ends by then; a dead peer must be noticed well within it.
+constexpr std::chrono::seconds kDeadline{10};
+
+/// The UCX net, with UCX restricted to tcp (deterministic here: shared-memory transports notice a dead peer only
+/// through UCX's keepalive, which is slow), or null when chorus was built without it.
+const ncclNet_v11_t* net() {
+  static const ncclNet_v11_t* api = [] {
+    setenv("UCX_TLS", "tcp", 1);
+    return ucxNet();
+  }();
+  return api;
+}
+
+#define SKIP_WITHOUT_UCX() \
+  if (net() == nullptr) GTEST_SKIP() << "chorus was built without UCX (no libucx-dev at configure time)"
+
+/// One init()/finalize().
+struct NetCtx {
+  void* ctx = nullptr;
+  NetCtx() { EXPECT_EQ(net()->init(&ctx, 0, nullptr, nullptr, nullptr), ncclSuccess); }
+  ~NetCtx() {
+    if (ctx != nullptr) {
+      EXPECT_EQ(net()->finalize(ctx), ncclSuccess);
+    }
+  }
+};
+
+/// A connection from `from` to `to`: connect and accept polled until both exist.
+struct Conn {
+  void* listen = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  void close() {
+    if (send != nullptr) {
+      EXPECT_EQ(net()->closeSend(send), ncclSuccess);
+    }
+    if (recv != nullptr) {
+      EXPECT_EQ(net()->closeRecv(recv), ncclSuccess);
+    }
+    if (listen != nullptr) {
+      EXPECT_EQ(net()->closeListen(listen), ncclSuccess);
+    }
+    send = recv = listen = nullptr;
+  }
+};
+
+void connectPair(NetCtx& from, NetCtx& to, Conn* c) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(net()->listen(to.ctx, 0, handle, &c->listen), ncclSuccess);
+  ASSERT_NE(c->listen, nullptr);
+  auto end = Clock::now() + kDeadline;
+  while ((c->send == nullptr || c->recv == nullptr) && Clock::now() < end) {
+    if (c->send == nullptr) {
+      ASSERT_EQ(net()->connect(from.ctx, 0, handle, &c->send, nullptr), ncclSuccess);
+    }
+    if (c->recv == nullptr) {
+      ASSERT_EQ(net()->accept(c->listen, &c->recv, nullptr), ncclSuccess);
+    }
+  }
+  ASSERT_NE(c->send, nullptr) << "connect did not finish in time";
+  ASSERT_NE(c->recv, nullptr) << "accept did not finish in time";
+}
+
+/// Result of polling one request to the end.
+struct Outcome {
+  ncclResult_t res = ncclSuccess;
+  bool done = false;
+  int size = -1;
+};
+
+/// Polls every request in `reqs` (null ones are skipped) until all are done, one fails, or the deadline passes.
+std::vector<Outcome> waitAll(std::vector<void*> reqs) {
+  std::vector<Outcome> out(reqs.size());
+  auto end = Clock::now() + kDeadline;
+  size_t left = reqs.size();
+  while (left > 0 && Clock::now() < end) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i] == nullptr || out[i].done) continue;
+      int done = 0, size = -1;
+      out[i].res = net()->test(reqs[i], &done, &size);
+      if (out[i].res != ncclSuccess) return out;
+      if (done) {
+        out[i].done = true;
+        out[i].size = size;
+        --left;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<char> pattern(size_t n, int seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  return v;
+}
+
+/// Registered buffers on both ends of a connection.
+struct Buffers {
+  std::vector<char> sendBuf, recvBuf;
+  void* sendMr = nullptr;
+  void* recvMr = nullptr;
+  Conn* conn;
+  Buffers(Conn* c, size_t bytes) : sendBuf(bytes), recvBuf(bytes), conn(c) {
+    EXPECT_EQ(net()->regMr(c->send, sendBuf.data(), bytes, NCCL_PTR_HOST, &sendMr), ncclSuccess);
+    EXPECT_EQ(net()->regMr(c->recv, recvBuf.data(), bytes, NCCL_PTR_HOST, &recvMr), ncclSuccess);
+  }
+  ~Buffers() {
+    EXPECT_EQ(net()->deregMr(conn->send, sendMr), ncclSuccess);
+    EXPECT_EQ(net()->deregMr(conn->recv, recvMr), ncclSuccess);
+  }
+};
+
+/// Sends `bytes` of a pattern over `c` into a receive of `recvBytes`, and checks what arrived.
+void transfer(Conn* c, Buffers* b, size_t bytes, size_t recvBytes, int seed) {
+  std::vector<char> want = pattern(bytes, seed);
+  std::copy(want.begin(), want.end(), b->sendBuf.begin());
+  std::fill(b->recvBuf.begin(), b->recvBuf.end(), 0x5a);
+  void* rreq = nullptr;
+  void* sreq = nullptr;
+  void* data = b->recvBuf.data();
+  int tag = 7;
+  auto end = Clock::now() + kDeadline;
+  while (rreq == nullptr && Clock::now() < end)
+    ASSERT_EQ(net()->irecv(c->recv, 1, &data, &recvBytes, &tag, &b->recvMr, nullptr, &rreq), ncclSuccess);
+  while (sreq == nullptr && Clock::now() < end)
+    ASSERT_EQ(net()->isend(c->send, b->sendBuf.data(), bytes, tag, b->sendMr, nullptr, &sreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  ASSERT_NE(sreq, nullptr);
+  std::vector<Outcome> out = waitAll({rreq, sreq});
+  ASSERT_EQ(out[0].res, ncclSuccess);
+  ASSERT_EQ(out[1].res, ncclSuccess);
+  ASSERT_TRUE(out[0].done && out[1].done) << "transfer of " << bytes << " bytes did not finish in time";
+  EXPECT_EQ(out[0].size, static_cast<int>(bytes));
+  EXPECT_EQ(memcmp(b->recvBuf.data(), want.data(), bytes), 0) << bytes << " bytes arrived wrong";
+  if (recvBytes > bytes) {
+    EXPECT_EQ(b->recvBuf[bytes], 0x5a) << "the receive was written past the message";
+  }
+}
+
+TEST(NetUcx, DeviceProperties) {
+  SKIP_WITHOUT_UCX();
+  int ndev = 0;
+  ASSERT_EQ(net()->devices(&ndev), ncclSuccess);
+  ASSERT_EQ(ndev, 1);
+  ncclNetProperties_v11_t props{};
+  ASSERT_EQ(net()->getProperties(0, &props), ncclSuccess);
+  ASSERT_NE(props.name, nullptr);
+  EXPECT_STRNE(props.name, "");
+  EXPECT_TRUE(props.ptrSupport & NCCL_PTR_HOST);
+  EXPECT_GT(props.speed, 0);
+  EXPECT_EQ(props.maxRecvs, 1);
+  EXPECT_GE(props.maxP2pBytes, size_t{1} << 20);
+  EXPECT_NE(net()->getProperties(1, &props), ncclSuccess);
+}
+
+TEST(NetUcx, MessagesBothWays) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  Conn ab, ba;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &ab));
+  ASSERT_NO_FATAL_FAILURE(connectPair(b, a, &ba));
+  {
+    Buffers bufAB(&ab, 1 << 20), bufBA(&ba, 1 << 20);
+    int seed = 0;
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{64} << 10, size_t{1} << 20}) {
+      SCOPED_TRACE(bytes);
+      ASSERT_NO_FATAL_FAILURE(transfer(&ab, &bufAB, bytes, bytes, ++seed));
+      ASSERT_NO_FATAL_FAILURE(transfer(&ba, &bufBA, bytes, bytes, ++seed));
+    }
+  }
+  ab.close();
+  ba.close();
+}
+
+TEST(NetUcx, ReceiveLargerThanMessageReportsTrueSize) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+  {
+    Buffers buf(&c, 1 << 20);
+    ASSERT_NO_FATAL_FAILURE(transfer(&c, &buf, 1000, 1 << 20, 1));
+    ASSERT_NO_FATAL_FAILURE(transfer(&c, &buf, 0, 1 << 20, 2));
+    ASSERT_NO_FATAL_FAILURE(transfer(&c, &buf, (1 << 20) - 3, 1 << 20, 3));
+  }
+  c.close();
+}
+
+TEST(NetUcx, ReceivesMatchInPostingOrder) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+  // Sizes alternate between eager and rendezvous sizes, so that a later small message could overtake an earlier
+  // large one if matching were not in order.
+  const std::vector<size_t> sizes = {300 << 10, 5, 0, 200 << 10, 64 << 10, 17};
+  const size_t slot = 512 << 10;
+  std::vector<char> sendBuf(slot * sizes.size()), recvBuf(slot * sizes.size(), 0);
+  void *sendMr = nullptr, *recvMr = nullptr;
+  ASSERT_EQ(net()->regMr(c.send, sendBuf.data(), sendBuf.size(), NCCL_PTR_HOST, &sendMr), ncclSuccess);
+  ASSERT_EQ(net()->regMr(c.recv, recvBuf.data(), recvBuf.size(), NCCL_PTR_HOST, &recvMr), ncclSuccess);
+  std::vector<void*> reqs;
+  int tag = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    void* data = recvBuf.data() + i * slot;
+    size_t cap = slot;
+    void* r = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, &recvMr, nullptr, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr);
+    reqs.push_back(r);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<char> p = pattern(sizes[i], 100 + static_cast<int>(i));
+    std::copy(p.begin(), p.end(), sendBuf.begin() + i * slot);
+    void* s = nullptr;
+    ASSERT_EQ(net()->isend(c.send, sendBuf.data() + i * slot, sizes[i], tag, sendMr, nullptr, &s), ncclSuccess);
+    ASSERT_NE(s, nullptr);
+    reqs.push_back(s);
+  }
+  std::vector<Outcome> out = waitAll(reqs);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(out[i].res, ncclSuccess);
+    ASSERT_TRUE(out[i].done);
+    EXPECT_EQ(out[i].size, static_cast<int>(sizes[i]));
+    std::vector<char> p = pattern(sizes[i], 100 + static_cast<int>(i));
+    EXPECT_EQ(memcmp(recvBuf.data() + i * slot, p.data(), sizes[i]), 0);
+  }
+  EXPECT_EQ(net()->deregMr(c.send, sendMr), ncclSuccess);
+  EXPECT_EQ(net()->deregMr(c.recv, recvMr), ncclSuccess);
+  c.close();
+}
+
+TEST(NetUcx, TwoConnectionsOnOneContextDoNotMix) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  Conn c1, c2;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c1));
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c2));
+  // Same tag on both connections; the second one's message is sent first.
+  int tag = 3;
+  std::vector<char> r1(4096, 0), r2(4096, 0);
+  std::vector<char> m1 = pattern(1111, 1), m2 = pattern(2222, 2);
+  size_t cap = 4096;
+  void *q1 = nullptr, *q2 = nullptr, *s1 = nullptr, *s2 = nullptr;
+  void* d1 = r1.data();
+  void* d2 = r2.data();
+  ASSERT_EQ(net()->irecv(c1.recv, 1, &d1, &cap, &tag, nullptr, nullptr, &q1), ncclSuccess);
+  ASSERT_EQ(net()->irecv(c2.recv, 1, &d2, &cap, &tag, nullptr, nullptr, &q2), ncclSuccess);
+  ASSERT_EQ(net()->isend(c2.send, m2.data(), m2.size(), tag, nullptr, nullptr, &s2), ncclSuccess);
+  // c1's receive must not take c2's message.
+  std::vector<Outcome> first = waitAll({q2, s2});
+  ASSERT_TRUE(first[0].done && first[1].done);
+  int done = 1, size = -1;
+  ASSERT_EQ(net()->test(q1, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 0) << "connection 1's receive matched connection 2's message";
+  ASSERT_EQ(net()->isend(c1.send, m1.data(), m1.size(), tag, nullptr, nullptr, &s1), ncclSuccess);
+  std::vector<Outcome> second = waitAll({q1, s1});
+  ASSERT_TRUE(second[0].done && second[1].done);
+  EXPECT_EQ(first[0].size, 2222);
+  EXPECT_EQ(second[0].size, 1111);
+  EXPECT_EQ(memcmp(r1.data(), m1.data(), m1.size()), 0);
+  EXPECT_EQ(memcmp(r2.data(), m2.data(), m2.size()), 0);
+  c1.close();
+  c2.close();
+}
+
+TEST(NetUcx, MessagesSentBeforeTheSenderClosesStillArrive) {
+  SKIP_WITHOUT_UCX();
+  // A proxy may finish its sends and close before the peer has posted the matching receives.
+  NetCtx a, b;
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+  const int kMessages = 8;
+  const size_t kBytes = 1000;
+  std::vector<std::vector<char>> msgs;
+  std::vector<void*> sends;
+  for (int i = 0; i < kMessages; ++i) {
+    msgs.push_back(pattern(kBytes, 40 + i));
+    void* s = nullptr;
+    ASSERT_EQ(net()->isend(c.send, msgs.back().data(), kBytes, 0, nullptr, nullptr, &s), ncclSuccess);
+    ASSERT_NE(s, nullptr);
+    sends.push_back(s);
+  }
+  for (const Outcome& o : waitAll(sends)) ASSERT_TRUE(o.done && o.res == ncclSuccess);
+  ASSERT_EQ(net()->closeSend(c.send), ncclSuccess);
+  c.send = nullptr;
+  std::vector<char> recvBuf(kBytes * kMessages, 0);
+  std::vector<void*> recvs;
+  int tag = 0;
+  size_t cap = kBytes;
+  for (int i = 0; i < kMessages; ++i) {
+    void* data = recvBuf.data() + i * kBytes;
+    void* r = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr);
+    recvs.push_back(r);
+  }
+  std::vector<Outcome> out = waitAll(recvs);
+  for (int i = 0; i < kMessages; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(out[i].res, ncclSuccess);
+    ASSERT_TRUE(out[i].done);
+    EXPECT_EQ(memcmp(recvBuf.data() + i * kBytes, msgs[i].data(), kBytes), 0);
+  }
+  c.close();
+}
+
+TEST(NetUcx, FullRequestPoolSaysTryAgainAndCloseCancelsPending) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+  std::vector<char> buf(64);
+  void* data = buf.data();
+  size_t cap = buf.size();
+  int tag = 1;
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; ++i) {
+    void* r = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr) << "receive " << i;
+  }
+  void* extra = reinterpret_cast<void*>(1);
+  ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &extra), ncclSuccess);
+  EXPECT_EQ(extra, nullptr);
+  // Closing with receives still posted must cancel them and return (the test's own timeout is the deadline).
+  c.close();
+}
+
+TEST(NetUcx, ConnectToAClosedListenerFails) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ASSERT_EQ(net()->listen(b.ctx, 0, handle, &listenComm), ncclSuccess);
+  ASSERT_EQ(net()->closeListen(listenComm), ncclSuccess);
+  void* sendComm = nullptr;
+  ncclResult_t res = ncclSuccess;
+  auto end = Clock::now() + kDeadline;
+  while (res == ncclSuccess && sendComm == nullptr && Clock::now() < end)
+    res = net()->connect(a.ctx, 0, handle, &sendComm, nullptr);
+  EXPECT_EQ(sendComm, nullptr);
+  EXPECT_EQ(res, ncclSystemError) << "connect to a closed listener neither failed nor finished in time";
+  // A handle of another net is refused, not misread.
+  char garbage[NCCL_NET_HANDLE_MAXSIZE] = {1, 2, 3};
+  EXPECT_NE(net()->connect(a.ctx, 0, garbage, &sendComm, nullptr), ncclSuccess);
+  EXPECT_EQ(sendComm, nullptr);
+}
+
+/// Waits for one byte on `fd` until the deadline; false when none came.
+bool readByte(int fd, char* out) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kDeadline).count())) != 1) return false;
+  return read(fd, out, 1) == 1;
+}
+
+/// Child side of the dead-peer tests: connect (or listen and accept), exchange one 8-byte message to prove the
+/// connection, say so, wait for the word, and _exit without closing anything. Exit codes tell the parent which step
+/// failed; alarm() bounds the child's life whatever happens.
+[[noreturn]] void childPeer(bool childSends, int handleFd, int readyFd, int dieFd) {
+  alarm(30);
+  void* ctx = nullptr;
+  void* comm = nullptr;
+  void* listenComm = nullptr;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  if (net()->init(&ctx, 0, nullptr, nullptr, nullptr) != ncclSuccess) _exit(10);
+  auto end = Clock::now() + kDeadline;
+  if (childSends) {
+    if (read(handleFd, handle, sizeof(handle)) != sizeof(handle)) _exit(11);
+    while (comm == nullptr && Clock::now() < end)
+      if (net()->connect(ctx, 0, handle, &comm, nullptr) != ncclSuccess) _exit(12);
+  } else {
+    if (net()->listen(ctx, 0, handle, &listenComm) != ncclSuccess) _exit(11);
+    if (write(handleFd, handle, sizeof(handle)) != sizeof(handle)) _exit(11);
+    while (comm == nullptr && Clock::now() < end)
+      if (net()->accept(listenComm, &comm, nullptr) != ncclSuccess) _exit(12);
+  }
+  if (comm == nullptr) _exit(13);
+  char msg[8] = "hello";
+  void* data = msg;
+  size_t size = sizeof(msg);
+  int tag = 0;
+  void* req = nullptr;
+  ncclResult_t res = childSends ? net()->isend(comm, msg, size, tag, nullptr, nullptr, &req)
+                                : net()->irecv(comm, 1, &data, &size, &tag, nullptr, nullptr, &req);
+  if (res != ncclSuccess || req == nullptr) _exit(14);
+  int done = 0;
+  while (!done && Clock::now() < end)
+    if (net()->test(req, &done, nullptr) != ncclSuccess) _exit(15);
+  if (!done) _exit(16);
+  char c = 'r';
+  if (write(readyFd, &c, 1) != 1) _exit(17);
+  if (!readByte(dieFd, &c)) _exit(18);
+  _exit(0);
+}
+
+/// Forks a peer that dies after connecting; `parentSide` runs the parent's half once the child is ready.
+struct DeadPeer {
+  int handlePipe[2], readyPipe[2], diePipe[2];
+  pid_t pid = -1;
+  void start(bool childSends) {
+    ASSERT_EQ(pipe(handlePipe), 0);
+    ASSERT_EQ(pipe(readyPipe), 0);
+    ASSERT_EQ(pipe(diePipe), 0);
+    // Forked before this test's own UCX context exists, so the child inherits no live UCX state of it.
+    pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) childPeer(childSends, childSends ? handlePipe[0] : handlePipe[1], readyPipe[1], diePipe[0]);
+  }
+  /// Tells the child to exit and reaps it; its exit code must be 0 (every step of it worked).
+  void kill() {
+    char c = 'd';
+    ASSERT_EQ(write(diePipe[1], &c, 1), 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    pid = -1;
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  ~DeadPeer() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    for (int* p : {handlePipe, readyPipe, diePipe}) {
+      close(p[0]);
+      close(p[1]);
+    }
+  }
+};
+
+TEST(NetUcx, PendingReceiveFailsWhenPeerDies) {
+  SKIP_WITHOUT_UCX();
+  DeadPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.start(/*childSends=*/true));
+  NetCtx ctx;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  void* recvComm = nullptr;
+  ASSERT_EQ(net()->listen(ctx.ctx, 0, handle, &listenComm), ncclSuccess);
+  ASSERT_EQ(write(peer.handlePipe[1], handle, sizeof(handle)), static_cast<ssize_t>(sizeof(handle)));
+  auto end = Clock::now() + kDeadline;
+  while (recvComm == nullptr && Clock::now() < end)
+    ASSERT_EQ(net()->accept(listenComm, &recvComm, nullptr), ncclSuccess);
+  ASSERT_NE(recvComm, nullptr);
+  char buf[8] = {0};
+  void* data = buf;
+  size_t size = sizeof(buf);
+  int tag = 0;
+  void* req = nullptr;
+  ASSERT_EQ(net()->irecv(recvComm, 1, &data, &size, &tag, nullptr, nullptr, &req), ncclSuccess);
+  std::vector<Outcome> out = waitAll({req});
+  ASSERT_TRUE(out[0].done);
+  EXPECT_STREQ(buf, "hello");
+  char c;
+  ASSERT_TRUE(readByte(peer.readyPipe[0], &c));
+  // This receive has no message coming: the peer exits with it pending.
+  ASSERT_EQ(net()->irecv(recvComm, 1, &data, &size, &tag, nullptr, nullptr, &req), ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(peer.kill());
+  out = waitAll({req});
+  EXPECT_FALSE(out[0].done);
+  EXPECT_EQ(out[0].res, ncclSystemError) << "the pending receive did not fail after its peer died";
+  EXPECT_EQ(net()->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net()->closeListen(listenComm), ncclSuccess);
+}
+
+TEST(NetUcx, SendsFailWhenPeerDies) {
+  SKIP_WITHOUT_UCX();
+  DeadPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.start(/*childSends=*/false));
+  NetCtx ctx;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(read(peer.handlePipe[0], handle, sizeof(handle)), static_cast<ssize_t>(sizeof(handle)));
+  void* sendComm = nullptr;
+  auto end = Clock::now() + kDeadline;
+  while (sendComm == nullptr && Clock::now() < end)
+    ASSERT_EQ(net()->connect(ctx.ctx, 0, handle, &sendComm, nullptr), ncclSuccess);
+  ASSERT_NE(sendComm, nullptr);
+  char msg[8] = "hello";
+  void* req = nullptr;
+  ASSERT_EQ(net()->isend(sendComm, msg, sizeof(msg), 0, nullptr, nullptr, &req), ncclSuccess);
+  ASSERT_NE(req, nullptr);
+  std::vector<Outcome> out = waitAll({req});
+  ASSERT_TRUE(out[0].done);
+  char c;
+  ASSERT_TRUE(readByte(peer.readyPipe[0], &c));
+  ASSERT_NO_FATAL_FAILURE(peer.kill());
+  // Sends to the dead peer: one of them (or the next isend) must fail. Small sends may complete locally before
+  // UCX notices, so keep sending 1 MB messages until one is refused or tested as failed.
+  std::vector<char> big(1 << 20, 1);
+  ncclResult_t failure = ncclSuccess;
+  end = Clock::now() + kDeadline;
+  std::vector<void*> pending;
+  while (failure == ncclSuccess && Clock::now() < end) {
+    void* r = nullptr;
+    failure = net()->isend(sendComm, big.data(), big.size(), 0, nullptr, nullptr, &r);
+    if (r != nullptr) pending.push_back(r);
+    for (size_t i = 0; i < pending.size() && failure == ncclSuccess; ++i) {
+      int done = 0;
+      failure = net()->test(pending[i], &done, nullptr);
+      if (done) pending.erase(pending.begin() + static_cast<long>(i--));
+    }
+  }
+  EXPECT_EQ(failure, ncclSystemError) << "sends to a dead peer kept succeeding";
+  EXPECT_EQ(net()->closeSend(sendComm), ncclSuccess);
+}
+
+}  // namespace
+}  // namespace chorus

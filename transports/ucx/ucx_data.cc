@@ -1,0 +1,239 @@
+// UCX net data path: registration, isend/irecv/iflush and test, over UCP tag matching.
+//
+// A request is a slot of its comm's pool (NCCL_NET_MAX_REQUESTS), so isend/irecv answer "not now" (null) when the
+// pool is full and never allocate. UCX's completion callback, run inside ucp_worker_progress on the comm's thread,
+// records status and length in the slot and frees UCX's request; test() then reports and frees the slot.
+#if CHORUS_HAVE_UCX
+
+#include "core/checks.h"
+#include "core/debug.h"
+#include "transports/ucx/ucx_net.h"
+
+namespace chorus {
+namespace ucx {
+namespace {
+
+/// Marks a slot finished (or, if test() already gave up on it, free) and hands UCX's request back.
+void finish(Request* r, void* ucpRequest, ucs_status_t status) {
+  ucp_request_free(ucpRequest);
+  r->ucp = nullptr;
+  if (r->state == ReqState::kCancelling) {
+    r->state = ReqState::kFree;
+    return;
+  }
+  r->status = status;
+  r->state = ReqState::kDone;
+}
+
+void onSendDone(void* request, ucs_status_t status, void* user) {
+  finish(static_cast<Request*>(user), request, status);
+}
+
+void onRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* r = static_cast<Request*>(user);
+  if (status == UCS_OK) r->size = info->length;
+  finish(r, request, status);
+}
+
+Request* freeSlot(Comm* c) {
+  for (Request& r : c->reqs)
+    if (r.state == ReqState::kFree) return &r;
+  return nullptr;
+}
+
+/// "receive from" / "send to": with the peer's address, what a message says a comm is.
+const char* dir(const Comm* c) { return c->isRecv ? "receive from" : "send to"; }
+
+/// Fills what isend and irecv share: the callback's user data and the buffer's registration.
+void baseParams(ucp_request_param_t* p, Request* r, void* mhandle) {
+  p->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p->user_data = r;
+  auto* mh = static_cast<MemHandle*>(mhandle);
+  if (mh != nullptr && mh->memh != nullptr) {
+    p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p->memh = mh->memh;
+  }
+}
+
+/// Takes the result of a *_nbx call: done at once, pending, or failed (the slot stays free then). The slot was
+/// marked pending before the call, because UCX may run the completion callback inside it (it then finds the slot
+/// done, and its request already freed).
+ncclResult_t post(Comm* c, Request* r, ucs_status_ptr_t s, const char* op) {
+  if (UCS_PTR_IS_ERR(s)) {
+    r->state = ReqState::kFree;
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : %s %s %s (connection %u) failed: %s", op, dir(c), c->peer.c_str(),
+                c->connId, ucs_status_string(UCS_PTR_STATUS(s)));
+  }
+  if (s == nullptr) {
+    r->state = ReqState::kDone;
+  } else if (r->state == ReqState::kPending) {
+    r->ucp = s;
+  }
+  return ncclSuccess;
+}
+
+/// Marks a slot pending before its *_nbx call (see post).
+void arm(Comm* c, Request* r) {
+  r->comm = c;
+  r->status = UCS_OK;
+  r->ucp = nullptr;
+  r->state = ReqState::kPending;
+}
+
+/// The error for a comm whose endpoint UCX declared failed.
+ncclResult_t endpointFailed(Comm* c, const char* op) {
+  CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : %s: %s %s (connection %u): the endpoint failed: %s", op, dir(c),
+              c->peer.c_str(), c->connId, ucs_status_string(c->epStatus));
+}
+
+}  // namespace
+
+ncclResult_t postSend(Comm* c, Request* r, const void* data, size_t size, ucp_tag_t tag, void* mhandle,
+                      const char* op) {
+  ucp_request_param_t p{};
+  baseParams(&p, r, mhandle);
+  p.cb.send = onSendDone;
+  r->isRecv = false;
+  r->size = size;
+  arm(c, r);
+  return post(c, r, ucp_tag_send_nbx(c->ep, data, size, tag, &p), op);
+}
+
+ncclResult_t postRecv(Comm* c, Request* r, void* data, size_t size, ucp_tag_t tag, void* mhandle, const char* op) {
+  ucp_request_param_t p{};
+  baseParams(&p, r, mhandle);
+  // Every receive completes through onRecvDone, which has the true length: UCX 1.13 may complete a receive inside
+  // ucp_tag_recv_nbx without filling recv_info, so immediate completion is refused (UCP_OP_ATTR_FLAG_NO_IMM_CMPL).
+  p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.cb.recv = onRecvDone;
+  r->isRecv = true;
+  r->size = 0;
+  const ucp_tag_t kFullMask = ~ucp_tag_t{0};
+  arm(c, r);
+  CHORUS_CHECK(post(c, r, ucp_tag_recv_nbx(c->ctx->worker, data, size, tag, kFullMask, &p), op));
+  return ncclSuccess;
+}
+
+ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  auto* c = static_cast<Comm*>(comm);
+  *mhandle = nullptr;
+  if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/UCX : regMr of memory type %d", type);
+  auto* mh = new MemHandle();
+  if (size > 0) {
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address = data;
+    p.length = size;
+    ucs_status_t st = ucp_mem_map(c->ctx->context, &p, &mh->memh);
+    if (st != UCS_OK) {
+      delete mh;
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : ucp_mem_map of %zu bytes at %p failed: %s", size, data,
+                  ucs_status_string(st));
+    }
+  }
+  *mhandle = mh;
+  return ncclSuccess;
+}
+
+ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t /*offset*/, int fd, void** mhandle) {
+  if (fd >= 0) {
+    *mhandle = nullptr;
+    CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/UCX : dma-buf registration is not supported (ptrSupport says so)");
+  }
+  return regMr(comm, data, size, type, mhandle);
+}
+
+ncclResult_t deregMr(void* comm, void* mhandle) {
+  auto* c = static_cast<Comm*>(comm);
+  auto* mh = static_cast<MemHandle*>(mhandle);
+  if (mh == nullptr) return ncclSuccess;
+  ucs_status_t st = mh->memh != nullptr ? ucp_mem_unmap(c->ctx->context, mh->memh) : UCS_OK;
+  delete mh;
+  if (st != UCS_OK) CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : ucp_mem_unmap failed: %s", ucs_status_string(st));
+  return ncclSuccess;
+}
+
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/, void** request) {
+  auto* c = static_cast<Comm*>(sendComm);
+  *request = nullptr;
+  if (c->epStatus != UCS_OK) return endpointFailed(c, "isend");
+  Request* r = freeSlot(c);
+  if (r == nullptr) {
+    progress(c->ctx);  // the pool is full: let completions in, and be called again
+    return ncclSuccess;
+  }
+  CHORUS_CHECK(postSend(c, r, data, size, makeTag(c->connId, tag), mhandle, "isend"));
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** /*phandles*/,
+                   void** request) {
+  auto* c = static_cast<Comm*>(recvComm);
+  *request = nullptr;
+  if (n != 1) CHORUS_FAIL(nullptr, ncclInternalError, "NET/UCX : irecv of %d buffers (maxRecvs is 1)", n);
+  // A receive may still match a message that arrived before the peer's endpoint failed (see kPeerGoneGrace).
+  if (c->epStatus != UCS_OK && std::chrono::steady_clock::now() - c->failedAt > kPeerGoneGrace)
+    return endpointFailed(c, "irecv");
+  Request* r = freeSlot(c);
+  if (r == nullptr) {
+    progress(c->ctx);
+    return ncclSuccess;
+  }
+  CHORUS_CHECK(postRecv(c, r, data[0], sizes[0], makeTag(c->connId, tags[0]),
+                        mhandles != nullptr ? mhandles[0] : nullptr, "irecv"));
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t iflush(void* recvComm, int /*n*/, void** /*data*/, int* /*sizes*/, void** /*mhandles*/, void** request) {
+  // Host memory is coherent once a receive completes: the flush is a request that is already done.
+  auto* c = static_cast<Comm*>(recvComm);
+  *request = nullptr;
+  Request* r = freeSlot(c);
+  if (r == nullptr) return ncclSuccess;
+  r->isRecv = true;
+  r->size = 0;
+  r->status = UCS_OK;
+  r->state = ReqState::kDone;
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t test(void* request, int* done, int* sizes) {
+  auto* r = static_cast<Request*>(request);
+  Comm* c = r->comm;
+  *done = 0;
+  if (r->state == ReqState::kPending) progress(c->ctx);
+  if (r->state == ReqState::kDone) {
+    r->state = ReqState::kFree;
+    if (r->status != UCS_OK) {
+      if (c->epStatus == UCS_OK) {
+        c->epStatus = r->status;  // any error fails the connection
+        c->failedAt = std::chrono::steady_clock::now();
+      }
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : test: %s of %zu bytes %s %s (connection %u) failed: %s",
+                  r->isRecv ? "a receive" : "a send", r->size, r->isRecv ? "from" : "to", c->peer.c_str(), c->connId,
+                  ucs_status_string(r->status));
+    }
+    *done = 1;
+    if (sizes != nullptr) sizes[0] = static_cast<int>(r->size);
+    return ncclSuccess;
+  }
+  // Still pending. A send on a failed endpoint is failed by UCX itself (its callback brings the status); a receive
+  // is posted on the worker, not the endpoint, so it is given up here once the grace for late messages is over.
+  if (r->state == ReqState::kPending && c->epStatus != UCS_OK &&
+      std::chrono::steady_clock::now() - c->failedAt > kPeerGoneGrace) {
+    // Marked first: the cancellation's callback, which frees the slot, may run inside ucp_request_cancel.
+    r->state = ReqState::kCancelling;
+    ucp_request_cancel(c->ctx->worker, r->ucp);
+    return endpointFailed(c, "test");
+  }
+  return ncclSuccess;
+}
+
+}  // namespace ucx
+}  // namespace chorus
+
+#endif  // CHORUS_HAVE_UCX

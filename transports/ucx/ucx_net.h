@@ -1,0 +1,169 @@
+// UCX net internals (docs/net_ucx.md): the objects behind the ncclNet_v11_t table that ucxNet() returns.
+//
+// Built only with UCX (CHORUS_HAVE_UCX). One Context per init(): its own ucp_context and one ucp_worker in
+// UCS_THREAD_MODE_SINGLE. Every object below belongs to the one thread that drives its context (the proxy of one
+// communicator); UCX callbacks run inside ucp_worker_progress() on that same thread, so nothing here is locked.
+//
+// Data moves with UCP tag matching: a send carries tag (connId << 32 | NCCL tag) and the receiver posts the same
+// tag with a full mask on its worker. connId is chosen by listen() (unique in the process, hence on every worker)
+// and travels in the handle, so the receives of two connections on one worker never match each other's messages.
+// Tags with bit 63 set are chorus's own (the hello of connect/accept, see makeHelloTag); connIds stay below 2^31.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "chorus/net.h"
+#include "core/socket.h"
+
+namespace chorus {
+namespace ucx {
+
+/// "UCX1": the first word of every handle, so that a handle of another net is refused, not misread.
+constexpr uint32_t kHandleMagic = 0x31584355u;
+
+/// What listen() hands the peer (NCCL_NET_HANDLE_MAXSIZE bytes at most): the ucp_listener's address and the id
+/// the sender puts in the high half of every tag.
+struct Handle {
+  uint32_t magic = 0;   ///< kHandleMagic
+  uint32_t connId = 0;  ///< the connection's tag prefix
+  PackedAddr addr;      ///< the listener's address (chorus's socket interface, NCCL_SOCKET_IFNAME)
+};
+static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a UCX handle must fit NCCL's handle");
+
+/// How long a receive may stay pending after its peer's endpoint failed before test() fails it: messages the peer
+/// sent just before closing may still be in flight on the data lane when the disconnect is seen.
+constexpr std::chrono::milliseconds kPeerGoneGrace{1000};
+/// How long closing an endpoint may progress its worker before the close is left to UCX.
+constexpr std::chrono::milliseconds kCloseTimeout{2000};
+/// How long a closing endpoint's flush may see its worker idle before the close goes on without the peer's
+/// acknowledgement (closeEndpoint says why).
+constexpr std::chrono::milliseconds kFlushIdle{20};
+
+struct Comm;
+
+/// One init(): a UCP context and its worker. Owned by the thread that drives the communicator.
+struct Context {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  SockAddr listenAddr;  ///< where listen() binds (port 0 until a listener picks one)
+  std::string ifName;   ///< the interface of listenAddr, for logs
+  int openComms = 0;    ///< listen/send/recv comms not yet closed, connecting ones included
+  /// connect()s not finished yet, by the handle's listener address and connId ("1.2.3.4:5/7"): connect() is called
+  /// again with the same handle until it returns a comm, and this finds the comm it started.
+  std::map<std::string, Comm*> connecting;
+};
+
+/// Where a request is in its life. A request belongs to its comm's pool and is reused after test() frees it.
+enum class ReqState : int {
+  kFree = 0,
+  kPending,     ///< handed to UCX; its callback has not run yet
+  kDone,        ///< UCX finished it (status says how); test() reports and frees it
+  kCancelling,  ///< test() gave up on it; the slot stays taken until UCX's callback runs
+};
+
+/// One isend/irecv/iflush. The UCX callback writes status/size through user_data = this.
+struct Request {
+  Comm* comm = nullptr;
+  ReqState state = ReqState::kFree;
+  bool isRecv = false;
+  void* ucp = nullptr;  ///< UCX's request while kPending/kCancelling (freed in the callback)
+  ucs_status_t status = UCS_OK;
+  size_t size = 0;             ///< bytes sent, or the true length received
+  ucp_tag_recv_info_t info{};  ///< filled by an irecv that completes at once
+};
+
+/// The hello a send end sends once connected (tag makeHelloTag(connId)); its receipt completes accept().
+struct Hello {
+  uint32_t magic = 0;   ///< kHandleMagic
+  uint32_t connId = 0;  ///< the connection it opens
+};
+
+/// A connection end (send or receive): its endpoint and request pool.
+struct Comm {
+  Context* ctx = nullptr;
+  ucp_ep_h ep = nullptr;
+  uint32_t connId = 0;
+  bool isRecv = false;
+  std::string peer;  ///< the peer's address, for messages
+  /// Set by the endpoint's error callback (UCS_OK while healthy); failedAt is when.
+  ucs_status_t epStatus = UCS_OK;
+  std::chrono::steady_clock::time_point failedAt{};
+  Request reqs[NCCL_NET_MAX_REQUESTS];
+  /// connect()/accept()'s hello: sent by the send end, received by the receive end, before the comm is returned.
+  Request hello;
+  Hello helloMsg;
+};
+
+/// A listen(): one ucp_listener, accepted once.
+struct ListenComm {
+  Context* ctx = nullptr;
+  ucp_listener_h listener = nullptr;
+  uint32_t connId = 0;
+  std::string addrText;                      ///< the listener's address, for messages
+  ucp_conn_request_h connRequest = nullptr;  ///< the first connection request, until accept() takes it
+  Comm* accepting = nullptr;                 ///< the receive end while its hello has not arrived
+  bool accepted = false;                     ///< accept() returned the comm (or failed): no second connection
+};
+
+/// A regMr(): the UCX mapping of a host buffer (memh null for an empty buffer).
+struct MemHandle {
+  ucp_mem_h memh = nullptr;
+};
+
+/// Runs the worker's progress until it has nothing more to do (bounded, so a busy worker cannot trap the caller).
+void progress(Context* ctx);
+/// The 64-bit UCX tag of NCCL tag `tag` on connection `connId`.
+inline ucp_tag_t makeTag(uint32_t connId, int tag) {
+  return (static_cast<ucp_tag_t>(connId) << 32) | static_cast<uint32_t>(tag);
+}
+/// The tag of a connection's hello: bit 63 set, so no NCCL tag of any connection can match it.
+inline ucp_tag_t makeHelloTag(uint32_t connId) { return (ucp_tag_t{1} << 63) | (static_cast<ucp_tag_t>(connId) << 32); }
+/// Closes `ep`: flushes it while the peer is healthy, then closes it by force, progressing the worker up to
+/// kCloseTimeout; what remains after that is left to UCX.
+void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what);
+/// Cancels a comm's outstanding requests and waits (bounded) for UCX to give their slots back.
+void drainRequests(Comm* comm);
+/// Posts `r` (a slot of `c`, hello included) as a send of `size` bytes with UCX tag `tag`; on error the slot stays
+/// free and the WARN names `op`.
+ncclResult_t postSend(Comm* c, Request* r, const void* data, size_t size, ucp_tag_t tag, void* mhandle, const char* op);
+/// The same for a receive into at most `size` bytes.
+ncclResult_t postRecv(Comm* c, Request* r, void* data, size_t size, ucp_tag_t tag, void* mhandle, const char* op);
+
+// The table's entries, one file per concern: ucx_net.cc (context, devices), ucx_connect.cc (listen, connect,
+// accept, close), ucx_data.cc (registration, isend, irecv, iflush, test).
+
+/// ncclNet_v11_t::listen.
+ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm);
+/// ncclNet_v11_t::connect.
+ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** sendDevComm);
+/// ncclNet_v11_t::accept.
+ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** recvDevComm);
+/// ncclNet_v11_t::closeSend.
+ncclResult_t closeSend(void* sendComm);
+/// ncclNet_v11_t::closeRecv.
+ncclResult_t closeRecv(void* recvComm);
+/// ncclNet_v11_t::closeListen.
+ncclResult_t closeListen(void* listenComm);
+/// ncclNet_v11_t::regMr.
+ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
+/// ncclNet_v11_t::regMrDmaBuf (no dma-buf support: refused unless it is a plain host registration).
+ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+/// ncclNet_v11_t::deregMr.
+ncclResult_t deregMr(void* comm, void* mhandle);
+/// ncclNet_v11_t::isend.
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
+/// ncclNet_v11_t::irecv (one receive per call: maxRecvs is 1).
+ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                   void** request);
+/// ncclNet_v11_t::iflush (host memory: completes at once).
+ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+/// ncclNet_v11_t::test.
+ncclResult_t test(void* request, int* done, int* sizes);
+
+}  // namespace ucx
+}  // namespace chorus
