@@ -1,0 +1,658 @@
+// Tests of the InfiniBand verbs net (transports/ib): device and GID selection on made-up attributes, the handle, and
+// the whole connect/accept/isend/irecv/test state machine over the fake in-process verbs (ib_verbs_fake.h), whose
+// RDMA writes are memcpys and whose CQs are queues. Both ends are driven from the test's thread, so every exchange
+// is deterministic; waits have deadlines. Nothing here needs an HCA; the last test only checks that the real backend
+// behaves on this host (no HCA: zero devices or a failed init, with a reason).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/debug.h"
+#include "core/params.h"
+#include "transports/ib/ib_comm.h"
+#include "transports/ib/ib_net.h"
+#include "transports/ib/ib_select.h"
+#include "transports/ib/ib_wire.h"
+#include "transports/net/net.h"
+#include "unit/ib_verbs_fake.h"
+
+namespace chorus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kDeadline = std::chrono::seconds(5);
+
+// ---- NCCL_IB_HCA -----------------------------------------------------------------------------
+
+TEST(IbHcaFilter, ParsesPrefixesPortsAndFlags) {
+  IbHcaFilter f = parseIbHcaFilter("mlx5_0:1,mlx5_1,,bad:x");
+  EXPECT_FALSE(f.exclude);
+  EXPECT_FALSE(f.exact);
+  ASSERT_EQ(f.entries.size(), 3u);
+  EXPECT_EQ(f.entries[0].name, "mlx5_0");
+  EXPECT_EQ(f.entries[0].port, 1);
+  EXPECT_EQ(f.entries[1].name, "mlx5_1");
+  EXPECT_EQ(f.entries[1].port, -1);
+  EXPECT_EQ(f.entries[2].name, "bad");
+  EXPECT_EQ(f.entries[2].port, -1);
+
+  IbHcaFilter g = parseIbHcaFilter("^=mlx5_2");
+  EXPECT_TRUE(g.exclude);
+  EXPECT_TRUE(g.exact);
+  ASSERT_EQ(g.entries.size(), 1u);
+  EXPECT_EQ(g.entries[0].name, "mlx5_2");
+  EXPECT_TRUE(parseIbHcaFilter("").entries.empty());
+}
+
+TEST(IbHcaFilter, SelectsByPrefixExactExcludeAndPort) {
+  IbHcaFilter all = parseIbHcaFilter("");
+  EXPECT_TRUE(ibHcaSelected(all, "anything", 3));
+
+  IbHcaFilter prefix = parseIbHcaFilter("mlx5_1");
+  EXPECT_TRUE(ibHcaSelected(prefix, "mlx5_1", 1));
+  EXPECT_TRUE(ibHcaSelected(prefix, "mlx5_10", 1));  // a prefix match, as NCCL does
+  EXPECT_FALSE(ibHcaSelected(prefix, "mlx5_0", 1));
+
+  IbHcaFilter exact = parseIbHcaFilter("=mlx5_1");
+  EXPECT_TRUE(ibHcaSelected(exact, "mlx5_1", 1));
+  EXPECT_FALSE(ibHcaSelected(exact, "mlx5_10", 1));
+
+  IbHcaFilter port = parseIbHcaFilter("mlx5_0:2");
+  EXPECT_TRUE(ibHcaSelected(port, "mlx5_0", 2));
+  EXPECT_FALSE(ibHcaSelected(port, "mlx5_0", 1));
+
+  IbHcaFilter excl = parseIbHcaFilter("^mlx5_0:1");
+  EXPECT_FALSE(ibHcaSelected(excl, "mlx5_0", 1));
+  EXPECT_TRUE(ibHcaSelected(excl, "mlx5_0", 2));
+  EXPECT_TRUE(ibHcaSelected(excl, "mlx4_0", 1));
+
+  IbHcaFilter exclExact = parseIbHcaFilter("^=mlx5_1");
+  EXPECT_FALSE(ibHcaSelected(exclExact, "mlx5_1", 1));
+  EXPECT_TRUE(ibHcaSelected(exclExact, "mlx5_10", 1));
+}
+
+std::vector<IbPortDesc> madeUpHost() {
+  std::vector<IbPortDesc> ports;
+  ports.push_back(fakeIbPort("mlx5_0", 1, 1));
+  ports.push_back(fakeIbPort("mlx5_0", 2, 2));
+  ports.push_back(fakeIbPort("mlx5_1", 1, 3));
+  ports.push_back(fakeIbPort("mlx5_10", 1, 4));
+  ports.push_back(fakeIbPort("mlx4_0", 1, 5));
+  ports[3].active = false;  // mlx5_10: cable out
+  return ports;
+}
+
+std::vector<std::string> namesOf(const std::vector<IbDevice>& devs) {
+  std::vector<std::string> out;
+  for (const IbDevice& d : devs) out.push_back(d.name + ":" + std::to_string(d.port.port));
+  return out;
+}
+
+TEST(IbSelectDevices, FiltersMadeUpHost) {
+  using V = std::vector<std::string>;
+  std::vector<std::string> skipped;
+  EXPECT_EQ(namesOf(selectIbDevices(madeUpHost(), "", -1, &skipped)),
+            (V{"mlx5_0:1", "mlx5_0:2", "mlx5_1:1", "mlx4_0:1"}));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("mlx5_10:1: port is not active"), std::string::npos) << skipped[0];
+
+  EXPECT_EQ(namesOf(selectIbDevices(madeUpHost(), "mlx5", -1, nullptr)), (V{"mlx5_0:1", "mlx5_0:2", "mlx5_1:1"}));
+  EXPECT_EQ(namesOf(selectIbDevices(madeUpHost(), "=mlx5_1", -1, nullptr)), (V{"mlx5_1:1"}));
+  EXPECT_EQ(namesOf(selectIbDevices(madeUpHost(), "mlx5_0:2,mlx4_0", -1, nullptr)), (V{"mlx5_0:2", "mlx4_0:1"}));
+  EXPECT_EQ(namesOf(selectIbDevices(madeUpHost(), "^mlx5_0", -1, nullptr)), (V{"mlx5_1:1", "mlx4_0:1"}));
+  EXPECT_EQ(namesOf(selectIbDevices(madeUpHost(), "^=mlx5_0:1", -1, nullptr)), (V{"mlx5_0:2", "mlx5_1:1", "mlx4_0:1"}));
+  EXPECT_TRUE(selectIbDevices(madeUpHost(), "bnxt", -1, nullptr).empty());
+}
+
+TEST(IbSelectDevices, FillsSpeedGidAndSkipsUnusablePorts) {
+  std::vector<IbPortDesc> ports = {fakeIbPort("mlx5_0", 1, 7), fakeIbPort("mlx5_1", 1, 8)};
+  ports[1].gids.clear();  // RoCE without any GID: unusable
+  std::vector<std::string> skipped;
+  std::vector<IbDevice> devs = selectIbDevices(ports, "", -1, &skipped);
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].speedMbps, 100000);  // EDR x4
+  EXPECT_EQ(devs[0].gidIndex, 1);
+  EXPECT_EQ(ibGidText(devs[0].gid), "::ffff:10.0.0.7");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("no configured GID"), std::string::npos) << skipped[0];
+}
+
+// ---- GIDs and speed -------------------------------------------------------------------------
+
+IbGidEntry gidEntry(const std::string& text, IbGidType type) {
+  IbGidEntry e;
+  EXPECT_EQ(inet_pton(AF_INET6, text.c_str(), e.gid.raw), 1) << text;
+  e.type = type;
+  return e;
+}
+
+TEST(IbGid, ClassifiesEntries) {
+  EXPECT_FALSE(ibGidConfigured(gidEntry("::", IbGidType::kUnknown).gid));
+  EXPECT_FALSE(ibGidConfigured(gidEntry("fe80::", IbGidType::kUnknown).gid));
+  EXPECT_TRUE(ibGidConfigured(gidEntry("fe80::1", IbGidType::kUnknown).gid));
+  EXPECT_TRUE(ibGidIsIpv4(gidEntry("::ffff:192.168.1.2", IbGidType::kRoceV2).gid));
+  EXPECT_FALSE(ibGidIsIpv4(gidEntry("fd00::2", IbGidType::kRoceV2).gid));
+}
+
+TEST(IbGid, PicksRoceV2Ipv4ThenIpv6ThenAnything) {
+  std::string why;
+  const auto v1 = IbGidType::kIbRoceV1;
+  const auto v2 = IbGidType::kRoceV2;
+  // A typical RoCE table: link-local v1/v2, then IPv6 v1/v2, then IPv4 v1/v2.
+  std::vector<IbGidEntry> table = {gidEntry("fe80::1", v1),         gidEntry("fe80::1", v2),
+                                   gidEntry("fd00::5", v1),         gidEntry("fd00::5", v2),
+                                   gidEntry("::ffff:10.1.2.3", v1), gidEntry("::ffff:10.1.2.3", v2)};
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, table, -1, &why), 5);
+  // No IPv4 address: the routable RoCE v2 IPv6 GID.
+  std::vector<IbGidEntry> v6(table.begin(), table.begin() + 4);
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, v6, -1, &why), 3);
+  // Only RoCE v1 entries: the first routable one, then a link-local one.
+  std::vector<IbGidEntry> onlyV1 = {gidEntry("fe80::1", v1), gidEntry("fd00::7", v1)};
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, onlyV1, -1, &why), 1);
+  std::vector<IbGidEntry> linkOnly = {gidEntry("::", IbGidType::kUnknown), gidEntry("fe80::9", v1)};
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, linkOnly, -1, &why), 1);
+  // Nothing configured.
+  std::vector<IbGidEntry> empty = {gidEntry("::", IbGidType::kUnknown), gidEntry("fe80::", IbGidType::kUnknown)};
+  why.clear();
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, empty, -1, &why), -1);
+  EXPECT_FALSE(why.empty());
+}
+
+TEST(IbGid, InfinibandUsesZeroAndGidIndexForces) {
+  std::string why;
+  std::vector<IbGidEntry> ib = {gidEntry("fe80::1234", IbGidType::kIbRoceV1),
+                                gidEntry("fd00::1", IbGidType::kIbRoceV1)};
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kInfiniband, ib, -1, &why), 0);
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kInfiniband, {}, -1, &why), 0);
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kInfiniband, ib, 1, &why), 1);
+  std::vector<IbGidEntry> roce = {gidEntry("fe80::1", IbGidType::kRoceV2),
+                                  gidEntry("::ffff:10.0.0.1", IbGidType::kRoceV2)};
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, roce, 0, &why), 0);  // forced, even though 1 is preferred
+  why.clear();
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, roce, 4, &why), -1);
+  EXPECT_NE(why.find("NCCL_IB_GID_INDEX=4"), std::string::npos) << why;
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kUnknown, roce, -1, &why), -1);
+}
+
+TEST(IbSpeed, LaneRateTimesWidth) {
+  EXPECT_EQ(ibPortSpeedMbps(1, 1), 2500);      // SDR 1x
+  EXPECT_EQ(ibPortSpeedMbps(4, 2), 40000);     // QDR 4x
+  EXPECT_EQ(ibPortSpeedMbps(32, 2), 100000);   // EDR 4x
+  EXPECT_EQ(ibPortSpeedMbps(64, 2), 200000);   // HDR 4x
+  EXPECT_EQ(ibPortSpeedMbps(128, 2), 400000);  // NDR 4x
+  EXPECT_EQ(ibPortSpeedMbps(64, 16), 100000);  // HDR 2x
+  EXPECT_EQ(ibPortSpeedMbps(0, 0), 2500);      // unknown codes: one slowest lane, never 0
+  EXPECT_EQ(ibMtuBytes(5), 4096);
+  EXPECT_EQ(ibMtuBytes(1), 256);
+  EXPECT_EQ(ibMtuBytes(9), 0);
+}
+
+// ---- handle ---------------------------------------------------------------------------------
+
+SockAddr loopbackAddr(int port) {
+  SockAddr a;
+  std::string why;
+  EXPECT_EQ(parseAddress("127.0.0.1:" + std::to_string(port), &a, &why), ncclSuccess) << why;
+  return a;
+}
+
+TEST(IbHandle, RoundTripsAndRefusesBadMagic) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  memset(handle, 0x5a, sizeof(handle));
+  packIbHandle(loopbackAddr(4321), handle);
+  SockAddr back;
+  std::string why;
+  ASSERT_TRUE(unpackIbHandle(handle, &back, &why)) << why;
+  EXPECT_EQ(back.str(), "127.0.0.1:4321");
+  EXPECT_EQ(ibHandleStage(handle).comm, nullptr);
+  for (size_t i = sizeof(IbHandle); i < sizeof(handle); ++i) ASSERT_EQ(handle[i], 0) << "byte " << i;
+
+  handle[0] ^= 1;
+  EXPECT_FALSE(unpackIbHandle(handle, &back, &why));
+  EXPECT_NE(why.find("magic"), std::string::npos) << why;
+}
+
+// ---- the fake-verbs exchange ----------------------------------------------------------------
+
+// Two "hosts" (IbNets over fake verbs) on one fake fabric; connections go from host A to host B over loopback TCP.
+class IbFakeNet : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+    unsetenv("NCCL_IB_HCA");
+    unsetenv("NCCL_IB_GID_INDEX");
+    paramsReload();
+    fabric_ = std::make_shared<FakeIbFabric>();
+  }
+  void TearDown() override {
+    unsetenv("NCCL_SOCKET_IFNAME");
+    unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+    paramsReload();
+  }
+
+  std::unique_ptr<IbNet> makeHost(int n, IbLinkLayer ll = IbLinkLayer::kEthernet) {
+    IbPortDesc p = fakeIbPort("mlx5_0", 1, n);
+    p.linkLayer = ll;
+    auto net = std::make_unique<IbNet>(std::make_unique<FakeIbVerbs>(fabric_, std::vector<IbPortDesc>{p}));
+    std::string why;
+    EXPECT_EQ(net->discover(&why), ncclSuccess) << why;
+    EXPECT_EQ(net->ndev(), 1);
+    return net;
+  }
+
+  // Connects a sender on `a` to a receiver on `b`; the results of connect and accept come back.
+  void connectPair(IbNet* a, IbNet* b, void** send, void** recv, ncclResult_t* sendRes, ncclResult_t* recvRes) {
+    const ncclNet_v11_t* t = ibNetTable();
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void* listen = nullptr;
+    ASSERT_EQ(t->listen(b, 0, handle, &listen), ncclSuccess);
+    *send = *recv = nullptr;
+    *sendRes = *recvRes = ncclSuccess;
+    auto end = Clock::now() + kDeadline;
+    while ((*send == nullptr && *sendRes == ncclSuccess) || (*recv == nullptr && *recvRes == ncclSuccess)) {
+      ASSERT_LT(Clock::now(), end) << "connection setup did not finish";
+      if (*send == nullptr && *sendRes == ncclSuccess) *sendRes = t->connect(a, 0, handle, send, nullptr);
+      if (*recv == nullptr && *recvRes == ncclSuccess) *recvRes = t->accept(listen, recv, nullptr);
+      if (*sendRes != ncclSuccess && *recvRes == ncclSuccess && *recv == nullptr) break;  // nobody will connect
+    }
+    EXPECT_EQ(t->closeListen(listen), ncclSuccess);
+  }
+
+  void connect(void** send, void** recv) {
+    a_ = makeHost(1);
+    b_ = makeHost(2);
+    ncclResult_t sr, rr;
+    connectPair(a_.get(), b_.get(), send, recv, &sr, &rr);
+    ASSERT_EQ(sr, ncclSuccess);
+    ASSERT_EQ(rr, ncclSuccess);
+    ASSERT_NE(*send, nullptr);
+    ASSERT_NE(*recv, nullptr);
+  }
+
+  // Tests `req` until done or failed (deadline kDeadline); returns the result, *size the reported size.
+  static ncclResult_t wait(void* req, int* size) {
+    auto end = Clock::now() + kDeadline;
+    int done = 0;
+    while (Clock::now() < end) {
+      ncclResult_t res = ibNetTable()->test(req, &done, size);
+      if (res != ncclSuccess || done) return res;
+    }
+    ADD_FAILURE() << "request did not complete";
+    return ncclInternalError;
+  }
+
+  std::shared_ptr<FakeIbFabric> fabric_;
+  std::unique_ptr<IbNet> a_, b_;
+};
+
+std::vector<uint8_t> pattern(size_t n, int seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed * 7 + (i >> 9));
+  return v;
+}
+
+void* reg(void* comm, std::vector<uint8_t>& buf) {
+  void* mh = nullptr;
+  EXPECT_EQ(ibNetTable()->regMr(comm, buf.data(), buf.size(), NCCL_PTR_HOST, &mh), ncclSuccess);
+  return mh;
+}
+
+void* postRecv(void* recv, std::vector<uint8_t>& buf, void* mh, int tag) {
+  void* data = buf.data();
+  size_t size = buf.size();
+  void* req = nullptr;
+  EXPECT_EQ(ibNetTable()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), ncclSuccess);
+  return req;
+}
+
+TEST_F(IbFakeNet, ExchangesSizesZeroOneSixtyFourKAndOneMega) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  const size_t sizes[] = {0, 1, 65536, 1 << 20};
+  for (size_t size : sizes) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    std::vector<uint8_t> src = pattern(size, static_cast<int>(size & 0xff) + 1);
+    std::vector<uint8_t> dst(size, 0xee);
+    void* smh = size > 0 ? reg(send, src) : nullptr;
+    void* rmh = size > 0 ? reg(recv, dst) : nullptr;
+    void* rreq = postRecv(recv, dst, rmh, 9);
+    ASSERT_NE(rreq, nullptr);
+    void* sreq = nullptr;
+    ASSERT_EQ(t->isend(send, src.data(), size, 9, smh, nullptr, &sreq), ncclSuccess);
+    ASSERT_NE(sreq, nullptr);
+    int ssize = -1, rsize = -1;
+    ASSERT_EQ(wait(sreq, &ssize), ncclSuccess);
+    ASSERT_EQ(wait(rreq, &rsize), ncclSuccess);
+    EXPECT_EQ(ssize, static_cast<int>(size));
+    EXPECT_EQ(rsize, static_cast<int>(size));
+    EXPECT_TRUE(src == dst);
+    EXPECT_EQ(t->deregMr(send, smh), ncclSuccess);
+    EXPECT_EQ(t->deregMr(recv, rmh), ncclSuccess);
+  }
+  EXPECT_EQ(t->closeSend(send), ncclSuccess);
+  EXPECT_EQ(t->closeRecv(recv), ncclSuccess);
+  EXPECT_EQ(fabric_->liveQps(), 0);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
+}
+
+TEST_F(IbFakeNet, SendWaitsForTheReceiveDescriptor) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src = pattern(4096, 3), dst(4096, 0);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  void* sreq = nullptr;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(t->isend(send, src.data(), src.size(), 1, smh, nullptr, &sreq), ncclSuccess);
+    EXPECT_EQ(sreq, nullptr) << "isend must wait for the receiver's descriptor";
+  }
+  EXPECT_TRUE(fabric_->writes().empty());
+  void* rreq = postRecv(recv, dst, rmh, 1);
+  ASSERT_EQ(t->isend(send, src.data(), src.size(), 1, smh, nullptr, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  int n = 0;
+  ASSERT_EQ(wait(rreq, &n), ncclSuccess);
+  ASSERT_EQ(wait(sreq, &n), ncclSuccess);
+  EXPECT_TRUE(src == dst);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, SeveralInFlightMatchInPostingOrder) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  constexpr int kN = 8;
+  std::vector<std::vector<uint8_t>> src, dst;
+  std::vector<void*> smh, rmh, sreq(kN), rreq(kN);
+  for (int i = 0; i < kN; ++i) {
+    src.push_back(pattern(1000 + 100 * i, 40 + i));
+    dst.push_back(std::vector<uint8_t>(4096, 0));
+  }
+  for (int i = 0; i < kN; ++i) {
+    smh.push_back(reg(send, src[i]));
+    rmh.push_back(reg(recv, dst[i]));
+  }
+  for (int i = 0; i < kN; ++i) ASSERT_NE(rreq[i] = postRecv(recv, dst[i], rmh[i], 5), nullptr);
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_EQ(t->isend(send, src[i].data(), src[i].size(), 5, smh[i], nullptr, &sreq[i]), ncclSuccess);
+    ASSERT_NE(sreq[i], nullptr);
+  }
+  // Completed in reverse order: each request stands alone.
+  for (int i = kN - 1; i >= 0; --i) {
+    int rs = -1, ss = -1;
+    ASSERT_EQ(wait(rreq[i], &rs), ncclSuccess);
+    ASSERT_EQ(wait(sreq[i], &ss), ncclSuccess);
+    EXPECT_EQ(rs, static_cast<int>(src[i].size()));
+    EXPECT_EQ(ss, static_cast<int>(src[i].size()));
+    EXPECT_EQ(memcmp(dst[i].data(), src[i].data(), src[i].size()), 0) << "message " << i;
+    EXPECT_EQ(dst[i][src[i].size()], 0) << "message " << i << " wrote past its size";
+  }
+  for (int i = 0; i < kN; ++i) {
+    t->deregMr(send, smh[i]);
+    t->deregMr(recv, rmh[i]);
+  }
+  t->closeSend(send);
+  t->closeRecv(recv);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
+}
+
+TEST_F(IbFakeNet, ManyMessagesCycleTheFifo) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  // Eight outstanding at a time, as the proxy does, over several laps of the 32-slot FIFO.
+  constexpr int kMsgs = 200, kWindow = 8, kBytes = 256;
+  std::vector<uint8_t> src(kMsgs * kBytes), dst(kMsgs * kBytes, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i / kBytes + i);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  std::vector<void*> sreq(kMsgs, nullptr), rreq(kMsgs, nullptr);
+  int posted = 0, sent = 0, done = 0;
+  auto end = Clock::now() + kDeadline;
+  while (done < kMsgs) {
+    ASSERT_LT(Clock::now(), end);
+    if (posted < kMsgs && posted - done < kWindow) {
+      void* data = dst.data() + posted * kBytes;
+      size_t size = kBytes;
+      int tag = posted;
+      ASSERT_EQ(t->irecv(recv, 1, &data, &size, &tag, &rmh, nullptr, &rreq[posted]), ncclSuccess);
+      if (rreq[posted] != nullptr) posted++;
+    }
+    if (sent < posted) {
+      ASSERT_EQ(t->isend(send, src.data() + sent * kBytes, kBytes, sent, smh, nullptr, &sreq[sent]), ncclSuccess);
+      if (sreq[sent] != nullptr) sent++;
+    }
+    if (done < sent) {
+      int rs = 0, ss = 0;
+      ASSERT_EQ(wait(sreq[done], &ss), ncclSuccess);
+      ASSERT_EQ(wait(rreq[done], &rs), ncclSuccess);
+      ASSERT_EQ(rs, kBytes);
+      done++;
+    }
+  }
+  EXPECT_TRUE(src == dst);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, LargerReceiveReportsTheTrueSize) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src = pattern(100, 11), dst(4096, 0x77);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  void* rreq = postRecv(recv, dst, rmh, 2);
+  void* sreq = nullptr;
+  ASSERT_EQ(t->isend(send, src.data(), src.size(), 2, smh, nullptr, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  int rs = -1, ss = -1;
+  ASSERT_EQ(wait(rreq, &rs), ncclSuccess);
+  ASSERT_EQ(wait(sreq, &ss), ncclSuccess);
+  EXPECT_EQ(rs, 100);
+  EXPECT_EQ(memcmp(dst.data(), src.data(), 100), 0);
+  EXPECT_EQ(dst[100], 0x77);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, SeveralQueuePairsSplitTheData) {
+  setenv("NCCL_IB_QPS_PER_CONNECTION", "4", 1);
+  paramsReload();
+  void *send, *recv;
+  connect(&send, &recv);
+  EXPECT_EQ(static_cast<IbComm*>(send)->qps.size(), 4u);
+  EXPECT_EQ(static_cast<IbComm*>(recv)->qps.size(), 4u);  // the acceptor follows the connector
+  const ncclNet_v11_t* t = ibNetTable();
+  for (size_t size : {size_t(1) << 20, size_t(1000), size_t(0)}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    std::vector<uint8_t> src = pattern(size, 21), dst(size, 0);
+    void* smh = size > 0 ? reg(send, src) : nullptr;
+    void* rmh = size > 0 ? reg(recv, dst) : nullptr;
+    fabric_->clearWrites();
+    void* rreq = postRecv(recv, dst, rmh, 0);
+    void* sreq = nullptr;
+    ASSERT_EQ(t->isend(send, src.data(), size, 0, smh, nullptr, &sreq), ncclSuccess);
+    ASSERT_NE(sreq, nullptr);
+    int rs = -1, ss = -1;
+    ASSERT_EQ(wait(rreq, &rs), ncclSuccess);
+    ASSERT_EQ(wait(sreq, &ss), ncclSuccess);
+    EXPECT_EQ(rs, static_cast<int>(size));
+    EXPECT_TRUE(src == dst);
+    // One write with immediate per queue pair, each carrying the whole size; the shares add up to the message.
+    std::vector<FakeIbFabric::WriteRecord> data;
+    for (const auto& w : fabric_->writes()) {
+      if (w.withImm) data.push_back(w);
+    }
+    ASSERT_EQ(data.size(), 4u);
+    size_t total = 0;
+    for (size_t i = 0; i < data.size(); ++i) {
+      EXPECT_EQ(data[i].imm, size);
+      total += data[i].length;
+      for (size_t j = 0; j < i; ++j) EXPECT_NE(data[i].srcQpn, data[j].srcQpn);
+    }
+    EXPECT_EQ(total, size);
+    if (size == (1u << 20)) {
+      for (const auto& w : data) EXPECT_EQ(w.length, size / 4);
+    }
+    t->deregMr(send, smh);
+    t->deregMr(recv, rmh);
+  }
+  t->closeSend(send);
+  t->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, ErrorCompletionFailsTheRequest) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src = pattern(512, 1), dst(512, 0);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  void* rreq = postRecv(recv, dst, rmh, 0);
+  ASSERT_NE(rreq, nullptr);
+  fabric_->failNextWrite(kIbWcRemAccessErr);
+  void* sreq = nullptr;
+  ASSERT_EQ(t->isend(send, src.data(), src.size(), 0, smh, nullptr, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  int done = 0, size = 0;
+  EXPECT_EQ(t->test(sreq, &done, &size), ncclSystemError);
+  EXPECT_EQ(done, 0);
+  std::string err = threadLastError();
+  EXPECT_NE(err.find("remote access error"), std::string::npos) << err;
+  EXPECT_NE(err.find("data write"), std::string::npos) << err;
+  // The connection stays failed.
+  EXPECT_EQ(t->isend(send, src.data(), src.size(), 0, smh, nullptr, &sreq), ncclSystemError);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, MessageLargerThanItsReceiveIsRefused) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src = pattern(2048, 1), dst(1024, 0);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  postRecv(recv, dst, rmh, 0);
+  void* sreq = nullptr;
+  EXPECT_EQ(t->isend(send, src.data(), src.size(), 0, smh, nullptr, &sreq), ncclInvalidUsage);
+  EXPECT_EQ(sreq, nullptr);
+  EXPECT_NE(std::string(threadLastError()).find("larger than the receive"), std::string::npos) << threadLastError();
+  EXPECT_TRUE(fabric_->writes().size() == 1u) << "only the receive descriptor was written";
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, ReceiverNoticesAPeerThatClosed) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> dst(64, 0);
+  void* rmh = reg(recv, dst);
+  void* rreq = postRecv(recv, dst, rmh, 0);
+  ASSERT_NE(rreq, nullptr);
+  ASSERT_EQ(t->closeSend(send), ncclSuccess);
+  int size = 0;
+  EXPECT_EQ(wait(rreq, &size), ncclRemoteError);
+  EXPECT_NE(std::string(threadLastError()).find("closed the connection"), std::string::npos) << threadLastError();
+  t->deregMr(recv, rmh);
+  t->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, LinkLayersMustMatch) {
+  auto roce = makeHost(1, IbLinkLayer::kEthernet);
+  auto ib = makeHost(2, IbLinkLayer::kInfiniband);
+  void *send, *recv;
+  ncclResult_t sr, rr;
+  connectPair(roce.get(), ib.get(), &send, &recv, &sr, &rr);
+  EXPECT_EQ(rr, ncclRemoteError);
+  EXPECT_EQ(recv, nullptr);
+  EXPECT_NE(sr, ncclSuccess);  // the acceptor hung up
+  EXPECT_EQ(send, nullptr);
+  EXPECT_EQ(fabric_->liveQps(), 0);
+}
+
+TEST_F(IbFakeNet, ConnectRefusesAForeignHandle) {
+  a_ = makeHost(1);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  packIbHandle(loopbackAddr(1), handle);
+  handle[3] ^= 0x40;
+  void* send = nullptr;
+  EXPECT_EQ(ibNetTable()->connect(a_.get(), 0, handle, &send, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(send, nullptr);
+  EXPECT_NE(std::string(threadLastError()).find("magic"), std::string::npos) << threadLastError();
+}
+
+TEST_F(IbFakeNet, PropertiesDescribeTheFakePort) {
+  auto net = makeHost(3);
+  ncclNetProperties_v11_t p;
+  ASSERT_EQ(net->getProperties(0, &p), ncclSuccess);
+  EXPECT_STREQ(p.name, "mlx5_0");
+  EXPECT_EQ(p.port, 1);
+  EXPECT_EQ(p.speed, 100000);
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST);
+  EXPECT_EQ(p.maxRecvs, 1);
+  EXPECT_EQ(p.guid, 0x1003u);
+  ASSERT_NE(p.pciPath, nullptr);
+  EXPECT_EQ(net->getProperties(1, &p), ncclInvalidArgument);
+  void* mh = nullptr;
+  EXPECT_NE(ibNetTable()->regMr(nullptr, nullptr, 0, NCCL_PTR_CUDA, &mh), ncclSuccess);
+}
+
+// ---- the real backend on this host ----------------------------------------------------------
+
+TEST(IbRealNet, ThisHostReportsWhatItHas) {
+  const ncclNet_v11_t* net = ibNet();
+  if (net == nullptr) {
+    std::string why;
+    EXPECT_EQ(makeRealIbVerbs(&why), nullptr);
+    EXPECT_FALSE(why.empty());
+    GTEST_SKIP() << "built without verbs: " << why;
+  }
+  EXPECT_STREQ(net->name, "IB");
+  void* ctx = nullptr;
+  ncclResult_t res = net->init(&ctx, 0, nullptr, pluginLog, nullptr);
+  std::string summary = ibProcessNetSummary();
+  EXPECT_NE(summary.find("NET/IB"), std::string::npos) << summary;
+  if (res != ncclSuccess) {
+    EXPECT_EQ(ctx, nullptr);
+    EXPECT_NE(std::string(threadLastError()).find("NET/IB: unavailable"), std::string::npos) << threadLastError();
+    return;
+  }
+  int ndev = -1;
+  ASSERT_EQ(net->devices(&ndev), ncclSuccess);
+  ASSERT_GE(ndev, 0);
+  if (ndev == 0) {
+    EXPECT_NE(summary.find("no usable port"), std::string::npos) << summary;
+  } else {
+    ncclNetProperties_v11_t p;
+    ASSERT_EQ(net->getProperties(0, &p), ncclSuccess);
+    EXPECT_NE(p.name, nullptr);
+    EXPECT_GT(p.speed, 0);
+  }
+  EXPECT_EQ(net->finalize(ctx), ncclSuccess);
+}
+
+}  // namespace
+}  // namespace chorus

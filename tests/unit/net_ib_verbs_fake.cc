@@ -1,0 +1,320 @@
+#include <cstring>
+
+#include "core/checks.h"
+#include "unit/ib_verbs_fake.h"
+
+namespace chorus {
+
+namespace {
+enum class QpState { kReset, kInit, kRtr, kRts, kError };
+}  // namespace
+
+// ---- CQ -------------------------------------------------------------------------------------
+
+class FakeIbCq : public IbCq {
+ public:
+  FakeIbCq(std::shared_ptr<FakeIbFabric> fabric, int depth) : fabric_(std::move(fabric)), depth_(depth) {}
+
+  ncclResult_t poll(int max, IbWc* out, int* n) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    if (overrun_) CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: completion queue overrun (depth %d)", depth_);
+    *n = 0;
+    while (*n < max && !queue_.empty()) {
+      out[(*n)++] = queue_.front();
+      queue_.pop_front();
+    }
+    return ncclSuccess;
+  }
+
+  // fabric mu_ held.
+  void push(const IbWc& wc) {
+    if (static_cast<int>(queue_.size()) >= depth_) overrun_ = true;
+    queue_.push_back(wc);
+  }
+
+ private:
+  std::shared_ptr<FakeIbFabric> fabric_;
+  int depth_;
+  std::deque<IbWc> queue_;
+  bool overrun_ = false;
+};
+
+// ---- QP -------------------------------------------------------------------------------------
+
+class FakeIbQp : public IbQp {
+ public:
+  FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, FakeIbCq* cq, int maxSendWr, int maxRecvWr)
+      : fabric_(std::move(fabric)), cq_(cq), maxSendWr_(maxSendWr), maxRecvWr_(maxRecvWr) {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    qpn_ = fabric_->nextQpn_++;
+    fabric_->qps_[qpn_] = this;
+  }
+  ~FakeIbQp() override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    fabric_->qps_.erase(qpn_);
+  }
+
+  uint32_t qpn() const override { return qpn_; }
+
+  ncclResult_t toInit(int port) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    CHORUS_CHECK(expect(QpState::kReset, "INIT"));
+    port_ = port;
+    state_ = QpState::kInit;
+    return ncclSuccess;
+  }
+
+  ncclResult_t toRtr(int port, const IbRtrAttr& attr) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    CHORUS_CHECK(expect(QpState::kInit, "RTR"));
+    if (port != port_ || attr.mtu < 1 || attr.mtu > 5) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: RTR of QP %u with port %d (INIT had %d) and MTU code %d", qpn_,
+                  port, port_, attr.mtu);
+    }
+    remoteQpn_ = attr.remoteQpn;
+    state_ = QpState::kRtr;
+    return ncclSuccess;
+  }
+
+  ncclResult_t toRts(const IbRtsAttr& attr) override {
+    (void)attr;
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    CHORUS_CHECK(expect(QpState::kRtr, "RTS"));
+    state_ = QpState::kRts;
+    return ncclSuccess;
+  }
+
+  ncclResult_t postWrite(const IbWrite& w) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    if (state_ != QpState::kRts && state_ != QpState::kError) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: write posted on QP %u, which is not in RTS", qpn_);
+    }
+    if (++sendsInFlight_ > maxSendWr_) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: send queue of QP %u overflows (%d work requests)", qpn_,
+                  maxSendWr_);
+    }
+    int status = carry(w);
+    if (status != kIbWcSuccess) state_ = QpState::kError;
+    IbWc wc;
+    wc.wrId = w.wrId;
+    wc.status = status;
+    wc.qpn = qpn_;
+    wc.byteLen = static_cast<uint32_t>(w.length);
+    cq_->push(wc);
+    // The fake completes at once, so the work request leaves the send queue as its completion is queued.
+    sendsInFlight_--;
+    return ncclSuccess;
+  }
+
+  ncclResult_t postRecv(uint64_t wrId) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    if (state_ == QpState::kReset)
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: receive posted on QP %u in RESET", qpn_);
+    if (static_cast<int>(recvs_.size()) >= maxRecvWr_) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: receive queue of QP %u overflows (%d work requests)", qpn_,
+                  maxRecvWr_);
+    }
+    recvs_.push_back(wrId);
+    return ncclSuccess;
+  }
+
+ private:
+  // fabric mu_ held.
+  ncclResult_t expect(QpState s, const char* to) {
+    if (state_ == s) return ncclSuccess;
+    CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: QP %u cannot move to %s from state %d", qpn_, to,
+                static_cast<int>(state_));
+  }
+
+  // Carries one write to the connected queue pair; returns the completion status. fabric mu_ held.
+  int carry(const IbWrite& w) {
+    FakeIbFabric& f = *fabric_;
+    if (state_ == QpState::kError) return kIbWcWrFlushErr;
+    if (f.failStatus_ != kIbWcSuccess) {
+      int s = f.failStatus_;
+      f.failStatus_ = kIbWcSuccess;
+      return s;
+    }
+    const uint64_t local = reinterpret_cast<uintptr_t>(w.local);
+    if (w.length > 0 && !f.covers(w.lkey, local, w.length)) return kIbWcLocProtErr;
+    auto it = f.qps_.find(remoteQpn_);
+    FakeIbQp* dst = it == f.qps_.end() ? nullptr : it->second;
+    // A peer that is gone, not yet RTR, or connected elsewhere never acknowledges: the sender retries, then fails.
+    if (dst == nullptr || (dst->state_ != QpState::kRtr && dst->state_ != QpState::kRts) || dst->remoteQpn_ != qpn_) {
+      return kIbWcRetryExcErr;
+    }
+    if (w.length > 0 && !f.covers(w.rkey, w.remoteAddr, w.length)) return kIbWcRemAccessErr;
+    if (w.withImm && dst->recvs_.empty()) return kIbWcRnrRetryExcErr;
+    if (w.length > 0) memcpy(reinterpret_cast<void*>(w.remoteAddr), w.local, w.length);
+    if (w.withImm) {
+      IbWc wc;
+      wc.wrId = dst->recvs_.front();
+      dst->recvs_.pop_front();
+      wc.qpn = dst->qpn_;
+      wc.recvImm = true;
+      wc.imm = w.imm;
+      wc.byteLen = static_cast<uint32_t>(w.length);
+      dst->cq_->push(wc);
+    }
+    FakeIbFabric::WriteRecord rec;
+    rec.srcQpn = qpn_;
+    rec.dstQpn = dst->qpn_;
+    rec.length = w.length;
+    rec.withImm = w.withImm;
+    rec.imm = w.imm;
+    f.log_.push_back(rec);
+    return kIbWcSuccess;
+  }
+
+  std::shared_ptr<FakeIbFabric> fabric_;
+  FakeIbCq* cq_;
+  int maxSendWr_;
+  int maxRecvWr_;
+  uint32_t qpn_ = 0;
+  int port_ = 0;
+  uint32_t remoteQpn_ = 0;
+  QpState state_ = QpState::kReset;
+  int sendsInFlight_ = 0;
+  std::deque<uint64_t> recvs_;
+};
+
+// ---- HCA ------------------------------------------------------------------------------------
+
+class FakeIbHca : public IbHca {
+ public:
+  explicit FakeIbHca(std::shared_ptr<FakeIbFabric> fabric) : fabric_(std::move(fabric)) {}
+
+  ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) override {
+    out->reset(new FakeIbCq(fabric_, depth));
+    return ncclSuccess;
+  }
+
+  ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) override {
+    out->reset(new FakeIbQp(fabric_, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr));
+    return ncclSuccess;
+  }
+
+  ncclResult_t regMr(void* addr, size_t size, IbMr* out) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    uint32_t key = fabric_->nextKey_++;
+    fabric_->mrs_[key] = FakeIbFabric::MrRec{reinterpret_cast<uintptr_t>(addr), size};
+    out->impl = reinterpret_cast<void*>(static_cast<uintptr_t>(key));
+    out->addr = reinterpret_cast<uintptr_t>(addr);
+    out->size = size;
+    out->lkey = out->rkey = key;
+    return ncclSuccess;
+  }
+
+  ncclResult_t deregMr(IbMr* mr) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    if (fabric_->mrs_.erase(mr->lkey) == 0) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: deregistering unknown memory key 0x%x", mr->lkey);
+    }
+    mr->impl = nullptr;
+    return ncclSuccess;
+  }
+
+ private:
+  std::shared_ptr<FakeIbFabric> fabric_;
+};
+
+// ---- fabric and verbs -----------------------------------------------------------------------
+
+bool FakeIbFabric::covers(uint32_t key, uint64_t addr, size_t len) const {
+  auto it = mrs_.find(key);
+  return it != mrs_.end() && addr >= it->second.addr && addr + len <= it->second.addr + it->second.size;
+}
+
+void FakeIbFabric::failNextWrite(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failStatus_ = status;
+}
+
+std::vector<FakeIbFabric::WriteRecord> FakeIbFabric::writes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return log_;
+}
+
+void FakeIbFabric::clearWrites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_.clear();
+}
+
+int FakeIbFabric::liveQps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(qps_.size());
+}
+
+int FakeIbFabric::liveMrs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(mrs_.size());
+}
+
+FakeIbVerbs::FakeIbVerbs(std::shared_ptr<FakeIbFabric> fabric, std::vector<IbPortDesc> ports)
+    : fabric_(std::move(fabric)), ports_(std::move(ports)) {}
+
+ncclResult_t FakeIbVerbs::listPorts(std::vector<IbPortDesc>* out, std::string* why) {
+  (void)why;
+  *out = ports_;
+  return ncclSuccess;
+}
+
+ncclResult_t FakeIbVerbs::openHca(const std::string& hca, std::unique_ptr<IbHca>* out) {
+  for (const IbPortDesc& p : ports_) {
+    if (p.hca == hca) {
+      out->reset(new FakeIbHca(fabric_));
+      return ncclSuccess;
+    }
+  }
+  CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: no HCA named %s", hca.c_str());
+}
+
+const char* FakeIbVerbs::statusText(int status) const {
+  switch (status) {
+    case kIbWcSuccess:
+      return "success";
+    case kIbWcLocLenErr:
+      return "local length error";
+    case kIbWcLocProtErr:
+      return "local protection error";
+    case kIbWcWrFlushErr:
+      return "Work Request Flushed Error";
+    case kIbWcRemAccessErr:
+      return "remote access error";
+    case kIbWcRetryExcErr:
+      return "transport retry counter exceeded";
+    case kIbWcRnrRetryExcErr:
+      return "RNR retry counter exceeded";
+    default:
+      return "unknown";
+  }
+}
+
+IbPortDesc fakeIbPort(const std::string& hca, int port, int n) {
+  IbPortDesc p;
+  p.hca = hca;
+  p.pciPath = "/sys/devices/pci0000:00/0000:00:0" + std::to_string(n % 10) + ".0";
+  p.guid = 0x1000 + static_cast<uint64_t>(n);
+  p.port = port;
+  p.active = true;
+  p.linkLayer = IbLinkLayer::kEthernet;
+  p.activeMtu = 5;
+  p.activeSpeed = 32;  // EDR lane rate
+  p.activeWidth = 2;   // 4x
+  p.maxQp = 1024;
+  IbGidEntry link;
+  link.gid.raw[0] = 0xfe;
+  link.gid.raw[1] = 0x80;
+  link.gid.raw[15] = static_cast<uint8_t>(n);
+  link.type = IbGidType::kIbRoceV1;
+  IbGidEntry v4;
+  v4.gid.raw[10] = 0xff;
+  v4.gid.raw[11] = 0xff;
+  v4.gid.raw[12] = 10;
+  v4.gid.raw[15] = static_cast<uint8_t>(n);
+  v4.type = IbGidType::kRoceV2;
+  p.gids = {link, v4};
+  return p;
+}
+
+}  // namespace chorus

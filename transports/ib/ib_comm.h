@@ -1,0 +1,115 @@
+// The IB net's connections: listen/connect/accept (ib_connect.cc) and the data path (ib_data.cc).
+//
+// A connection is one sender and one receiver comm, each with its own CQ and `nqps` RC queue pairs connected pairwise.
+// Data flows as NCCL's IB net moves it:
+//  1. irecv posts one zero-length receive on every queue pair, then RDMA-writes a receive descriptor (address, rkey,
+//     size, tag, sequence number; IbRecvDesc) into the next slot of the sender's receive FIFO (the sender's control
+//     memory, registered for remote writes).
+//  2. isend returns a null request until the descriptor for its message has arrived in its FIFO; then it splits the
+//     message over the queue pairs and posts one RDMA write with immediate on each (a zero-length one where a queue
+//     pair's share is empty), each carrying the message's size as immediate data.
+//  3. test() polls the comm's CQ: a send is done when its writes completed on every queue pair, a receive when every
+//     queue pair delivered its immediate (writes on one queue pair land in order, so the immediate on a queue pair
+//     follows that pair's data); the receive's size is the immediate's value.
+// A receive descriptor slot is reused only after the receive that last used it completed (at most kIbMaxRequests
+// receives are outstanding, and the sender takes descriptors in order), so the FIFO never overruns.
+//
+// Threading: a comm and its requests are used by one thread at a time (the proxy thread that owns them).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/socket.h"
+#include "transports/ib/ib_net.h"
+#include "transports/ib/ib_wire.h"
+
+namespace chorus {
+
+struct IbComm;
+
+/// One outstanding isend or irecv.
+struct IbRequest {
+  IbComm* comm = nullptr;
+  bool used = false;
+  int events = 0;          ///< completions still expected: one per queue pair
+  size_t size = 0;         ///< send: bytes sent; receive: the message's size, from the first immediate
+  bool sizeKnown = false;  ///< receive: an immediate has arrived
+};
+
+/// A sender or receiver comm (they share the setup and completion code).
+struct IbComm {
+  IbNet* net = nullptr;
+  int dev = 0;
+  bool isSend = false;
+  IbHca* hca = nullptr;  ///< owned by `net`
+  /// The setup socket, kept open for the comm's life: after setup nothing is sent on it, and its end (EOF) tells
+  /// this side that the peer has gone while a request waits for it.
+  Socket sock;
+  std::unique_ptr<IbCq> cq;
+  std::vector<std::unique_ptr<IbQp>> qps;  ///< destroyed before `cq`
+  /// Control memory (kIbMaxRequests descriptors): the receive FIFO on a sender, descriptor staging on a receiver.
+  IbRecvDesc* ctrl = nullptr;
+  IbMr ctrlMr;
+  uint64_t remoteFifoAddr = 0;  ///< receiver: the sender's FIFO
+  uint32_t remoteFifoRkey = 0;
+  uint32_t seq = 0;  ///< messages sent / receives posted so far
+  IbRequest reqs[kIbMaxRequests];
+  ncclResult_t failed = ncclSuccess;  ///< set once by the first error; every later call returns it
+
+  // Setup (ib_connect.cc).
+  int state = 0;
+  size_t ioDone = 0;  ///< bytes of the current handshake message sent or received
+  IbConnInfo local;
+  IbConnInfo remote;
+  uint32_t readyWord = 0;
+
+  // Peer liveness (ib_data.cc).
+  std::chrono::steady_clock::time_point nextSockCheck{};
+  std::chrono::steady_clock::time_point peerGoneAt{};
+  bool peerGone = false;
+
+  ~IbComm();
+};
+
+/// A listener: its TCP socket and the one connection it accepts.
+struct IbListenComm {
+  IbNet* net = nullptr;
+  int dev = 0;
+  Socket listener;
+  std::unique_ptr<IbComm> pending;  ///< the connection being accepted
+};
+
+/// "sender" or "receiver" and the peer's address, for messages.
+std::string ibCommText(const IbComm* c);
+
+// ncclNet_v11_t entry points; `ctx` is an IbNet*.
+/// listen(): a TCP listener on the bootstrap interface, and its handle.
+ncclResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm);
+/// connect(): one step of the connector's setup; *sendComm stays null until the connection is up.
+ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** sendDevComm);
+/// accept(): one step of the acceptor's setup; *recvComm stays null until the connection is up.
+ncclResult_t ibAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** recvDevComm);
+/// closeSend()/closeRecv(): releases a comm and its outstanding requests.
+ncclResult_t ibCloseComm(void* comm);
+/// closeListen().
+ncclResult_t ibCloseListen(void* listenComm);
+/// regMr(): registers host memory with the comm's HCA.
+ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhandle);
+/// regMrDmaBuf(): plain regMr when fd is -1; DMA-BUF registration is not supported.
+ncclResult_t ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+/// deregMr().
+ncclResult_t ibDeregMr(void* comm, void* mhandle);
+/// isend(): null *request until the receiver's descriptor for this message has arrived.
+ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
+/// irecv(): one receive (n must be 1); null *request when kIbMaxRequests are outstanding.
+ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                     void** request);
+/// iflush(): host memory needs no flush (null request).
+ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+/// test(): polls the comm's CQ; a done request is freed.
+ncclResult_t ibTest(void* request, int* done, int* sizes);
+
+}  // namespace chorus

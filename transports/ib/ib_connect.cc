@@ -1,0 +1,392 @@
+// IB net connection setup: the listen handle, the non-blocking connect/accept handshakes over TCP, and moving the
+// queue pairs INIT -> RTR -> RTS.
+//
+// Handshake (each step is one call's worth of non-blocking socket I/O; a call that cannot finish returns a null comm):
+//   connector: TCP connect, create CQ/QPs (INIT) and the receive FIFO, send its IbConnInfo
+//   acceptor:  accept, receive it, create CQ/QPs with the connector's QP count, RTR+RTS, send its IbConnInfo
+//   connector: receive it, RTR+RTS, send kIbReadyWord; connect() returns the send comm
+//   acceptor:  receive kIbReadyWord; accept() returns the receive comm
+// The acceptor writes descriptors only after the ready word, when the connector's QPs accept writes.
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "core/checks.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "transports/ib/ib_comm.h"
+
+namespace chorus {
+
+namespace {
+
+IntParam kIbTimeout{"NCCL_IB_TIMEOUT", 20,
+                    "IB net: RC queue pair ACK timeout exponent (4.096 us x 2^value per try; 1-31).", "network"};
+IntParam kIbRetryCnt{"NCCL_IB_RETRY_CNT", 7, "IB net: RC queue pair retry count (0-7).", "network"};
+IntParam kIbQpsPerConn{"NCCL_IB_QPS_PER_CONNECTION", 1,
+                       "IB net: queue pairs per connection; each message is split over them (1-16).", "network"};
+IntParam kIbSl{"NCCL_IB_SL", 0, "IB net: InfiniBand service level of the queue pairs (0-15).", "network"};
+IntParam kIbTc{"NCCL_IB_TC", 0, "IB net: traffic class of the queue pairs (RoCE; 0-255).", "network"};
+
+enum ConnectState : uint32_t { kCSendInfo = 1, kCRecvInfo, kCSendReady, kCDone };
+enum AcceptState : int { kAAccept = 0, kARecvInfo, kASendInfo, kARecvReady, kADone };
+
+int64_t clampParam(const IntParam& p, int64_t lo, int64_t hi) {
+  int64_t v = p.get();
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+uint32_t randomPsn() {
+  static thread_local std::mt19937 gen(std::random_device{}());
+  return gen() & 0xffffff;  // PSNs are 24 bits
+}
+
+// CQ, queue pairs (in INIT) and control memory for a comm of `nqps` queue pairs; fills c->local.
+ncclResult_t createResources(IbComm* c, int nqps) {
+  const IbDevice& d = c->net->device(c->dev);
+  CHORUS_CHECK(c->net->openHca(c->dev, &c->hca));
+  // Per request: one completion per queue pair, plus a receiver's descriptor write; doubled for slack.
+  CHORUS_CHECK(c->hca->createCq(2 * kIbMaxRequests * (nqps + 1), &c->cq));
+  for (int i = 0; i < nqps; ++i) {
+    std::unique_ptr<IbQp> qp;
+    CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests + 1, kIbMaxRequests + 1, &qp));
+    CHORUS_CHECK(qp->toInit(d.port.port));
+    c->qps.push_back(std::move(qp));
+  }
+  const size_t bytes = kIbMaxRequests * sizeof(IbRecvDesc);
+  c->ctrl = static_cast<IbRecvDesc*>(aligned_alloc(4096, 4096));
+  static_assert(kIbMaxRequests * sizeof(IbRecvDesc) <= 4096, "control memory is one page");
+  if (c->ctrl == nullptr)
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: cannot allocate %zu bytes of control memory", bytes);
+  memset(static_cast<void*>(c->ctrl), 0, 4096);
+  CHORUS_CHECK(c->hca->regMr(c->ctrl, bytes, &c->ctrlMr));
+
+  IbConnInfo& l = c->local;
+  l = IbConnInfo();
+  l.nqps = static_cast<uint32_t>(nqps);
+  l.fifoSlots = kIbMaxRequests;
+  for (int i = 0; i < nqps; ++i) {
+    l.qpn[i] = c->qps[i]->qpn();
+    l.psn[i] = randomPsn();
+  }
+  l.gid = d.gid;
+  l.ctrlAddr = reinterpret_cast<uintptr_t>(c->ctrl);
+  l.ctrlRkey = c->ctrlMr.rkey;
+  l.lid = static_cast<uint16_t>(d.port.lid);
+  l.linkLayer = static_cast<uint8_t>(d.port.linkLayer);
+  l.mtu = static_cast<uint8_t>(d.port.activeMtu);
+  return ncclSuccess;
+}
+
+// Checks the peer's IbConnInfo against ours (`expectQps` > 0: the QP count must match).
+ncclResult_t checkRemote(IbComm* c, int expectQps) {
+  const IbConnInfo& r = c->remote;
+  const IbDevice& d = c->net->device(c->dev);
+  if (r.magic != kIbMagic) {
+    CHORUS_FAIL(nullptr, ncclRemoteError,
+                "NET/IB: %s: the peer's setup message has magic 0x%llx, not 0x%llx (another program, or another "
+                "chorus version, is on the other side)",
+                ibCommText(c).c_str(), static_cast<unsigned long long>(r.magic),
+                static_cast<unsigned long long>(kIbMagic));
+  }
+  if (r.nqps < 1 || r.nqps > kIbMaxQps || (expectQps > 0 && static_cast<int>(r.nqps) != expectQps) ||
+      r.fifoSlots != static_cast<uint32_t>(kIbMaxRequests)) {
+    CHORUS_FAIL(nullptr, ncclRemoteError,
+                "NET/IB: %s: the peer offers %u queue pairs and %u FIFO slots (expected %d and %d)",
+                ibCommText(c).c_str(), r.nqps, r.fifoSlots, expectQps > 0 ? expectQps : static_cast<int>(r.nqps),
+                kIbMaxRequests);
+  }
+  if (r.linkLayer != static_cast<uint8_t>(d.port.linkLayer)) {
+    CHORUS_FAIL(nullptr, ncclRemoteError,
+                "NET/IB: %s: link layers differ (ours %s, the peer's %s): InfiniBand and RoCE ports cannot connect",
+                ibCommText(c).c_str(), d.port.linkLayer == IbLinkLayer::kEthernet ? "Ethernet" : "InfiniBand",
+                r.linkLayer == static_cast<uint8_t>(IbLinkLayer::kEthernet) ? "Ethernet" : "InfiniBand");
+  }
+  return ncclSuccess;
+}
+
+// Moves every queue pair to RTR towards its peer queue pair, then to RTS.
+ncclResult_t connectQps(IbComm* c) {
+  const IbDevice& d = c->net->device(c->dev);
+  const IbConnInfo& r = c->remote;
+  for (size_t i = 0; i < c->qps.size(); ++i) {
+    IbRtrAttr rtr;
+    rtr.remoteQpn = r.qpn[i];
+    rtr.remotePsn = r.psn[i];
+    rtr.remoteLid = r.lid;
+    rtr.remoteGid = r.gid;
+    // RoCE always routes by GID; InfiniBand ports of one subnet address each other by LID.
+    rtr.global = d.port.linkLayer == IbLinkLayer::kEthernet;
+    rtr.localGidIndex = d.gidIndex;
+    rtr.mtu = d.port.activeMtu < r.mtu ? d.port.activeMtu : r.mtu;
+    rtr.sl = static_cast<int>(clampParam(kIbSl, 0, 15));
+    rtr.trafficClass = static_cast<int>(clampParam(kIbTc, 0, 255));
+    CHORUS_CHECK(c->qps[i]->toRtr(d.port.port, rtr));
+    IbRtsAttr rts;
+    rts.psn = c->local.psn[i];
+    rts.timeout = static_cast<int>(clampParam(kIbTimeout, 1, 31));
+    rts.retryCnt = static_cast<int>(clampParam(kIbRetryCnt, 0, 7));
+    CHORUS_CHECK(c->qps[i]->toRts(rts));
+  }
+  c->remoteFifoAddr = r.ctrlAddr;
+  c->remoteFifoRkey = r.ctrlRkey;
+  return ncclSuccess;
+}
+
+// Sends (or receives) the rest of `len` bytes at `p`; *finished says whether all have gone.
+ncclResult_t sendStep(IbComm* c, const void* p, size_t len, bool* finished) {
+  IoResult r = c->sock.sendSome(p, len, &c->ioDone);
+  if (!r.ok())
+    CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: %s: connection setup failed: %s", ibCommText(c).c_str(), r.what.c_str());
+  *finished = c->ioDone == len;
+  if (*finished) c->ioDone = 0;
+  return ncclSuccess;
+}
+
+ncclResult_t recvStep(IbComm* c, void* p, size_t len, bool* finished) {
+  IoResult r = c->sock.recvSome(p, len, &c->ioDone);
+  if (!r.ok())
+    CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: %s: connection setup failed: %s", ibCommText(c).c_str(), r.what.c_str());
+  *finished = c->ioDone == len;
+  if (*finished) c->ioDone = 0;
+  return ncclSuccess;
+}
+
+// Advances the connector as far as the socket allows; *up once the connection is usable.
+ncclResult_t progressConnect(IbComm* c, bool* up) {
+  bool fin = true;
+  while (fin && c->state != kCDone) {
+    switch (c->state) {
+      case kCSendInfo:
+        CHORUS_CHECK(sendStep(c, &c->local, sizeof(c->local), &fin));
+        if (fin) c->state = kCRecvInfo;
+        break;
+      case kCRecvInfo:
+        CHORUS_CHECK(recvStep(c, &c->remote, sizeof(c->remote), &fin));
+        if (fin) {
+          CHORUS_CHECK(checkRemote(c, static_cast<int>(c->qps.size())));
+          CHORUS_CHECK(connectQps(c));
+          c->readyWord = kIbReadyWord;
+          c->state = kCSendReady;
+        }
+        break;
+      case kCSendReady:
+        CHORUS_CHECK(sendStep(c, &c->readyWord, sizeof(c->readyWord), &fin));
+        if (fin) c->state = kCDone;
+        break;
+      default:
+        CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: connector in unknown state %d", c->state);
+    }
+  }
+  *up = c->state == kCDone;
+  return ncclSuccess;
+}
+
+// Advances the acceptor as far as the sockets allow; *up once the connection is usable.
+ncclResult_t progressAccept(IbListenComm* l, bool* up) {
+  IbComm* c = l->pending.get();
+  bool fin = true;
+  while (fin && c->state != kADone) {
+    switch (c->state) {
+      case kAAccept: {
+        IoResult r = l->listener.tryAccept(&c->sock);
+        if (!r.ok()) CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: accept failed: %s", r.what.c_str());
+        fin = c->sock.valid();
+        if (fin) c->state = kARecvInfo;
+        break;
+      }
+      case kARecvInfo:
+        CHORUS_CHECK(recvStep(c, &c->remote, sizeof(c->remote), &fin));
+        if (fin) {
+          CHORUS_CHECK(checkRemote(c, 0));
+          CHORUS_CHECK(createResources(c, static_cast<int>(c->remote.nqps)));
+          CHORUS_CHECK(connectQps(c));
+          c->state = kASendInfo;
+        }
+        break;
+      case kASendInfo:
+        CHORUS_CHECK(sendStep(c, &c->local, sizeof(c->local), &fin));
+        if (fin) c->state = kARecvReady;
+        break;
+      case kARecvReady:
+        CHORUS_CHECK(recvStep(c, &c->readyWord, sizeof(c->readyWord), &fin));
+        if (fin) {
+          if (c->readyWord != kIbReadyWord) {
+            CHORUS_FAIL(nullptr, ncclRemoteError, "NET/IB: %s: bad ready word 0x%x from the peer",
+                        ibCommText(c).c_str(), c->readyWord);
+          }
+          c->state = kADone;
+        }
+        break;
+      default:
+        CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: acceptor in unknown state %d", c->state);
+    }
+  }
+  *up = c->state == kADone;
+  return ncclSuccess;
+}
+
+ncclResult_t checkDev(IbNet* net, int dev) {
+  if (net == nullptr) CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: the net is not initialized");
+  if (dev < 0 || dev >= net->ndev()) {
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: device %d does not exist (%d devices)", dev, net->ndev());
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+// ---- handle ---------------------------------------------------------------------------------
+
+void packIbHandle(const SockAddr& addr, void* out) {
+  memset(out, 0, NCCL_NET_HANDLE_MAXSIZE);
+  IbHandle h;
+  h.addr = packAddr(addr);
+  memcpy(out, &h, sizeof(h));
+}
+
+bool unpackIbHandle(const void* handle, SockAddr* addr, std::string* why) {
+  IbHandle h;
+  memcpy(&h, handle, sizeof(h));
+  if (h.magic != kIbMagic) {
+    char buf[96];
+    snprintf(buf, sizeof(buf), "the handle's magic is 0x%llx, not the IB net's 0x%llx",
+             static_cast<unsigned long long>(h.magic), static_cast<unsigned long long>(kIbMagic));
+    *why = buf;
+    return false;
+  }
+  if (!unpackAddr(h.addr, addr) || addr->family() == AF_UNSPEC) {
+    *why = "the handle holds no readable address";
+    return false;
+  }
+  return true;
+}
+
+IbConnectStage ibHandleStage(const void* handle) {
+  IbConnectStage s;
+  memcpy(&s, static_cast<const char*>(handle) + offsetof(IbHandle, stage), sizeof(s));
+  return s;
+}
+
+void setIbHandleStage(void* handle, const IbConnectStage& stage) {
+  memcpy(static_cast<char*>(handle) + offsetof(IbHandle, stage), &stage, sizeof(stage));
+}
+
+// ---- comms ----------------------------------------------------------------------------------
+
+IbComm::~IbComm() {
+  qps.clear();  // queue pairs go before their CQ
+  cq.reset();
+  if (ctrlMr.impl != nullptr && hca != nullptr) hca->deregMr(&ctrlMr);
+  free(ctrl);
+}
+
+std::string ibCommText(const IbComm* c) {
+  std::string who = c->isSend ? "sender" : "receiver";
+  const IbDevice& d = c->net->device(c->dev);
+  who += " on " + d.name + ":" + std::to_string(d.port.port);
+  if (c->sock.valid()) who += (c->isSend ? " to " : " from ") + c->sock.peer().str();
+  return who;
+}
+
+ncclResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm) {
+  *listenComm = nullptr;
+  auto* net = static_cast<IbNet*>(ctx);
+  CHORUS_CHECK(checkDev(net, dev));
+  SockAddr addr;
+  std::string ifName, why;
+  if (findInterface(&addr, &ifName, &why) != ncclSuccess) {
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: no interface for connection setup: %s", why.c_str());
+  }
+  addr.setPort(0);
+  auto l = std::make_unique<IbListenComm>();
+  l->net = net;
+  l->dev = dev;
+  IoResult r = Socket::listen(addr, &l->listener);
+  if (!r.ok()) CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: cannot listen for connections: %s", r.what.c_str());
+  packIbHandle(l->listener.local(), handle);
+  INFO(kNet, "NET/IB: listening on %s (%s) for %s:%d", l->listener.local().str().c_str(), ifName.c_str(),
+       net->device(dev).name.c_str(), net->device(dev).port.port);
+  *listenComm = l.release();
+  return ncclSuccess;
+}
+
+ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** sendDevComm) {
+  *sendComm = nullptr;
+  if (sendDevComm != nullptr) *sendDevComm = nullptr;
+  IbConnectStage stage = ibHandleStage(handle);
+  std::unique_ptr<IbComm> c(static_cast<IbComm*>(stage.comm));
+  if (c == nullptr) {
+    auto* net = static_cast<IbNet*>(ctx);
+    CHORUS_CHECK(checkDev(net, dev));
+    SockAddr to;
+    std::string why;
+    if (!unpackIbHandle(handle, &to, &why)) {
+      CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: connect refused a handle: %s", why.c_str());
+    }
+    c = std::make_unique<IbComm>();
+    c->net = net;
+    c->dev = dev;
+    c->isSend = true;
+    // The listener exists before its handle is handed out, so the kernel completes this TCP handshake without the
+    // acceptor's help: the wait is one round trip, and a refusal ends it at once (no retries).
+    IoResult r = Socket::connect(to, Deadline::fromEnv(), nullptr, &c->sock, [](int) { return true; });
+    if (!r.ok())
+      CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: cannot reach the listener at %s: %s", to.str().c_str(),
+                  r.what.c_str());
+    CHORUS_CHECK(createResources(c.get(), static_cast<int>(clampParam(kIbQpsPerConn, 1, kIbMaxQps))));
+    c->state = kCSendInfo;
+  }
+  bool up = false;
+  ncclResult_t res = progressConnect(c.get(), &up);
+  if (res != ncclSuccess) {
+    setIbHandleStage(handle, IbConnectStage());
+    return res;  // c is released here
+  }
+  if (up) {
+    INFO(kNet, "NET/IB: %s connected with %zu queue pair(s)", ibCommText(c.get()).c_str(), c->qps.size());
+    setIbHandleStage(handle, IbConnectStage());
+    *sendComm = c.release();
+  } else {
+    stage.state = static_cast<uint32_t>(c->state);
+    stage.comm = c.release();
+    setIbHandleStage(handle, stage);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ibAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** recvDevComm) {
+  *recvComm = nullptr;
+  if (recvDevComm != nullptr) *recvDevComm = nullptr;
+  auto* l = static_cast<IbListenComm*>(listenComm);
+  if (l->pending == nullptr) {
+    l->pending = std::make_unique<IbComm>();
+    l->pending->net = l->net;
+    l->pending->dev = l->dev;
+    l->pending->state = kAAccept;
+  }
+  bool up = false;
+  ncclResult_t res = progressAccept(l, &up);
+  if (res != ncclSuccess) {
+    l->pending.reset();
+    return res;
+  }
+  if (up) {
+    INFO(kNet, "NET/IB: %s accepted with %zu queue pair(s)", ibCommText(l->pending.get()).c_str(),
+         l->pending->qps.size());
+    *recvComm = l->pending.release();
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ibCloseComm(void* comm) {
+  delete static_cast<IbComm*>(comm);
+  return ncclSuccess;
+}
+
+ncclResult_t ibCloseListen(void* listenComm) {
+  delete static_cast<IbListenComm*>(listenComm);
+  return ncclSuccess;
+}
+
+}  // namespace chorus

@@ -1,0 +1,285 @@
+// IB net data path: memory registration, isend/irecv through the receive FIFO, and completion (ib_comm.h has the
+// protocol).
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "core/checks.h"
+#include "core/debug.h"
+#include "transports/ib/ib_comm.h"
+
+namespace chorus {
+
+namespace {
+
+/// Messages are split over queue pairs in multiples of this many bytes (so shares stay cache-line aligned).
+constexpr size_t kIbSplitAlign = 128;
+/// How often a request that is still pending looks at the setup socket for the peer's end.
+constexpr auto kPeerCheckPeriod = std::chrono::milliseconds(10);
+/// How long a request may stay pending after the peer's socket ended before it fails: completions the peer's HCA
+/// had already produced (the last data, the last acknowledgement) are still polled during this time.
+constexpr auto kPeerGoneGrace = std::chrono::milliseconds(1000);
+
+const char* wrKindText(IbWrKind k) {
+  switch (k) {
+    case IbWrKind::kData:
+      return "data write";
+    case IbWrKind::kRecv:
+      return "receive";
+    case IbWrKind::kFifo:
+      return "receive descriptor write";
+  }
+  return "work request";
+}
+
+IbRequest* allocRequest(IbComm* c) {
+  for (IbRequest& r : c->reqs) {
+    if (!r.used) {
+      r = IbRequest();
+      r.comm = c;
+      r.used = true;
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+uint32_t slotOf(const IbComm* c, const IbRequest* r) { return static_cast<uint32_t>(r - c->reqs); }
+
+// Records the comm's first error and returns it (the WARN is the caller's).
+ncclResult_t failComm(IbComm* c, ncclResult_t res) {
+  if (c->failed == ncclSuccess) c->failed = res;
+  return c->failed;
+}
+
+// Applies one completion to the request it belongs to.
+ncclResult_t onCompletion(IbComm* c, const IbWc& wc) {
+  IbWrKind kind = ibWrKind(wc.wrId);
+  uint32_t slot = ibWrSlot(wc.wrId);
+  if (wc.status != kIbWcSuccess) {
+    failComm(c, ncclSystemError);
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: %s: %s on queue pair %u failed: %s (status %d, vendor error 0x%x)",
+                ibCommText(c).c_str(), wrKindText(kind), wc.qpn, c->net->verbs().statusText(wc.status), wc.status,
+                wc.vendorErr);
+  }
+  if (kind == IbWrKind::kFifo) return ncclSuccess;  // the descriptor arrived; nothing waits for this
+  bool ok = slot < static_cast<uint32_t>(kIbMaxRequests) && c->reqs[slot].used && c->reqs[slot].events > 0 &&
+            (kind == IbWrKind::kData) == c->isSend && (kind == IbWrKind::kRecv) == wc.recvImm;
+  if (!ok) {
+    failComm(c, ncclInternalError);
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: unexpected completion (work request 0x%llx, queue pair %u)",
+                ibCommText(c).c_str(), static_cast<unsigned long long>(wc.wrId), wc.qpn);
+  }
+  IbRequest& r = c->reqs[slot];
+  if (kind == IbWrKind::kRecv) {
+    if (r.sizeKnown && r.size != wc.imm) {
+      failComm(c, ncclInternalError);
+      CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: queue pairs disagree on a message's size (%zu and %u bytes)",
+                  ibCommText(c).c_str(), r.size, wc.imm);
+    }
+    r.size = wc.imm;
+    r.sizeKnown = true;
+  }
+  r.events--;
+  return ncclSuccess;
+}
+
+// Takes every completion the comm's CQ holds.
+ncclResult_t pollComm(IbComm* c) {
+  constexpr int kBatch = 16;
+  IbWc wcs[kBatch];
+  for (;;) {
+    int n = 0;
+    ncclResult_t res = c->cq->poll(kBatch, wcs, &n);
+    if (res != ncclSuccess) return failComm(c, res);
+    for (int i = 0; i < n; ++i) CHORUS_CHECK(onCompletion(c, wcs[i]));
+    if (n < kBatch) return ncclSuccess;
+  }
+}
+
+// Fails a pending request once the peer's setup socket has ended and the grace period has passed.
+ncclResult_t checkPeer(IbComm* c) {
+  if (!c->sock.valid()) return ncclSuccess;
+  auto now = std::chrono::steady_clock::now();
+  if (now < c->nextSockCheck) return ncclSuccess;
+  c->nextSockCheck = now + kPeerCheckPeriod;
+  if (!c->peerGone) {
+    char byte;
+    size_t got = 0;
+    IoResult r = c->sock.recvSome(&byte, 1, &got);
+    if (r.ok() && got == 0) return ncclSuccess;
+    if (r.ok()) {
+      failComm(c, ncclRemoteError);
+      CHORUS_FAIL(nullptr, ncclRemoteError, "NET/IB: %s: unexpected data on the setup socket after setup",
+                  ibCommText(c).c_str());
+    }
+    c->peerGone = true;
+    c->peerGoneAt = now;
+    return ncclSuccess;
+  }
+  if (now - c->peerGoneAt < kPeerGoneGrace) return ncclSuccess;
+  // INFO, not WARN: a receive posted ahead of need meets this at every teardown where the peer closed first; the
+  // caller decides whether it matters (the proxy asks the bootstrap whether the peer died).
+  char text[512];
+  snprintf(text, sizeof(text), "NET/IB: %s: the peer closed the connection while a %s was pending",
+           ibCommText(c).c_str(), c->isSend ? "send" : "receive");
+  INFO(kNet, "%s", text);
+  setThreadLastError(text);
+  return failComm(c, ncclRemoteError);
+}
+
+}  // namespace
+
+ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  *mhandle = nullptr;
+  auto* c = static_cast<IbComm*>(comm);
+  if (type != NCCL_PTR_HOST) {
+    CHORUS_FAIL(nullptr, ncclInternalError,
+                "NET/IB: only host memory can be registered (pointer type %d): GPUDirect RDMA is not implemented",
+                type);
+  }
+  auto mr = std::make_unique<IbMr>();
+  CHORUS_CHECK(c->hca->regMr(data, size, mr.get()));
+  *mhandle = mr.release();
+  return ncclSuccess;
+}
+
+ncclResult_t ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  (void)offset;
+  if (fd == -1) return ibRegMr(comm, data, size, type, mhandle);
+  *mhandle = nullptr;
+  CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: DMA-BUF registration is not implemented");
+}
+
+ncclResult_t ibDeregMr(void* comm, void* mhandle) {
+  if (mhandle == nullptr) return ncclSuccess;
+  auto* c = static_cast<IbComm*>(comm);
+  auto* mr = static_cast<IbMr*>(mhandle);
+  ncclResult_t res = c->hca->deregMr(mr);
+  delete mr;
+  return res;
+}
+
+ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
+  (void)phandle;
+  *request = nullptr;
+  auto* c = static_cast<IbComm*>(sendComm);
+  if (c->failed != ncclSuccess) return c->failed;
+  const uint32_t want = c->seq + 1;
+  IbRecvDesc* slot = &c->ctrl[c->seq % kIbMaxRequests];
+  // The receiver's HCA writes the slot; seq is read first (acquire), the rest only once it matches.
+  if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != want) return ncclSuccess;
+  IbRecvDesc desc;
+  memcpy(&desc, slot, sizeof(desc));
+  if (desc.tag != tag) {
+    failComm(c, ncclInvalidUsage);
+    CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: %s: message %u has tag %d but the receive it matches has tag %d",
+                ibCommText(c).c_str(), want, tag, desc.tag);
+  }
+  if (size > desc.size || size > static_cast<size_t>(INT_MAX)) {
+    failComm(c, ncclInvalidUsage);
+    CHORUS_FAIL(nullptr, ncclInvalidUsage,
+                "NET/IB: %s: message %u of %zu bytes is larger than the receive it matches (%llu bytes) or than "
+                "%d bytes",
+                ibCommText(c).c_str(), want, size, static_cast<unsigned long long>(desc.size), INT_MAX);
+  }
+  if (size > 0 && mhandle == nullptr) {
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: %s: isend of %zu bytes without a memory registration",
+                ibCommText(c).c_str(), size);
+  }
+  IbRequest* r = allocRequest(c);
+  if (r == nullptr) return ncclSuccess;  // all requests outstanding: try again after a test()
+  const auto* mr = static_cast<const IbMr*>(mhandle);
+  const size_t nqps = c->qps.size();
+  size_t share = (size + nqps - 1) / nqps;
+  share = (share + kIbSplitAlign - 1) / kIbSplitAlign * kIbSplitAlign;
+  for (size_t q = 0; q < nqps; ++q) {
+    size_t off = q * share < size ? q * share : size;
+    size_t len = size - off < share ? size - off : share;
+    IbWrite w;
+    w.wrId = ibWrId(IbWrKind::kData, slotOf(c, r));
+    w.local = static_cast<const char*>(data) + off;
+    w.length = len;
+    w.lkey = len > 0 ? mr->lkey : 0;
+    w.remoteAddr = desc.addr + off;
+    w.rkey = desc.rkey;
+    w.withImm = true;
+    w.imm = static_cast<uint32_t>(size);
+    ncclResult_t res = c->qps[q]->postWrite(w);
+    if (res != ncclSuccess) return failComm(c, res);
+  }
+  r->events = static_cast<int>(nqps);
+  r->size = size;
+  c->seq++;
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                     void** request) {
+  (void)phandles;
+  *request = nullptr;
+  auto* c = static_cast<IbComm*>(recvComm);
+  if (c->failed != ncclSuccess) return c->failed;
+  if (n != 1) {
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: irecv of %d buffers; the IB net takes one (maxRecvs 1)", n);
+  }
+  if (sizes[0] > 0 && mhandles[0] == nullptr) {
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: %s: irecv of %zu bytes without a memory registration",
+                ibCommText(c).c_str(), sizes[0]);
+  }
+  IbRequest* r = allocRequest(c);
+  if (r == nullptr) return ncclSuccess;
+  const uint32_t slot = slotOf(c, r);
+  // Receives first: the sender may write as soon as it sees the descriptor.
+  for (auto& qp : c->qps) {
+    ncclResult_t res = qp->postRecv(ibWrId(IbWrKind::kRecv, slot));
+    if (res != ncclSuccess) {
+      r->used = false;
+      return failComm(c, res);
+    }
+  }
+  const uint32_t fifo = c->seq % kIbMaxRequests;
+  IbRecvDesc& d = c->ctrl[fifo];
+  d.addr = reinterpret_cast<uintptr_t>(data[0]);
+  d.size = sizes[0];
+  d.rkey = sizes[0] > 0 ? static_cast<const IbMr*>(mhandles[0])->rkey : 0;
+  d.tag = tags[0];
+  d.seq = c->seq + 1;
+  IbWrite w;
+  w.wrId = ibWrId(IbWrKind::kFifo, fifo);
+  w.local = &d;
+  w.length = sizeof(d);
+  w.lkey = c->ctrlMr.lkey;
+  w.remoteAddr = c->remoteFifoAddr + fifo * sizeof(IbRecvDesc);
+  w.rkey = c->remoteFifoRkey;
+  ncclResult_t res = c->qps[0]->postWrite(w);
+  if (res != ncclSuccess) return failComm(c, res);
+  r->events = static_cast<int>(c->qps.size());
+  c->seq++;
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  (void)recvComm, (void)n, (void)data, (void)sizes, (void)mhandles;
+  *request = nullptr;  // only host memory is registered: the CPU sees received data once test() says so
+  return ncclSuccess;
+}
+
+ncclResult_t ibTest(void* request, int* done, int* sizes) {
+  *done = 0;
+  auto* r = static_cast<IbRequest*>(request);
+  IbComm* c = r->comm;
+  if (c->failed != ncclSuccess) return c->failed;
+  CHORUS_CHECK(pollComm(c));
+  if (r->events == 0) {
+    *done = 1;
+    if (sizes != nullptr) *sizes = static_cast<int>(r->size);
+    r->used = false;
+    return ncclSuccess;
+  }
+  return checkPeer(c);
+}
+
+}  // namespace chorus

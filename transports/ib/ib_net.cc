@@ -1,0 +1,231 @@
+// The IB net's devices (IbNet) and its ncclNet_v11_t table.
+#include "transports/ib/ib_net.h"
+
+#include <climits>
+#include <cstring>
+
+#include "core/checks.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "transports/ib/ib_comm.h"
+#include "transports/net/net.h"
+
+namespace chorus {
+
+namespace {
+
+StrParam kIbHca{"NCCL_IB_HCA", "",
+                "IB net: HCA ports to use, as name[:port] list: names are prefixes, a leading ^ excludes the listed "
+                "ones, = (after any ^) makes names exact. Unset: every active port.",
+                "network"};
+IntParam kIbGidIndex{"NCCL_IB_GID_INDEX", -1,
+                     "IB net: GID index addressing each port. -1: 0 on InfiniBand; on RoCE the first RoCE v2 "
+                     "IPv4-mapped GID, else RoCE v2 IPv6, else any configured GID.",
+                     "network"};
+
+// The process's IbNet over libibverbs, made once by the table's init(). Never destroyed: comms of communicators
+// that outlive finalize() (or static destructors at exit) may still use its HCAs.
+struct ProcessNet {
+  std::mutex mu;
+  bool tried = false;
+  ncclResult_t result = ncclSuccess;
+  std::string why;
+  IbNet* net = nullptr;
+};
+
+ProcessNet& processNet() {
+  static ProcessNet* p = new ProcessNet();
+  return *p;
+}
+
+ncclResult_t tableInit(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logFunction,
+                       ncclProfilerCallback_t profFunction) {
+  (void)commId, (void)config, (void)logFunction, (void)profFunction;
+  *ctx = nullptr;
+  ProcessNet& p = processNet();
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (!p.tried) {
+    p.tried = true;
+    std::unique_ptr<IbVerbs> verbs = makeRealIbVerbs(&p.why);
+    if (verbs == nullptr) {
+      p.result = ncclSystemError;
+    } else {
+      auto net = std::make_unique<IbNet>(std::move(verbs));
+      p.result = net->discover(&p.why);
+      if (p.result == ncclSuccess) p.net = net.release();
+    }
+    if (p.result != ncclSuccess) p.why = "NET/IB: unavailable: " + p.why;
+  }
+  if (p.result != ncclSuccess) {
+    // Not a WARN: most hosts have no HCA, and the net selector reports this only when IB was asked for.
+    INFO(kNet | kInit, "%s", p.why.c_str());
+    setThreadLastError(p.why.c_str());
+    return p.result;
+  }
+  *ctx = p.net;
+  return ncclSuccess;
+}
+
+ncclResult_t tableDevices(int* ndev) {
+  ProcessNet& p = processNet();
+  std::lock_guard<std::mutex> lock(p.mu);
+  *ndev = p.net != nullptr ? p.net->ndev() : 0;
+  return ncclSuccess;
+}
+
+ncclResult_t tableGetProperties(int dev, ncclNetProperties_v11_t* props) {
+  IbNet* net = nullptr;
+  {
+    ProcessNet& p = processNet();
+    std::lock_guard<std::mutex> lock(p.mu);
+    net = p.net;
+  }
+  if (net == nullptr) CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: getProperties before a successful init");
+  return net->getProperties(dev, props);
+}
+
+ncclResult_t tableGetDeviceMr(void* comm, void* mhandle, void** dptrMhandle) {
+  (void)comm, (void)mhandle;
+  *dptrMhandle = nullptr;  // no device-side (UNPACK) offload
+  return ncclSuccess;
+}
+
+ncclResult_t tableIrecvConsumed(void* recvComm, int n, void* request) {
+  (void)recvComm, (void)n, (void)request;
+  return ncclSuccess;
+}
+
+ncclResult_t tableMakeVDevice(int* d, ncclNetVDeviceProps_v11_t* props) {
+  if (props->ndevs == 1) {
+    *d = props->devs[0];
+    return ncclSuccess;
+  }
+  CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: virtual devices merging %d ports are not supported", props->ndevs);
+}
+
+ncclResult_t tableFinalize(void* ctx) {
+  (void)ctx;  // the process's IbNet stays (see ProcessNet)
+  return ncclSuccess;
+}
+
+ncclResult_t tableSetNetAttr(void* ctx, ncclNetAttr_v11_t* netAttr) {
+  (void)ctx, (void)netAttr;
+  return ncclSuccess;
+}
+
+const ncclNet_v11_t kIbNetTable = {
+    "IB",
+    tableInit,
+    tableDevices,
+    tableGetProperties,
+    ibListen,
+    ibConnect,
+    ibAccept,
+    ibRegMr,
+    ibRegMrDmaBuf,
+    ibDeregMr,
+    ibIsend,
+    ibIrecv,
+    ibIflush,
+    ibTest,
+    ibCloseComm,
+    ibCloseComm,
+    ibCloseListen,
+    tableGetDeviceMr,
+    tableIrecvConsumed,
+    tableMakeVDevice,
+    tableFinalize,
+    tableSetNetAttr,
+};
+
+}  // namespace
+
+IbNet::IbNet(std::unique_ptr<IbVerbs> verbs) : verbs_(std::move(verbs)) {}
+
+IbNet::~IbNet() = default;
+
+ncclResult_t IbNet::discover(std::string* why) {
+  std::vector<IbPortDesc> ports;
+  CHORUS_CHECK(verbs_->listPorts(&ports, why));
+  std::vector<std::string> skipped;
+  const std::string spec = kIbHca.get();
+  devices_ = selectIbDevices(ports, spec, kIbGidIndex.get(), &skipped);
+  for (const std::string& s : skipped) INFO(kNet | kInit, "NET/IB: skipping %s", s.c_str());
+  for (int i = 0; i < ndev(); ++i) {
+    const IbDevice& d = devices_[i];
+    INFO(kNet | kInit, "NET/IB: [%d] %s:%d %s speed %d Mbit/s MTU %d GID %d (%s) pci %s", i, d.name.c_str(),
+         d.port.port, d.port.linkLayer == IbLinkLayer::kEthernet ? "RoCE" : "IB", d.speedMbps,
+         ibMtuBytes(d.port.activeMtu), d.gidIndex, ibGidText(d.gid).c_str(),
+         d.port.pciPath.empty() ? "unknown" : d.port.pciPath.c_str());
+  }
+  if (devices_.empty()) {
+    summary_ = "NET/IB: no usable port (" + std::string(verbs_->name()) + " lists " + std::to_string(ports.size()) +
+               " port(s)" + (spec.empty() ? "" : ", NCCL_IB_HCA=" + spec) + ")";
+  } else {
+    summary_ = "NET/IB: " + std::to_string(ndev()) + " device(s):";
+    for (const IbDevice& d : devices_) summary_ += " " + d.name + ":" + std::to_string(d.port.port);
+  }
+  INFO(kNet | kInit, "%s", summary_.c_str());
+  return ncclSuccess;
+}
+
+ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const {
+  if (dev < 0 || dev >= ndev()) {
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: device %d does not exist (%d devices)", dev, ndev());
+  }
+  const IbDevice& d = devices_[dev];
+  memset(props, 0, sizeof(*props));
+  // NCCL's properties are plain char*; the strings live as long as the net (devices never change after discover).
+  props->name = const_cast<char*>(d.name.c_str());
+  props->pciPath = d.port.pciPath.empty() ? nullptr : const_cast<char*>(d.port.pciPath.c_str());
+  props->guid = d.port.guid;
+  props->ptrSupport = NCCL_PTR_HOST;  // no GPUDirect RDMA: regMr takes host memory only
+  props->regIsGlobal = 0;
+  props->forceFlush = 0;
+  props->speed = d.speedMbps;
+  props->port = d.port.port;
+  props->latency = 0;
+  props->maxComms = d.port.maxQp > 0 ? d.port.maxQp : 65536;
+  props->maxRecvs = 1;
+  props->netDeviceType = NCCL_NET_DEVICE_HOST;
+  props->netDeviceVersion = 0;
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = dev;
+  // The immediate data carries a message's size in 32 bits, and test() reports sizes as int.
+  props->maxP2pBytes = INT_MAX;
+  props->maxCollBytes = INT_MAX;
+  props->maxMultiRequestSize = 1;
+  return ncclSuccess;
+}
+
+ncclResult_t IbNet::openHca(int dev, IbHca** out) {
+  const std::string& name = devices_[dev].name;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hcas_.find(name);
+  if (it == hcas_.end()) {
+    std::unique_ptr<IbHca> hca;
+    CHORUS_CHECK(verbs_->openHca(name, &hca));
+    it = hcas_.emplace(name, std::move(hca)).first;
+  }
+  *out = it->second.get();
+  return ncclSuccess;
+}
+
+const ncclNet_v11_t* ibNetTable() { return &kIbNetTable; }
+
+std::string ibProcessNetSummary() {
+  ProcessNet& p = processNet();
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (!p.tried) return "";
+  return p.net != nullptr ? p.net->summary() : p.why;
+}
+
+const ncclNet_v11_t* ibNet() {
+#ifdef CHORUS_HAVE_VERBS
+  return &kIbNetTable;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace chorus

@@ -1,0 +1,65 @@
+// The InfiniBand verbs net (NCCL_NET=IB): an ncclNet_v11_t over RC queue pairs (docs/net_ib.md).
+//
+// An IbNet is one verbs backend plus the devices discovered through it and the HCAs opened so far. The process has
+// one, over libibverbs, made by the table's init(); tests make their own over the fake backend and pass it as the
+// `ctx` of listen()/connect(). Every comm remembers its IbNet, so that only init/devices/getProperties/finalize
+// use the process's one.
+//
+// Threading: discovery runs once, before the net is used; openHca() may be called from several proxy threads and
+// is serialized by a mutex. Comms are owned by one thread at a time (the proxy's).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "chorus/net.h"
+#include "transports/ib/ib_select.h"
+#include "transports/ib/ib_verbs.h"
+
+namespace chorus {
+
+/// One verbs backend, its net devices and its opened HCAs.
+class IbNet {
+ public:
+  /// A net over `verbs` (discover() fills the devices).
+  explicit IbNet(std::unique_ptr<IbVerbs> verbs);
+  ~IbNet();
+  IbNet(const IbNet&) = delete;
+  IbNet& operator=(const IbNet&) = delete;
+
+  /// Lists the backend's ports and keeps the usable ones NCCL_IB_HCA and NCCL_IB_GID_INDEX select (logged at INFO).
+  /// Fails with *why only when the backend cannot list devices; zero devices is a success.
+  ncclResult_t discover(std::string* why);
+  /// Net devices found by discover().
+  int ndev() const { return static_cast<int>(devices_.size()); }
+  /// Net device `dev` (0 <= dev < ndev()).
+  const IbDevice& device(int dev) const { return devices_[dev]; }
+  /// NCCL's properties of net device `dev`.
+  ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) const;
+  /// The opened HCA of net device `dev`, opened on first use and shared by that HCA's ports until the net goes.
+  ncclResult_t openHca(int dev, IbHca** out);
+  /// The backend.
+  IbVerbs& verbs() { return *verbs_; }
+  /// One line on what discover() found: the devices, or why there are none.
+  const std::string& summary() const { return summary_; }
+
+ private:
+  std::unique_ptr<IbVerbs> verbs_;
+  std::vector<IbDevice> devices_;
+  std::string summary_;
+  std::mutex mu_;  // guards hcas_
+  std::unordered_map<std::string, std::unique_ptr<IbHca>> hcas_;
+};
+
+/// The IB net's function table. init/devices/getProperties/finalize use the process's IbNet over libibverbs; the
+/// other functions work with any IbNet passed as `ctx` (so tests drive them over the fake backend).
+const ncclNet_v11_t* ibNetTable();
+
+/// What the process's IB net (the table's init) found: its devices, or why it has none or failed; empty before the
+/// first init.
+std::string ibProcessNetSummary();
+
+}  // namespace chorus

@@ -1,0 +1,164 @@
+#include "transports/ib/ib_select.h"
+
+#include <arpa/inet.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace chorus {
+
+namespace {
+
+bool allZero(const uint8_t* p, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+bool linkLocal(const IbGid& g) {
+  // fe80::/64: the default GID of every port, derived from its GUID or MAC; not routable.
+  return g.raw[0] == 0xfe && g.raw[1] == 0x80 && allZero(g.raw + 2, 6);
+}
+
+// The index of the lowest set bit of `bits`, or -1 when none is.
+int lowestBit(int bits) {
+  for (int i = 0; i < 31; ++i) {
+    if (bits & (1 << i)) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+IbHcaFilter parseIbHcaFilter(const std::string& spec) {
+  IbHcaFilter f;
+  size_t pos = 0;
+  if (pos < spec.size() && spec[pos] == '^') {
+    f.exclude = true;
+    ++pos;
+  }
+  if (pos < spec.size() && spec[pos] == '=') {
+    f.exact = true;
+    ++pos;
+  }
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    IbHcaEntry e;
+    size_t colon = item.find(':');
+    e.name = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      const char* text = item.c_str() + colon + 1;
+      char* stop = nullptr;
+      long port = strtol(text, &stop, 10);
+      if (stop != text && *stop == '\0' && port > 0) e.port = static_cast<int>(port);
+    }
+    if (!e.name.empty()) f.entries.push_back(e);
+  }
+  return f;
+}
+
+bool ibHcaSelected(const IbHcaFilter& filter, const std::string& hca, int port) {
+  if (filter.entries.empty()) return true;
+  bool listed = false;
+  for (const IbHcaEntry& e : filter.entries) {
+    bool nameOk = filter.exact ? hca == e.name : hca.compare(0, e.name.size(), e.name) == 0;
+    if (nameOk && (e.port < 0 || e.port == port)) {
+      listed = true;
+      break;
+    }
+  }
+  return listed != filter.exclude;
+}
+
+bool ibGidConfigured(const IbGid& gid) {
+  if (allZero(gid.raw, 16)) return false;
+  // A bare fe80:: (the prefix with no interface id) is an unset entry on some drivers.
+  return !(gid.raw[0] == 0xfe && gid.raw[1] == 0x80 && allZero(gid.raw + 2, 14));
+}
+
+bool ibGidIsIpv4(const IbGid& gid) { return allZero(gid.raw, 10) && gid.raw[10] == 0xff && gid.raw[11] == 0xff; }
+
+int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids, int64_t forced, std::string* why) {
+  const int n = static_cast<int>(gids.size());
+  if (forced >= 0) {
+    // Plain InfiniBand needs no GID: index 0 stands even when the table was not read.
+    if (forced < n || (forced == 0 && linkLayer == IbLinkLayer::kInfiniband)) return static_cast<int>(forced);
+    *why = "NCCL_IB_GID_INDEX=" + std::to_string(forced) + " is outside the port's GID table (" + std::to_string(n) +
+           " entries)";
+    return -1;
+  }
+  if (linkLayer == IbLinkLayer::kInfiniband) return 0;
+  if (linkLayer != IbLinkLayer::kEthernet) {
+    *why = "the link layer is neither InfiniBand nor Ethernet";
+    return -1;
+  }
+  // RoCE: in order of preference, as NCCL's default address family (IPv4) and RoCE version (2) choose.
+  auto firstWhere = [&](auto pred) {
+    for (int i = 0; i < n; ++i) {
+      if (ibGidConfigured(gids[i].gid) && pred(gids[i])) return i;
+    }
+    return -1;
+  };
+  int idx = firstWhere([](const IbGidEntry& e) { return e.type == IbGidType::kRoceV2 && ibGidIsIpv4(e.gid); });
+  if (idx < 0) idx = firstWhere([](const IbGidEntry& e) { return e.type == IbGidType::kRoceV2 && !linkLocal(e.gid); });
+  if (idx < 0) idx = firstWhere([](const IbGidEntry& e) { return !linkLocal(e.gid); });
+  if (idx < 0) idx = firstWhere([](const IbGidEntry&) { return true; });
+  if (idx < 0) *why = "the port has no configured GID (no IP address on its Ethernet interface?)";
+  return idx;
+}
+
+int ibPortSpeedMbps(int activeSpeed, int activeWidth) {
+  // Lane rates of the active_speed bits: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR (Mbit/s).
+  static const int kLaneMbps[] = {2500, 5000, 10000, 10000, 14000, 25000, 50000, 100000};
+  // Lane counts of the active_width bits: 1x, 4x, 8x, 12x, 2x.
+  static const int kLanes[] = {1, 4, 8, 12, 2};
+  int s = lowestBit(activeSpeed);
+  int w = lowestBit(activeWidth);
+  // An unknown code counts as the slowest lane rate or a single lane, so the speed is never 0.
+  int lane = s >= 0 && s < 8 ? kLaneMbps[s] : kLaneMbps[0];
+  int lanes = w >= 0 && w < 5 ? kLanes[w] : 1;
+  return lane * lanes;
+}
+
+int ibMtuBytes(int mtu) { return mtu >= 1 && mtu <= 5 ? 128 << mtu : 0; }
+
+std::vector<IbDevice> selectIbDevices(const std::vector<IbPortDesc>& ports, const std::string& hcaSpec,
+                                      int64_t gidIndex, std::vector<std::string>* skipped) {
+  IbHcaFilter filter = parseIbHcaFilter(hcaSpec);
+  std::vector<IbDevice> out;
+  for (const IbPortDesc& p : ports) {
+    if (!ibHcaSelected(filter, p.hca, p.port)) continue;
+    std::string where = p.hca + ":" + std::to_string(p.port);
+    std::string why;
+    if (!p.active) {
+      why = "port is not active";
+    } else if (p.linkLayer != IbLinkLayer::kInfiniband && p.linkLayer != IbLinkLayer::kEthernet) {
+      why = "unknown link layer";
+    }
+    IbDevice d;
+    if (why.empty()) d.gidIndex = selectIbGidIndex(p.linkLayer, p.gids, gidIndex, &why);
+    if (!why.empty()) {
+      if (skipped != nullptr) skipped->push_back(where + ": " + why);
+      continue;
+    }
+    d.port = p;
+    d.name = p.hca;
+    if (d.gidIndex < static_cast<int>(p.gids.size())) d.gid = p.gids[d.gidIndex].gid;
+    d.speedMbps = ibPortSpeedMbps(p.activeSpeed, p.activeWidth);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string ibGidText(const IbGid& gid) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (inet_ntop(AF_INET6, gid.raw, buf, sizeof(buf)) == nullptr) return "?";
+  return buf;
+}
+
+}  // namespace chorus

@@ -1,0 +1,69 @@
+// Which HCA ports the IB net offers, and how each is addressed: pure functions over discovered attributes
+// (IbPortDesc), so that NCCL_IB_HCA filtering, GID selection and speed are tested on made-up device lists.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transports/ib/ib_verbs.h"
+
+namespace chorus {
+
+/// One entry of NCCL_IB_HCA: a device name (prefix unless the list is exact) and an optional port.
+struct IbHcaEntry {
+  std::string name;
+  int port = -1;  ///< -1: any port
+};
+
+/// A parsed NCCL_IB_HCA: "mlx5_0:1,mlx5_1" selects by name prefix (and port), a leading "^" excludes the listed
+/// ones instead, and "=" (after any "^") makes names exact.
+struct IbHcaFilter {
+  bool exclude = false;
+  bool exact = false;
+  std::vector<IbHcaEntry> entries;  ///< empty: every device is selected
+};
+
+/// Parses NCCL_IB_HCA. Entries with a port that is not a positive number are kept without a port; empty entries are
+/// dropped.
+IbHcaFilter parseIbHcaFilter(const std::string& spec);
+
+/// Whether port `port` of device `hca` passes the filter.
+bool ibHcaSelected(const IbHcaFilter& filter, const std::string& hca, int port);
+
+/// Whether a GID is set: not all zero and not a bare link-local prefix (fe80::).
+bool ibGidConfigured(const IbGid& gid);
+/// Whether a GID is an IPv4-mapped address (::ffff:a.b.c.d).
+bool ibGidIsIpv4(const IbGid& gid);
+
+/// The GID index a port is addressed by, or -1 (with *why) when none is usable.
+/// `forced` >= 0 is NCCL_IB_GID_INDEX: used as is when inside the table. Otherwise InfiniBand uses index 0, and
+/// Ethernet (RoCE) prefers the first configured RoCE v2 IPv4-mapped GID, then a RoCE v2 IPv6 one (not link-local),
+/// then any configured one, like NCCL's default (NCCL_IB_ADDR_FAMILY=AF_INET, NCCL_IB_ROCE_VERSION_NUM=2).
+int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids, int64_t forced, std::string* why);
+
+/// Port speed in Mbit/s from ibv_port_attr's active_speed and active_width bits (lane rate x lanes).
+int ibPortSpeedMbps(int activeSpeed, int activeWidth);
+
+/// Bytes of a verbs MTU code (1 = 256 .. 5 = 4096; 0 for an unknown code).
+int ibMtuBytes(int mtu);
+
+/// One port the IB net offers as a net device.
+struct IbDevice {
+  IbPortDesc port;   ///< what discovery saw
+  std::string name;  ///< the HCA name, for properties and logs
+  int gidIndex = 0;  ///< the GID used to address this port
+  IbGid gid;         ///< port.gids[gidIndex] (zero when the table is empty, as on plain IB)
+  int speedMbps = 0;
+};
+
+/// The net devices among `ports`: active, with an InfiniBand or Ethernet link layer, selected by `hcaSpec`
+/// (NCCL_IB_HCA) and with a usable GID (`gidIndex` is NCCL_IB_GID_INDEX, -1 for automatic). `skipped` (may be
+/// null) gets one line per selected-but-unusable port, saying why.
+std::vector<IbDevice> selectIbDevices(const std::vector<IbPortDesc>& ports, const std::string& hcaSpec,
+                                      int64_t gidIndex, std::vector<std::string>* skipped);
+
+/// "fe80::1" or "::ffff:10.0.0.1" style text of a GID, for logs.
+std::string ibGidText(const IbGid& gid);
+
+}  // namespace chorus

@@ -1,0 +1,182 @@
+// The small slice of InfiniBand verbs the IB net uses, behind an interface.
+//
+// The IB net's state machine (transports/ib/ib_comm.h) never calls libibverbs itself: it calls these classes. Two
+// backends implement them:
+//  - the real one (ib_verbs_real.cc), which opens libibverbs.so.1 with dlopen at run time (so libnccl.so.2 loads on
+//    hosts without it) and exists only when chorus was built with the verbs headers (CHORUS_HAVE_VERBS);
+//  - a fake, in-process one (tests/unit/ib_verbs_fake.h), whose RDMA writes are memcpys into another queue pair's
+//  registered
+//    memory and whose completion queues are plain queues, so that the whole net runs in tests on any machine.
+//
+// Nothing here depends on verbs.h: the numeric codes below (MTU, link layer, completion status) are the verbs
+// values where one exists, and each backend translates at its edge.
+//
+// Ownership: an IbVerbs opens IbHca objects (a device context and protection domain); an IbHca makes IbCq, IbQp and
+// memory registrations, which must be released before it is. Each object is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nccl.h"
+
+namespace chorus {
+
+/// A port's link layer.
+enum class IbLinkLayer : int { kUnknown = 0, kInfiniband = 1, kEthernet = 2 };
+
+/// What a GID table entry is, as /sys/class/infiniband/<dev>/ports/<p>/gid_attrs/types/<i> says.
+enum class IbGidType : int { kUnknown = 0, kIbRoceV1 = 1, kRoceV2 = 2 };
+
+/// A 16-byte GID (an IPv6 address in form; RoCE v2 GIDs of IPv4 addresses are IPv4-mapped, ::ffff:a.b.c.d).
+struct IbGid {
+  uint8_t raw[16] = {0};
+};
+
+/// One entry of a port's GID table.
+struct IbGidEntry {
+  IbGid gid;
+  IbGidType type = IbGidType::kUnknown;
+};
+
+/// One port of one HCA as discovery sees it: filled from verbs on a real host, made up in tests.
+struct IbPortDesc {
+  std::string hca;      ///< device name ("mlx5_0")
+  std::string pciPath;  ///< realpath of /sys/class/infiniband/<hca>/device, or empty
+  uint64_t guid = 0;    ///< node GUID, host byte order
+  int port = 1;         ///< port number (1-based)
+  bool active = false;  ///< port state is ACTIVE
+  IbLinkLayer linkLayer = IbLinkLayer::kUnknown;
+  int lid = 0;                   ///< port LID (InfiniBand)
+  int activeMtu = 5;             ///< verbs MTU code: 1 = 256 B .. 5 = 4096 B
+  int activeSpeed = 0;           ///< ibv_port_attr.active_speed (one bit per lane rate)
+  int activeWidth = 0;           ///< ibv_port_attr.active_width (one bit per lane count)
+  int maxQp = 0;                 ///< ibv_device_attr.max_qp
+  std::vector<IbGidEntry> gids;  ///< the GID table (all-zero entries are unset)
+};
+
+/// A memory registration: the keys a work request names it by.
+struct IbMr {
+  void* impl = nullptr;  ///< the backend's object (ibv_mr*, or the fake's record)
+  uint64_t addr = 0;
+  size_t size = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+};
+
+/// One signaled RDMA write (with immediate data when `withImm`); `length` may be 0.
+struct IbWrite {
+  uint64_t wrId = 0;
+  const void* local = nullptr;
+  size_t length = 0;
+  uint32_t lkey = 0;
+  uint64_t remoteAddr = 0;
+  uint32_t rkey = 0;
+  bool withImm = false;
+  uint32_t imm = 0;  ///< host byte order; the backend converts for the wire
+};
+
+/// Completion status codes: the values of enum ibv_wc_status for the ones the net names.
+enum IbWcStatus : int {
+  kIbWcSuccess = 0,
+  kIbWcLocLenErr = 1,
+  kIbWcLocProtErr = 4,
+  kIbWcWrFlushErr = 5,
+  kIbWcRemAccessErr = 10,
+  kIbWcRetryExcErr = 12,
+  kIbWcRnrRetryExcErr = 13,
+};
+
+/// One completion. For an error only wrId, status, vendorErr and qpn are meaningful (as in verbs).
+struct IbWc {
+  uint64_t wrId = 0;
+  int status = kIbWcSuccess;
+  int vendorErr = 0;
+  uint32_t qpn = 0;
+  bool recvImm = false;  ///< a receive consumed by an RDMA write with immediate
+  uint32_t imm = 0;      ///< host byte order
+  uint32_t byteLen = 0;
+};
+
+/// What RTR needs to know about the remote queue pair.
+struct IbRtrAttr {
+  uint32_t remoteQpn = 0;
+  uint32_t remotePsn = 0;
+  int remoteLid = 0;
+  IbGid remoteGid;
+  bool global = false;  ///< route by GID (RoCE, or IB through a router)
+  int localGidIndex = 0;
+  int mtu = 5;  ///< verbs MTU code
+  int sl = 0;
+  int trafficClass = 0;
+};
+
+/// What RTS needs.
+struct IbRtsAttr {
+  uint32_t psn = 0;
+  int timeout = 20;  ///< 4.096 us * 2^timeout per try
+  int retryCnt = 7;
+};
+
+/// A completion queue.
+class IbCq {
+ public:
+  virtual ~IbCq() = default;
+  /// Takes up to `max` completions into `out`; *n says how many (0 when none).
+  virtual ncclResult_t poll(int max, IbWc* out, int* n) = 0;
+};
+
+/// An RC queue pair whose send and receive completions go to one CQ.
+class IbQp {
+ public:
+  virtual ~IbQp() = default;
+  /// The queue pair number the peer addresses.
+  virtual uint32_t qpn() const = 0;
+  /// RESET -> INIT on `port`, allowing remote writes.
+  virtual ncclResult_t toInit(int port) = 0;
+  /// INIT -> RTR towards the remote queue pair.
+  virtual ncclResult_t toRtr(int port, const IbRtrAttr& attr) = 0;
+  /// RTR -> RTS.
+  virtual ncclResult_t toRts(const IbRtsAttr& attr) = 0;
+  /// Posts one signaled RDMA write.
+  virtual ncclResult_t postWrite(const IbWrite& w) = 0;
+  /// Posts one zero-length receive (consumed by an RDMA write with immediate).
+  virtual ncclResult_t postRecv(uint64_t wrId) = 0;
+};
+
+/// An opened HCA: a device context and one protection domain.
+class IbHca {
+ public:
+  virtual ~IbHca() = default;
+  /// A completion queue of at least `depth` entries.
+  virtual ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) = 0;
+  /// An RC queue pair in RESET whose completions go to `cq`.
+  virtual ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) = 0;
+  /// Registers host memory for local use and remote writes.
+  virtual ncclResult_t regMr(void* addr, size_t size, IbMr* out) = 0;
+  /// Releases a registration made by regMr.
+  virtual ncclResult_t deregMr(IbMr* mr) = 0;
+};
+
+/// A verbs implementation: discovery plus device opening.
+class IbVerbs {
+ public:
+  virtual ~IbVerbs() = default;
+  /// "libibverbs" or "fake", for logs.
+  virtual const char* name() const = 0;
+  /// Every port of every HCA, active or not. Fails (with *why) only when the devices cannot be listed at all.
+  virtual ncclResult_t listPorts(std::vector<IbPortDesc>* out, std::string* why) = 0;
+  /// Opens HCA `hca` (a name listPorts returned).
+  virtual ncclResult_t openHca(const std::string& hca, std::unique_ptr<IbHca>* out) = 0;
+  /// The text of a completion status ("remote access error").
+  virtual const char* statusText(int status) const = 0;
+};
+
+/// The libibverbs backend, or null with *why when chorus was built without the verbs headers or libibverbs.so.1
+/// cannot be opened or lacks a verb the net uses.
+std::unique_ptr<IbVerbs> makeRealIbVerbs(std::string* why);
+
+}  // namespace chorus

@@ -1,0 +1,93 @@
+// What the IB net puts on the wire: the listen handle, the queue-pair information both sides exchange over TCP at
+// connection setup, the receive descriptors a receiver RDMA-writes into its sender's FIFO, and work request ids.
+// All integers are host byte order: both ends of a connection run the same chorus on the same architecture
+// (little-endian x86-64 or aarch64), and the magic rejects anything else.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "chorus/net.h"
+#include "core/socket.h"
+#include "transports/ib/ib_verbs.h"
+
+namespace chorus {
+
+/// Requests one comm may have outstanding (NCCL_NET_MAX_REQUESTS); also the number of receive FIFO slots.
+constexpr int kIbMaxRequests = NCCL_NET_MAX_REQUESTS;
+/// Largest NCCL_IB_QPS_PER_CONNECTION honoured.
+constexpr int kIbMaxQps = 16;
+/// Identifies an IB net handle and handshake ("chorusIB" plus a format version in the low byte).
+constexpr uint64_t kIbMagic = 0x63686f7275734901ull;
+
+/// The connector's progress between connect() calls. It lives inside the caller's handle buffer, as NCCL's IB net
+/// keeps it, because connect() is called again with the same handle until the connection is up.
+struct IbConnectStage {
+  uint32_t state = 0;
+  uint32_t reserved = 0;
+  void* comm = nullptr;  ///< the IbComm being connected; null before the first call and after the last
+};
+
+/// The listen handle: where the listener's TCP socket waits, and the connector's stage.
+struct IbHandle {
+  uint64_t magic = kIbMagic;
+  PackedAddr addr;
+  IbConnectStage stage;
+};
+static_assert(sizeof(IbHandle) <= NCCL_NET_HANDLE_MAXSIZE, "the IB handle must fit NCCL's handle");
+
+/// Writes a fresh handle for a listener at `addr` into `out` (NCCL_NET_HANDLE_MAXSIZE bytes).
+void packIbHandle(const SockAddr& addr, void* out);
+/// Reads a handle: false with *why when it is not an IB net handle or its address is unreadable.
+bool unpackIbHandle(const void* handle, SockAddr* addr, std::string* why);
+/// The connector's stage stored in a handle.
+IbConnectStage ibHandleStage(const void* handle);
+/// Stores the connector's stage in a handle.
+void setIbHandleStage(void* handle, const IbConnectStage& stage);
+
+/// One side's connection information, sent over the TCP socket during setup.
+struct IbConnInfo {
+  uint64_t magic = kIbMagic;
+  uint32_t nqps = 0;
+  uint32_t fifoSlots = 0;  ///< receive FIFO slots (kIbMaxRequests)
+  uint32_t qpn[kIbMaxQps] = {0};
+  uint32_t psn[kIbMaxQps] = {0};
+  IbGid gid;
+  uint64_t ctrlAddr = 0;  ///< the side's control memory: the receive FIFO on a sender, descriptor staging on a receiver
+  uint32_t ctrlRkey = 0;  ///< its rkey (the receiver's is not used by the sender)
+  uint16_t lid = 0;
+  uint8_t linkLayer = 0;  ///< IbLinkLayer
+  uint8_t mtu = 0;        ///< verbs MTU code of the side's port
+};
+
+/// Sent by the connector once its queue pairs are ready to receive, so that the acceptor writes nothing earlier.
+constexpr uint32_t kIbReadyWord = 0x52454459;  // "REDY"
+
+/// One receive descriptor, written by the receiver's irecv into slot (seq - 1) % kIbMaxRequests of the sender's FIFO.
+/// `seq` is written last in memory order and read first: the sender takes a slot once seq equals the number of the
+/// message it is about to send (counting from 1, so that a zeroed FIFO holds no descriptor).
+struct IbRecvDesc {
+  uint64_t addr = 0;  ///< where the message goes
+  uint64_t size = 0;  ///< the receive's size: the largest message it takes
+  uint32_t rkey = 0;
+  int32_t tag = 0;
+  uint32_t reserved = 0;
+  uint32_t seq = 0;
+};
+static_assert(sizeof(IbRecvDesc) == 32, "receive descriptors are 32 bytes");
+
+/// What a work request id names: its kind and the request slot (or FIFO slot) it belongs to.
+enum class IbWrKind : uint32_t {
+  kData = 1,  ///< a sender's RDMA write with immediate (one per queue pair per message)
+  kRecv = 2,  ///< a receiver's posted receive (one per queue pair per irecv)
+  kFifo = 3,  ///< a receiver's descriptor write into the sender's FIFO
+};
+/// Packs a work request id.
+inline uint64_t ibWrId(IbWrKind kind, uint32_t slot) { return (static_cast<uint64_t>(kind) << 32) | slot; }
+/// The kind of a work request id.
+inline IbWrKind ibWrKind(uint64_t wrId) { return static_cast<IbWrKind>(wrId >> 32); }
+/// The slot of a work request id.
+inline uint32_t ibWrSlot(uint64_t wrId) { return static_cast<uint32_t>(wrId); }
+
+}  // namespace chorus
