@@ -18,7 +18,7 @@ Connections::Connections(ncclComm* comm, const FifoGeometry& geo)
     : comm_(comm), geo_(geo), shmDisabled_(kShmDisable.get() != 0) {}
 
 Connections::~Connections() {
-  if (sockets_) sockets_->shutdown();
+  if (remote_) remote_->shutdown();
   std::lock_guard<std::mutex> lock(mutex_);
   // A live peer still attaches (and then unlinks) a FIFO we wrote to or poisoned, even after
   // a failure: leave the name for it. Only a dead peer's FIFOs are unlinked here.
@@ -43,7 +43,7 @@ ncclResult_t Connections::init() {
   for (int a = 0; a < comm_->nranks && !anyRemoteGlobal; a++)
     for (int b = a + 1; b < comm_->nranks; b++)
       if (comm_->peers[a].hostHash != comm_->peers[b].hostHash) anyRemoteGlobal = true;
-  if (anyRemoteGlobal) CHORUS_CHECK(SocketTransport::create(comm_, &sockets_));
+  if (anyRemoteGlobal) CHORUS_CHECK(createRemoteTransport(comm_, &remote_));
   return ncclSuccess;
 }
 
@@ -72,11 +72,13 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, b
     INFO(kShm, "rank %d channel %d %s rank %d via shm (%s)", comm_->rank, channel, isSend ? "->" : "<-", peer,
          c->peerLocalProc ? "another process" : "same process");
   } else {
-    if (!sockets_)
-      CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no socket transport for remote rank %d", comm_->rank, peer);
-    CHORUS_CHECK(isSend ? sockets_->connectSend(channel, peer, geo_, &c->fifo)
-                        : sockets_->connectRecv(channel, peer, geo_, &c->fifo));
-    INFO(kNet, "rank %d channel %d %s rank %d via socket", comm_->rank, channel, isSend ? "->" : "<-", peer);
+    if (!remote_)
+      CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no transport between hosts for remote rank %d", comm_->rank,
+                  peer);
+    CHORUS_CHECK(isSend ? remote_->connectSend(channel, peer, geo_, &c->fifo)
+                        : remote_->connectRecv(channel, peer, geo_, &c->fifo));
+    INFO(kNet, "rank %d channel %d %s rank %d via %s", comm_->rank, channel, isSend ? "->" : "<-", peer,
+         remote_->name());
   }
   c->fifo.end = isSend ? 0 : 1;
   *out = c.get();
@@ -131,7 +133,7 @@ void Connections::poisonAll(PoisonReason reason, int culprit, const uint64_t* ca
   }
   // The proxy goes on until the communicator is destroyed: it passes the failure on over every connection and
   // answers peers that connect only now with it.
-  if (sockets_) sockets_->markFailed(word);
+  if (remote_) remote_->markFailed(word);
 }
 
 }  // namespace chorus

@@ -1,7 +1,7 @@
 // The connections of one communicator, made lazily per (channel, peer, direction) the first
-// time an operation needs them: shm within a host, sockets across hosts or when
-// NCCL_SHM_DISABLE=1. Both ends derive the transport from the peer info alone, so no
-// extra exchange is needed.
+// time an operation needs them: shm within a host, the transport between hosts (sockets or a net,
+// transports/remote.h) across hosts or when NCCL_SHM_DISABLE=1. Both ends derive which from the peer
+// info alone.
 //
 // Thread ownership: used by the one thread running the communicator's operations; poisonAll
 // may also be called from ncclCommAbort's thread (it only writes FIFO control words).
@@ -17,8 +17,8 @@
 
 #include "core/comm.h"
 #include "kernels/fifo.h"
+#include "transports/remote.h"
 #include "transports/shm/shm.h"
-#include "transports/socket/socket_transport.h"
 
 namespace chorus {
 
@@ -40,7 +40,7 @@ class Connections {
  public:
   Connections(ncclComm* comm, const FifoGeometry& geo);
   ~Connections();
-  /// Collective: sets up what every rank must agree on (the socket transport's listen sockets).
+  /// Collective: sets up what every rank must agree on (the transport between hosts: createRemoteTransport).
   ncclResult_t init();
   /// The connection for (channel, peer); made on first use. The fast path is a table lookup.
   ncclResult_t send(int channel, int peer, Conn** out) {
@@ -63,12 +63,12 @@ class Connections {
   static constexpr int kDeviceSocketChannelBase = 64;
   /// Whether rank `peer` is reached through shared memory.
   bool viaShm(int peer) const;
-  /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting; socket peers learn it from the proxy.
+  /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting; remote peers learn it from the proxy.
   /// `calls` (may be null) describes a mismatch: {detector's call[3], offender's call[3], ranks}.
   void poisonAll(PoisonReason reason, int culprit, const uint64_t* calls = nullptr);
   const FifoGeometry& geometry() const { return geo_; }
-  /// The socket transport, or null when every peer is reached through shared memory.
-  SocketTransport* sockets() const { return sockets_.get(); }
+  /// The transport between hosts (socket or a net), or null when every peer is reached through shared memory.
+  RemoteTransport* remote() const { return remote_.get(); }
 
  private:
   /// `hostChannel`: a host-path channel (poisonAll opens shm FIFOs up to the highest one); false for staging.
@@ -83,7 +83,7 @@ class Connections {
   ncclComm* comm_;
   FifoGeometry geo_;
   bool shmDisabled_;
-  std::unique_ptr<SocketTransport> sockets_;
+  std::unique_ptr<RemoteTransport> remote_;
   std::mutex mutex_;  // guards conns_ against poisonAll from an aborting thread
   std::map<std::tuple<int, int, bool>, std::unique_ptr<Conn>> conns_;
   int maxChannel_ = 0;  ///< highest channel any operation used (poisonAll covers 0..max)

@@ -425,7 +425,7 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
   // cannot kick it): wake it now, and it keeps polling for CHORUS_SOCKET_SPIN_US while the kernel starts.
   bool staged = false;
   for (int i = 0; i < w.nFifos; i++) staged |= (w.fifos[i].flags & kDevFifoStaged) != 0;
-  if (staged && host_->sockets() != nullptr) host_->sockets()->kick();
+  if (staged && host_->remote() != nullptr) host_->remote()->kick();
   if (rt_->launch(w, stream) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: launching %s: %s", comm_->rank, what,
                 rt_->lastError().c_str());

@@ -45,11 +45,11 @@ class HostPlatform {
   ncclResult_t waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words);
   void publishTail(Fifo* f) {
     __atomic_store_n(&f->ctrl->tail, ++f->step, __ATOMIC_RELEASE);
-    if (SocketTransport* s = conns_->sockets()) s->kick();
+    if (RemoteTransport* s = conns_->remote()) s->kick();
   }
   void publishHead(Fifo* f) {
     __atomic_store_n(&f->ctrl->head, ++f->step, __ATOMIC_RELEASE);
-    if (SocketTransport* s = conns_->sockets()) s->kick();
+    if (RemoteTransport* s = conns_->remote()) s->kick();
   }
   /// Writes a slot header (before publishTail releases it).
   static void writeHeader(SlotHeader* h, const SlotHeader& v) { *h = v; }

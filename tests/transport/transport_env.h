@@ -14,11 +14,36 @@
 
 namespace chorus_test {
 
-/// The transports every suite runs against.
-enum class Transport { kShm, kSocket };
+/// The transports every suite runs against: shared memory, the socket transport, and the net proxy over the UCX
+/// net and over an external net plugin (the test suite's TCP plugin in NCCL's v11 ABI).
+enum class Transport { kShm, kSocket, kUcx, kPlugin };
 
 /// Name of a transport, for parameterised test names.
-inline const char* transportName(Transport t) { return t == Transport::kShm ? "shm" : "socket"; }
+inline const char* transportName(Transport t) {
+  switch (t) {
+    case Transport::kShm:
+      return "shm";
+    case Transport::kSocket:
+      return "socket";
+    case Transport::kUcx:
+      return "ucx";
+    case Transport::kPlugin:
+      return "plugin";
+  }
+  return "?";
+}
+
+/// The name of the proxy thread a transport between hosts runs (none for shm).
+inline const char* proxyThreadName(Transport t) {
+  return t == Transport::kShm ? nullptr : t == Transport::kSocket ? "chorus-sock" : "chorus-net";
+}
+
+#ifdef CHORUS_TEST_NET_V11
+/// The test net plugin (tests/plugins/test_net.c, v11).
+constexpr const char* kTestNetPlugin = CHORUS_TEST_NET_V11;
+#else
+constexpr const char* kTestNetPlugin = "";
+#endif
 
 /// Sets environment variables for one scope and restores them after. Every rank must agree on the
 /// transport (the bootstrap compares settings), so the variables are set before any rank starts:
@@ -46,7 +71,18 @@ class ScopedEnv {
     chorus::paramsReload();
   }
   /// Selects transport `t` for ranks started in this scope.
-  void select(Transport t) { set("NCCL_SHM_DISABLE", t == Transport::kSocket ? "1" : "0"); }
+  void select(Transport t) {
+    set("NCCL_SHM_DISABLE", t == Transport::kShm ? "0" : "1");
+    if (t == Transport::kUcx) {
+      set("NCCL_NET", "UCX");
+      set("UCX_TLS", "tcp");  // UCX over TCP between "hosts", as between namespaces or machines
+    } else if (t == Transport::kPlugin) {
+      set("NCCL_NET_PLUGIN", kTestNetPlugin);
+      set("NCCL_NET", "ChorusTestNet");
+    } else {
+      set("NCCL_NET", "Socket");
+    }
+  }
 
  private:
   struct Saved {
@@ -55,6 +91,5 @@ class ScopedEnv {
   };
   std::vector<Saved> saved_;
 };
-
 
 }  // namespace chorus_test

@@ -1,6 +1,6 @@
-// Peer failures, for every transport: one forked rank is killed with SIGKILL in the middle of
-// a stream of large allreduces, or aborts its communicator; every other rank must return
-// ncclRemoteError naming that rank, well within CHORUS_TIMEOUT_S, instead of hanging.
+// Peer failures, for every transport (shm, sockets, and the net proxy over UCX and over a net plugin): one forked rank
+// is killed with SIGKILL in the middle of a stream of large allreduces, or aborts its communicator; every other rank
+// must return ncclRemoteError naming that rank, well within CHORUS_TIMEOUT_S, instead of hanging.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -20,6 +20,7 @@
 #include "harness/ranks.h"
 #include "nccl.h"
 #include "transport/transport_env.h"
+#include "transports/net/net.h"
 
 namespace chorus_test {
 namespace {
@@ -28,17 +29,32 @@ constexpr int kTimeoutS = 10;  // CHORUS_TIMEOUT_S for these runs
 constexpr int kKillAfterMs = 50;
 
 // Exit codes of a survivor, so that the parent can say what went wrong.
-enum : int { kOk = 0, kInitFailed = 10, kFirstOpFailed = 11, kWrongCode = 20, kNotNamed = 21, kTooSlow = 22, kNeverFailed = 30 };
+enum : int {
+  kOk = 0,
+  kInitFailed = 10,
+  kFirstOpFailed = 11,
+  kWrongCode = 20,
+  kNotNamed = 21,
+  kTooSlow = 22,
+  kNeverFailed = 30
+};
 
 const char* exitText(int code) {
   switch (code) {
-    case kInitFailed: return "init failed";
-    case kFirstOpFailed: return "the allreduce before the failure failed";
-    case kWrongCode: return "the failing call returned something other than ncclRemoteError";
-    case kNotNamed: return "ncclGetLastError did not name the dead rank";
-    case kTooSlow: return "the failure took longer than CHORUS_TIMEOUT_S to surface";
-    case kNeverFailed: return "no call failed although a peer died";
-    default: return "?";
+    case kInitFailed:
+      return "init failed";
+    case kFirstOpFailed:
+      return "the allreduce before the failure failed";
+    case kWrongCode:
+      return "the failing call returned something other than ncclRemoteError";
+    case kNotNamed:
+      return "ncclGetLastError did not name the dead rank";
+    case kTooSlow:
+      return "the failure took longer than CHORUS_TIMEOUT_S to surface";
+    case kNeverFailed:
+      return "no call failed although a peer died";
+    default:
+      return "?";
   }
 }
 
@@ -80,7 +96,14 @@ int rankMain(int rank, const ncclUniqueId& id, int n, int victim) {
 
 using Param = std::tuple<Transport, int>;
 
-class TransportFault : public testing::TestWithParam<Param> {};
+class TransportFault : public testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    Transport t = std::get<0>(GetParam());
+    if (t == Transport::kUcx && chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
+    if (t == Transport::kPlugin && kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+  }
+};
 
 TEST_P(TransportFault, KilledPeerIsNamed) {
   const Transport t = std::get<0>(GetParam());
@@ -90,8 +113,8 @@ TEST_P(TransportFault, KilledPeerIsNamed) {
   env.select(t);
   env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<int> status =
-      forkRanks(n, [&](int rank, const ncclUniqueId& id) { return rankMain(rank, id, n, victim); }, 3.0 * kTimeoutS);
+  std::vector<int> status = forkRanks(
+      n, [&](int rank, const ncclUniqueId& id) { return rankMain(rank, id, n, victim); }, 3.0 * kTimeoutS);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int r = 0; r < n; r++) {
     if (r == victim) {
@@ -237,7 +260,9 @@ TEST(TransportFaultHosts, PeerOnAnotherHostGoneBeforeConnectingIsNamed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportFault,
-                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket), testing::Values(2, 3)),
+                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket, Transport::kUcx,
+                                                          Transport::kPlugin),
+                                          testing::Values(2, 3)),
                          [](const testing::TestParamInfo<Param>& info) {
                            return std::string(transportName(std::get<0>(info.param))) + "_r" +
                                   std::to_string(std::get<1>(info.param));

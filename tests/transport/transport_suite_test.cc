@@ -1,6 +1,7 @@
 // One suite, every transport: the same collectives and point-to-point exchanges, with
-// closed-form expected values, over shared memory and over the socket transport (forced with
-// NCCL_SHM_DISABLE=1), on 2 and 3 ranks, as threads and as forked processes.
+// closed-form expected values, over shared memory and, forced with NCCL_SHM_DISABLE=1, over the socket
+// transport and the net proxy (UCX, and an external net plugin), on 2 and 3 ranks, as threads and as
+// forked processes.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "harness/ranks.h"
 #include "nccl.h"
 #include "transport/transport_env.h"
+#include "transports/net/net.h"
 
 namespace chorus_test {
 namespace {
@@ -40,8 +42,8 @@ void expectAll(const RankCtx& ctx, const char* what, size_t count, const std::ve
   for (size_t i = 0; i < got.size(); i++) {
     float w = want(i);
     if (got[i] != w) {
-      ADD_FAILURE() << "rank " << ctx.rank << " of " << ctx.nranks << ": " << what << " count " << count
-                    << ": element " << i << " is " << got[i] << ", expected " << w;
+      ADD_FAILURE() << "rank " << ctx.rank << " of " << ctx.nranks << ": " << what << " count " << count << ": element "
+                    << i << " is " << got[i] << ", expected " << w;
       return;
     }
   }
@@ -55,17 +57,23 @@ class TransportSuite : public testing::TestWithParam<Param> {
 
   /// Runs body on every rank with the transport selected, then checks the transport was the one in use.
   void run(const std::function<void(RankCtx&)>& body) {
-    ScopedEnv env;
-    env.select(transport());
     Transport t = transport();
+    if (t == Transport::kUcx && chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
+    if (t == Transport::kPlugin && kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+    ScopedEnv env;
+    env.select(t);
     runRanks(nranks(), driver(), [&](RankCtx& ctx) {
       body(ctx);
-      // The socket proxy thread lives as long as the communicator: its presence tells which transport ran.
-      int proxies = countThreadsNamed("chorus-sock");
-      if (t == Transport::kSocket) {
-        EXPECT_GE(proxies, 1) << "rank " << ctx.rank << ": NCCL_SHM_DISABLE=1 but no socket proxy thread";
+      // The proxy thread lives as long as the communicator: its presence tells which transport ran.
+      int sock = countThreadsNamed("chorus-sock"), net = countThreadsNamed("chorus-net");
+      if (t == Transport::kShm) {
+        EXPECT_EQ(sock + net, 0) << "rank " << ctx.rank << ": shm run started a proxy thread";
+      } else if (t == Transport::kSocket) {
+        EXPECT_GE(sock, 1) << "rank " << ctx.rank << ": NCCL_SHM_DISABLE=1 but no socket proxy thread";
+        EXPECT_EQ(net, 0) << "rank " << ctx.rank << ": NCCL_NET=Socket started a net proxy";
       } else {
-        EXPECT_EQ(proxies, 0) << "rank " << ctx.rank << ": shm run started a socket proxy thread";
+        EXPECT_GE(net, 1) << "rank " << ctx.rank << ": " << transportName(t) << " run has no net proxy thread";
+        EXPECT_EQ(sock, 0) << "rank " << ctx.rank << ": " << transportName(t) << " run started a socket proxy";
       }
     });
   }
@@ -165,7 +173,8 @@ TEST_P(TransportSuite, ManySmallAllReduces) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite,
-                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket),
+                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket, Transport::kUcx,
+                                                          Transport::kPlugin),
                                           testing::Values(Driver::kThreads, Driver::kProcesses), testing::Values(2, 3)),
                          paramName);
 

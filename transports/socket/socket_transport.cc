@@ -32,7 +32,7 @@ ncclResult_t connectError(const IoResult& r) {
 
 }  // namespace
 
-ncclResult_t SocketTransport::create(ncclComm* comm, std::unique_ptr<SocketTransport>* out) {
+ncclResult_t SocketTransport::create(ncclComm* comm, std::unique_ptr<RemoteTransport>* out) {
   out->reset();
   // Every rank enters the allgather even when its own listen socket failed (with an empty
   // address), so that the others fail naming it instead of waiting for the bootstrap deadline.
@@ -101,14 +101,10 @@ ncclResult_t SocketProxy::newConn(bool isSend, int channel, int peer, const Fifo
                                   std::unique_ptr<SocketConn>* out) {
   if (peer < 0 || peer >= nranks_ || peer == rank_)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: socket transport: invalid peer %d", rank_, peer);
-  // Whole pages: the device path pins this memory for its GPU (network staging), and a page shared with
-  // another allocation could not be pinned twice.
-  size_t bytes = (geo.totalBytes() + 4095) / 4096 * 4096;
-  void* mem = std::aligned_alloc(4096, bytes);
+  void* mem = allocRemoteFifo(geo);
   if (mem == nullptr)
-    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: socket transport: cannot allocate a %zu-byte FIFO for rank %d",
-                rank_, bytes, peer);
-  std::memset(mem, 0, bytes);
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: socket transport: cannot allocate a %zu-byte FIFO for rank %d", rank_,
+                geo.totalBytes(), peer);
   auto c = std::make_unique<SocketConn>();
   c->isSend = isSend;
   c->channel = channel;

@@ -1,0 +1,146 @@
+// Choosing the net between hosts (transports/remote.cc, docs/net.md): NCCL_NET, NCCL_NET_PLUGIN and the default
+// order, a net named but not runnable, and ranks that chose differently. Every rank is a forked process on its own
+// NCCL_HOSTID "host", so the transport between hosts is used without NCCL_SHM_DISABLE.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/params.h"
+#include "harness/ranks.h"
+#include "nccl.h"
+#include "transport/thread_names.h"
+#include "transport/transport_env.h"
+#include "transports/net/net.h"
+
+namespace chorus_test {
+namespace {
+
+constexpr int kTimeoutS = 10;
+
+// Exit codes of a rank.
+enum : int { kOk = 0, kInitSucceeded = 10, kWrongCode = 11, kWrongText = 12, kInitFailed = 13, kWrongProxy = 14 };
+
+// Runs n ranks, each on its own host, with env(rank) applied before init; returns each rank's exit status.
+std::vector<int> runHosts(int n, const std::function<void(int)>& env, const std::function<int(int, ncclComm_t)>& use,
+                          const std::function<int(int, ncclResult_t, const std::string&)>& onFail) {
+  return forkRanks(
+      n,
+      [&](int rank, const ncclUniqueId& id) {
+        setenv("NCCL_HOSTID", ("net-host-" + std::to_string(rank)).c_str(), 1);
+        env(rank);
+        chorus::paramsReload();
+        ncclComm_t comm = nullptr;
+        ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+        if (res != ncclSuccess) return onFail(rank, res, ncclGetLastError(nullptr));
+        int code = use(rank, comm);
+        ncclCommDestroy(comm);
+        return code;
+      },
+      3.0 * kTimeoutS);
+}
+
+// One allreduce, checked, then which proxy thread runs.
+int allreduceVia(const char* proxyThread, int n, ncclComm_t comm) {
+  std::vector<float> in(70001, 1.0f), out(70001, 0.0f);
+  if (ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess) {
+    fprintf(stderr, "allreduce failed: %s\n", ncclGetLastError(comm));
+    return kInitFailed;
+  }
+  for (float v : out)
+    if (v != static_cast<float>(n)) return kWrongText;
+  return countThreadsNamed(proxyThread) >= 1 ? kOk : kWrongProxy;
+}
+
+int unexpectedFailure(int rank, ncclResult_t res, const std::string& text) {
+  fprintf(stderr, "rank %d: init failed with %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+  return kInitFailed;
+}
+
+void expectAllOk(const std::vector<int>& status) {
+  for (size_t r = 0; r < status.size(); r++)
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == kOk)
+        << "rank " << r << " " << describeStatus(status[r]);
+}
+
+class NetSelect : public testing::Test {
+ protected:
+  void SetUp() override {
+    env_.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
+    env_.set("NCCL_NET", "");
+    env_.set("NCCL_NET_PLUGIN", "none");
+  }
+  ScopedEnv env_;
+};
+
+TEST_F(NetSelect, PluginWithDevicesIsTheDefault) {
+  if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+  env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
+  expectAllOk(runHosts(
+      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net", 2, c); }, unexpectedFailure));
+}
+
+TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
+  env_.set("NCCL_NET_PLUGIN", "/nonexistent/libnccl-net-nothing.so");
+  env_.set("NCCL_IB_DISABLE", "1");
+  expectAllOk(runHosts(
+      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-sock", 2, c); }, unexpectedFailure));
+}
+
+TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {
+  env_.set("NCCL_NET", "Carrier-Pigeon");
+  std::vector<int> status = runHosts(
+      2, [](int) {}, [](int, ncclComm_t) { return static_cast<int>(kInitSucceeded); },
+      [](int rank, ncclResult_t res, const std::string& text) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+        if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
+        bool named = text.find("NCCL_NET=Carrier-Pigeon") != std::string::npos &&
+                     text.find("Socket, IB and UCX") != std::string::npos;
+        return named ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
+      });
+  expectAllOk(status);
+}
+
+// On a host without an InfiniBand port, NCCL_NET=IB fails at init, at once, saying why.
+TEST_F(NetSelect, IbWithoutDeviceFailsFast) {
+  if (chorus::ibNet() != nullptr) {
+    int ndev = 0;
+    void* ctx = nullptr;
+    if (chorus::ibNet()->init(&ctx, 0, nullptr, nullptr, nullptr) == ncclSuccess &&
+        chorus::ibNet()->devices(&ndev) == ncclSuccess && ndev > 0)
+      GTEST_SKIP() << "this host has an active InfiniBand/RoCE port";
+  }
+  env_.set("NCCL_NET", "IB");
+  std::vector<int> status = runHosts(
+      2, [](int) {}, [](int, ncclComm_t) { return static_cast<int>(kInitSucceeded); },
+      [](int rank, ncclResult_t res, const std::string& text) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+        if (res != ncclSystemError && res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
+        // The reason is the net's own (no device, no RDMA kernel modules, no libibverbs), not a bare error name.
+        bool said = text.find("NCCL_NET=IB") != std::string::npos && text.find("NET/IB") != std::string::npos;
+        return said ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
+      });
+  expectAllOk(status);
+}
+
+// Rank 0 asks for UCX and rank 1 for sockets: both fail at init naming the other's choice, instead of hanging.
+TEST_F(NetSelect, RanksThatChoseDifferentNetsFailNamingBoth) {
+  if (chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
+  std::vector<int> status = runHosts(
+      2, [](int rank) { setenv("NCCL_NET", rank == 0 ? "UCX" : "Socket", 1); },
+      [](int, ncclComm_t) { return static_cast<int>(kInitSucceeded); },
+      [](int rank, ncclResult_t res, const std::string& text) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+        if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
+        bool named = text.find("UCX") != std::string::npos && text.find("Socket") != std::string::npos &&
+                     text.find("NCCL_NET") != std::string::npos;
+        return named ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
+      });
+  expectAllOk(status);
+}
+
+}  // namespace
+}  // namespace chorus_test

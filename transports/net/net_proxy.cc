@@ -1,0 +1,514 @@
+// The net proxy (see net_proxy.h): connection setup, the slot loops of both sides, failures, and the thread.
+#include "transports/net/net_proxy.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+
+#include "core/checks.h"
+#include "core/debug.h"
+#include "core/timeout.h"
+#include "transports/socket/socket_wire.h"
+
+namespace chorus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void poisonFifo(const Fifo& f, uint64_t word) {
+  uint64_t zero = 0;
+  __atomic_compare_exchange_n(&f.ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+// How long a setup may wait before one INFO line says what it waits for (the executor's deadline decides failure).
+constexpr double kSlowSetupS = 10.0;
+
+}  // namespace
+
+NetProxy::NetProxy(ncclComm* comm, NetChoice net)
+    : comm_(comm), rank_(comm->rank), net_(std::move(net)), label_("net " + net_.name) {}
+
+NetProxy::~NetProxy() {
+  shutdown();
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+  for (auto& c : conns_) std::free(c->mem);
+  for (auto& c : newConns_) std::free(c->mem);
+}
+
+ncclResult_t NetProxy::start() {
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0)
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: eventfd failed: %s", rank_, name(), strerror(errno));
+  try {
+    thread_ = std::thread([this]() { run(); });
+  } catch (const std::system_error& e) {
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: cannot start the proxy thread: %s", rank_, name(), e.what());
+  }
+  return ncclSuccess;
+}
+
+void NetProxy::wake() {
+  uint64_t one = 1;
+  ssize_t n = ::write(wakeFd_, &one, sizeof(one));
+  (void)n;
+}
+
+std::string NetProxy::connName(const NetConn& c) const {
+  char buf[200];
+  snprintf(buf, sizeof(buf), "rank %d: %s dev %d channel %d %s rank %d (%s)", rank_, name(), c.dev, c.channel,
+           c.isSend ? "->" : "<-", c.peer, comm_->peers[c.peer].hostname);
+  return buf;
+}
+
+// ---- executor side ----------------------------------------------------------------------------
+
+ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out) {
+  if (peer < 0 || peer >= comm_->nranks || peer == rank_)
+    CHORUS_FAIL(comm_, ncclInternalError, "rank %d: %s: invalid peer %d", rank_, name(), peer);
+  void* mem = allocRemoteFifo(geo);
+  if (mem == nullptr)
+    CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: cannot allocate a %zu-byte FIFO for rank %d", rank_, name(),
+                geo.totalBytes(), peer);
+  auto c = std::make_unique<NetConn>();
+  c->isSend = isSend;
+  c->channel = channel;
+  c->peer = peer;
+  c->dev = channel % net_.ndev;  // both ends pick by channel, so a channel's two directions share a device index
+  c->mem = mem;
+  c->fifo.attach(mem, geo);
+  c->fifo.peer = peer;
+  c->state = isSend ? NetConn::State::kAwaitHandle : NetConn::State::kListen;
+  c->since = Clock::now();
+  Fifo view;
+  view.attach(mem, geo);
+  view.peer = peer;
+  {
+    std::lock_guard<std::mutex> lock(newMutex_);
+    if (stop_.load(std::memory_order_acquire)) {
+      std::free(mem);
+      CHORUS_FAIL(comm_, ncclInvalidUsage,
+                  "rank %d: %s: connection %s rank %d requested after the transport was shut "
+                  "down (the communicator failed or was aborted)",
+                  rank_, name(), isSend ? "to" : "from", peer);
+    }
+    newConns_.push_back(std::move(c));
+    haveNew_.store(true, std::memory_order_release);
+  }
+  wake();
+  *out = view;
+  return ncclSuccess;
+}
+
+ncclResult_t NetProxy::connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) {
+  return newConn(true, channel, peer, geo, out);
+}
+
+ncclResult_t NetProxy::connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) {
+  return newConn(false, channel, peer, geo, out);
+}
+
+void NetProxy::markFailed(uint64_t word) {
+  uint64_t zero = 0;
+  failedWord_.compare_exchange_strong(zero, word, std::memory_order_acq_rel);
+  wake();
+}
+
+void NetProxy::shutdown() {
+  std::lock_guard<std::mutex> guard(shutdownMutex_);
+  if (shutDown_) return;
+  shutDown_ = true;
+  {
+    std::lock_guard<std::mutex> lock(newMutex_);
+    stop_.store(true, std::memory_order_release);
+  }
+  if (wakeFd_ >= 0) wake();
+  if (thread_.joinable()) thread_.join();  // the proxy first flushes what was published (NetProxy::run)
+  for (auto& c : conns_) closeConn(*c);
+  if (net_.api != nullptr && net_.api->finalize != nullptr && net_.ctx != nullptr) net_.api->finalize(net_.ctx);
+  net_.ctx = nullptr;
+  INFO(kNet, "rank %d: %s shut down", rank_, name());
+}
+
+// ---- proxy thread: setup ----------------------------------------------------------------------
+
+void NetProxy::adopt() {
+  std::lock_guard<std::mutex> lock(newMutex_);
+  for (auto& c : newConns_) conns_.push_back(std::move(c));
+  newConns_.clear();
+  haveNew_.store(false, std::memory_order_relaxed);
+}
+
+void NetProxy::fail(NetConn& c, const std::string& why) {
+  std::string gone;
+  bool dead = comm_->bootstrap->peerGone(c.peer, &gone);
+  INFO(kNet, "%s: %s%s%s", connName(c).c_str(), why.c_str(), dead ? "; " : "", dead ? gone.c_str() : "");
+  poisonFifo(c.fifo, makePoison(dead ? PoisonReason::kPeerDied : PoisonReason::kError, c.peer));
+  closeConn(c);
+  c.state = NetConn::State::kFailed;
+}
+
+void NetProxy::closeConn(NetConn& c) {
+  const ncclNet_v11_t* n = net_.api;
+  if (c.mhandle != nullptr && c.comm != nullptr) n->deregMr(c.comm, c.mhandle);
+  c.mhandle = nullptr;
+  if (c.comm != nullptr) (c.isSend ? n->closeSend : n->closeRecv)(c.comm);
+  c.comm = nullptr;
+  if (c.listenComm != nullptr) n->closeListen(c.listenComm);
+  c.listenComm = nullptr;
+  // Requests of a closed comm are gone with it (the net frees them); forget them.
+  for (auto& r : c.reqs) r[0] = r[1] = nullptr;
+  c.noticeReq = nullptr;
+}
+
+bool NetProxy::setup(NetConn& c) {
+  const ncclNet_v11_t* n = net_.api;
+  const int tag = kNetHandleTag + c.channel;
+  ncclNetDeviceHandle_v11_t* devHandle = nullptr;
+  ncclResult_t rc = ncclSuccess;
+  // A peer that is gone never completes the setup: look every half second, so that the executor's wait fails
+  // naming it at once rather than at its deadline. (On this host a pid check; on another, one probe of its port.)
+  const Clock::time_point now = Clock::now();
+  if (now >= c.nextLiveCheck) {
+    c.nextLiveCheck = now + std::chrono::milliseconds(500);
+    std::string gone;
+    if (comm_->bootstrap->peerGone(c.peer, &gone)) {
+      fail(c, "setup cannot finish");
+      return true;
+    }
+  }
+  switch (c.state) {
+    case NetConn::State::kListen:
+      rc = n->listen(net_.ctx, c.dev, c.handle, &c.listenComm);
+      if (rc != ncclSuccess) {
+        fail(c, "listen failed (" + std::string(ncclGetErrorString(rc)) + ")");
+        return true;
+      }
+      // The handle goes to the sender over the bootstrap; a small write that does not wait for the peer to read.
+      rc = comm_->bootstrap->send(c.peer, tag, c.handle, sizeof(c.handle));
+      if (rc != ncclSuccess) {
+        fail(c, "cannot send the connection handle over the bootstrap");
+        return true;
+      }
+      c.state = NetConn::State::kAccepting;
+      return true;
+    case NetConn::State::kAwaitHandle: {
+      bool got = false;
+      rc = comm_->bootstrap->tryRecv(c.peer, tag, c.handle, sizeof(c.handle), &got);
+      if (rc != ncclSuccess) {
+        fail(c, "cannot receive the connection handle over the bootstrap");
+        return true;
+      }
+      if (!got) break;
+      c.state = NetConn::State::kConnecting;
+      return true;
+    }
+    case NetConn::State::kConnecting:
+      rc = n->connect(net_.ctx, c.dev, c.handle, &c.comm, &devHandle);
+      if (rc != ncclSuccess) {
+        fail(c, "connect failed (" + std::string(ncclGetErrorString(rc)) + ")");
+        return true;
+      }
+      break;
+    case NetConn::State::kAccepting:
+      rc = n->accept(c.listenComm, &c.comm, &devHandle);
+      if (rc != ncclSuccess) {
+        fail(c, "accept failed (" + std::string(ncclGetErrorString(rc)) + ")");
+        return true;
+      }
+      break;
+    default:
+      return false;
+  }
+  if (c.comm == nullptr) {
+    if (!c.slowWarned && Clock::now() - c.since > std::chrono::duration<double>(kSlowSetupS)) {
+      c.slowWarned = true;
+      INFO(kNet, "%s: still setting up after %.0f s (%s)", connName(c).c_str(), kSlowSetupS,
+           c.state == NetConn::State::kAwaitHandle ? "the peer has not sent its handle: it has not reached this step"
+                                                   : "the net has not completed the connection");
+    }
+    return false;
+  }
+  if (c.listenComm != nullptr) {
+    n->closeListen(c.listenComm);
+    c.listenComm = nullptr;
+  }
+  // One registration covers the FIFO: headers and payloads (and a failure notice, sent from a free header).
+  rc = n->regMr(c.comm, c.mem, c.fifo.geo.totalBytes(), NCCL_PTR_HOST, &c.mhandle);
+  if (rc != ncclSuccess) {
+    fail(c, "cannot register the FIFO memory (" + std::string(ncclGetErrorString(rc)) + ")");
+    return true;
+  }
+  c.state = NetConn::State::kOpen;
+  INFO(kNet, "%s: connected", connName(c).c_str());
+  return true;
+}
+
+// ---- proxy thread: data -----------------------------------------------------------------------
+
+int NetProxy::testReq(NetConn& c, void** req, int* size) {
+  int done = 0;
+  *size = 0;
+  ncclResult_t rc = net_.api->test(*req, &done, size);
+  if (rc != ncclSuccess) {
+    *req = nullptr;  // a failed request is finished from the net's point of view
+    c.endWhy = std::string("transfer failed (") + ncclGetErrorString(rc) + ")";
+    return -1;
+  }
+  if (done == 0) return 0;
+  *req = nullptr;
+  return 1;
+}
+
+bool NetProxy::sendSlots(NetConn& c) {
+  const ncclNet_v11_t* n = net_.api;
+  Fifo& f = c.fifo;
+  bool progress = false;
+  int size = 0;
+  // Completions, oldest first: a slot is freed once both its messages went.
+  while (c.done < c.posted) {
+    void** r = c.reqs[c.done % kInflightSlots];
+    int t = 1;
+    if (r[0] != nullptr) t = testReq(c, &r[0], &size);
+    if (t == 1 && r[1] != nullptr) t = testReq(c, &r[1], &size);
+    if (t < 0) {
+      fail(c, c.endWhy);
+      return true;
+    }
+    if (t == 0) return progress;
+    storeRelease(&f.ctrl->head, ++c.done);
+    progress = true;
+  }
+  if (c.halfPosted && c.reqs[c.posted % kInflightSlots][0] != nullptr) {
+    // Keep the half-posted slot's header moving (some nets progress only requests they are asked about).
+    if (testReq(c, &c.reqs[c.posted % kInflightSlots][0], &size) < 0) {
+      fail(c, c.endWhy);
+      return true;
+    }
+  }
+  if (loadAcquire(&f.ctrl->poison) != 0) return progress;  // this rank failed: nothing more goes out
+  const uint64_t tail = loadAcquire(&f.ctrl->tail);
+  while (c.posted < tail && c.posted - c.done < kInflightSlots) {
+    const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
+    void** r = c.reqs[c.posted % kInflightSlots];
+    ncclResult_t rc = ncclSuccess;
+    if (!c.halfPosted) {
+      rc = n->isend(c.comm, &f.hdrs[slot], sizeof(SlotHeader), 0, c.mhandle, nullptr, &r[0]);
+      if (rc == ncclSuccess && r[0] == nullptr) break;
+      if (rc == ncclSuccess) c.halfPosted = true;
+    }
+    if (rc == ncclSuccess) {
+      char* data = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
+      rc = n->isend(c.comm, data, f.hdrs[slot].bytes, 0, c.mhandle, nullptr, &r[1]);
+      if (rc == ncclSuccess && r[1] == nullptr) break;
+    }
+    if (rc != ncclSuccess) {
+      fail(c, std::string("isend failed (") + ncclGetErrorString(rc) + ")");
+      return true;
+    }
+    c.halfPosted = false;
+    c.posted++;
+    progress = true;
+  }
+  return progress;
+}
+
+// A receive side whose connection ended (an error from the net: the peer closed, died, or the link failed) still
+// publishes every slot that arrived whole, and poisons its FIFO only once the executor has consumed them: a peer
+// that sent everything and destroyed its communicator looks the same, and must not fail the last operation.
+bool NetProxy::recvSlots(NetConn& c) {
+  const ncclNet_v11_t* n = net_.api;
+  Fifo& f = c.fifo;
+  bool progress = false;
+  int size = 0;
+  while (c.done < c.posted && !c.testFailed) {
+    const uint32_t slot = static_cast<uint32_t>(c.done % f.geo.nSlots);
+    void** r = c.reqs[c.done % kInflightSlots];
+    if (r[0] != nullptr) {
+      int t = testReq(c, &r[0], &size);
+      if (t < 0) c.testFailed = true;
+      if (t <= 0) break;
+      progress = true;
+      const SlotHeader& h = f.hdrs[slot];
+      if (size != static_cast<int>(sizeof(SlotHeader))) {
+        fail(c, "protocol error: a slot header of " + std::to_string(size) + " bytes arrived");
+        return true;
+      }
+      if (h.bytes == kPoisonFrameBytes) {  // the sender failed and says why
+        uint64_t word = h.seq;
+        bool valid = poisonWordValid(word, comm_->nranks);
+        INFO(kNet, "%s: the peer reports a failure (%s)", connName(c).c_str(), valid ? "passed on" : "malformed");
+        poisonFifo(f, valid ? word : makePoison(PoisonReason::kError, c.peer));
+        closeConn(c);
+        c.state = NetConn::State::kFailed;
+        return true;
+      }
+    }
+    if (r[1] != nullptr) {
+      int t = testReq(c, &r[1], &size);
+      if (t < 0) c.testFailed = true;
+      if (t <= 0) break;
+      if (static_cast<uint32_t>(size) != f.hdrs[slot].bytes) {
+        fail(c, "protocol error: a payload of " + std::to_string(size) + " bytes arrived where the header announced " +
+                    std::to_string(f.hdrs[slot].bytes));
+        return true;
+      }
+    }
+    storeRelease(&f.ctrl->tail, ++c.done);
+    progress = true;
+  }
+  const uint64_t head = loadAcquire(&f.ctrl->head);
+  if (!c.endWhy.empty()) {
+    // Ended: nothing more is posted. Once nothing else can arrive and the executor took what did, say so.
+    if ((c.testFailed || c.done == c.posted) && head >= c.done) {
+      fail(c, c.endWhy);
+      return true;
+    }
+    return progress;
+  }
+  while (c.posted < head + f.geo.nSlots && c.posted - c.done < kInflightSlots) {
+    const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
+    void** r = c.reqs[c.posted % kInflightSlots];
+    int tag = 0;
+    ncclResult_t rc = ncclSuccess;
+    if (!c.halfPosted) {
+      void* hdr = &f.hdrs[slot];
+      size_t hdrBytes = sizeof(SlotHeader);
+      rc = n->irecv(c.comm, 1, &hdr, &hdrBytes, &tag, &c.mhandle, nullptr, &r[0]);
+      if (rc == ncclSuccess && r[0] == nullptr) break;
+      if (rc == ncclSuccess) c.halfPosted = true;
+    }
+    if (rc == ncclSuccess) {
+      void* data = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
+      size_t bytes = f.geo.slotBytes;
+      rc = n->irecv(c.comm, 1, &data, &bytes, &tag, &c.mhandle, nullptr, &r[1]);
+      if (rc == ncclSuccess && r[1] == nullptr) break;
+    }
+    if (rc != ncclSuccess) {
+      c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
+      return true;
+    }
+    c.halfPosted = false;
+    c.posted++;
+    progress = true;
+  }
+  return progress;
+}
+
+// This rank failed: tell the receiver why, at a slot boundary (the next header it expects), once.
+bool NetProxy::sendNotice(NetConn& c) {
+  int size = 0;
+  if (c.noticeReq != nullptr) {
+    int t = testReq(c, &c.noticeReq, &size);
+    if (t != 0) INFO(kNet, "%s: failure %s", connName(c).c_str(), t > 0 ? "passed on" : "not passed on");
+    return t != 0;
+  }
+  // A slot boundary, and a header no request in flight uses.
+  if (c.halfPosted || c.posted - c.done >= c.fifo.geo.nSlots) return false;
+  // The notice is a SlotHeader in registered memory: the FIFO's header of the next slot to go, which the executor
+  // no longer writes (it failed).
+  SlotHeader& h = c.fifo.hdrs[c.posted % c.fifo.geo.nSlots];
+  h = SlotHeader{};
+  h.seq = failedWord_.load(std::memory_order_acquire);
+  h.bytes = kPoisonFrameBytes;
+  ncclResult_t rc = net_.api->isend(c.comm, &h, sizeof(SlotHeader), 0, c.mhandle, nullptr, &c.noticeReq);
+  if (rc != ncclSuccess) {
+    c.noticeSent = true;
+    INFO(kNet, "%s: could not pass on the failure (%s)", connName(c).c_str(), ncclGetErrorString(rc));
+    return true;
+  }
+  if (c.noticeReq == nullptr) return false;
+  c.noticeSent = true;
+  return true;
+}
+
+bool NetProxy::step(NetConn& c) {
+  if (c.state == NetConn::State::kFailed) return false;
+  if (c.state != NetConn::State::kOpen) return setup(c);
+  if (!c.isSend) return recvSlots(c);
+  bool progress = false;
+  if (failedWord_.load(std::memory_order_acquire) != 0) {
+    // Finish what is in flight, then the notice.
+    progress |= sendSlots(c);
+    if (c.state == NetConn::State::kOpen && (!c.noticeSent || c.noticeReq != nullptr)) progress |= sendNotice(c);
+    return progress;
+  }
+  return sendSlots(c);
+}
+
+// Every published slot has gone (and every notice): the proxy may stop.
+bool NetProxy::flushed() const {
+  for (const auto& c : conns_) {
+    if (!c->isSend || c->state == NetConn::State::kFailed) continue;
+    if (c->state != NetConn::State::kOpen) {
+      if (loadAcquire(&c->fifo.ctrl->tail) > 0) return false;  // data waits for a connection still being made
+      continue;
+    }
+    if (c->done < loadAcquire(&c->fifo.ctrl->tail) && loadAcquire(&c->fifo.ctrl->poison) == 0) return false;
+    if (c->noticeReq != nullptr) return false;
+  }
+  return true;
+}
+
+void NetProxy::run() {
+  pthread_setname_np(pthread_self(), "chorus-net");
+  bool draining = false;
+  Deadline drainBy;
+  int idle = 0;
+  for (;;) {
+    if (stop_.load(std::memory_order_acquire) && !draining) {
+      draining = true;
+      drainBy = Deadline::fromEnv();
+    }
+    if (haveNew_.load(std::memory_order_acquire)) adopt();
+    bool work = false;
+    for (auto& c : conns_) work |= step(*c);
+    if (draining) {
+      if (comm_->abortFlag.load(std::memory_order_relaxed) != 0 || flushed()) break;
+      if (drainBy.expired()) {
+        WARN(
+            "rank %d: %s: closing with data not yet delivered after %.0f s (CHORUS_TIMEOUT_S): a peer stopped "
+            "receiving",
+            rank_, name(), drainBy.seconds());
+        break;
+      }
+    }
+    if (work) {
+      idle = 0;
+      continue;
+    }
+    // Nets give no descriptor to sleep on, so an idle proxy polls them: yielding at first, then sleeping a little
+    // longer each time, up to 100 us (1 ms after a second of quiet). The executor's kick() ends a sleep at once.
+    if (++idle < 64) {
+      sched_yield();
+      continue;
+    }
+    long us = idle < 10000 ? std::min(100, (idle - 63) * 5) : 1000;
+    sleeping_.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    bool more = haveNew_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire);
+    for (auto& c : conns_) more |= step(*c);
+    if (!more) {
+      pollfd pf = {wakeFd_, POLLIN, 0};
+      timespec ts = {0, us * 1000};
+      if (ppoll(&pf, 1, &ts, nullptr) > 0) {
+        uint64_t v;
+        ssize_t n = ::read(wakeFd_, &v, sizeof(v));
+        (void)n;
+        idle = 0;
+      }
+    } else {
+      idle = 0;
+    }
+    sleeping_.store(false, std::memory_order_relaxed);
+  }
+  INFO(kNet | kProxy, "rank %d: %s proxy thread exits", rank_, name());
+}
+
+}  // namespace chorus

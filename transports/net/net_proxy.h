@@ -1,0 +1,133 @@
+// The net proxy: one thread per communicator that moves FIFO slots between hosts over any net behind NCCL's
+// ncclNet interface (transports/net/net.h): UCX, IB verbs, an external plugin.
+//
+// Each one-way connection (channel, from -> to) is a local FIFO at both ends, as with every transport. The proxy:
+//  - setup: the receive side listens on the net and sends the handle to the sender over the bootstrap (tag
+//    kNetHandleTag + channel); the send side picks it up (Bootstrap::tryRecv, never waiting) and connects; both
+//    poll connect/accept until the net says the connection is up, then register the FIFO memory once.
+//  - send side: for every slot the executor produced (tail), two isends: the 32-byte SlotHeader, then the payload;
+//    when both completed, in order, the slot is freed (head).
+//  - receive side: for every free slot (head + nSlots), two irecvs into the slot's header and payload; when both
+//    completed, in order, the slot is published (tail).
+//  At most kInflightSlots slots (two requests each) are outstanding per connection.
+//
+// Failures: an error from the net fails the connection: its FIFO is poisoned naming the peer (as dead when the
+// bootstrap finds it gone), and the executor's wait reports it. A rank that fails (markFailed) sends a failure
+// notice - a header whose bytes field is kPoisonFrameBytes and whose seq is its poison word - on every send
+// connection at a slot boundary, so receivers learn the cause; a receiver that fails has no way back to its sender
+// (connections are one-way), which then learns only through the net or its own deadline.
+//
+// Threads and ownership: the executor calls connectSend/connectRecv (allocating the FIFO and handing the NetConn
+// over through newConns_ under newMutex_); the proxy thread owns every adopted NetConn and makes every net call
+// but init (the selector's, before the proxy starts); shutdown() joins the proxy, then closes the comms and
+// finalizes the net from the caller's thread. FIFO memory is freed by the destructor alone.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transports/net/net.h"
+#include "transports/remote.h"
+
+namespace chorus {
+
+/// Bootstrap tag of a net handle for channel c: kNetHandleTag + c.
+constexpr int kNetHandleTag = 0x4e000;
+/// Slots in flight per connection (two net requests each): within NCCL_NET_MAX_REQUESTS of a v6 plugin (8).
+constexpr uint32_t kInflightSlots = 4;
+
+/// One end of one net connection.
+struct NetConn {
+  enum class State { kListen, kAccepting, kAwaitHandle, kConnecting, kOpen, kFailed };
+  bool isSend = false;
+  int channel = 0;
+  int peer = -1;
+  int dev = 0;
+  void* mem = nullptr;  ///< the FIFO memory (allocRemoteFifo)
+  Fifo fifo;            ///< the proxy's view
+  // Proxy thread only, once adopted:
+  State state = State::kListen;
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  void* comm = nullptr;  ///< the sendComm or recvComm
+  void* mhandle = nullptr;
+  uint64_t posted = 0;                 ///< slots whose requests are all posted
+  uint64_t done = 0;                   ///< slots completed: freed (send side) or published (receive side)
+  bool halfPosted = false;             ///< slot `posted` has its header request posted, not its payload's yet
+  void* reqs[kInflightSlots][2] = {};  ///< [slot % kInflightSlots][0 header, 1 payload]; null once completed
+  std::string endWhy;       ///< the net failed this connection (receive side: ends once what arrived is consumed)
+  bool testFailed = false;  ///< receive side: the oldest request failed, so nothing more completes
+  bool noticeSent = false;  ///< send side: the failure notice went out (or cannot)
+  void* noticeReq = nullptr;
+  SlotHeader notice{};
+  std::chrono::steady_clock::time_point since{};          ///< when setup started (for slow-setup messages)
+  std::chrono::steady_clock::time_point nextLiveCheck{};  ///< setup: when to check again that the peer lives
+  bool slowWarned = false;
+};
+
+/// RemoteTransport over a net (created by createRemoteTransport).
+class NetProxy : public RemoteTransport {
+ public:
+  /// Takes an initialized net (NetChoice::ctx from its init).
+  NetProxy(ncclComm* comm, NetChoice net);
+  ~NetProxy() override;
+  /// Starts the proxy thread.
+  ncclResult_t start();
+  ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
+  ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
+  void shutdown() override;
+  void markFailed(uint64_t word) override;
+  void kick() override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the FIFO store before, the flag load after
+    if (sleeping_.load(std::memory_order_relaxed)) wake();
+  }
+  const char* name() const override { return label_.c_str(); }
+
+ private:
+  ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out);
+  void wake();
+  // ---- proxy thread ----
+  void run();
+  void adopt();
+  /// One step of one connection; true if it made progress.
+  bool step(NetConn& c);
+  bool setup(NetConn& c);
+  bool sendSlots(NetConn& c);
+  bool recvSlots(NetConn& c);
+  bool sendNotice(NetConn& c);
+  /// Tests request *req: 1 when it completed (*req null, *size the bytes moved), 0 while pending, -1 when it failed
+  /// (*req null, c.endWhy says why).
+  int testReq(NetConn& c, void** req, int* size);
+  /// Fails the connection: poisons its FIFO naming the peer, logs why (INFO: the executor reports the failure
+  /// if an operation waits on this FIFO).
+  void fail(NetConn& c, const std::string& why);
+  void closeConn(NetConn& c);
+  bool flushed() const;
+  std::string connName(const NetConn& c) const;
+
+  ncclComm* comm_;
+  int rank_;
+  NetChoice net_;
+  std::string label_;  ///< "net NAME"
+  int wakeFd_ = -1;
+  std::atomic<bool> sleeping_{false};
+
+  std::vector<std::unique_ptr<NetConn>> conns_;  ///< the proxy's (the caller's after the join)
+
+  std::mutex newMutex_;  ///< guards newConns_ and the refusal of new conns after stop_
+  std::vector<std::unique_ptr<NetConn>> newConns_;
+  std::atomic<bool> haveNew_{false};
+
+  std::mutex shutdownMutex_;
+  bool shutDown_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> failedWord_{0};
+  std::thread thread_;
+};
+
+}  // namespace chorus

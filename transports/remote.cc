@@ -1,0 +1,169 @@
+// Choosing the transport between hosts, as NCCL chooses its net: NCCL_NET names one (Socket, IB, UCX or an external
+// plugin's name); otherwise an external plugin (NCCL_NET_PLUGIN, or libnccl-net.so) that has devices, then the IB
+// verbs net unless NCCL_IB_DISABLE=1 or it finds no active port, then sockets. UCX is used when named.
+#include "transports/remote.h"
+
+#include <strings.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/checks.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "transports/net/net.h"
+#include "transports/net/net_proxy.h"
+#include "transports/socket/socket_transport.h"
+
+namespace chorus {
+namespace {
+
+StrParam kNetName{
+    "NCCL_NET", "",
+    "The net between hosts: Socket, IB, UCX, or an external net plugin's name. Unset: a plugin with devices, "
+    "then IB, then Socket (docs/net.md).",
+    "transports"};
+IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
+                    "transports"};
+
+// Names compare as NCCL compares them: without case.
+bool sameName(const std::string& a, const char* b) { return b != nullptr && strcasecmp(a.c_str(), b) == 0; }
+
+// Initializes `api` for this communicator: true with *out filled when it has at least one device, else *why.
+bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason, NetChoice* out, std::string* why) {
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  // A net that cannot run here is not an error of this call (most hosts have no HCA): its text goes into *why, and
+  // the thread's last error is put back.
+  const std::string before = threadLastError();
+  setThreadLastError("");
+  ncclResult_t rc = api->init(&ctx, comm->commHash, &config, pluginLog, nullptr);
+  const std::string said = threadLastError();
+  setThreadLastError(before.c_str());
+  if (rc != ncclSuccess) {
+    *why = std::string(api->name) + ": init failed: " + (!said.empty() ? said : ncclGetErrorString(rc));
+    return false;
+  }
+  int ndev = 0;
+  rc = api->devices(&ndev);
+  if (rc != ncclSuccess || ndev <= 0) {
+    *why = std::string(api->name) + (rc != ncclSuccess ? ": devices() failed" : ": no device");
+    if (api->finalize != nullptr && ctx != nullptr) api->finalize(ctx);
+    return false;
+  }
+  out->api = api;
+  out->ctx = ctx;
+  out->name = api->name;
+  out->reason = reason;
+  out->ndev = ndev;
+  return true;
+}
+
+// This rank's choice: *net stays empty for sockets. A net that NCCL_NET names but cannot run is an error.
+ncclResult_t choose(ncclComm* comm, NetChoice* net, std::string* reason) {
+  const std::string want = kNetName.get();
+  std::string pluginWhy;
+  int pluginVersion = 0;
+  const ncclNet_v11_t* plugin = pluginNet(&pluginWhy, &pluginVersion);
+  std::string why;
+  if (!want.empty()) {
+    const std::string because = "NCCL_NET=" + want;
+    if (sameName(want, "Socket")) {
+      *reason = because;
+      return ncclSuccess;
+    }
+    const ncclNet_v11_t* api = nullptr;
+    std::string missing;
+    if (plugin != nullptr && sameName(want, plugin->name)) {
+      api = plugin;
+    } else if (sameName(want, "IB")) {
+      api = ibNet();
+      missing = "chorus was built without libibverbs headers (libibverbs-dev)";
+    } else if (sameName(want, "UCX")) {
+      api = ucxNet();
+      missing = "chorus was built without UCX (libucx-dev)";
+    } else {
+      const std::string others = plugin != nullptr ? std::string(", and the plugin ") + plugin->name
+                                                   : "; no net plugin is loaded (" + pluginWhy + ")";
+      CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: NCCL_NET=%s names no net: chorus has Socket, IB and UCX%s",
+                  comm->rank, want.c_str(), others.c_str());
+    }
+    if (api == nullptr)
+      CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: %s: %s", comm->rank, because.c_str(), missing.c_str());
+    if (!tryNet(comm, api, because, net, &why))
+      CHORUS_FAIL(comm, ncclSystemError, "rank %d: %s, but it cannot run here: %s", comm->rank, because.c_str(),
+                  why.c_str());
+    return ncclSuccess;
+  }
+  if (plugin != nullptr) {
+    if (tryNet(comm, plugin, "the net plugin (v" + std::to_string(pluginVersion) + ") has devices", net, &why))
+      return ncclSuccess;
+    INFO(kNet | kInit, "rank %d: net plugin %s not used: %s", comm->rank, plugin->name, why.c_str());
+  } else {
+    INFO(kNet | kInit, "rank %d: no net plugin: %s", comm->rank, pluginWhy.c_str());
+  }
+  if (kIbDisable.get() == 0 && ibNet() != nullptr) {
+    if (tryNet(comm, ibNet(), "an InfiniBand/RoCE device is active", net, &why)) return ncclSuccess;
+    *reason = "no net plugin, and IB: " + why;
+  } else {
+    *reason =
+        std::string("no net plugin, and IB ") + (kIbDisable.get() != 0 ? "disabled (NCCL_IB_DISABLE=1)" : "not built");
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+void* allocRemoteFifo(const FifoGeometry& geo) {
+  // Whole pages: the device path pins this memory for its GPU (network staging), and a page shared with another
+  // allocation could not be pinned twice.
+  size_t bytes = (geo.totalBytes() + 4095) / 4096 * 4096;
+  void* mem = std::aligned_alloc(4096, bytes);
+  if (mem != nullptr) std::memset(mem, 0, bytes);
+  return mem;
+}
+
+ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTransport>* out) {
+  out->reset();
+  NetChoice net;
+  std::string reason;
+  ncclResult_t chosen = choose(comm, &net, &reason);
+  // Every rank takes part in the exchange, even one whose choice failed (it sends an empty name), so that the others
+  // fail naming it rather than waiting.
+  constexpr size_t kNameBytes = 64;
+  std::vector<char> names(kNameBytes * comm->nranks, 0);
+  std::string mine = chosen != ncclSuccess ? "" : net.api != nullptr ? net.name : "Socket";
+  strncpy(&names[kNameBytes * comm->rank], mine.c_str(), kNameBytes - 1);
+  ncclResult_t ag = comm->bootstrap->allGather(names.data(), kNameBytes);
+  auto release = [&]() {
+    if (net.api != nullptr && net.api->finalize != nullptr && net.ctx != nullptr) net.api->finalize(net.ctx);
+  };
+  if (chosen != ncclSuccess || ag != ncclSuccess) {
+    release();
+    return chosen != ncclSuccess ? chosen : ag;
+  }
+  for (int r = 0; r < comm->nranks; r++) {
+    const char* theirs = &names[kNameBytes * r];
+    if (strcmp(theirs, mine.c_str()) == 0) continue;
+    release();
+    if (theirs[0] == '\0')
+      CHORUS_FAIL(comm, ncclSystemError, "rank %d: rank %d could not choose a net between hosts (see its log)",
+                  comm->rank, r);
+    CHORUS_FAIL(comm, ncclInvalidUsage,
+                "rank %d chose the net %s between hosts but rank %d chose %s: set NCCL_NET (and NCCL_NET_PLUGIN) the "
+                "same way on every rank",
+                comm->rank, mine.c_str(), r, theirs);
+  }
+  if (net.api == nullptr) {
+    INFO(kNet | kInit, "rank %d: net Socket between hosts (%s)", comm->rank, reason.c_str());
+    return SocketTransport::create(comm, out);
+  }
+  INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s) (%s)", comm->rank, net.name.c_str(), net.ndev,
+       net.reason.c_str());
+  auto proxy = std::make_unique<NetProxy>(comm, net);
+  CHORUS_CHECK(proxy->start());
+  *out = std::move(proxy);
+  return ncclSuccess;
+}
+
+}  // namespace chorus

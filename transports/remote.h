@@ -1,0 +1,41 @@
+// The engine's view of the transport between hosts: connections whose ends are local FIFOs, moved by a proxy
+// thread. Two implementations: the socket transport (transports/socket/, TCP with its own wire protocol) and the
+// net proxy (transports/net/, any net behind NCCL's ncclNet interface: UCX, IB verbs, an external plugin).
+// createRemoteTransport() picks one as NCCL does (NCCL_NET, NCCL_NET_PLUGIN, NCCL_IB_DISABLE; docs/net.md).
+#pragma once
+
+#include <memory>
+
+#include "core/comm.h"
+#include "kernels/fifo.h"
+
+namespace chorus {
+
+/// Connections to ranks on other hosts, progressed by one proxy thread per communicator.
+class RemoteTransport {
+ public:
+  virtual ~RemoteTransport() = default;
+  /// Connects (lazily, once) the send side of (channel, peer); *out views the local FIFO. Never waits for the peer.
+  virtual ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) = 0;
+  /// Prepares the receive side of (channel, peer); *out views the local FIFO.
+  virtual ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) = 0;
+  /// Flushes what was published, closes every connection and stops the proxy (peers see the connection end).
+  virtual void shutdown() = 0;
+  /// This rank failed with FIFO poison `word`: the proxy passes it on to peers where the transport can.
+  virtual void markFailed(uint64_t word) = 0;
+  /// Called by the executor after it published or freed a slot: wakes a sleeping proxy (a fence and a load when
+  /// the proxy is awake).
+  virtual void kick() = 0;
+  /// The transport's name for logs ("socket", "net UCX", ...).
+  virtual const char* name() const = 0;
+};
+
+/// Collective over the communicator: chooses the net (every rank must choose the same; a mismatch fails naming
+/// the ranks), logs the choice and why, and starts its proxy.
+ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTransport>* out);
+
+/// Page-aligned, zeroed memory for one FIFO of geometry `geo`, in whole pages (the device path pins it for its
+/// GPU); null when out of memory. Free with std::free.
+void* allocRemoteFifo(const FifoGeometry& geo);
+
+}  // namespace chorus
