@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The nets across hosts (docs/net.md), each host a network namespace: 2 hosts on a bridge, 2 ranks each (shared
+# memory within a host, the net across). For NCCL_NET=Socket and NCCL_NET=UCX (UCX_TLS=tcp: namespaces share a
+# kernel, so UCX's own shared-memory transports would otherwise reach across "hosts"):
+#   matrix    every collective and send/recv, checked (tests/transport/netns/netns_coll.cc); garbage sent to the
+#             bootstrap root's port first must be refused and logged, and the run must still succeed;
+#   kill      rank 3 (on host 2) is SIGKILLed during a stream of allreduces: ranks 0-2 must fail naming rank 3;
+#   linkdown  host 2's link goes down during the stream: every rank must fail, naming a rank on the other host,
+#             within CHORUS_TIMEOUT_S (plus scheduling slack).
+# Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
+set -u
+bin=${1:?usage: netns_nets_test.sh <path to netns_coll> [Socket UCX]}
+shift
+nets=${*:-Socket UCX}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../../scripts/netns_hosts.sh"
+pfx=nn$$
+N=4
+PER=2
+timeout_s=8
+wd=$(mktemp -d)
+pids=()
+status=0
+
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  netns_hosts_del "$pfx" 2
+  rm -rf "$wd"
+}
+trap cleanup EXIT
+
+if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+  echo "SKIP: iproute2 (ip, tc) is not installed"
+  exit 77
+fi
+if ! netns_hosts "$pfx" 2 10.83.0 10gbit 2>"$wd/err"; then
+  echo "SKIP: cannot create bridged network namespaces ($(tail -1 "$wd/err")); run as root"
+  exit 77
+fi
+
+fail() {
+  echo "FAIL: $*"
+  status=1
+}
+
+port=29800
+# launch NET CASE MODE FIRST LAST: starts ranks FIRST..LAST of netns_coll MODE (rank r on host r / PER + 1),
+# logging to $wd/NET-CASE-r.log.
+launch() {
+  local netname=$1 case=$2 mode=$3 first=$4 last=$5 r host
+  for r in $(seq "$first" "$last"); do
+    host=$((r / PER + 1))
+    ip netns exec "${pfx}_h$host" env NCCL_COMM_ID=10.83.0.1:$port NCCL_SOCKET_IFNAME==hx NCCL_NET="$netname" \
+      NCCL_NET_PLUGIN=none UCX_TLS=tcp UCX_NET_DEVICES=hx CHORUS_TIMEOUT_S=$timeout_s NCCL_DEBUG=WARN \
+      "$bin" "$r" $N "$mode" >"$wd/$netname-$case-$r.log" 2>&1 &
+    pids[$r]=$!
+  done
+}
+
+# wait_all SECONDS NET-CASE: waits for every launched rank; kills what is left at the deadline.
+wait_all() {
+  local end=$((SECONDS + $1)) r
+  for r in "${!pids[@]}"; do
+    while kill -0 "${pids[$r]}" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.1; done
+    if kill -0 "${pids[$r]}" 2>/dev/null; then
+      kill -9 "${pids[$r]}" 2>/dev/null
+      echo "rank $r was still running at the deadline (killed)" >>"$wd/$2-$r.log"
+    fi
+    wait "${pids[$r]}" 2>/dev/null
+  done
+  pids=()
+}
+
+# wait_streaming NET CASE: until every rank started its stream (at most 60 s).
+wait_streaming() {
+  local end=$((SECONDS + 60)) r n
+  while [ $SECONDS -lt $end ]; do
+    n=0
+    for r in $(seq 0 $((N - 1))); do grep -q "streaming" "$wd/$1-$2-$r.log" 2>/dev/null && n=$((n + 1)); done
+    [ $n -eq $N ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+show() {  # NET CASE
+  local r
+  for r in $(seq 0 $((N - 1))); do
+    echo "---- $1 $2 rank $r (host $((r / PER + 1))) ----"
+    cat "$wd/$1-$2-$r.log"
+  done
+}
+
+for netname in $nets; do
+  # matrix, after garbage on the bootstrap root's port
+  port=$((port + 1))
+  launch "$netname" matrix matrix 0 0
+  sent=0
+  for _ in $(seq 1 100); do
+    if ip netns exec "${pfx}_h2" bash -c "exec 3<>/dev/tcp/10.83.0.1/$port && head -c 4096 /dev/urandom >&3" \
+      2>/dev/null; then
+      sent=1
+      break
+    fi
+    sleep 0.05
+  done
+  [ $sent = 1 ] || fail "$netname: could not reach the bootstrap root to send garbage"
+  launch "$netname" matrix matrix 1 $((N - 1))
+  wait_all 120 "$netname-matrix"
+  show "$netname" matrix
+  for r in $(seq 0 $((N - 1))); do
+    grep -q "rank $r: OK" "$wd/$netname-matrix-$r.log" || fail "$netname matrix: rank $r did not finish OK"
+  done
+  want="socket [1-9]"
+  [ "$netname" = Socket ] || want="net [1-9]"
+  grep -q "$want" "$wd/$netname-matrix-0.log" || fail "$netname matrix: rank 0 did not run over the $netname net"
+  grep -q "not a chorus bootstrap hello" "$wd/$netname-matrix-0.log" ||
+    fail "$netname matrix: the garbage sent to the bootstrap root was not refused and logged"
+
+  # kill rank 3 mid-stream
+  port=$((port + 1))
+  launch "$netname" kill stream 0 $((N - 1))
+  if wait_streaming "$netname" kill; then
+    kill -9 "${pids[3]}"
+    wait_all $((3 * timeout_s)) "$netname-kill"
+  else
+    fail "$netname kill: the ranks did not start streaming"
+    wait_all 1 "$netname-kill"
+  fi
+  show "$netname" kill
+  for r in 0 1 2; do
+    grep "FAILED" "$wd/$netname-kill-$r.log" | grep -q "rank 3 " || fail "$netname kill: rank $r did not fail naming rank 3"
+  done
+
+  # take host 2's link down mid-stream; then up again for the next net
+  port=$((port + 1))
+  launch "$netname" linkdown stream 0 $((N - 1))
+  if wait_streaming "$netname" linkdown; then
+    ip -n "${pfx}_h2" link set hx down
+    wait_all $((3 * timeout_s)) "$netname-linkdown"
+  else
+    fail "$netname linkdown: the ranks did not start streaming"
+    wait_all 1 "$netname-linkdown"
+  fi
+  ip -n "${pfx}_h2" link set hx up
+  show "$netname" linkdown
+  for r in $(seq 0 $((N - 1))); do
+    line=$(grep "FAILED" "$wd/$netname-linkdown-$r.log")
+    [ -n "$line" ] || {
+      fail "$netname linkdown: rank $r did not fail"
+      continue
+    }
+    other="rank [01] "
+    [ $((r / PER)) = 0 ] && other="rank [23] "
+    echo "$line" | grep -q "$other" || fail "$netname linkdown: rank $r did not name a rank on the other host"
+    took=$(echo "$line" | sed -n 's/.* after \([0-9.]*\) s:.*/\1/p')
+    python3 -c "import sys; sys.exit(0 if float('${took:-1e9}') <= $timeout_s + 5 else 1)" ||
+      fail "$netname linkdown: rank $r took ${took:-?} s (CHORUS_TIMEOUT_S $timeout_s)"
+  done
+done
+exit $status
