@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The nets between hosts against the link and against Gloo and Open MPI (docs/perf/net.md, "Nets"): H network-
+# namespace hosts on a bridge, ONE rank each (so every byte crosses a link), every link shaped with HTB to RATE both
+# ways. Measures the link's TCP goodput with iperf3 (both directions at once, as a ring hop runs), then allreduce and
+# allgather with chorus over NCCL_NET=Socket and NCCL_NET=UCX (UCX_TLS=tcp: namespaces share a kernel), Gloo
+# (gloo_perf, TCP) and Open MPI (mpi_perf; mpirun starts one process in each namespace through an rsh agent, BTL tcp).
+# Prints a Markdown table of busbw and of busbw / goodput: with one rank a host, a ring's busbw is what each link
+# carries each way per second, so 100% is the link. A benchmark, not a test. Needs root, iperf3, python3, and for the
+# baselines gloo_perf and mpi_perf built (libgloo-dev, libopenmpi-dev openmpi-bin).
+#
+# Usage: perf/netns_net_bench.sh BUILD_DIR OUT_DIR [RATE (1gbit)] [HOSTS (2)] [MAX_BYTES (256M)]
+# Environment: MIN_BYTES (1M), ITERS (5), LIBS (default "Socket UCX Gloo MPI").
+set -u
+build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
+out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
+rate=${3:-1gbit}
+H=${4:-2}
+maxb=${5:-256M}
+libs=${LIBS:-Socket UCX Gloo MPI}
+build=$(cd "$build" && pwd)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../scripts/netns_hosts.sh"
+net=nb$$
+subnet=10.85.0
+pids=()
+agent=$(mktemp)
+
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  netns_hosts_del "$net" "$H"
+  rm -f "$agent"
+  rm -rf /tmp/gloo-store-nb$$-*
+}
+trap cleanup EXIT
+
+netns_hosts "$net" "$H" $subnet "$rate" || exit 1
+
+ip netns exec "${net}_h2" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
+sleep 0.5
+ip netns exec "${net}_h1" iperf3 -c $subnet.2 -p 5201 -t 5 --bidir -J >"$out/iperf3.json" 2>&1
+goodput=$(python3 -c '
+import json,sys
+e=json.load(open(sys.argv[1]))["end"]
+print(min(e["sum_sent"]["bits_per_second"], e["sum_sent_bidir_reverse"]["bits_per_second"])/8)
+' "$out/iperf3.json") || { echo "iperf3 failed: $(tail -3 "$out/iperf3.json")"; exit 1; }
+echo "link $rate, $H hosts: TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s)"
+
+# mpirun's rsh agent: host $subnet.i is namespace ${net}_hi.
+cat >"$agent" <<EOF
+#!/bin/bash
+host=\$1; shift
+exec ip netns exec ${net}_h\${host##*.} bash -c "\$*"
+EOF
+chmod +x "$agent"
+
+port=29900
+flags() { echo "-b ${MIN_BYTES:-1M} -e $maxb -f 4 -n ${ITERS:-5} -w 1"; }
+
+# run LIB COLL: one rank a host, JSON to $out/LIB-COLL.json.
+run() {
+  local lib=$1 coll=$2 r rc=0 tool
+  port=$((port + 2))
+  if [ "$lib" = MPI ]; then
+    local hosts=""
+    for r in $(seq 1 "$H"); do hosts="$hosts${hosts:+,}$subnet.$r:1"; done
+    ip netns exec "${net}_h1" mpirun --allow-run-as-root --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
+      --mca btl tcp,self --mca btl_tcp_if_include hx --mca oob_tcp_if_include hx --host "$hosts" -np "$H" \
+      -x MASTER_ADDR=$subnet.1 -x MASTER_PORT=$port \
+      "$build/perf/mpi_perf" -op "$coll" $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.log" 2>&1
+    return $?
+  fi
+  case $coll in allreduce) tool=all_reduce_perf ;; allgather) tool=all_gather_perf ;; esac
+  [ "$lib" = Gloo ] && tool="gloo_perf -op $coll"
+  pids=()
+  for r in $(seq 0 $((H - 1))); do
+    ip netns exec "${net}_h$((r + 1))" env RANK=$r WORLD_SIZE=$H LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+      MASTER_ADDR=$subnet.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx NCCL_NET="$lib" NCCL_NET_PLUGIN=none \
+      UCX_TLS=tcp UCX_NET_DEVICES=hx GLOO_SOCKET_IFNAME=hx GLOO_STORE_DIR=/tmp/gloo-store-nb$$-$port \
+      CHORUS_TIMEOUT_S=300 $build/perf/$tool $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  pids=()
+  return $rc
+}
+
+for coll in allreduce allgather; do
+  for lib in $libs; do
+    run "$lib" "$coll" || echo "$lib $coll failed (logs in $out)"
+  done
+done
+
+python3 - "$out" "$goodput" "$libs" <<'EOF'
+import json, os, sys
+out, goodput, libs = sys.argv[1], float(sys.argv[2]), sys.argv[3].split()
+name = {"Socket": "chorus, NCCL_NET=Socket", "UCX": "chorus, NCCL_NET=UCX", "Gloo": "Gloo (TCP)", "MPI": "Open MPI (BTL tcp)"}
+print("\n| collective | library | size (bytes) | time (ms) | busbw (MB/s) | busbw / goodput | #wrong |")
+print("|---|---|---|---|---|---|---|")
+for coll in ("allreduce", "allgather"):
+    for lib in libs:
+        path = f"{out}/{lib}-{coll}.json"
+        if not os.path.exists(path):
+            print(f"| {coll} | {name[lib]} | - | failed | | | |")
+            continue
+        for row in json.load(open(path))["results"]:
+            o = row["out_of_place"]
+            bw = o["bus_bw"] * 1e9
+            print(f"| {coll} | {name[lib]} | {row['size']} | {o['time']/1e3:.1f} | {bw/1e6:.1f} | "
+                  f"{100*bw/goodput:.0f}% | {o.get('wrong', 0)} |")
+EOF
