@@ -37,6 +37,18 @@ void fillPattern(char* buf, size_t count, size_t offset, ncclDataType_t type, ui
 
 const CollSpec& collSpec(PerfColl coll) { return kTable[static_cast<int>(coll)]; }
 
+std::vector<char*> takeCollArg(int argc, char** argv, std::string* coll) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; i++) {
+    if ((std::strcmp(argv[i], "-op") == 0 || std::strcmp(argv[i], "--coll") == 0) && i + 1 < argc) {
+      *coll = argv[++i];
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  return args;
+}
+
 const CollSpec* findCollSpec(const std::string& name) {
   for (const CollSpec& s : kTable) {
     std::string squashed;

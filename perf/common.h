@@ -60,6 +60,9 @@ struct CollSpec {
 const CollSpec& collSpec(PerfColl coll);
 /// The entry whose name or program matches (case-insensitive; "allreduce", "all_reduce_perf"...), or nullptr.
 const CollSpec* findCollSpec(const std::string& name);
+/// The baselines' (mpi_perf, gloo_perf) "-op NAME" / "--coll NAME": takes it out of argv (where -o is the
+/// reduction op) into *coll, left unchanged when absent; returns the other arguments.
+std::vector<char*> takeCollArg(int argc, char** argv, std::string* coll);
 
 /// Element counts of one call for a requested size (nccl-tests' getCollByteCount).
 struct CallShape {

@@ -179,14 +179,7 @@ class GlooBackend : public Backend {
 int main(int argc, char** argv) {
   using namespace chorus::perf;
   std::string coll = "allreduce";
-  std::vector<char*> args;
-  for (int i = 0; i < argc; i++) {
-    if ((std::strcmp(argv[i], "-op") == 0 || std::strcmp(argv[i], "--coll") == 0) && i + 1 < argc) {
-      coll = argv[++i];
-      continue;
-    }
-    args.push_back(argv[i]);
-  }
+  std::vector<char*> args = takeCollArg(argc, argv, &coll);
   const CollSpec* found = findCollSpec(coll);
   if (found == nullptr || (found->coll != PerfColl::kAllReduce && found->coll != PerfColl::kAllGather)) {
     std::fprintf(stderr, "gloo_perf: unknown -op '%s' (allreduce, allgather)\n", coll.c_str());

@@ -205,14 +205,7 @@ int main(int argc, char** argv) {
   using namespace chorus::perf;
   // Take "-op NAME" (or --coll NAME) out before the shared flags are parsed: -o is the reduction op there.
   std::string coll = "allreduce";
-  std::vector<char*> args;
-  for (int i = 0; i < argc; i++) {
-    if ((std::strcmp(argv[i], "-op") == 0 || std::strcmp(argv[i], "--coll") == 0) && i + 1 < argc) {
-      coll = argv[++i];
-      continue;
-    }
-    args.push_back(argv[i]);
-  }
+  std::vector<char*> args = takeCollArg(argc, argv, &coll);
   if (coll == "bcast") coll = "broadcast";
   const CollSpec* found = findCollSpec(coll);
   if (found == nullptr || found->coll == PerfColl::kHyperCube) {

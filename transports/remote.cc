@@ -4,6 +4,8 @@
 #include "transports/remote.h"
 
 #include <strings.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -113,6 +115,28 @@ ncclResult_t choose(ncclComm* comm, NetChoice* net, std::string* reason) {
 }
 
 }  // namespace
+
+ProxyWake::~ProxyWake() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool ProxyWake::open() {
+  fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  return fd_ >= 0;
+}
+
+void ProxyWake::wake() {
+  uint64_t one = 1;
+  // A full counter (never in practice) still leaves the fd readable, which is all a wake needs.
+  ssize_t n = ::write(fd_, &one, sizeof(one));
+  (void)n;
+}
+
+void ProxyWake::drain() {
+  uint64_t v;
+  ssize_t n = ::read(fd_, &v, sizeof(v));
+  (void)n;
+}
 
 void* allocRemoteFifo(const FifoGeometry& geo) {
   // Whole pages: the device path pins this memory for its GPU (network staging), and a page shared with another

@@ -4,6 +4,7 @@
 // createRemoteTransport() picks one as NCCL does (NCCL_NET, NCCL_NET_PLUGIN, NCCL_IB_DISABLE; docs/net.md).
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "core/comm.h"
@@ -28,6 +29,40 @@ class RemoteTransport {
   virtual void kick() = 0;
   /// The transport's name for logs ("socket", "net UCX", ...).
   virtual const char* name() const = 0;
+};
+
+/// How the executor wakes a proxy thread that sleeps: an eventfd the proxy polls, and a flag that lets kick() skip
+/// the write while the proxy is awake. The proxy announces a sleep (sleeping(true)), looks at its work once more, and
+/// only then blocks on fd(); an executor that published before seeing the flag is caught by that look, one that
+/// publishes after it writes the eventfd. Both sides fence in between.
+class ProxyWake {
+ public:
+  ProxyWake() = default;
+  ProxyWake(const ProxyWake&) = delete;
+  ProxyWake& operator=(const ProxyWake&) = delete;
+  ~ProxyWake();
+  /// Creates the eventfd; false (errno set) on failure.
+  bool open();
+  /// The descriptor to poll (-1 before open).
+  int fd() const { return fd_; }
+  /// Makes fd() readable.
+  void wake();
+  /// wake() if the proxy sleeps, or is about to.
+  void kick() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the FIFO store before, the flag load after
+    if (sleeping_.load(std::memory_order_relaxed)) wake();
+  }
+  /// The proxy thread: about to sleep (true), or awake again (false).
+  void sleeping(bool s) {
+    sleeping_.store(s, std::memory_order_relaxed);
+    if (s) std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  /// The proxy thread: empties fd() after a wake.
+  void drain();
+
+ private:
+  int fd_ = -1;
+  std::atomic<bool> sleeping_{false};
 };
 
 /// Collective over the communicator: chooses the net (every rank must choose the same; a mismatch fails naming

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,14 +36,12 @@ NetProxy::NetProxy(ncclComm* comm, NetChoice net)
 
 NetProxy::~NetProxy() {
   shutdown();
-  if (wakeFd_ >= 0) ::close(wakeFd_);
   for (auto& c : conns_) std::free(c->mem);
   for (auto& c : newConns_) std::free(c->mem);
 }
 
 ncclResult_t NetProxy::start() {
-  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wakeFd_ < 0)
+  if (!wake_.open())
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: eventfd failed: %s", rank_, name(), strerror(errno));
   try {
     thread_ = std::thread([this]() { run(); });
@@ -52,12 +49,6 @@ ncclResult_t NetProxy::start() {
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: cannot start the proxy thread: %s", rank_, name(), e.what());
   }
   return ncclSuccess;
-}
-
-void NetProxy::wake() {
-  uint64_t one = 1;
-  ssize_t n = ::write(wakeFd_, &one, sizeof(one));
-  (void)n;
 }
 
 std::string NetProxy::connName(const NetConn& c) const {
@@ -101,7 +92,7 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
     newConns_.push_back(std::move(c));
     haveNew_.store(true, std::memory_order_release);
   }
-  wake();
+  wake_.wake();
   *out = view;
   return ncclSuccess;
 }
@@ -117,7 +108,7 @@ ncclResult_t NetProxy::connectRecv(int channel, int peer, const FifoGeometry& ge
 void NetProxy::markFailed(uint64_t word) {
   uint64_t zero = 0;
   failedWord_.compare_exchange_strong(zero, word, std::memory_order_acq_rel);
-  wake();
+  wake_.wake();
 }
 
 void NetProxy::shutdown() {
@@ -128,7 +119,7 @@ void NetProxy::shutdown() {
     std::lock_guard<std::mutex> lock(newMutex_);
     stop_.store(true, std::memory_order_release);
   }
-  if (wakeFd_ >= 0) wake();
+  if (wake_.fd() >= 0) wake_.wake();
   if (thread_.joinable()) thread_.join();  // the proxy first flushes what was published (NetProxy::run)
   for (auto& c : conns_) closeConn(*c);
   if (net_.api != nullptr && net_.api->finalize != nullptr && net_.ctx != nullptr) net_.api->finalize(net_.ctx);
@@ -490,23 +481,20 @@ void NetProxy::run() {
       continue;
     }
     long us = idle < 10000 ? std::min(100, (idle - 63) * 5) : 1000;
-    sleeping_.store(true, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    wake_.sleeping(true);
     bool more = haveNew_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire);
     for (auto& c : conns_) more |= step(*c);
     if (!more) {
-      pollfd pf = {wakeFd_, POLLIN, 0};
+      pollfd pf = {wake_.fd(), POLLIN, 0};
       timespec ts = {0, us * 1000};
       if (ppoll(&pf, 1, &ts, nullptr) > 0) {
-        uint64_t v;
-        ssize_t n = ::read(wakeFd_, &v, sizeof(v));
-        (void)n;
+        wake_.drain();
         idle = 0;
       }
     } else {
       idle = 0;
     }
-    sleeping_.store(false, std::memory_order_relaxed);
+    wake_.sleeping(false);
   }
   INFO(kNet | kProxy, "rank %d: %s proxy thread exits", rank_, name());
 }

@@ -82,15 +82,11 @@ class NetProxy : public RemoteTransport {
   ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
   void shutdown() override;
   void markFailed(uint64_t word) override;
-  void kick() override {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // the FIFO store before, the flag load after
-    if (sleeping_.load(std::memory_order_relaxed)) wake();
-  }
+  void kick() override { wake_.kick(); }
   const char* name() const override { return label_.c_str(); }
 
  private:
   ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out);
-  void wake();
   // ---- proxy thread ----
   void run();
   void adopt();
@@ -114,8 +110,7 @@ class NetProxy : public RemoteTransport {
   int rank_;
   NetChoice net_;
   std::string label_;  ///< "net NAME"
-  int wakeFd_ = -1;
-  std::atomic<bool> sleeping_{false};
+  ProxyWake wake_;
 
   std::vector<std::unique_ptr<NetConn>> conns_;  ///< the proxy's (the caller's after the join)
 

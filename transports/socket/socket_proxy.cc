@@ -98,8 +98,8 @@ SocketHello SocketProxy::hello(int channel, int to, const FifoGeometry* geo) con
 
 std::string SocketProxy::connName(const SocketConn& c) const {
   char buf[200];
-  snprintf(buf, sizeof(buf), "rank %d: socket channel %d %s rank %d (%s, %s)", rank_, c.channel,
-           c.isSend ? "->" : "<-", c.peer, comm_->peers[c.peer].hostname,
+  snprintf(buf, sizeof(buf), "rank %d: socket channel %d %s rank %d (%s, %s)", rank_, c.channel, c.isSend ? "->" : "<-",
+           c.peer, comm_->peers[c.peer].hostname,
            c.sock.valid() ? c.sock.peer().str().c_str() : addrs_[c.peer].str().c_str());
   return buf;
 }
@@ -290,8 +290,9 @@ bool SocketProxy::recvFrames(SocketConn& c) {
         return true;
       }
       if (h->bytes > f.geo.slotBytes) {
-        failConn(c, PoisonReason::kError, true, "corrupt stream: a frame of " + std::to_string(h->bytes) +
-                                                    " bytes exceeds the slot size " + std::to_string(f.geo.slotBytes));
+        failConn(c, PoisonReason::kError, true,
+                 "corrupt stream: a frame of " + std::to_string(h->bytes) + " bytes exceeds the slot size " +
+                     std::to_string(f.geo.slotBytes));
         return true;
       }
     }
@@ -333,7 +334,8 @@ bool SocketProxy::stepConn(SocketConn& c) {
   switch (c.state) {
     case SockConnState::kUnpaired:
       return checkUnpaired(c);
-    case SockConnState::kClosed: return false;
+    case SockConnState::kClosed:
+      return false;
     case SockConnState::kEofSeen:
       if (loadAcquire(&c.fifo.ctrl->poison) != 0) {
         c.state = SockConnState::kClosed;
@@ -345,7 +347,8 @@ bool SocketProxy::stepConn(SocketConn& c) {
         return true;
       }
       return false;
-    case SockConnState::kNotifying: return notify(c);
+    case SockConnState::kNotifying:
+      return notify(c);
     case SockConnState::kOpen:
       // The proxy poisons only together with leaving kOpen, so a poison seen here is this rank's own.
       if (loadAcquire(&c.fifo.ctrl->poison) != 0) {
@@ -431,8 +434,8 @@ void SocketProxy::acceptAll() {
     IoResult r = listen_.tryAccept(&s);
     if (!r.ok()) {
       // Out of descriptors, typically: back off instead of spinning on a listen socket that stays readable.
-      if (!acceptWarned_) WARN("rank %d: socket transport: %s (retrying every %d ms)", rank_, r.what.c_str(),
-                               kAcceptPauseMs);
+      if (!acceptWarned_)
+        WARN("rank %d: socket transport: %s (retrying every %d ms)", rank_, r.what.c_str(), kAcceptPauseMs);
       acceptWarned_ = true;
       acceptPausedUntil_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
       return;
@@ -478,8 +481,7 @@ void SocketProxy::readHello(PendingHello& p) {
 // Gives an accepted connection with a complete hello to its receive FIFO, or stashes it.
 void SocketProxy::pair(PendingHello p) {
   for (auto& c : conns_) {
-    if (c->isSend || c->state != SockConnState::kUnpaired || c->channel != p.hello.channel ||
-        c->peer != p.hello.from)
+    if (c->isSend || c->state != SockConnState::kUnpaired || c->channel != p.hello.channel || c->peer != p.hello.from)
       continue;
     c->sock = std::move(p.sock);
     c->state = SockConnState::kOpen;
@@ -498,8 +500,7 @@ void SocketProxy::pair(PendingHello p) {
     return;
   }
   bool dup = false;
-  for (auto& c : conns_)
-    dup |= !c->isSend && c->channel == p.hello.channel && c->peer == p.hello.from;
+  for (auto& c : conns_) dup |= !c->isSend && c->channel == p.hello.channel && c->peer == p.hello.from;
   for (auto& s : stash_) dup |= s.hello.channel == p.hello.channel && s.hello.from == p.hello.from;
   if (dup) {
     WARN("rank %d: socket transport: rejected a second connection for channel %d from rank %d (%s)", rank_,
@@ -541,8 +542,7 @@ void SocketProxy::adopt() {
 bool SocketProxy::drained() const {
   for (const auto& c : conns_) {
     if (c->state == SockConnState::kNotifying) return false;
-    if (c->isSend && c->state == SockConnState::kOpen &&
-        (c->off != 0 || loadAcquire(&c->fifo.ctrl->tail) != c->done))
+    if (c->isSend && c->state == SockConnState::kOpen && (c->off != 0 || loadAcquire(&c->fifo.ctrl->tail) != c->done))
       return false;
   }
   return true;
@@ -565,7 +565,7 @@ void SocketProxy::buildPollSet(std::vector<pollfd>* fds, std::vector<SocketConn*
     fds->push_back(pollfd{fd, events, 0});
     who->push_back(c);
   };
-  add(wakeFd_, POLLIN, nullptr);
+  add(wake_.fd(), POLLIN, nullptr);
   add(listen_.fd(), Clock::now() < acceptPausedUntil_ ? 0 : POLLIN, nullptr);
   for (const auto& p : pending_) add(p.sock.fd(), POLLIN, nullptr);
   for (const auto& c : conns_) {
@@ -603,8 +603,10 @@ void SocketProxy::run() {
     if (draining) {
       if (comm_->abortFlag.load(std::memory_order_relaxed) != 0 || drained()) break;
       if (drainBy.expired()) {
-        WARN("rank %d: socket transport: closing with data not yet delivered after %.0f s (CHORUS_TIMEOUT_S): a peer "
-             "stopped reading", rank_, drainBy.seconds());
+        WARN(
+            "rank %d: socket transport: closing with data not yet delivered after %.0f s (CHORUS_TIMEOUT_S): a peer "
+            "stopped reading",
+            rank_, drainBy.seconds());
         break;
       }
     }
@@ -630,19 +632,18 @@ void SocketProxy::run() {
       timeoutMs = needsTimedPoll() ? kIdlePollMs : kQuietPollMs;
       // Announce the sleep, then look once more: an executor that published before seeing the flag is caught
       // here, one that publishes after it writes the eventfd (SocketProxy::kick). Both sides fence in between.
-      sleeping_.store(true, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      wake_.sleeping(true);
       bool more = false;
       for (auto& c : conns_) more |= stepConn(*c);
       if (more) {
-        sleeping_.store(false, std::memory_order_relaxed);
+        wake_.sleeping(false);
         lastWork = now;
         timeoutMs = 0;
       }
     }
     buildPollSet(&fds, &who);
     int rc = poll(fds.data(), fds.size(), timeoutMs);
-    sleeping_.store(false, std::memory_order_relaxed);
+    wake_.sleeping(false);
     if (rc < 0 && errno != EINTR) {
       WARN("rank %d: socket transport: poll failed: %s", rank_, errnoText(errno).c_str());
       timespec ts = {0, 1000000};
@@ -656,9 +657,7 @@ void SocketProxy::run() {
       if (ev == 0) continue;
       lastWork = Clock::now();
       if (i == 0) {
-        uint64_t v;
-        ssize_t n = ::read(wakeFd_, &v, sizeof(v));
-        (void)n;
+        wake_.drain();
       } else if (i == 1) {
         acceptAll();
       } else if (i < 2 + nPending) {

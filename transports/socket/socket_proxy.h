@@ -47,14 +47,14 @@ struct SocketConn {
   // Proxy thread only, once adopted:
   Socket sock;
   SockConnState state = SockConnState::kUnpaired;
-  uint64_t done = 0;      ///< slots fully sent (send side) or received and published (receive side)
-  size_t off = 0;         ///< bytes of the current frame already moved (header first, then payload)
-  bool blocked = false;   ///< send side: the socket is full; wait for POLLOUT before writing again
-  uint64_t word = 0;      ///< back channel: poison word being read (send side) or written (receive side)
+  uint64_t done = 0;     ///< slots fully sent (send side) or received and published (receive side)
+  size_t off = 0;        ///< bytes of the current frame already moved (header first, then payload)
+  bool blocked = false;  ///< send side: the socket is full; wait for POLLOUT before writing again
+  uint64_t word = 0;     ///< back channel: poison word being read (send side) or written (receive side)
   size_t wordOff = 0;
-  SlotHeader notice{};    ///< send side, kNotifying: the failure-notice frame
+  SlotHeader notice{};  ///< send side, kNotifying: the failure-notice frame
   size_t noticeOff = 0;
-  std::chrono::steady_clock::time_point closeBy{};  ///< kNotifying: give up telling the peer then
+  std::chrono::steady_clock::time_point closeBy{};        ///< kNotifying: give up telling the peer then
   std::chrono::steady_clock::time_point nextLiveCheck{};  ///< kUnpaired: when to check again that the peer lives
   SlowWait unpaired;  ///< kUnpaired: how long the sender has been awaited (started when the conn is made)
 };
@@ -79,16 +79,12 @@ class SocketProxy : public SocketTransport {
   ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
   void shutdown() override;
   void markFailed(uint64_t word) override;
-  void kick() override {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // the FIFO store before, the flag load after
-    if (sleeping_.load(std::memory_order_relaxed)) wake();
-  }
+  void kick() override { wake_.kick(); }
 
  private:
   // ---- executor-thread side (socket_transport.cc) ----
   ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, std::unique_ptr<SocketConn>* out);
   ncclResult_t handOver(std::unique_ptr<SocketConn> conn, Fifo* out);
-  void wake();
 
   // ---- proxy thread (socket_proxy.cc) ----
   void run();
@@ -123,8 +119,7 @@ class SocketProxy : public SocketTransport {
   int nranks_;
   uint64_t commHash_;
   std::vector<SockAddr> addrs_;  // immutable after construction
-  int wakeFd_ = -1;              // eventfd: new conns, kicks and shutdown wake a proxy blocked in poll()
-  std::atomic<bool> sleeping_{false};  // the proxy is about to block, or blocks, in poll() with a timeout
+  ProxyWake wake_;               // new conns, kicks and shutdown wake a proxy blocked in poll()
 
   // Owned by the proxy thread while it runs; by shutdown()'s caller after the join.
   Socket listen_;

@@ -2,7 +2,6 @@
 // connection, and shutdown. The proxy thread's loop is in socket_proxy.cc.
 #include "transports/socket/socket_transport.h"
 
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,12 +20,15 @@ namespace {
 // Connect failures the peer is to blame for (it is gone or unreachable) versus local ones.
 ncclResult_t connectError(const IoResult& r) {
   switch (r.status) {
-    case IoStatus::kAborted: return ncclInternalError;
+    case IoStatus::kAborted:
+      return ncclInternalError;
     case IoStatus::kEof:
     case IoStatus::kReset:
     case IoStatus::kRefused:
-    case IoStatus::kTimeout: return ncclRemoteError;
-    default: return ncclSystemError;
+    case IoStatus::kTimeout:
+      return ncclRemoteError;
+    default:
+      return ncclSystemError;
   }
 }
 
@@ -51,8 +53,10 @@ ncclResult_t SocketTransport::create(ncclComm* comm, std::unique_ptr<RemoteTrans
   std::vector<SockAddr> addrs(comm->nranks);
   for (int r = 0; r < comm->nranks; r++) {
     if (!unpackAddr(all[r], &addrs[r]))
-      CHORUS_FAIL(comm, ncclSystemError, "rank %d: socket transport: rank %d could not open its listen socket (see "
-                  "its log)", comm->rank, r);
+      CHORUS_FAIL(comm, ncclSystemError,
+                  "rank %d: socket transport: rank %d could not open its listen socket (see "
+                  "its log)",
+                  comm->rank, r);
   }
   INFO(kNet | kInit, "rank %d: socket transport listening on %s (%s)", comm->rank, listen.local().str().c_str(),
        ifName.c_str());
@@ -72,14 +76,12 @@ SocketProxy::SocketProxy(ncclComm* comm, Socket listen, std::vector<SockAddr> ad
 
 SocketProxy::~SocketProxy() {
   shutdown();
-  if (wakeFd_ >= 0) ::close(wakeFd_);
   for (auto& c : conns_) std::free(c->mem);
   for (auto& c : newConns_) std::free(c->mem);
 }
 
 ncclResult_t SocketProxy::start() {
-  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wakeFd_ < 0)
+  if (!wake_.open())
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: socket transport: eventfd failed: %s", rank_, strerror(errno));
   try {
     thread_ = std::thread([this]() { run(); });
@@ -88,13 +90,6 @@ ncclResult_t SocketProxy::start() {
                 e.what());
   }
   return ncclSuccess;
-}
-
-void SocketProxy::wake() {
-  uint64_t one = 1;
-  // A full counter (never in practice) still leaves the fd readable, which is all a wake needs.
-  ssize_t n = ::write(wakeFd_, &one, sizeof(one));
-  (void)n;
 }
 
 ncclResult_t SocketProxy::newConn(bool isSend, int channel, int peer, const FifoGeometry& geo,
@@ -124,14 +119,15 @@ ncclResult_t SocketProxy::handOver(std::unique_ptr<SocketConn> conn, Fifo* out) 
     std::lock_guard<std::mutex> lock(newMutex_);
     if (stop_.load(std::memory_order_acquire)) {
       std::free(conn->mem);
-      CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: socket transport: connection %s rank %d requested after the "
-                  "transport was shut down (the communicator failed or was aborted)", rank_,
-                  conn->isSend ? "to" : "from", conn->peer);
+      CHORUS_FAIL(comm_, ncclInvalidUsage,
+                  "rank %d: socket transport: connection %s rank %d requested after the "
+                  "transport was shut down (the communicator failed or was aborted)",
+                  rank_, conn->isSend ? "to" : "from", conn->peer);
     }
     newConns_.push_back(std::move(conn));
     haveNew_.store(true, std::memory_order_release);
   }
-  wake();
+  wake_.wake();
   *out = view;
   return ncclSuccess;
 }
@@ -190,7 +186,7 @@ ncclResult_t SocketProxy::connectRecv(int channel, int peer, const FifoGeometry&
 void SocketProxy::markFailed(uint64_t word) {
   uint64_t zero = 0;
   failedWord_.compare_exchange_strong(zero, word, std::memory_order_acq_rel);
-  wake();
+  wake_.wake();
 }
 
 void SocketProxy::shutdown() {
@@ -201,7 +197,7 @@ void SocketProxy::shutdown() {
     std::lock_guard<std::mutex> lock(newMutex_);
     stop_.store(true, std::memory_order_release);
   }
-  if (wakeFd_ >= 0) wake();
+  if (wake_.fd() >= 0) wake_.wake();
   // The proxy flushes what the executor already published (a finished operation may still have
   // bytes in flight) and tells peers about poisoned FIFOs before it returns; see SocketProxy::run.
   if (thread_.joinable()) thread_.join();
