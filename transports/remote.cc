@@ -25,6 +25,11 @@ StrParam kNetName{
     "The net between hosts: Socket, IB, UCX, or an external net plugin's name. Unset: a plugin with devices, "
     "then IB, then Socket (docs/net.md).",
     "transports"};
+StrParam kNetGdrLevel{"NCCL_NET_GDR_LEVEL", "",
+                      "GPUDirect RDMA distance (NCCL's LOC, PIX, PXB, PHB, SYS or 0-5). chorus does not do GPUDirect "
+                      "RDMA yet: device buffers cross hosts through pinned host memory whatever this says; a setting "
+                      "is logged once.",
+                      "transports"};
 IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
                     "transports"};
 
@@ -178,6 +183,11 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
                 "same way on every rank",
                 comm->rank, mine.c_str(), r, theirs);
   }
+  if (kNetGdrLevel.isSet() && comm->rank == 0)
+    INFO(kNet | kInit,
+         "NCCL_NET_GDR_LEVEL=%s: GPUDirect RDMA is not supported; device buffers go through pinned "
+         "host memory",
+         kNetGdrLevel.get().c_str());
   if (net.api == nullptr) {
     INFO(kNet | kInit, "rank %d: net Socket between hosts (%s)", comm->rank, reason.c_str());
     return SocketTransport::create(comm, out);
