@@ -243,7 +243,8 @@ struct Bootstrap::Impl {
   }
   ncclResult_t acceptOne(const char* during);
   /// Reads one whole frame from rank `peer`'s connection (readable now) into the stash. recvMutex held.
-  ncclResult_t readFrame(int peer, const std::string& op);
+  /// On failure *why says what happened; nothing is recorded (the caller decides whether it is the error).
+  ncclResult_t readFrame(int peer, const std::string& op, std::string* why);
   ncclResult_t ringStep(int step, const char* sendBuf, char* recvBuf, size_t bytes, const char* op, SlowWait& slow);
   ncclResult_t ringFail(ncclResult_t code, const std::string& text, bool nextUsable, const FrameHeader& sentHdr,
                         size_t sentHdrBytes, const char* sendBuf, size_t sentDataBytes, const char* op);
@@ -251,14 +252,17 @@ struct Bootstrap::Impl {
 
 // Accepts one pending connection (if any) and files it by the kind it announces. A connection
 // that cannot prove the secret is logged and dropped; that is never an error for us.
-ncclResult_t Bootstrap::Impl::readFrame(int peer, const std::string& op) {
+ncclResult_t Bootstrap::Impl::readFrame(int peer, const std::string& op, std::string* why) {
   Socket& s = in[peer];
   Deadline dl = Deadline::fromEnv();
   FrameHeader h{};
   IoResult r = s.recvAll(&h, sizeof(h), dl, abortFlag);
+  char buf[512];
   if (r.ok() && (h.magic != kFrameMagic || h.len > kMaxMessageBytes)) {
-    CHORUS_FAIL(comm, ncclInternalError, "bootstrap rank %d: garbled message from %s (length %llu)", rank,
-                peerName(peer).c_str(), static_cast<unsigned long long>(h.len));
+    snprintf(buf, sizeof(buf), "bootstrap rank %d: garbled message from %s (length %llu)", rank, peerName(peer).c_str(),
+             static_cast<unsigned long long>(h.len));
+    *why = buf;
+    return ncclInternalError;
   }
   std::vector<char> msg;
   if (r.ok()) {
@@ -266,8 +270,10 @@ ncclResult_t Bootstrap::Impl::readFrame(int peer, const std::string& op) {
     r = s.recvAll(msg.data(), msg.size(), dl, abortFlag);
   }
   if (!r.ok()) {
-    CHORUS_FAIL(comm, ioToNccl(r), "bootstrap rank %d: %s: %s%s%s", rank, op.c_str(), peerName(peer).c_str(),
-                lostText(r), r.what.c_str());
+    snprintf(buf, sizeof(buf), "bootstrap rank %d: %s: %s%s%s", rank, op.c_str(), peerName(peer).c_str(), lostText(r),
+             r.what.c_str());
+    *why = buf;
+    return ioToNccl(r);
   }
   stash[{peer, h.tag}].push_back(std::move(msg));
   return ncclSuccess;
@@ -680,6 +686,41 @@ ncclResult_t Bootstrap::send(int peer, int tag, const void* data, size_t size) {
   return ncclSuccess;
 }
 
+bool Bootstrap::sendQuiet(int peer, int tag, const void* data, size_t size, double seconds, std::string* why) {
+  Impl& im = *impl_;
+  if (peer < 0 || peer >= nranks_ || peer == rank_ || im.closed.load()) {
+    *why = "no bootstrap to rank " + std::to_string(peer);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(im.sendMutex);
+  OutConn& c = im.out[peer];
+  if (c.err != ncclSuccess) {
+    *why = "an earlier send to " + im.peerName(peer) + " failed: " + c.errText;
+    return false;
+  }
+  Deadline dl = Deadline::after(seconds);
+  IoResult r;
+  if (!c.sock.valid()) {
+    r = Socket::connect(im.addrs[peer], dl, im.abortFlag, &c.sock, [](int err) { return err == ECONNREFUSED; });
+    PeerHello ph{kPeerMagic, im.secret, rank_, kConnP2p};
+    if (r.ok()) {
+      im.track(c.sock);
+      r = c.sock.sendAll(&ph, sizeof(ph), dl, im.abortFlag);
+    }
+  }
+  FrameHeader h{kFrameMagic, ncclSuccess, tag, 0, size};
+  if (r.ok()) r = c.sock.sendAll(&h, sizeof(h), dl, im.abortFlag);
+  if (r.ok()) r = c.sock.sendAll(data, size, dl, im.abortFlag);
+  if (!r.ok()) {
+    c.err = ioToNccl(r);
+    c.errText = r.what;
+    c.sock.shutdown();
+    *why = "send to " + im.peerName(peer) + lostText(r) + r.what;
+    return false;
+  }
+  return true;
+}
+
 ncclResult_t Bootstrap::recv(int peer, int tag, void* data, size_t size) {
   Impl& im = *impl_;
   CHORUS_ARG_CHECK(im.comm, peer >= 0 && peer < nranks_, "bootstrap rank %d: recv from invalid peer %d (nranks %d)",
@@ -714,7 +755,9 @@ ncclResult_t Bootstrap::recv(int peer, int tag, void* data, size_t size) {
       // Messages from one peer arrive in order on one connection: read headers until our tag comes.
       pollfd pf = {s.fd(), POLLIN, 0};
       if (poll(&pf, 1, 0) > 0) {
-        CHORUS_CHECK(im.readFrame(peer, "recv of tag " + std::to_string(tag)));
+        std::string why;
+        ncclResult_t rr = im.readFrame(peer, "recv of tag " + std::to_string(tag), &why);
+        if (rr != ncclSuccess) CHORUS_FAIL(im.comm, rr, "%s", why.c_str());
         auto it = im.stash.find({peer, tag});
         if (it != im.stash.end() && !it->second.empty()) {
           std::vector<char> msg = std::move(it->second.front());
@@ -748,18 +791,27 @@ ncclResult_t Bootstrap::recv(int peer, int tag, void* data, size_t size) {
   }
 }
 
-ncclResult_t Bootstrap::tryRecv(int peer, int tag, void* data, size_t size, bool* got) {
+ncclResult_t Bootstrap::tryRecv(int peer, int tag, void* data, size_t size, bool* got, std::string* why) {
   Impl& im = *impl_;
   *got = false;
-  CHORUS_ARG_CHECK(im.comm, peer >= 0 && peer < nranks_ && peer != rank_,
-                   "bootstrap rank %d: tryRecv from invalid peer %d (nranks %d)", rank_, peer, nranks_);
-  CHORUS_CHECK(im.checkUsable("recv"));
+  // Quiet: a progress loop's failure is its caller's to report (it must not replace the communicator's error).
+  if (peer < 0 || peer >= nranks_ || peer == rank_) {
+    *why = "tryRecv from invalid peer " + std::to_string(peer);
+    return ncclInternalError;
+  }
+  if (im.closed.load() || (im.abortFlag != nullptr && im.abortFlag->load() != 0)) {
+    *why = "the bootstrap was closed or aborted";
+    return ncclInternalError;
+  }
   std::unique_lock<std::mutex> lock(im.recvMutex, std::try_to_lock);
   if (!lock.owns_lock()) return ncclSuccess;
   // Only what is here is read: the stash, then whole frames while the peer's connection is readable (bootstrap
   // frames are small, so a frame once started is read to its end under the usual deadline). Never a wait.
   pollfd lf = {im.listen.fd(), POLLIN, 0};
-  if (poll(&lf, 1, 0) > 0) CHORUS_CHECK(im.acceptOne("in tryRecv"));
+  if (poll(&lf, 1, 0) > 0 && im.acceptOne("in tryRecv") != ncclSuccess) {
+    *why = "cannot accept a bootstrap connection";
+    return ncclSystemError;
+  }
   for (;;) {
     auto it = im.stash.find({peer, tag});
     if (it != im.stash.end() && !it->second.empty()) {
@@ -767,9 +819,9 @@ ncclResult_t Bootstrap::tryRecv(int peer, int tag, void* data, size_t size, bool
       it->second.pop_front();
       if (it->second.empty()) im.stash.erase(it);
       if (msg.size() != size) {
-        CHORUS_FAIL(im.comm, ncclInvalidUsage,
-                    "bootstrap rank %d: %s sent %zu bytes with tag %d but the receive expects %zu (mismatched calls)",
-                    rank_, im.peerName(peer).c_str(), msg.size(), tag, size);
+        *why = "rank " + std::to_string(peer) + " sent " + std::to_string(msg.size()) + " bytes with tag " +
+               std::to_string(tag) + " where " + std::to_string(size) + " were expected";
+        return ncclInternalError;
       }
       if (size > 0) memcpy(data, msg.data(), size);
       *got = true;
@@ -778,7 +830,8 @@ ncclResult_t Bootstrap::tryRecv(int peer, int tag, void* data, size_t size, bool
     Socket& s = im.in[peer];
     pollfd pf = {s.valid() ? s.fd() : -1, POLLIN, 0};
     if (!s.valid() || poll(&pf, 1, 0) <= 0) return ncclSuccess;
-    CHORUS_CHECK(im.readFrame(peer, "recv of tag " + std::to_string(tag)));
+    ncclResult_t rr = im.readFrame(peer, "recv of tag " + std::to_string(tag), why);
+    if (rr != ncclSuccess) return rr;
   }
 }
 

@@ -23,13 +23,13 @@ namespace chorus {
 /// What each rank tells the others at init.
 struct PeerInfo {
   int32_t rank = 0;
-  int32_t cudaDev = -1;     ///< -1 for host ranks
-  uint64_t hostHash = 0;    ///< same value on the same host (and network namespace)
+  int32_t cudaDev = -1;   ///< -1 for host ranks
+  uint64_t hostHash = 0;  ///< same value on the same host (and network namespace)
   uint64_t pid = 0;
-  int64_t busId = -1;       ///< PCI bus id of the GPU, -1 without one
-  uint32_t version = 0;     ///< NCCL_VERSION_CODE of the library
+  int64_t busId = -1;         ///< PCI bus id of the GPU, -1 without one
+  uint32_t version = 0;       ///< NCCL_VERSION_CODE of the library
   uint32_t deviceBlocks = 0;  ///< blocks of the collective kernel its GPU runs at once; 0: no GPU or unknown
-  uint64_t envHash = 0;     ///< hash of environment settings that must agree across ranks
+  uint64_t envHash = 0;       ///< hash of environment settings that must agree across ranks
   char hostname[64] = {0};
 };
 
@@ -60,10 +60,14 @@ class Bootstrap {
   ncclResult_t barrier();
   /// Point-to-point messages (tag separates concurrent users); blocking, with deadline.
   ncclResult_t send(int peer, int tag, const void* data, size_t size);
+  /// send for progress loops and failure notices: within `seconds` (a refused connection ends it at once), and a
+  /// failure is never recorded as the communicator's error (*why says it). Returns whether it went.
+  bool sendQuiet(int peer, int tag, const void* data, size_t size, double seconds, std::string* why);
   ncclResult_t recv(int peer, int tag, void* data, size_t size);
   /// recv without waiting: *got says whether the message was there (read at once if it is arriving now). Returns
-  /// at once, *got false, while another thread is inside recv. For progress loops (a net proxy's connection setup).
-  ncclResult_t tryRecv(int peer, int tag, void* data, size_t size, bool* got);
+  /// at once, *got false, while another thread is inside recv. For progress loops (a net proxy's connection setup):
+  /// a failure fills *why and is not recorded as the communicator's error.
+  ncclResult_t tryRecv(int peer, int tag, void* data, size_t size, bool* got, std::string* why);
   /// Closes sockets so that blocked peers see this rank leave (used on abort).
   void close();
 

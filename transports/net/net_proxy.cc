@@ -137,12 +137,79 @@ void NetProxy::adopt() {
 }
 
 void NetProxy::fail(NetConn& c, const std::string& why) {
-  std::string gone;
-  bool dead = comm_->bootstrap->peerGone(c.peer, &gone);
-  INFO(kNet, "%s: %s%s%s", connName(c).c_str(), why.c_str(), dead ? "; " : "", dead ? gone.c_str() : "");
-  poisonFifo(c.fifo, makePoison(dead ? PoisonReason::kPeerDied : PoisonReason::kError, c.peer));
+  INFO(kNet, "%s: %s", connName(c).c_str(), why.c_str());
   closeConn(c);
+  c.state = NetConn::State::kSuspect;
+  c.suspectUntil = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kSuspectS));
+  c.nextLiveCheck = Clock::now();
+}
+
+// A net error says that the connection broke, not who failed: a peer that failed for another reason (a third rank
+// died) closes its connections too. Its failure notice names the real culprit; without one, the peer is named: as
+// dead when its process is gone, else as failed once kSuspectS passed.
+bool NetProxy::judge(NetConn& c) {
+  if (loadAcquire(&c.fifo.ctrl->poison) != 0) {  // a notice (or this rank) already said why
+    c.state = NetConn::State::kFailed;
+    return true;
+  }
+  const Clock::time_point now = Clock::now();
+  std::string gone;
+  bool dead = false;
+  if (now >= c.nextLiveCheck) {
+    c.nextLiveCheck = now + std::chrono::milliseconds(250);
+    dead = comm_->bootstrap->peerGone(c.peer, &gone);
+  }
+  if (!dead && now < c.suspectUntil) return false;
+  INFO(kNet, "%s: %s", connName(c).c_str(), dead ? gone.c_str() : "no failure notice from the peer: naming it");
+  poisonFifo(c.fifo, makePoison(dead ? PoisonReason::kPeerDied : PoisonReason::kError, c.peer));
   c.state = NetConn::State::kFailed;
+  return true;
+}
+
+void NetProxy::poisonPeer(int peer, uint64_t word) {
+  for (auto& c : conns_) {
+    if (c->peer != peer || c->state == NetConn::State::kFailed) continue;
+    poisonFifo(c->fifo, word);
+    closeConn(*c);
+    c->state = NetConn::State::kFailed;
+  }
+}
+
+bool NetProxy::exchangeNotices() {
+  bool progress = false;
+  const uint64_t mine = failedWord_.load(std::memory_order_acquire);
+  if (mine != 0) {
+    // Once, to every rank this one has a connection with, however far its setup got: a peer blocked on this rank
+    // learns the cause (the culprit) rather than only that the connection closed. Bounded, best effort.
+    if (noticeSentTo_.empty()) noticeSentTo_.assign(comm_->nranks, false);
+    for (auto& c : conns_) {
+      if (noticeSentTo_[c->peer]) continue;
+      noticeSentTo_[c->peer] = true;
+      std::string why;
+      bool sent = comm_->bootstrap->sendQuiet(c->peer, kNetFailTag, &mine, sizeof(mine), 0.5, &why);
+      INFO(kNet, "rank %d: %s: failure notice to rank %d %s%s", rank_, name(), c->peer,
+           sent ? "sent" : "not sent: ", sent ? "" : why.c_str());
+      progress = true;
+    }
+  }
+  const Clock::time_point now = Clock::now();
+  if (now < nextNoticePoll_) return progress;
+  nextNoticePoll_ = now + std::chrono::milliseconds(20);
+  std::vector<bool> asked(comm_->nranks, false);
+  for (auto& c : conns_) {
+    if (c->state == NetConn::State::kFailed || asked[c->peer]) continue;
+    asked[c->peer] = true;
+    uint64_t word = 0;
+    bool got = false;
+    std::string why;
+    if (comm_->bootstrap->tryRecv(c->peer, kNetFailTag, &word, sizeof(word), &got, &why) != ncclSuccess || !got)
+      continue;
+    bool valid = poisonWordValid(word, comm_->nranks);
+    INFO(kNet, "rank %d: %s: rank %d reports a failure%s", rank_, name(), c->peer, valid ? "" : " (malformed)");
+    poisonPeer(c->peer, valid ? word : makePoison(PoisonReason::kError, c->peer));
+    progress = true;
+  }
+  return progress;
 }
 
 void NetProxy::closeConn(NetConn& c) {
@@ -182,18 +249,22 @@ bool NetProxy::setup(NetConn& c) {
         return true;
       }
       // The handle goes to the sender over the bootstrap; a small write that does not wait for the peer to read.
-      rc = comm_->bootstrap->send(c.peer, tag, c.handle, sizeof(c.handle));
-      if (rc != ncclSuccess) {
-        fail(c, "cannot send the connection handle over the bootstrap");
-        return true;
+      {
+        std::string why;
+        if (!comm_->bootstrap->sendQuiet(c.peer, tag, c.handle, sizeof(c.handle), Deadline::fromEnv().seconds(),
+                                         &why)) {
+          fail(c, "cannot send the connection handle over the bootstrap: " + why);
+          return true;
+        }
       }
       c.state = NetConn::State::kAccepting;
       return true;
     case NetConn::State::kAwaitHandle: {
       bool got = false;
-      rc = comm_->bootstrap->tryRecv(c.peer, tag, c.handle, sizeof(c.handle), &got);
+      std::string why;
+      rc = comm_->bootstrap->tryRecv(c.peer, tag, c.handle, sizeof(c.handle), &got, &why);
       if (rc != ncclSuccess) {
-        fail(c, "cannot receive the connection handle over the bootstrap");
+        fail(c, "cannot receive the connection handle over the bootstrap: " + why);
         return true;
       }
       if (!got) break;
@@ -421,6 +492,7 @@ bool NetProxy::sendNotice(NetConn& c) {
 
 bool NetProxy::step(NetConn& c) {
   if (c.state == NetConn::State::kFailed) return false;
+  if (c.state == NetConn::State::kSuspect) return judge(c);
   if (c.state != NetConn::State::kOpen) return setup(c);
   if (!c.isSend) return recvSlots(c);
   bool progress = false;
@@ -436,7 +508,7 @@ bool NetProxy::step(NetConn& c) {
 // Every published slot has gone (and every notice): the proxy may stop.
 bool NetProxy::flushed() const {
   for (const auto& c : conns_) {
-    if (!c->isSend || c->state == NetConn::State::kFailed) continue;
+    if (!c->isSend || c->state == NetConn::State::kFailed || c->state == NetConn::State::kSuspect) continue;
     if (c->state != NetConn::State::kOpen) {
       if (loadAcquire(&c->fifo.ctrl->tail) > 0) return false;  // data waits for a connection still being made
       continue;
@@ -458,7 +530,7 @@ void NetProxy::run() {
       drainBy = Deadline::fromEnv();
     }
     if (haveNew_.load(std::memory_order_acquire)) adopt();
-    bool work = false;
+    bool work = exchangeNotices();
     for (auto& c : conns_) work |= step(*c);
     if (draining) {
       if (comm_->abortFlag.load(std::memory_order_relaxed) != 0 || flushed()) break;

@@ -38,12 +38,18 @@ namespace chorus {
 
 /// Bootstrap tag of a net handle for channel c: kNetHandleTag + c.
 constexpr int kNetHandleTag = 0x4e000;
+/// Bootstrap tag of a failure notice (the failed rank's FIFO poison word, 8 bytes).
+constexpr int kNetFailTag = 0x4dfff;
+/// How long a connection the net failed waits for the peer's failure notice before naming the peer itself.
+constexpr double kSuspectS = 1.0;
 /// Slots in flight per connection (two net requests each): within NCCL_NET_MAX_REQUESTS of a v6 plugin (8).
 constexpr uint32_t kInflightSlots = 4;
 
 /// One end of one net connection.
 struct NetConn {
-  enum class State { kListen, kAccepting, kAwaitHandle, kConnecting, kOpen, kFailed };
+  /// kSuspect: the net failed the connection and the peer still runs: the proxy waits (kSuspectS) for the peer's
+  /// failure notice, or for its process to be gone, before naming it.
+  enum class State { kListen, kAccepting, kAwaitHandle, kConnecting, kOpen, kSuspect, kFailed };
   bool isSend = false;
   int channel = 0;
   int peer = -1;
@@ -60,7 +66,8 @@ struct NetConn {
   uint64_t done = 0;                   ///< slots completed: freed (send side) or published (receive side)
   bool halfPosted = false;             ///< slot `posted` has its header request posted, not its payload's yet
   void* reqs[kInflightSlots][2] = {};  ///< [slot % kInflightSlots][0 header, 1 payload]; null once completed
-  std::string endWhy;       ///< the net failed this connection (receive side: ends once what arrived is consumed)
+  std::string endWhy;  ///< the net failed this connection (receive side: ends once what arrived is consumed)
+  std::chrono::steady_clock::time_point suspectUntil{};  ///< kSuspect: name the peer itself then
   bool testFailed = false;  ///< receive side: the oldest request failed, so nothing more completes
   bool noticeSent = false;  ///< send side: the failure notice went out (or cannot)
   void* noticeReq = nullptr;
@@ -99,9 +106,15 @@ class NetProxy : public RemoteTransport {
   /// Tests request *req: 1 when it completed (*req null, *size the bytes moved), 0 while pending, -1 when it failed
   /// (*req null, c.endWhy says why).
   int testReq(NetConn& c, void** req, int* size);
-  /// Fails the connection: poisons its FIFO naming the peer, logs why (INFO: the executor reports the failure
-  /// if an operation waits on this FIFO).
+  /// The net failed the connection: closes it and suspects the peer (kSuspect), logging why at INFO (the executor
+  /// reports the failure if an operation waits on this FIFO).
   void fail(NetConn& c, const std::string& why);
+  /// kSuspect: poisons the FIFO naming the peer once its process is gone (died) or kSuspectS passed (failed).
+  bool judge(NetConn& c);
+  /// Poisons every connection with `peer` with `word` (a failure the peer or the net reported) and closes them.
+  void poisonPeer(int peer, uint64_t word);
+  /// Failure notices from peers over the bootstrap (every kNoticePollMs), and this rank's own once it failed.
+  bool exchangeNotices();
   void closeConn(NetConn& c);
   bool flushed() const;
   std::string connName(const NetConn& c) const;
@@ -122,6 +135,8 @@ class NetProxy : public RemoteTransport {
   bool shutDown_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> failedWord_{0};
+  std::vector<bool> noticeSentTo_;  ///< proxy thread: this rank's failure was sent to the rank over the bootstrap
+  std::chrono::steady_clock::time_point nextNoticePoll_{};
   std::thread thread_;
 };
 

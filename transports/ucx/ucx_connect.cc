@@ -113,6 +113,7 @@ ncclResult_t closeComm(Comm* c) {
   });
   closeEndpoint(c->ctx, c->ep, abnormal, c->peer);
   drainRequests(c);
+  for (ucp_mem_h m : c->deferredUnmaps) ucp_mem_unmap(c->ctx->context, m);
   c->ctx->openComms--;
   delete c;
   return ncclSuccess;

@@ -148,7 +148,14 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   auto* c = static_cast<Comm*>(comm);
   auto* mh = static_cast<MemHandle*>(mhandle);
   if (mh == nullptr) return ncclSuccess;
-  ucs_status_t st = mh->memh != nullptr ? ucp_mem_unmap(c->ctx->context, mh->memh) : UCS_OK;
+  bool busy = false;
+  for (const Request& r : c->reqs) busy = busy || r.state == ReqState::kPending || r.state == ReqState::kCancelling;
+  ucs_status_t st = UCS_OK;
+  if (mh->memh != nullptr && busy) {
+    c->deferredUnmaps.push_back(mh->memh);  // closeComm unmaps it after draining the requests
+  } else if (mh->memh != nullptr) {
+    st = ucp_mem_unmap(c->ctx->context, mh->memh);
+  }
   delete mh;
   if (st != UCS_OK) CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : ucp_mem_unmap failed: %s", ucs_status_string(st));
   return ncclSuccess;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "chorus/net.h"
 #include "core/socket.h"
@@ -97,6 +98,9 @@ struct Comm {
   /// connect()/accept()'s hello: sent by the send end, received by the receive end, before the comm is returned.
   Request hello;
   Hello helloMsg;
+  /// Mappings deregMr was asked to drop while requests that use them were still with UCX: unmapped by closeComm
+  /// once those requests are drained (unmapping under a request in flight can crash UCX).
+  std::vector<ucp_mem_h> deferredUnmaps;
 };
 
 /// A listen(): one ucp_listener, accepted once.
