@@ -24,6 +24,9 @@ class RemoteTransport {
   virtual void shutdown() = 0;
   /// This rank failed with FIFO poison `word`: the proxy passes it on to peers where the transport can.
   virtual void markFailed(uint64_t word) = 0;
+  /// For a mismatch, called before markFailed: the two calls and the ranks (FifoCtrl's failCall, failCall2 and
+  /// failRanks, 7 words), which a transport that can passes on so that every rank's error names both calls.
+  virtual void markFailedCalls(const uint64_t* calls) { (void)calls; }
   /// Called by the executor after it published or freed a slot: wakes a sleeping proxy (a fence and a load when
   /// the proxy is awake).
   virtual void kick() = 0;

@@ -686,7 +686,8 @@ ncclResult_t Bootstrap::send(int peer, int tag, const void* data, size_t size) {
   return ncclSuccess;
 }
 
-bool Bootstrap::sendQuiet(int peer, int tag, const void* data, size_t size, double seconds, std::string* why) {
+bool Bootstrap::sendQuiet(int peer, int tag, const void* data, size_t size, double seconds, std::string* why,
+                          bool abortable) {
   Impl& im = *impl_;
   if (peer < 0 || peer >= nranks_ || peer == rank_ || im.closed.load()) {
     *why = "no bootstrap to rank " + std::to_string(peer);
@@ -699,18 +700,19 @@ bool Bootstrap::sendQuiet(int peer, int tag, const void* data, size_t size, doub
     return false;
   }
   Deadline dl = Deadline::after(seconds);
+  auto* abort = abortable ? im.abortFlag : nullptr;
   IoResult r;
   if (!c.sock.valid()) {
-    r = Socket::connect(im.addrs[peer], dl, im.abortFlag, &c.sock, [](int err) { return err == ECONNREFUSED; });
+    r = Socket::connect(im.addrs[peer], dl, abort, &c.sock, [](int err) { return err == ECONNREFUSED; });
     PeerHello ph{kPeerMagic, im.secret, rank_, kConnP2p};
     if (r.ok()) {
       im.track(c.sock);
-      r = c.sock.sendAll(&ph, sizeof(ph), dl, im.abortFlag);
+      r = c.sock.sendAll(&ph, sizeof(ph), dl, abort);
     }
   }
   FrameHeader h{kFrameMagic, ncclSuccess, tag, 0, size};
-  if (r.ok()) r = c.sock.sendAll(&h, sizeof(h), dl, im.abortFlag);
-  if (r.ok()) r = c.sock.sendAll(data, size, dl, im.abortFlag);
+  if (r.ok()) r = c.sock.sendAll(&h, sizeof(h), dl, abort);
+  if (r.ok()) r = c.sock.sendAll(data, size, dl, abort);
   if (!r.ok()) {
     c.err = ioToNccl(r);
     c.errText = r.what;

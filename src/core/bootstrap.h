@@ -61,8 +61,10 @@ class Bootstrap {
   /// Point-to-point messages (tag separates concurrent users); blocking, with deadline.
   ncclResult_t send(int peer, int tag, const void* data, size_t size);
   /// send for progress loops and failure notices: within `seconds` (a refused connection ends it at once), and a
-  /// failure is never recorded as the communicator's error (*why says it). Returns whether it went.
-  bool sendQuiet(int peer, int tag, const void* data, size_t size, double seconds, std::string* why);
+  /// failure is never recorded as the communicator's error (*why says it). `abortable` false: an abort does not cut
+  /// it short (a failure notice still goes while the failed rank aborts). Returns whether it went.
+  bool sendQuiet(int peer, int tag, const void* data, size_t size, double seconds, std::string* why,
+                 bool abortable = true);
   ncclResult_t recv(int peer, int tag, void* data, size_t size);
   /// recv without waiting: *got says whether the message was there (read at once if it is arriving now). Returns
   /// at once, *got false, while another thread is inside recv. For progress loops (a net proxy's connection setup):

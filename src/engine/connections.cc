@@ -133,6 +133,7 @@ void Connections::poisonAll(PoisonReason reason, int culprit, const uint64_t* ca
   }
   // The proxy goes on until the communicator is destroyed: it passes the failure on over every connection and
   // answers peers that connect only now with it.
+  if (remote_ && calls != nullptr) remote_->markFailedCalls(calls);
   if (remote_) remote_->markFailed(word);
 }
 

@@ -4,8 +4,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -18,26 +18,41 @@ namespace {
 
 const char* collApiName(Coll c) {
   switch (c) {
-    case Coll::kAllReduce: return "ncclAllReduce";
-    case Coll::kAllGather: return "ncclAllGather";
-    case Coll::kReduceScatter: return "ncclReduceScatter";
-    case Coll::kBroadcast: return "ncclBroadcast";
-    case Coll::kReduce: return "ncclReduce";
-    case Coll::kAllToAll: return "ncclAlltoAll";
-    case Coll::kGather: return "ncclGather";
-    case Coll::kScatter: return "ncclScatter";
-    case Coll::kSendRecv: return "ncclSend/ncclRecv";
-    default: return "?";
+    case Coll::kAllReduce:
+      return "ncclAllReduce";
+    case Coll::kAllGather:
+      return "ncclAllGather";
+    case Coll::kReduceScatter:
+      return "ncclReduceScatter";
+    case Coll::kBroadcast:
+      return "ncclBroadcast";
+    case Coll::kReduce:
+      return "ncclReduce";
+    case Coll::kAllToAll:
+      return "ncclAlltoAll";
+    case Coll::kGather:
+      return "ncclGather";
+    case Coll::kScatter:
+      return "ncclScatter";
+    case Coll::kSendRecv:
+      return "ncclSend/ncclRecv";
+    default:
+      return "?";
   }
 }
 
 const char* reasonText(PoisonReason r) {
   switch (r) {
-    case PoisonReason::kPeerDied: return "a peer process died";
-    case PoisonReason::kTimeout: return "a peer made no progress before the deadline";
-    case PoisonReason::kMismatch: return "ranks called mismatched operations";
-    case PoisonReason::kAborted: return "the communicator was aborted";
-    default: return "an error";
+    case PoisonReason::kPeerDied:
+      return "a peer process died";
+    case PoisonReason::kTimeout:
+      return "a peer made no progress before the deadline";
+    case PoisonReason::kMismatch:
+      return "ranks called mismatched operations";
+    case PoisonReason::kAborted:
+      return "the communicator was aborted";
+    default:
+      return "an error";
   }
 }
 
@@ -50,7 +65,8 @@ uint64_t monotonicMs() {
 }  // namespace
 
 uint32_t packDesc(Coll coll, int dtype, int op) {
-  return static_cast<uint32_t>(coll) | (static_cast<uint32_t>(dtype) << 8) | ((static_cast<uint32_t>(op) & 0xffff) << 16);
+  return static_cast<uint32_t>(coll) | (static_cast<uint32_t>(dtype) << 8) |
+         ((static_cast<uint32_t>(op) & 0xffff) << 16);
 }
 
 std::string describeFingerprint(uint64_t seq, uint64_t count, uint32_t desc, int32_t root) {
@@ -95,36 +111,44 @@ ncclResult_t HostPlatform::fail(ncclResult_t res, PoisonReason reason, int culpr
 }
 
 ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where) {
-    auto reason = static_cast<PoisonReason>(poison >> 32);
-    int culprit = static_cast<int>(poison & 0xffffffff) - 1;
-    char msg[600];
-    if (reason == PoisonReason::kMismatch) {
-      uint64_t a[3], b[3];
-      for (int i = 0; i < 3; i++) {
-        a[i] = __atomic_load_n(&f->ctrl->failCall[i], __ATOMIC_RELAXED);
-        b[i] = __atomic_load_n(&f->ctrl->failCall2[i], __ATOMIC_RELAXED);
-      }
-      uint64_t ranks = __atomic_load_n(&f->ctrl->failRanks, __ATOMIC_RELAXED);
-      int detector = static_cast<int>(ranks & 0xffffffff), offender = static_cast<int>(ranks >> 32);
-      for (int i = 0; i < 3; i++) mismatch_[i] = a[i], mismatch_[3 + i] = b[i];  // pass it on unchanged
-      mismatch_[6] = ranks;
-      auto text = [](const uint64_t* c) {
-        return describeFingerprint(c[0], c[1], static_cast<uint32_t>(c[2]), static_cast<int32_t>(c[2] >> 32));
-      };
-      std::string mine = describeFingerprint(fp_.seq, fp_.count, fp_.desc, fp_.root);
-      if (comm_->rank == offender) {
-        snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank,
-                 mine.c_str(), detector, text(a).c_str());
-      } else {
-        snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s (this rank called "
-                 "%s; reported through rank %d)", detector, text(a).c_str(), offender, text(b).c_str(),
-                 mine.c_str(), f->peer);
-      }
-    } else {
-      snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
-               culprit != f->peer ? " and the failure reached this rank through its peers" : "");
+  auto reason = static_cast<PoisonReason>(poison >> 32);
+  int culprit = static_cast<int>(poison & 0xffffffff) - 1;
+  char msg[600];
+  if (reason == PoisonReason::kMismatch) {
+    uint64_t a[3], b[3];
+    for (int i = 0; i < 3; i++) {
+      a[i] = __atomic_load_n(&f->ctrl->failCall[i], __ATOMIC_RELAXED);
+      b[i] = __atomic_load_n(&f->ctrl->failCall2[i], __ATOMIC_RELAXED);
     }
-    return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, msg);
+    uint64_t ranks = __atomic_load_n(&f->ctrl->failRanks, __ATOMIC_RELAXED);
+    int detector = static_cast<int>(ranks & 0xffffffff), offender = static_cast<int>(ranks >> 32);
+    for (int i = 0; i < 3; i++) mismatch_[i] = a[i], mismatch_[3 + i] = b[i];  // pass it on unchanged
+    mismatch_[6] = ranks;
+    auto text = [](const uint64_t* c) {
+      return describeFingerprint(c[0], c[1], static_cast<uint32_t>(c[2]), static_cast<int32_t>(c[2] >> 32));
+    };
+    std::string mine = describeFingerprint(fp_.seq, fp_.count, fp_.desc, fp_.root);
+    if (ranks == 0) {
+      // Only the poison word crossed (the socket transport carries no more): the ranks that compared the calls
+      // name both; this one can say only that they differ.
+      snprintf(msg, sizeof(msg),
+               "mismatched calls: rank %d found that the ranks' calls differ (this rank called "
+               "%s; the ranks that compared them name both calls)",
+               culprit, mine.c_str());
+    } else if (comm_->rank == offender) {
+      snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank, mine.c_str(),
+               detector, text(a).c_str());
+    } else {
+      snprintf(msg, sizeof(msg),
+               "mismatched calls: rank %d called %s but rank %d called %s (this rank called "
+               "%s; reported through rank %d)",
+               detector, text(a).c_str(), offender, text(b).c_str(), mine.c_str(), f->peer);
+    }
+  } else {
+    snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
+             culprit != f->peer ? " and the failure reached this rank through its peers" : "");
+  }
+  return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, msg);
 }
 
 template <class Ready>
@@ -185,12 +209,15 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       }
       char msg[480];
       if (peerAlive) {
-        snprintf(msg, sizeof(msg), "%s: rank %d is alive but sent nothing for 2 x %.0f s (CHORUS_TIMEOUT_S): it is "
+        snprintf(msg, sizeof(msg),
+                 "%s: rank %d is alive but sent nothing for 2 x %.0f s (CHORUS_TIMEOUT_S): it is "
                  "waiting too, so the ranks are deadlocked (mismatched calls, or a rank stopped calling)",
                  where().c_str(), f->peer, deadline.seconds());
       } else {
-        snprintf(msg, sizeof(msg), "%s: rank %d made no progress for %.0f s (CHORUS_TIMEOUT_S); it may be stopped, "
-                 "hung, or calling a different operation", where().c_str(), f->peer, deadline.seconds());
+        snprintf(msg, sizeof(msg),
+                 "%s: rank %d made no progress for %.0f s (CHORUS_TIMEOUT_S); it may be stopped, "
+                 "hung, or calling a different operation",
+                 where().c_str(), f->peer, deadline.seconds());
       }
       return fail(ncclRemoteError, PoisonReason::kTimeout, f->peer, msg);
     }
@@ -199,12 +226,14 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
 
 ncclResult_t HostPlatform::waitSendSpace(Fifo* f) {
   uint64_t limit = f->geo.nSlots;
-  return waitFor(f, [f, limit]() { return f->step - __atomic_load_n(&f->ctrl->head, __ATOMIC_ACQUIRE) < limit; },
-                 "for FIFO space toward");
+  return waitFor(
+      f, [f, limit]() { return f->step - __atomic_load_n(&f->ctrl->head, __ATOMIC_ACQUIRE) < limit; },
+      "for FIFO space toward");
 }
 
 ncclResult_t HostPlatform::waitRecvData(Fifo* f) {
-  return waitFor(f, [f]() { return __atomic_load_n(&f->ctrl->tail, __ATOMIC_ACQUIRE) > f->step; }, "for data from");
+  return waitFor(
+      f, [f]() { return __atomic_load_n(&f->ctrl->tail, __ATOMIC_ACQUIRE) > f->step; }, "for data from");
 }
 
 ncclResult_t HostPlatform::waitLines(Fifo* f, const uint64_t* lines, size_t n, uint32_t flag, uint32_t* words) {
@@ -228,9 +257,10 @@ ncclResult_t HostPlatform::mismatch(Fifo* f, const SlotHeader& got, const Finger
   std::string b = describeFingerprint(got.seq, got.count, got.desc, got.root);
   char msg[600];
   if (a == b) {
-    snprintf(msg, sizeof(msg), "rank %d and rank %d disagree inside %s: expected %zu bytes at step %u, got %u bytes "
-             "(step %u); check NCCL_ALGO/NCCL_PROTO and chorus versions", comm_->rank, f->peer, a.c_str(), bytes, step,
-             got.bytes, got.step);
+    snprintf(msg, sizeof(msg),
+             "rank %d and rank %d disagree inside %s: expected %zu bytes at step %u, got %u bytes "
+             "(step %u); check NCCL_ALGO/NCCL_PROTO and chorus versions",
+             comm_->rank, f->peer, a.c_str(), bytes, step, got.bytes, got.step);
   } else {
     snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank, a.c_str(),
              f->peer, b.c_str());
@@ -282,8 +312,9 @@ ncclResult_t HostPlatform::fetch(Fifo* f, char* dst, uint64_t remote, size_t byt
 }
 
 ncclResult_t HostPlatform::waitConsumed(Fifo* f) {
-  return waitFor(f, [f]() { return __atomic_load_n(&f->ctrl->head, __ATOMIC_ACQUIRE) >= f->step; },
-                 "until it has read the data passed by address, for");
+  return waitFor(
+      f, [f]() { return __atomic_load_n(&f->ctrl->head, __ATOMIC_ACQUIRE) >= f->step; },
+      "until it has read the data passed by address, for");
 }
 
 ncclResult_t HostPlatform::drainDescribed() {
@@ -303,7 +334,8 @@ void HostPlatform::sendLL(Fifo* f, const SlotHeader& h, const char* payload, siz
   uint64_t* lines = f->slotLL();
   uint32_t words[FifoGeometry::kLLHeaderLines];
   std::memcpy(words, &h, sizeof(h));
-  for (uint32_t i = 0; i < FifoGeometry::kLLHeaderLines; i++) __atomic_store_n(&lines[i], flag | words[i], __ATOMIC_RELAXED);
+  for (uint32_t i = 0; i < FifoGeometry::kLLHeaderLines; i++)
+    __atomic_store_n(&lines[i], flag | words[i], __ATOMIC_RELAXED);
   size_t nw = bytes / 4;
   uint64_t* d = lines + FifoGeometry::kLLHeaderLines;
   for (size_t i = 0; i < nw; i++) {

@@ -246,6 +246,42 @@ void peerGoneBeforeConnecting(int n, bool separateHosts) {
   }
 }
 
+// Rank 2 calls with a different count. The ranks that compare fingerprints with it (0 and 2, its ring neighbours)
+// name both calls; rank 1 learns it through its peers. Shared memory and the nets carry both calls to it, so its
+// error names them too; the socket transport carries only the failure word, so rank 1 says that the calls differ.
+TEST_P(TransportFault, MismatchedCountsReachEveryRank) {
+  const Transport t = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  if (n != 3) GTEST_SKIP() << "needs a rank that compares with neither of the others' neighbours";
+  ScopedEnv env;
+  env.select(t);
+  env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
+  std::vector<int> status = forkRanks(
+      n,
+      [&](int rank, const ncclUniqueId& id) {
+        ncclComm_t comm;
+        if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return static_cast<int>(kInitFailed);
+        std::vector<int> buf(4096, 1);
+        size_t count = rank == 2 ? 4000 : 4096;
+        ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), count, ncclInt32, ncclSum, comm, nullptr);
+        std::string text = ncclGetLastError(comm);
+        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+        ncclCommAbort(comm);
+        if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
+        bool both = text.find("count 4000") != std::string::npos && text.find("count 4096") != std::string::npos;
+        if (rank == 1 && t == Transport::kSocket)
+          both = text.find("found that the ranks' calls differ") != std::string::npos;
+        return both ? static_cast<int>(kOk) : static_cast<int>(kNotNamed);
+      },
+      3.0 * kTimeoutS);
+  for (int r = 0; r < n; r++) {
+    bool exitedOk = status[r] != -1 && WIFEXITED(status[r]);
+    int code = exitedOk ? WEXITSTATUS(status[r]) : -1;
+    EXPECT_TRUE(exitedOk && code == kOk) << "rank " << r << " " << describeStatus(status[r])
+                                         << (exitedOk ? std::string(": ") + exitText(code) : std::string());
+  }
+}
+
 TEST_P(TransportFault, PeerGoneBeforeConnectingIsNamed) {
   ScopedEnv env;
   env.select(std::get<0>(GetParam()));

@@ -105,6 +105,11 @@ ncclResult_t NetProxy::connectRecv(int channel, int peer, const FifoGeometry& ge
   return newConn(false, channel, peer, geo, out);
 }
 
+void NetProxy::markFailedCalls(const uint64_t* calls) {
+  if (failedWord_.load(std::memory_order_acquire) != 0) return;  // the first failure is the cause
+  for (int i = 0; i < 7; i++) failedCalls_[i] = calls[i];
+}
+
 void NetProxy::markFailed(uint64_t word) {
   uint64_t zero = 0;
   failedWord_.compare_exchange_strong(zero, word, std::memory_order_acq_rel);
@@ -148,6 +153,8 @@ void NetProxy::fail(NetConn& c, const std::string& why) {
 // died) closes its connections too. Its failure notice names the real culprit; without one, the peer is named: as
 // dead when its process is gone, else as failed once kSuspectS passed.
 bool NetProxy::judge(NetConn& c) {
+  // A notice may be waiting: a peer that failed sends it before it exits, so it is read before the peer's death is.
+  if (loadAcquire(&c.fifo.ctrl->poison) == 0) takeNotice(c.peer);
   if (loadAcquire(&c.fifo.ctrl->poison) != 0) {  // a notice (or this rank) already said why
     c.state = NetConn::State::kFailed;
     return true;
@@ -160,25 +167,41 @@ bool NetProxy::judge(NetConn& c) {
     dead = comm_->bootstrap->peerGone(c.peer, &gone);
   }
   if (!dead && now < c.suspectUntil) return false;
+  if (dead && takeNotice(c.peer)) {  // it sent its notice just before it went
+    c.state = NetConn::State::kFailed;
+    return true;
+  }
   INFO(kNet, "%s: %s", connName(c).c_str(), dead ? gone.c_str() : "no failure notice from the peer: naming it");
   poisonFifo(c.fifo, makePoison(dead ? PoisonReason::kPeerDied : PoisonReason::kError, c.peer));
   c.state = NetConn::State::kFailed;
   return true;
 }
 
-void NetProxy::poisonPeer(int peer, uint64_t word) {
-  for (auto& c : conns_) {
-    if (c->peer != peer || c->state == NetConn::State::kFailed) continue;
-    poisonFifo(c->fifo, word);
-    closeConn(*c);
-    c->state = NetConn::State::kFailed;
+void NetProxy::poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls) {
+  FifoCtrl* ctrl = c.fifo.ctrl;
+  if (calls != nullptr && loadAcquire(&ctrl->poison) == 0) {
+    for (int i = 0; i < 3; i++) {
+      __atomic_store_n(&ctrl->failCall[i], calls[i], __ATOMIC_RELAXED);
+      __atomic_store_n(&ctrl->failCall2[i], calls[3 + i], __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&ctrl->failRanks, calls[6], __ATOMIC_RELAXED);
   }
+  poisonFifo(c.fifo, word);
+  closeConn(c);
+  c.state = NetConn::State::kFailed;
+}
+
+void NetProxy::poisonPeer(int peer, uint64_t word, const uint64_t* calls) {
+  for (auto& c : conns_)
+    if (c->peer == peer && c->state != NetConn::State::kFailed) poisonPeerConn(*c, word, calls);
 }
 
 bool NetProxy::exchangeNotices() {
   bool progress = false;
   const uint64_t mine = failedWord_.load(std::memory_order_acquire);
   if (mine != 0) {
+    uint64_t notice[8] = {mine};
+    for (int i = 0; i < 7; i++) notice[1 + i] = failedCalls_[i];
     // Once, to every rank this one has a connection with, however far its setup got: a peer blocked on this rank
     // learns the cause (the culprit) rather than only that the connection closed. Bounded, best effort.
     if (noticeSentTo_.empty()) noticeSentTo_.assign(comm_->nranks, false);
@@ -186,7 +209,7 @@ bool NetProxy::exchangeNotices() {
       if (noticeSentTo_[c->peer]) continue;
       noticeSentTo_[c->peer] = true;
       std::string why;
-      bool sent = comm_->bootstrap->sendQuiet(c->peer, kNetFailTag, &mine, sizeof(mine), 0.5, &why);
+      bool sent = comm_->bootstrap->sendQuiet(c->peer, kNetFailTag, notice, sizeof(notice), 0.5, &why, false);
       INFO(kNet, "rank %d: %s: failure notice to rank %d %s%s", rank_, name(), c->peer,
            sent ? "sent" : "not sent: ", sent ? "" : why.c_str());
       progress = true;
@@ -199,17 +222,23 @@ bool NetProxy::exchangeNotices() {
   for (auto& c : conns_) {
     if (c->state == NetConn::State::kFailed || asked[c->peer]) continue;
     asked[c->peer] = true;
-    uint64_t word = 0;
-    bool got = false;
-    std::string why;
-    if (comm_->bootstrap->tryRecv(c->peer, kNetFailTag, &word, sizeof(word), &got, &why) != ncclSuccess || !got)
-      continue;
-    bool valid = poisonWordValid(word, comm_->nranks);
-    INFO(kNet, "rank %d: %s: rank %d reports a failure%s", rank_, name(), c->peer, valid ? "" : " (malformed)");
-    poisonPeer(c->peer, valid ? word : makePoison(PoisonReason::kError, c->peer));
-    progress = true;
+    progress |= takeNotice(c->peer);
   }
   return progress;
+}
+
+bool NetProxy::takeNotice(int peer) {
+  uint64_t notice[8] = {};
+  bool got = false;
+  std::string why;
+  if (comm_->bootstrap->tryRecv(peer, kNetFailTag, notice, sizeof(notice), &got, &why) != ncclSuccess || !got)
+    return false;
+  const uint64_t word = notice[0];
+  bool valid = poisonWordValid(word, comm_->nranks);
+  bool calls = valid && static_cast<PoisonReason>(word >> 32) == PoisonReason::kMismatch && notice[7] != 0;
+  INFO(kNet, "rank %d: %s: rank %d reports a failure%s", rank_, name(), peer, valid ? "" : " (malformed)");
+  poisonPeer(peer, valid ? word : makePoison(PoisonReason::kError, peer), calls ? notice + 1 : nullptr);
+  return true;
 }
 
 void NetProxy::closeConn(NetConn& c) {
@@ -223,6 +252,7 @@ void NetProxy::closeConn(NetConn& c) {
   // Requests of a closed comm are gone with it (the net frees them); forget them.
   for (auto& r : c.reqs) r[0] = r[1] = nullptr;
   c.noticeReq = nullptr;
+  c.noticeBodyReq = nullptr;
 }
 
 bool NetProxy::setup(NetConn& c) {
@@ -402,25 +432,31 @@ bool NetProxy::recvSlots(NetConn& c) {
         fail(c, "protocol error: a slot header of " + std::to_string(size) + " bytes arrived");
         return true;
       }
-      if (h.bytes == kPoisonFrameBytes) {  // the sender failed and says why
-        uint64_t word = h.seq;
-        bool valid = poisonWordValid(word, comm_->nranks);
+      if (h.bytes == kPoisonFrameBytes) {  // the sender failed and says why; a mismatch's calls follow
+        bool valid = poisonWordValid(h.seq, comm_->nranks);
         INFO(kNet, "%s: the peer reports a failure (%s)", connName(c).c_str(), valid ? "passed on" : "malformed");
-        poisonFifo(f, valid ? word : makePoison(PoisonReason::kError, c.peer));
-        closeConn(c);
-        c.state = NetConn::State::kFailed;
-        return true;
+        c.noticeWord = valid ? h.seq : makePoison(PoisonReason::kError, c.peer);
       }
     }
+    int paySize = -1;  // the payload's size, once its receive completed in this pass
     if (r[1] != nullptr) {
       int t = testReq(c, &r[1], &size);
       if (t < 0) c.testFailed = true;
-      if (t <= 0) break;
-      if (static_cast<uint32_t>(size) != f.hdrs[slot].bytes) {
-        fail(c, "protocol error: a payload of " + std::to_string(size) + " bytes arrived where the header announced " +
-                    std::to_string(f.hdrs[slot].bytes));
-        return true;
-      }
+      if (t == 0 || (t < 0 && c.noticeWord == 0)) break;
+      paySize = t > 0 ? size : 0;  // a failed notice payload: the notice without its calls
+    }
+    if (c.noticeWord != 0) {
+      const char* data = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
+      uint64_t calls[7];
+      bool haveCalls = paySize == static_cast<int>(sizeof(calls));
+      if (haveCalls) memcpy(calls, data, sizeof(calls));
+      poisonPeerConn(c, c.noticeWord, haveCalls && calls[6] != 0 ? calls : nullptr);
+      return true;
+    }
+    if (paySize >= 0 && static_cast<uint32_t>(paySize) != f.hdrs[slot].bytes) {
+      fail(c, "protocol error: a payload of " + std::to_string(paySize) + " bytes arrived where the header announced " +
+                  std::to_string(f.hdrs[slot].bytes));
+      return true;
     }
     storeRelease(&f.ctrl->tail, ++c.done);
     progress = true;
@@ -466,27 +502,44 @@ bool NetProxy::recvSlots(NetConn& c) {
 // This rank failed: tell the receiver why, at a slot boundary (the next header it expects), once.
 bool NetProxy::sendNotice(NetConn& c) {
   int size = 0;
-  if (c.noticeReq != nullptr) {
-    int t = testReq(c, &c.noticeReq, &size);
-    if (t != 0) INFO(kNet, "%s: failure %s", connName(c).c_str(), t > 0 ? "passed on" : "not passed on");
-    return t != 0;
+  if (c.noticeReq != nullptr || c.noticeBodyReq != nullptr) {
+    int t = 1;
+    if (c.noticeReq != nullptr) t = testReq(c, &c.noticeReq, &size);
+    if (t > 0 && c.noticeBodyReq != nullptr) t = testReq(c, &c.noticeBodyReq, &size);
+    if (t < 0) c.noticeReq = c.noticeBodyReq = nullptr;
+    if (t != 0 && c.noticeReq == nullptr && c.noticeBodyReq == nullptr)
+      INFO(kNet, "%s: failure %s", connName(c).c_str(), t > 0 ? "passed on" : "not passed on");
+    if (t == 0 || !c.noticeBodySent) return t != 0;
   }
+  if (c.noticeSent && c.noticeBodySent) return false;
   // A slot boundary, and a header no request in flight uses.
   if (c.halfPosted || c.posted - c.done >= c.fifo.geo.nSlots) return false;
   // The notice is a SlotHeader in registered memory: the FIFO's header of the next slot to go, which the executor
   // no longer writes (it failed).
-  SlotHeader& h = c.fifo.hdrs[c.posted % c.fifo.geo.nSlots];
-  h = SlotHeader{};
-  h.seq = failedWord_.load(std::memory_order_acquire);
-  h.bytes = kPoisonFrameBytes;
-  ncclResult_t rc = net_.api->isend(c.comm, &h, sizeof(SlotHeader), 0, c.mhandle, nullptr, &c.noticeReq);
-  if (rc != ncclSuccess) {
+  // Its payload, in the same slot's data, is a mismatch's 7 call words (zero otherwise): the receiver has that
+  // slot's payload receive posted, so the two messages match as a slot's always do.
+  const uint32_t slot = static_cast<uint32_t>(c.posted % c.fifo.geo.nSlots);
+  char* body = c.fifo.data + static_cast<size_t>(slot) * c.fifo.geo.slotBytes;
+  ncclResult_t rc = ncclSuccess;
+  if (!c.noticeSent) {
+    SlotHeader& h = c.fifo.hdrs[slot];
+    h = SlotHeader{};
+    h.seq = failedWord_.load(std::memory_order_acquire);
+    h.bytes = kPoisonFrameBytes;
+    memcpy(body, failedCalls_, sizeof(failedCalls_));
+    rc = net_.api->isend(c.comm, &h, sizeof(SlotHeader), 0, c.mhandle, nullptr, &c.noticeReq);
+    if (rc == ncclSuccess && c.noticeReq == nullptr) return false;
     c.noticeSent = true;
-    INFO(kNet, "%s: could not pass on the failure (%s)", connName(c).c_str(), ncclGetErrorString(rc));
-    return true;
   }
-  if (c.noticeReq == nullptr) return false;
-  c.noticeSent = true;
+  if (rc == ncclSuccess && c.noticeBodyReq == nullptr && !c.noticeBodySent) {
+    rc = net_.api->isend(c.comm, body, sizeof(failedCalls_), 0, c.mhandle, nullptr, &c.noticeBodyReq);
+    if (rc == ncclSuccess && c.noticeBodyReq == nullptr) return true;  // the header went; the body next time
+    c.noticeBodySent = true;
+  }
+  if (rc != ncclSuccess) {
+    c.noticeSent = c.noticeBodySent = true;
+    INFO(kNet, "%s: could not pass on the failure (%s)", connName(c).c_str(), ncclGetErrorString(rc));
+  }
   return true;
 }
 
@@ -499,7 +552,9 @@ bool NetProxy::step(NetConn& c) {
   if (failedWord_.load(std::memory_order_acquire) != 0) {
     // Finish what is in flight, then the notice.
     progress |= sendSlots(c);
-    if (c.state == NetConn::State::kOpen && (!c.noticeSent || c.noticeReq != nullptr)) progress |= sendNotice(c);
+    if (c.state == NetConn::State::kOpen &&
+        (!c.noticeSent || !c.noticeBodySent || c.noticeReq != nullptr || c.noticeBodyReq != nullptr))
+      progress |= sendNotice(c);
     return progress;
   }
   return sendSlots(c);
@@ -514,7 +569,7 @@ bool NetProxy::flushed() const {
       continue;
     }
     if (c->done < loadAcquire(&c->fifo.ctrl->tail) && loadAcquire(&c->fifo.ctrl->poison) == 0) return false;
-    if (c->noticeReq != nullptr) return false;
+    if (c->noticeReq != nullptr || c->noticeBodyReq != nullptr) return false;
   }
   return true;
 }

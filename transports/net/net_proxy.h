@@ -38,7 +38,8 @@ namespace chorus {
 
 /// Bootstrap tag of a net handle for channel c: kNetHandleTag + c.
 constexpr int kNetHandleTag = 0x4e000;
-/// Bootstrap tag of a failure notice (the failed rank's FIFO poison word, 8 bytes).
+/// Bootstrap tag of a failure notice: the failed rank's FIFO poison word, then a mismatch's 7 call words (zero
+/// otherwise), 64 bytes.
 constexpr int kNetFailTag = 0x4dfff;
 /// How long a connection the net failed waits for the peer's failure notice before naming the peer itself.
 constexpr double kSuspectS = 1.0;
@@ -71,6 +72,9 @@ struct NetConn {
   bool testFailed = false;  ///< receive side: the oldest request failed, so nothing more completes
   bool noticeSent = false;  ///< send side: the failure notice went out (or cannot)
   void* noticeReq = nullptr;
+  bool noticeBodySent = false;  ///< send side: the notice's payload (a mismatch's calls) was posted
+  void* noticeBodyReq = nullptr;
+  uint64_t noticeWord = 0;  ///< receive side: the peer's failure notice arrived; its payload (calls) is awaited
   SlotHeader notice{};
   std::chrono::steady_clock::time_point since{};          ///< when setup started (for slow-setup messages)
   std::chrono::steady_clock::time_point nextLiveCheck{};  ///< setup: when to check again that the peer lives
@@ -89,6 +93,7 @@ class NetProxy : public RemoteTransport {
   ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
   void shutdown() override;
   void markFailed(uint64_t word) override;
+  void markFailedCalls(const uint64_t* calls) override;
   void kick() override { wake_.kick(); }
   const char* name() const override { return label_.c_str(); }
 
@@ -111,10 +116,15 @@ class NetProxy : public RemoteTransport {
   void fail(NetConn& c, const std::string& why);
   /// kSuspect: poisons the FIFO naming the peer once its process is gone (died) or kSuspectS passed (failed).
   bool judge(NetConn& c);
-  /// Poisons every connection with `peer` with `word` (a failure the peer or the net reported) and closes them.
-  void poisonPeer(int peer, uint64_t word);
+  /// Poisons every connection with `peer` with `word` (a failure the peer or the net reported) and closes them;
+  /// `calls` (7 words, or null) are a mismatch's two calls, written first as Connections::poisonAll does.
+  void poisonPeer(int peer, uint64_t word, const uint64_t* calls);
+  /// The same for one connection.
+  void poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls);
   /// Failure notices from peers over the bootstrap (every kNoticePollMs), and this rank's own once it failed.
   bool exchangeNotices();
+  /// Reads a failure notice from `peer` if one is there, and poisons every connection with it; true if one was.
+  bool takeNotice(int peer);
   void closeConn(NetConn& c);
   bool flushed() const;
   std::string connName(const NetConn& c) const;
@@ -135,6 +145,7 @@ class NetProxy : public RemoteTransport {
   bool shutDown_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> failedWord_{0};
+  uint64_t failedCalls_[7] = {};    ///< written by markFailedCalls before failedWord_ (whose release publishes them)
   std::vector<bool> noticeSentTo_;  ///< proxy thread: this rank's failure was sent to the rank over the bootstrap
   std::chrono::steady_clock::time_point nextNoticePoll_{};
   std::thread thread_;
