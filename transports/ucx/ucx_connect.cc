@@ -111,7 +111,7 @@ ncclResult_t closeComm(Comm* c) {
       ucp_request_cancel(c->ctx->worker, r.ucp);
     }
   });
-  closeEndpoint(c->ctx, c->ep, abnormal, c->peer);
+  closeEndpoint(c->ctx, c->ep, abnormal, c->peer, &c->epStatus);
   drainRequests(c);
   for (ucp_mem_h m : c->deferredUnmaps) ucp_mem_unmap(c->ctx->context, m);
   c->ctx->openComms--;
@@ -119,16 +119,15 @@ ncclResult_t closeComm(Comm* c) {
   return ncclSuccess;
 }
 
-/// Progresses until `req` (a request without callback) is finished, `end` passes, or, when `idleStop`, the worker
-/// has had nothing to do for kFlushIdle; then hands it back to UCX.
-ucs_status_t waitAndFree(Context* ctx, ucs_status_ptr_t req, std::chrono::steady_clock::time_point end, bool idleStop) {
+/// Progresses until `req` (a request without callback) is finished, `end` passes, or *epStatus (when given) says
+/// the endpoint failed; then hands it back to UCX.
+ucs_status_t waitAndFree(Context* ctx, ucs_status_ptr_t req, std::chrono::steady_clock::time_point end,
+                         const ucs_status_t* epStatus) {
   if (req == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
-  auto idleSince = std::chrono::steady_clock::now();
   while (ucp_request_check_status(req) == UCS_INPROGRESS) {
-    auto now = std::chrono::steady_clock::now();
-    if (now >= end || (idleStop && now - idleSince >= kFlushIdle)) break;
-    if (ucp_worker_progress(ctx->worker) != 0) idleSince = std::chrono::steady_clock::now();
+    if (std::chrono::steady_clock::now() >= end || (epStatus != nullptr && *epStatus != UCS_OK)) break;
+    ucp_worker_progress(ctx->worker);
   }
   ucs_status_t st = ucp_request_check_status(req);
   // No callback was set, so freeing an unfinished request only hands it to UCX.
@@ -138,23 +137,22 @@ ucs_status_t waitAndFree(Context* ctx, ucs_status_ptr_t req, std::chrono::steady
 
 }  // namespace
 
-void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what) {
+void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what, const ucs_status_t* epStatus) {
   if (ep == nullptr) return;
   auto end = std::chrono::steady_clock::now() + kCloseTimeout;
   ucp_request_param_t param{};
   if (!failed) {
-    // A send that test() reported done may still sit in UCX's buffers (an eager send completes once copied), so the
-    // endpoint is flushed first. UCX's flush also waits for the peer to acknowledge everything, which a peer that
-    // is not progressing its worker (closed already, busy elsewhere, or driven by this same thread) never does:
-    // once our worker has had nothing to do for kFlushIdle, our data is with the kernel, which delivers it after
-    // the close too, and the endpoint is closed by force.
-    ucs_status_t st = waitAndFree(ctx, ucp_ep_flush_nbx(ep, &param), end, /*idleStop=*/true);
-    if (st != UCS_OK && st != UCS_INPROGRESS)
+    // A send that test() reported done may still sit in UCX's buffers (an eager send completes once copied; over
+    // TCP it waits there while the peer's socket is full), so the endpoint is flushed first, until the peer has
+    // everything, the endpoint fails (the peer closed), or kCloseTimeout. Closing on an idle worker instead lost
+    // data under load: a busy receiver leaves the socket full, and UCX's worker then has nothing to do.
+    ucs_status_t st = waitAndFree(ctx, ucp_ep_flush_nbx(ep, &param), end, epStatus);
+    if (st != UCS_OK)
       INFO(kNet, "NET/UCX : flushing the endpoint to %s before closing it: %s", what.c_str(), ucs_status_string(st));
   }
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  ucs_status_t st = waitAndFree(ctx, ucp_ep_close_nbx(ep, &param), end, /*idleStop=*/false);
+  ucs_status_t st = waitAndFree(ctx, ucp_ep_close_nbx(ep, &param), end, nullptr);
   if (st != UCS_OK && st != UCS_ERR_CANCELED)
     INFO(kNet, "NET/UCX : closing the endpoint to %s: %s", what.c_str(), ucs_status_string(st));
 }

@@ -39,11 +39,9 @@ static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a UCX handle must fit 
 /// How long a receive may stay pending after its peer's endpoint failed before test() fails it: messages the peer
 /// sent just before closing may still be in flight on the data lane when the disconnect is seen.
 constexpr std::chrono::milliseconds kPeerGoneGrace{1000};
-/// How long closing an endpoint may progress its worker before the close is left to UCX.
+/// How long closing an endpoint may progress its worker (its flush waits for the peer to have everything) before the
+/// close is left to UCX.
 constexpr std::chrono::milliseconds kCloseTimeout{2000};
-/// How long a closing endpoint's flush may see its worker idle before the close goes on without the peer's
-/// acknowledgement (closeEndpoint says why).
-constexpr std::chrono::milliseconds kFlushIdle{20};
 
 struct Comm;
 
@@ -129,7 +127,7 @@ inline ucp_tag_t makeTag(uint32_t connId, int tag) {
 inline ucp_tag_t makeHelloTag(uint32_t connId) { return (ucp_tag_t{1} << 63) | (static_cast<ucp_tag_t>(connId) << 32); }
 /// Closes `ep`: flushes it while the peer is healthy, then closes it by force, progressing the worker up to
 /// kCloseTimeout; what remains after that is left to UCX.
-void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what);
+void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what, const ucs_status_t* epStatus);
 /// Cancels a comm's outstanding requests and waits (bounded) for UCX to give their slots back.
 void drainRequests(Comm* comm);
 /// Posts `r` (a slot of `c`, hello included) as a send of `size` bytes with UCX tag `tag`; on error the slot stays
