@@ -45,20 +45,42 @@ void usage(FILE* out) {
       "CHORUS_STORE_TOKEN. Exit status: the first failing rank's (128+signal if killed), 124 on timeout.\n");
 }
 
-// A port nobody listens on now (the kernel picks it); rank 0 of the job binds it moments later.
-int freePort() {
+// Whether `port` (0: any) can be bound on the loopback now; *got is the port bound.
+bool tryBind(int port, int* got) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  if (fd < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (ok) *got = ntohs(a.sin_port);
   close(fd);
-  return port;
+  return ok;
+}
+
+// A port nobody listens on now; rank 0 of the job binds it moments later. It is taken below the kernel's ephemeral
+// range (net.ipv4.ip_local_port_range), which the kernel hands to every outgoing connection and port-0 bind: a port
+// from that range could be taken by another process in between (seen with several jobs on a busy machine).
+int freePort() {
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  const int from = 10000;
+  if (low - from >= 1000) {
+    unsigned seed = static_cast<unsigned>(getpid()) ^
+                    static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+    for (int i = 0; i < 64; i++) {
+      int port = from + static_cast<int>(rand_r(&seed) % static_cast<unsigned>(low - from)), got = -1;
+      if (tryBind(port, &got)) return got;
+    }
+  }
+  int got = -1;
+  return tryBind(0, &got) ? got : -1;  // the kernel's choice
 }
 
 std::string randomToken() {
