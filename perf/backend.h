@@ -102,6 +102,29 @@ class Backend {
   virtual std::string lastError() const = 0;
 };
 
+/// The part every baseline on host buffers with blocking calls shares (mpi_perf's Open MPI, gloo_perf's Gloo): host
+/// memory only, page-aligned buffers touched before the timing, plain copies, no registration, no groups.
+class HostBlockingBackend : public Backend {
+ public:
+  /// `tool` ("mpi_perf") names the program in messages.
+  explicit HostBlockingBackend(const char* tool) : tool_(tool) {}
+  bool selectMemory(bool device) override { return !device; }
+  void describeDevice(int local, const Topology& topo, int* device, std::string* busId,
+                      std::string* info) const override;
+  void* alloc(int local, size_t bytes) override;
+  void release(void* ptr) override;
+  bool upload(void* dst, const void* src, size_t bytes) override;
+  bool download(void* dst, const void* src, size_t bytes) override { return upload(dst, src, bytes); }
+  bool registerBuffers(int, void*, void*, size_t, int) override { return true; }
+  bool unregisterAll() override { return true; }
+  bool groupStart() override { return true; }
+  bool groupEnd() override { return true; }
+  bool sync(int) override { return true; }  // the calls have completed when they return
+
+ protected:
+  const char* tool_;
+};
+
 /// Runs a tool: flags, launch, the timing loop and the report. Returns the process exit status.
 int runDriver(int argc, char** argv, const CollSpec& spec, Backend& backend, const Options* preset = nullptr);
 

@@ -24,6 +24,31 @@
 
 namespace chorus {
 namespace perf {
+
+void HostBlockingBackend::describeDevice(int, const Topology&, int* device, std::string* busId,
+                                         std::string* info) const {
+  std::string model;
+  describeHostCpu(busId, &model);
+  *device = -1;
+  *info = model + " (host memory)";
+}
+
+void* HostBlockingBackend::alloc(int, size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes > 0 ? bytes : 1) != 0) {
+    std::fprintf(stderr, "%s: cannot allocate %zu bytes\n", tool_, bytes);
+    return nullptr;
+  }
+  std::memset(p, 0, bytes);  // touch the pages now, like ncclMemAlloc's buffers are before the timing
+  return p;
+}
+
+void HostBlockingBackend::release(void* ptr) { std::free(ptr); }
+
+bool HostBlockingBackend::upload(void* dst, const void* src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+  return true;
+}
 namespace {
 
 std::string hostName() {

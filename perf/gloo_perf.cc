@@ -57,8 +57,9 @@ void allreduceAs(const std::shared_ptr<gloo::Context>& ctx, void* out, size_t co
   gloo::allreduce(opts);
 }
 
-class GlooBackend : public Backend {
+class GlooBackend : public HostBlockingBackend {
  public:
+  GlooBackend() : HostBlockingBackend("gloo_perf") {}
   std::string name() const override { return "Gloo"; }
   std::string versionLine() const override {
     return "gloo_perf (chorus perf, nccl-tests 2.19.6 format) library: Gloo (Debian libgloo-dev), TCP transport";
@@ -76,13 +77,6 @@ class GlooBackend : public Backend {
   }
   bool supportsType(ncclDataType_t t) const override { return t == ncclFloat32 || t == ncclFloat64 || t == ncclInt32; }
   bool supportsOp(int op) const override { return op == ncclSum || op == ncclProd || op == ncclMax || op == ncclMin; }
-  bool selectMemory(bool device) override { return !device; }
-  void describeDevice(int, const Topology&, int* device, std::string* busId, std::string* info) const override {
-    std::string model;
-    describeHostCpu(busId, &model);
-    *device = -1;
-    *info = model + " (host memory)";
-  }
   bool setup(Control&, const Topology& topo, const Options&) override {
     topo_ = topo;
     return true;
@@ -111,26 +105,6 @@ class GlooBackend : public Backend {
     ctx_.reset();
     return true;
   }
-  void* alloc(int, size_t bytes) override {
-    void* p = nullptr;
-    if (posix_memalign(&p, 4096, bytes > 0 ? bytes : 1) != 0) {
-      std::fprintf(stderr, "gloo_perf: cannot allocate %zu bytes\n", bytes);
-      return nullptr;
-    }
-    std::memset(p, 0, bytes);
-    return p;
-  }
-  void release(void* ptr) override { std::free(ptr); }
-  bool upload(void* dst, const void* src, size_t bytes) override {
-    std::memmove(dst, src, bytes);
-    return true;
-  }
-  bool download(void* dst, const void* src, size_t bytes) override { return upload(dst, src, bytes); }
-  bool registerBuffers(int, void*, void*, size_t, int) override { return true; }
-  bool unregisterAll() override { return true; }
-  bool groupStart() override { return true; }
-  bool groupEnd() override { return true; }
-  bool sync(int) override { return true; }  // Gloo's collectives here are blocking
   std::string lastError() const override { return error_; }
 
   bool run(int, const CallArgs& c) override {

@@ -60,8 +60,9 @@ MPI_Op mpiOp(int op) {
   }
 }
 
-class MpiBackend : public Backend {
+class MpiBackend : public HostBlockingBackend {
  public:
+  MpiBackend() : HostBlockingBackend("mpi_perf") {}
   std::string name() const override { return "Open MPI"; }
   std::string versionLine() const override {
     char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
@@ -83,13 +84,6 @@ class MpiBackend : public Backend {
   }
   bool supportsType(ncclDataType_t t) const override { return mpiType(t) != MPI_DATATYPE_NULL; }
   bool supportsOp(int op) const override { return mpiOp(op) != MPI_OP_NULL; }
-  bool selectMemory(bool device) override { return !device; }
-  void describeDevice(int, const Topology&, int* device, std::string* busId, std::string* info) const override {
-    std::string model;
-    describeHostCpu(busId, &model);
-    *device = -1;
-    *info = model + " (host memory)";
-  }
   bool setup(Control&, const Topology& topo, const Options&) override {
     topo_ = topo;
     comm_ = MPI_COMM_WORLD;
@@ -101,26 +95,6 @@ class MpiBackend : public Backend {
     if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     return true;
   }
-  void* alloc(int, size_t bytes) override {
-    void* p = nullptr;
-    if (posix_memalign(&p, 4096, bytes) != 0) {
-      std::fprintf(stderr, "mpi_perf: cannot allocate %zu bytes\n", bytes);
-      return nullptr;
-    }
-    std::memset(p, 0, bytes);  // touch the pages now, like ncclMemAlloc's buffers are before the timing
-    return p;
-  }
-  void release(void* ptr) override { std::free(ptr); }
-  bool upload(void* dst, const void* src, size_t bytes) override {
-    std::memmove(dst, src, bytes);
-    return true;
-  }
-  bool download(void* dst, const void* src, size_t bytes) override { return upload(dst, src, bytes); }
-  bool registerBuffers(int, void*, void*, size_t, int) override { return true; }
-  bool unregisterAll() override { return true; }
-  bool groupStart() override { return true; }
-  bool groupEnd() override { return true; }
-  bool sync(int) override { return true; }  // MPI calls here are blocking
   std::string lastError() const override { return {}; }
 
   bool run(int, const CallArgs& c) override {

@@ -143,6 +143,19 @@ void ProxyWake::drain() {
   (void)n;
 }
 
+void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls) {
+  FifoCtrl* ctrl = f.ctrl;
+  if (calls != nullptr && __atomic_load_n(&ctrl->poison, __ATOMIC_ACQUIRE) == 0) {
+    for (int i = 0; i < 3; i++) {
+      __atomic_store_n(&ctrl->failCall[i], calls[i], __ATOMIC_RELAXED);
+      __atomic_store_n(&ctrl->failCall2[i], calls[3 + i], __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&ctrl->failRanks, calls[6], __ATOMIC_RELAXED);
+  }
+  uint64_t zero = 0;
+  __atomic_compare_exchange_n(&ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 void* allocRemoteFifo(const FifoGeometry& geo) {
   // Whole pages: the device path pins this memory for its GPU (network staging), and a page shared with another
   // allocation could not be pinned twice.

@@ -72,6 +72,11 @@ class ProxyWake {
 /// the ranks), logs the choice and why, and starts its proxy.
 ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTransport>* out);
 
+/// Sets a FIFO's poison word unless one is there (the first failure wins). For a mismatch, `calls` (7 words:
+/// FifoCtrl's failCall, failCall2 and failRanks; null otherwise) are written first, so that the rank that reads the
+/// word can name both calls.
+void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls = nullptr);
+
 /// Page-aligned, zeroed memory for one FIFO of geometry `geo`, in whole pages (the device path pins it for its
 /// GPU); null when out of memory. Free with std::free.
 void* allocRemoteFifo(const FifoGeometry& geo);

@@ -118,18 +118,7 @@ void Connections::poisonAll(PoisonReason reason, int culprit, const uint64_t* ca
         }
       }
     }
-    for (auto& [key, c] : conns_) {
-      FifoCtrl* ctrl = c->fifo.ctrl;
-      if (calls != nullptr && __atomic_load_n(&ctrl->poison, __ATOMIC_ACQUIRE) == 0) {
-        for (int i = 0; i < 3; i++) {
-          __atomic_store_n(&ctrl->failCall[i], calls[i], __ATOMIC_RELAXED);
-          __atomic_store_n(&ctrl->failCall2[i], calls[3 + i], __ATOMIC_RELAXED);
-        }
-        __atomic_store_n(&ctrl->failRanks, calls[6], __ATOMIC_RELAXED);
-      }
-      uint64_t zero = 0;
-      __atomic_compare_exchange_n(&c->fifo.ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-    }
+    for (auto& [key, c] : conns_) poisonFifo(c->fifo, word, calls);
   }
   // The proxy goes on until the communicator is destroyed: it passes the failure on over every connection and
   // answers peers that connect only now with it.

@@ -58,6 +58,14 @@ const char* exitText(int code) {
   }
 }
 
+// Expects rank r to have exited with kOk; `who` names it in the failure ("rank", "survivor rank").
+void expectRankOk(const std::vector<int>& status, int r, const char* who = "rank") {
+  bool exited = status[r] != -1 && WIFEXITED(status[r]);
+  int code = exited ? WEXITSTATUS(status[r]) : -1;
+  EXPECT_TRUE(exited && code == kOk) << who << " " << r << " " << describeStatus(status[r])
+                                     << (exited ? std::string(": ") + exitText(code) : std::string());
+}
+
 int rankMain(int rank, const ncclUniqueId& id, int n, int victim) {
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
@@ -122,10 +130,7 @@ TEST_P(TransportFault, KilledPeerIsNamed) {
           << "victim rank " << r << " " << describeStatus(status[r]);
       continue;
     }
-    bool exited = status[r] != -1 && WIFEXITED(status[r]);
-    int code = exited ? WEXITSTATUS(status[r]) : -1;
-    EXPECT_TRUE(exited && code == kOk) << "survivor rank " << r << " " << describeStatus(status[r])
-                                       << (exited ? std::string(": ") + exitText(code) : std::string());
+    expectRankOk(status, r, "survivor rank");
   }
   EXPECT_LT(took, 2.0 * kTimeoutS) << "the run took " << took << " s";
 }
@@ -166,12 +171,7 @@ TEST_P(TransportFault, AbortedPeerIsNamed) {
         return static_cast<int>(took < kTimeoutS ? kOk : kTooSlow);
       },
       3.0 * kTimeoutS);
-  for (int r = 0; r < n; r++) {
-    bool exited = status[r] != -1 && WIFEXITED(status[r]);
-    int code = exited ? WEXITSTATUS(status[r]) : -1;
-    EXPECT_TRUE(exited && code == kOk) << "rank " << r << " " << describeStatus(status[r])
-                                       << (exited ? std::string(": ") + exitText(code) : std::string());
-  }
+  for (int r = 0; r < n; r++) expectRankOk(status, r);
 }
 
 // Whether process `pid` has exited (a zombie its parent has not reaped counts).
@@ -238,12 +238,7 @@ void peerGoneBeforeConnecting(int n, bool separateHosts) {
       },
       3.0 * kTimeoutS);
   munmap(shared, sizeof(Shared));
-  for (int r = 0; r < n; r++) {
-    bool exitedOk = status[r] != -1 && WIFEXITED(status[r]);
-    int code = exitedOk ? WEXITSTATUS(status[r]) : -1;
-    EXPECT_TRUE(exitedOk && code == kOk) << "rank " << r << " " << describeStatus(status[r])
-                                         << (exitedOk ? std::string(": ") + exitText(code) : std::string());
-  }
+  for (int r = 0; r < n; r++) expectRankOk(status, r);
 }
 
 // Rank 2 calls with a different count. The ranks that compare fingerprints with it (0 and 2, its ring neighbours)
@@ -274,12 +269,7 @@ TEST_P(TransportFault, MismatchedCountsReachEveryRank) {
         return both ? static_cast<int>(kOk) : static_cast<int>(kNotNamed);
       },
       3.0 * kTimeoutS);
-  for (int r = 0; r < n; r++) {
-    bool exitedOk = status[r] != -1 && WIFEXITED(status[r]);
-    int code = exitedOk ? WEXITSTATUS(status[r]) : -1;
-    EXPECT_TRUE(exitedOk && code == kOk) << "rank " << r << " " << describeStatus(status[r])
-                                         << (exitedOk ? std::string(": ") + exitText(code) : std::string());
-  }
+  for (int r = 0; r < n; r++) expectRankOk(status, r);
 }
 
 TEST_P(TransportFault, PeerGoneBeforeConnectingIsNamed) {

@@ -21,11 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void poisonFifo(const Fifo& f, uint64_t word) {
-  uint64_t zero = 0;
-  __atomic_compare_exchange_n(&f.ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
 // How long a setup may wait before one INFO line says what it waits for (the executor's deadline decides failure).
 constexpr double kSlowSetupS = 10.0;
 
@@ -178,15 +173,7 @@ bool NetProxy::judge(NetConn& c) {
 }
 
 void NetProxy::poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls) {
-  FifoCtrl* ctrl = c.fifo.ctrl;
-  if (calls != nullptr && loadAcquire(&ctrl->poison) == 0) {
-    for (int i = 0; i < 3; i++) {
-      __atomic_store_n(&ctrl->failCall[i], calls[i], __ATOMIC_RELAXED);
-      __atomic_store_n(&ctrl->failCall2[i], calls[3 + i], __ATOMIC_RELAXED);
-    }
-    __atomic_store_n(&ctrl->failRanks, calls[6], __ATOMIC_RELAXED);
-  }
-  poisonFifo(c.fifo, word);
+  poisonFifo(c.fifo, word, calls);
   closeConn(c);
   c.state = NetConn::State::kFailed;
 }

@@ -58,12 +58,6 @@ void drainUnread(Socket& s) {
   }
 }
 
-// Sets the poison word unless one is already there (the first failure wins, as in Connections::poisonAll).
-void poisonFifo(const Fifo& f, uint64_t word) {
-  uint64_t zero = 0;
-  __atomic_compare_exchange_n(&f.ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
 std::string errnoText(int e) {
   char buf[128];
   return std::string(strerror_r(e, buf, sizeof(buf)));

@@ -72,8 +72,7 @@ struct Request {
   bool isRecv = false;
   void* ucp = nullptr;  ///< UCX's request while kPending/kCancelling (freed in the callback)
   ucs_status_t status = UCS_OK;
-  size_t size = 0;             ///< bytes sent, or the true length received
-  ucp_tag_recv_info_t info{};  ///< filled by an irecv that completes at once
+  size_t size = 0;  ///< bytes sent, or the true length received
 };
 
 /// The hello a send end sends once connected (tag makeHelloTag(connId)); its receipt completes accept().
