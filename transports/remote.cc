@@ -15,7 +15,6 @@
 #include "core/params.h"
 #include "transports/net/net.h"
 #include "transports/net/net_proxy.h"
-#include "transports/socket/socket_transport.h"
 
 namespace chorus {
 namespace {
@@ -63,6 +62,9 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   out->name = api->name;
   out->reason = reason;
   out->ndev = ndev;
+  out->hooks = api == socketNet() ? socketNetHooks() : nullptr;
+  // The socket net takes 32 requests a comm: a whole FIFO (8 slots) in flight. Others keep what a v6 plugin allows.
+  out->inflightSlots = api == socketNet() ? kMaxInflightSlots : kInflightSlots;
   return true;
 }
 
@@ -75,14 +77,12 @@ ncclResult_t choose(ncclComm* comm, NetChoice* net, std::string* reason) {
   std::string why;
   if (!want.empty()) {
     const std::string because = "NCCL_NET=" + want;
-    if (sameName(want, "Socket")) {
-      *reason = because;
-      return ncclSuccess;
-    }
     const ncclNet_v11_t* api = nullptr;
     std::string missing;
     if (plugin != nullptr && sameName(want, plugin->name)) {
       api = plugin;
+    } else if (sameName(want, "Socket")) {
+      api = socketNet();
     } else if (sameName(want, "IB")) {
       api = ibNet();
       missing = "chorus was built without libibverbs headers (libibverbs-dev)";
@@ -170,11 +170,19 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   NetChoice net;
   std::string reason;
   ncclResult_t chosen = choose(comm, &net, &reason);
+  if (chosen == ncclSuccess && net.api == nullptr) {
+    // Nothing better: the socket net, behind the same proxy as every net.
+    std::string why;
+    if (!tryNet(comm, socketNet(), reason, &net, &why)) {
+      setLastError(comm, "rank %d: no net between hosts: %s (%s)", comm->rank, why.c_str(), reason.c_str());
+      chosen = ncclSystemError;
+    }
+  }
   // Every rank takes part in the exchange, even one whose choice failed (it sends an empty name), so that the others
   // fail naming it rather than waiting.
   constexpr size_t kNameBytes = 64;
   std::vector<char> names(kNameBytes * comm->nranks, 0);
-  std::string mine = chosen != ncclSuccess ? "" : net.api != nullptr ? net.name : "Socket";
+  std::string mine = chosen != ncclSuccess ? "" : net.name;
   strncpy(&names[kNameBytes * comm->rank], mine.c_str(), kNameBytes - 1);
   ncclResult_t ag = comm->bootstrap->allGather(names.data(), kNameBytes);
   auto release = [&]() {
@@ -201,10 +209,6 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
          "NCCL_NET_GDR_LEVEL=%s: GPUDirect RDMA is not supported; device buffers go through pinned "
          "host memory",
          kNetGdrLevel.get().c_str());
-  if (net.api == nullptr) {
-    INFO(kNet | kInit, "rank %d: net Socket between hosts (%s)", comm->rank, reason.c_str());
-    return SocketTransport::create(comm, out);
-  }
   INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s) (%s)", comm->rank, net.name.c_str(), net.ndev,
        net.reason.c_str());
   auto proxy = std::make_unique<NetProxy>(comm, net);

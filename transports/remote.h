@@ -1,7 +1,7 @@
 // The engine's view of the transport between hosts: connections whose ends are local FIFOs, moved by a proxy
-// thread. Two implementations: the socket transport (transports/socket/, TCP with its own wire protocol) and the
-// net proxy (transports/net/, any net behind NCCL's ncclNet interface: UCX, IB verbs, an external plugin).
-// createRemoteTransport() picks one as NCCL does (NCCL_NET, NCCL_NET_PLUGIN, NCCL_IB_DISABLE; docs/net.md).
+// thread. The implementation is the net proxy (transports/net/), which drives any net behind NCCL's ncclNet
+// interface: sockets (transports/socket/), UCX, IB verbs, an external plugin. createRemoteTransport() picks the net
+// as NCCL does (NCCL_NET, NCCL_NET_PLUGIN, NCCL_IB_DISABLE; docs/net.md).
 #pragma once
 
 #include <atomic>
@@ -11,6 +11,24 @@
 #include "kernels/fifo.h"
 
 namespace chorus {
+
+/// SlotHeader::bytes value that marks a failure notice sent in band (never a valid payload size): its seq holds the
+/// sender's FIFO poison word.
+constexpr uint32_t kPoisonFrameBytes = 0xffffffffu;
+
+/// Packs a FIFO poison word: (reason << 32) | (culprit rank + 1).
+inline uint64_t makePoison(PoisonReason reason, int culprit) {
+  return (static_cast<uint64_t>(reason) << 32) | static_cast<uint64_t>(static_cast<uint32_t>(culprit + 1));
+}
+
+/// Whether a poison word received from a peer is well formed for a communicator of `nranks`.
+inline bool poisonWordValid(uint64_t word, int nranks) {
+  uint32_t reason = static_cast<uint32_t>(word >> 32);
+  uint32_t culpritPlus1 = static_cast<uint32_t>(word);
+  return reason >= static_cast<uint32_t>(PoisonReason::kPeerDied) &&
+         reason <= static_cast<uint32_t>(PoisonReason::kError) && culpritPlus1 >= 1 &&
+         culpritPlus1 <= static_cast<uint32_t>(nranks);
+}
 
 /// Connections to ranks on other hosts, progressed by one proxy thread per communicator.
 class RemoteTransport {

@@ -460,6 +460,41 @@ IoResult Socket::connect(const SockAddr& to, const Deadline& deadline, std::atom
   }
 }
 
+IoResult Socket::startConnect(const SockAddr& to, Socket* out) {
+  *out = Socket();
+  int fd = ::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fail(IoStatus::kError, errno, "socket() to connect to " + to.str() + ": " + errnoText(errno));
+  out->fd_ = fd;
+  out->peer_ = to;
+  int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&to.storage), to.len);
+  if (rc != 0 && errno != EINPROGRESS) {
+    int err = errno;
+    out->close();
+    return fail(err == ECONNREFUSED ? IoStatus::kRefused : IoStatus::kError, err,
+                "cannot connect to " + to.str() + ": " + errnoText(err));
+  }
+  return IoResult();
+}
+
+IoResult Socket::connected(bool* done) {
+  *done = false;
+  pollfd pf = {fd_, POLLOUT, 0};
+  int n = ::poll(&pf, 1, 0);
+  if (n < 0 && errno != EINTR) return fail(IoStatus::kError, errno, "poll on " + peer_.str() + ": " + errnoText(errno));
+  if (n <= 0) return IoResult();
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err != 0)
+    return fail(err == ECONNREFUSED ? IoStatus::kRefused : IoStatus::kError, err,
+                "cannot connect to " + peer_.str() + ": " + errnoText(err));
+  setNoDelay(fd_);
+  local_.len = sizeof(local_.storage);
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&local_.storage), &local_.len);
+  *done = true;
+  return IoResult();
+}
+
 IoResult Socket::tryAccept(Socket* out) {
   *out = Socket();
   SockAddr from;

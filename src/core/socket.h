@@ -1,4 +1,4 @@
-// Small TCP helpers shared by the bootstrap and (later) the socket transport.
+// Small TCP helpers shared by the bootstrap and the socket net (transports/socket/).
 //
 // Every socket is non-blocking; waits use poll() in slices of at most 100 ms so that a
 // deadline (core/timeout.h) and an optional abort flag are always honoured, and no
@@ -125,6 +125,12 @@ class Socket {
   /// wait at once (kRefused for a refusal: the caller knows the listener is gone for good, not starting up).
   static IoResult connect(const SockAddr& to, const Deadline& deadline, std::atomic<int>* abortFlag, Socket* out,
                           const std::function<bool(int err)>& stopRetrying = {});
+
+  /// Starts a connect to `to` without waiting (one attempt, no retry); finish it with connected().
+  static IoResult startConnect(const SockAddr& to, Socket* out);
+  /// Whether a startConnect() finished, without waiting: *done true once connected (TCP_NODELAY set); an error when
+  /// it failed (refused, unreachable).
+  IoResult connected(bool* done);
 
   /// Accepts one connection, waiting until `deadline`.
   IoResult accept(Socket* out, const Deadline& deadline, std::atomic<int>* abortFlag);

@@ -67,7 +67,7 @@ DeviceConnections::~DeviceConnections() {
   for (auto& kv : conns_) {
     DevConn& c = kv.second;
     if (c.opened) rt_->ipcCloseHandle(c.opened);
-    if (c.staged) rt_->hostUnregister(c.staged);  // the socket transport frees it after this
+    if (c.staged) rt_->hostUnregister(c.staged);  // the net transport frees it after this
     if (c.ownedDev) releaseShared(rt_, c.ownedDev);
     if (c.hostSeg) {
       rt_->hostUnregister(c.hostSeg);
@@ -83,7 +83,7 @@ void DeviceConnections::drainOwned() {
   Deadline deadline = Deadline::fromEnv();
   for (auto& kv : conns_) {
     DevConn& c = kv.second;
-    // (Staging FIFOs belong to the socket transport, which sends what was published before it shuts down.)
+    // (Staging FIFOs belong to the net transport, which sends what was published before it shuts down.)
     if (!c.fifo.isSend || !owns(true) || c.fifo.base == nullptr || c.staged) continue;
     uint64_t produced = 0;
     if (rt_->copyToHost(&produced, c.fifo.step, sizeof(produced)) != ncclSuccess) return;
@@ -231,7 +231,7 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
   c->staged = mem;
   c->fifo.base = static_cast<char*>(dev);
   c->fifo.flags = kDevFifoStaged;
-  c->kind = "network staging (pinned host memory, socket proxy)";
+  c->kind = "network staging (pinned host memory, net proxy)";
   return ncclSuccess;
 }
 

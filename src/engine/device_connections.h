@@ -5,7 +5,7 @@
 // CHORUS_P2P_READ=1) allocates and publishes a rendezvous record in a small named shm segment that the other end
 // derives from the communicator hash alone, so no collective exchange is needed.
 //
-// A peer on another host is reached through network staging: the host path's socket transport makes the
+// A peer on another host is reached through network staging: the host path's net transport makes the
 // connection (its own socket channel) and its proxy thread moves the slots; the FIFO it proxies lives in host
 // memory that this end pins and maps for its GPU, so the kernel fills and drains it as it would a peer's. Both
 // ends are local, so there is no rendezvous, and such connections use Simple only (the proxy forwards whole
@@ -36,7 +36,7 @@ struct DevConn {
   void* ownedDev = nullptr;  ///< FIFO memory this end allocated (deviceAlloc)
   void* opened = nullptr;    ///< the peer's FIFO memory mapped through IPC
   void* hostSeg = nullptr;   ///< pinned shm FIFO (mapped and registered)
-  void* staged = nullptr;    ///< network staging: the socket transport's FIFO memory (registered, not owned)
+  void* staged = nullptr;    ///< network staging: the net transport's FIFO memory (registered, not owned)
   size_t hostSize = 0;
   std::string hostName;   ///< its name, unlinked once both ends have it
   const char* kind = "";  ///< "local", "p2p/IPC", "shm (pinned host)"
@@ -45,7 +45,7 @@ struct DevConn {
 /// Lazily created device connections of one communicator.
 class DeviceConnections {
  public:
-  /// `host`: the host path's connections, whose socket transport carries the staging connections.
+  /// `host`: the host path's connections, whose net transport carries the staging connections.
   DeviceConnections(ncclComm* comm, GpuRuntime* rt, const FifoGeometry& geo, Connections* host);
   ~DeviceConnections();
   /// Allocates the step counters (zero: every FIFO starts empty).

@@ -421,8 +421,8 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
     CHORUS_CHECK(meetAtGate(op, peers, &all));
   }
   CHORUS_CHECK(orderBefore(stream, captureId, what));
-  // A socket proxy asleep in poll() would see the kernel's first staged slot only at its timeout (the kernel
-  // cannot kick it): wake it now, and it keeps polling for CHORUS_SOCKET_SPIN_US while the kernel starts.
+  // A net proxy asleep would see the kernel's first staged slot only at its next poll (the kernel cannot kick it):
+  // wake it now; it then polls, yielding at first and sleeping a little longer each idle round (docs/net.md).
   bool staged = false;
   for (int i = 0; i < w.nFifos; i++) staged |= (w.fifos[i].flags & kDevFifoStaged) != 0;
   if (staged && host_->remote() != nullptr) host_->remote()->kick();

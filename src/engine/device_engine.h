@@ -25,7 +25,7 @@ std::string deviceEnvKey();
 /// Launches a communicator's device operations.
 class DeviceEngine {
  public:
-  /// `host`: the host path's connections (network staging goes through its socket transport).
+  /// `host`: the host path's connections (network staging goes through its net transport).
   DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host);
   ~DeviceEngine();
   /// Pinned status and abort words, scratch, step counters.

@@ -129,7 +129,7 @@ ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where)
     };
     std::string mine = describeFingerprint(fp_.seq, fp_.count, fp_.desc, fp_.root);
     if (ranks == 0) {
-      // Only the poison word crossed (the socket transport carries no more): the ranks that compared the calls
+      // Only the poison word crossed (a transport that carries no more): the ranks that compared the calls
       // name both; this one can say only that they differ.
       snprintf(msg, sizeof(msg),
                "mismatched calls: rank %d found that the ranks' calls differ (this rank called "

@@ -317,7 +317,7 @@ TEST(DevicePathOneProcess, InitAllWithARepeatedDevice) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
-// Network staging: ranks on different hosts (NCCL_HOSTID) reach each other through the socket transport, whose
+// Network staging: ranks on different hosts (NCCL_HOSTID) reach each other through the net transport, whose
 // FIFOs the device path pins for its GPU. Ranks 0 and 2 share host "a" (IPC between them) and rank 1 is alone on
 // host "b", so one launch mixes IPC connections (LL allowed) with staged ones (Simple only).
 void stagingBody(RankCtx& c) {
@@ -376,7 +376,7 @@ int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
   cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
   if (ncclAllReduce(b.as<float>(), b.as<float>(), 300000, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return 11;
   // Rank 1 leaves only once it has rank 0's broadcast: rank 0 has then finished the allreduce, so rank 1's own
-  // last slots (which a socket proxy may still be sending when its kernel returns) are not lost with it.
+  // last slots (which a net proxy may still be sending when its kernel returns) are not lost with it.
   if (ncclBroadcast(b.as<float>(), b.as<float>(), 1024, ncclFloat32, 0, comm, s) != ncclSuccess) return 12;
   if (gEmu.streamSynchronize(s) != ncclSuccess || asyncErrorOf(comm) != ncclSuccess) return 13;
   if (rank == 1) _exit(0);
@@ -399,7 +399,7 @@ int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
   return ::testing::Test::HasFailure() ? 1 : 0;
 }
 
-// Across hosts: the socket proxy sees the connection break and poisons the FIFO the kernel waits on.
+// Across hosts: the net proxy sees the connection break and poisons the FIFO the kernel waits on.
 TEST(DevicePathStaging, DeadPeerAcrossHostsIsReported) {
   chorus::setGpuRuntimeForTesting(&gEmu);
   auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) { return deadPeerRank(rank, id, true); });

@@ -291,7 +291,7 @@ INSTANTIATE_TEST_SUITE_P(Drivers, Gpu, ::testing::Values(Driver::kThreads, Drive
                          [](const auto& info) { return std::string(driverName(info.param)); });
 
 // Two processes that name different hosts (NCCL_HOSTID): their device buffers go through network staging, the
-// socket transport's FIFOs pinned for the GPU (cudaHostRegister), instead of IPC.
+// net transport's FIFOs pinned for the GPU (cudaHostRegister), instead of IPC.
 TEST(GpuStaging, ProcessesOnTwoHostIdsAllReduce) {
   if (!haveGpuInChild()) GTEST_SKIP() << "no GPU visible";
   auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {

@@ -80,14 +80,14 @@ TEST_F(NetSelect, PluginWithDevicesIsTheDefault) {
   if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
   env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
   expectAllOk(runHosts(
-      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net", 2, c); }, unexpectedFailure));
+      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Chor", 2, c); }, unexpectedFailure));
 }
 
 TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
   env_.set("NCCL_NET_PLUGIN", "/nonexistent/libnccl-net-nothing.so");
   env_.set("NCCL_IB_DISABLE", "1");
   expectAllOk(runHosts(
-      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-sock", 2, c); }, unexpectedFailure));
+      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
 }
 
 TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {

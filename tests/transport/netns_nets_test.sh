@@ -111,8 +111,7 @@ for netname in $nets; do
   for r in $(seq 0 $((N - 1))); do
     grep -q "rank $r: OK" "$wd/$netname-matrix-$r.log" || fail "$netname matrix: rank $r did not finish OK"
   done
-  want="socket [1-9]"
-  [ "$netname" = Socket ] || want="net [1-9]"
+  want="$netname [1-9]"
   grep -q "$want" "$wd/$netname-matrix-0.log" || fail "$netname matrix: rank 0 did not run over the $netname net"
   grep -q "not a chorus bootstrap hello" "$wd/$netname-matrix-0.log" ||
     fail "$netname matrix: the garbage sent to the bootstrap root was not refused and logged"

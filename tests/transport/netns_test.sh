@@ -2,7 +2,7 @@
 # Multi-host test through network namespaces: two namespaces joined by a veth pair
 # (10.77.0.1/24 and 10.77.0.2/24) play two hosts; rank 0 runs in the first and hosts the
 # bootstrap root (NCCL_COMM_ID), rank 1 in the second. Both must finish a 1M-float allreduce
-# over the socket transport. Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN): exits 77 (skip)
+# over the socket net. Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN): exits 77 (skip)
 # when namespaces cannot be created.
 #
 # Usage: netns_test.sh <path to netns_rank>

@@ -7,15 +7,18 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace chorus_test {
 
-/// Threads of this process whose name is `name` (the socket transport's proxy is "chorus-sock"); -1 if
-/// /proc/self/task cannot be read.
-inline int countThreadsNamed(const char* name) {
-  int n = 0;
+/// How many threads of this process each of `names` matches, counted in one pass over /proc/self/task (so that
+/// counts taken together agree while threads come and go). A name matches a thread's whole name, or its start when it
+/// ends in '*' (a net proxy is "chorus-net-" and the first 4 characters of its net's name: "chorus-net-Sock"; any net
+/// proxy: "chorus-net-*"). Every count is -1 if /proc/self/task cannot be read.
+inline std::vector<int> countThreadsNamed(const std::vector<const char*>& names) {
+  std::vector<int> n(names.size(), 0);
   DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
+  if (d == nullptr) return std::vector<int>(names.size(), -1);
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
     std::string path = std::string("/proc/self/task/") + e->d_name + "/comm";
@@ -24,12 +27,19 @@ inline int countThreadsNamed(const char* name) {
     char buf[64] = {0};
     if (fgets(buf, sizeof(buf), f) != nullptr) {
       buf[strcspn(buf, "\n")] = 0;
-      if (strcmp(buf, name) == 0) n++;
+      for (size_t i = 0; i < names.size(); i++) {
+        size_t len = strlen(names[i]);
+        bool prefix = len > 0 && names[i][len - 1] == '*';
+        if (prefix ? strncmp(buf, names[i], len - 1) == 0 : strcmp(buf, names[i]) == 0) n[i]++;
+      }
     }
     fclose(f);
   }
   closedir(d);
   return n;
 }
+
+/// Threads of this process whose name is `name` (or starts with it, for a trailing '*'; see above).
+inline int countThreadsNamed(const char* name) { return countThreadsNamed(std::vector<const char*>{name})[0]; }
 
 }  // namespace chorus_test

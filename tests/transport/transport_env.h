@@ -14,9 +14,10 @@
 
 namespace chorus_test {
 
-/// The transports every suite runs against: shared memory, the socket transport, and the net proxy over the UCX
-/// net and over an external net plugin (the test suite's TCP plugin in NCCL's v11 ABI).
-enum class Transport { kShm, kSocket, kUcx, kPlugin };
+/// The transports every suite runs against: shared memory, and the net proxy over the socket net (one socket per
+/// connection, and striped over 2 helper threads x 2 sockets), the UCX net and an external net plugin (the test
+/// suite's TCP plugin in NCCL's v11 ABI).
+enum class Transport { kShm, kSocket, kSocketStriped, kUcx, kPlugin };
 
 /// Name of a transport, for parameterised test names.
 inline const char* transportName(Transport t) {
@@ -25,6 +26,8 @@ inline const char* transportName(Transport t) {
       return "shm";
     case Transport::kSocket:
       return "socket";
+    case Transport::kSocketStriped:
+      return "socket_striped";
     case Transport::kUcx:
       return "ucx";
     case Transport::kPlugin:
@@ -35,7 +38,18 @@ inline const char* transportName(Transport t) {
 
 /// The name of the proxy thread a transport between hosts runs (none for shm).
 inline const char* proxyThreadName(Transport t) {
-  return t == Transport::kShm ? nullptr : t == Transport::kSocket ? "chorus-sock" : "chorus-net";
+  switch (t) {
+    case Transport::kShm:
+      return nullptr;
+    case Transport::kSocket:
+    case Transport::kSocketStriped:
+      return "chorus-net-Sock";
+    case Transport::kUcx:
+      return "chorus-net-UCX";
+    case Transport::kPlugin:
+      return "chorus-net-Chor";  // the test plugin, "ChorusTestNet"
+  }
+  return nullptr;
 }
 
 #ifdef CHORUS_TEST_NET_V11
@@ -81,6 +95,10 @@ class ScopedEnv {
       set("NCCL_NET", "ChorusTestNet");
     } else {
       set("NCCL_NET", "Socket");
+      if (t == Transport::kSocketStriped) {
+        set("NCCL_SOCKET_NTHREADS", "2");
+        set("NCCL_NSOCKS_PERTHREAD", "2");
+      }
     }
   }
 

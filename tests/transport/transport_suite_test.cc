@@ -65,15 +65,15 @@ class TransportSuite : public testing::TestWithParam<Param> {
     runRanks(nranks(), driver(), [&](RankCtx& ctx) {
       body(ctx);
       // The proxy thread lives as long as the communicator: its presence tells which transport ran.
-      int sock = countThreadsNamed("chorus-sock"), net = countThreadsNamed("chorus-net");
+      std::vector<int> counts = countThreadsNamed({"chorus-net-*", t == Transport::kShm ? "-" : proxyThreadName(t)});
+      int any = counts[0];
       if (t == Transport::kShm) {
-        EXPECT_EQ(sock + net, 0) << "rank " << ctx.rank << ": shm run started a proxy thread";
-      } else if (t == Transport::kSocket) {
-        EXPECT_GE(sock, 1) << "rank " << ctx.rank << ": NCCL_SHM_DISABLE=1 but no socket proxy thread";
-        EXPECT_EQ(net, 0) << "rank " << ctx.rank << ": NCCL_NET=Socket started a net proxy";
+        EXPECT_EQ(any, 0) << "rank " << ctx.rank << ": shm run started a proxy thread";
       } else {
-        EXPECT_GE(net, 1) << "rank " << ctx.rank << ": " << transportName(t) << " run has no net proxy thread";
-        EXPECT_EQ(sock, 0) << "rank " << ctx.rank << ": " << transportName(t) << " run started a socket proxy";
+        int mine = counts[1];
+        EXPECT_GE(mine, 1) << "rank " << ctx.rank << ": " << transportName(t) << " run has no " << proxyThreadName(t)
+                           << " thread";
+        EXPECT_EQ(any, mine) << "rank " << ctx.rank << ": " << transportName(t) << " run started another net's proxy";
       }
     });
   }
@@ -173,7 +173,8 @@ TEST_P(TransportSuite, ManySmallAllReduces) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite,
-                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket, Transport::kUcx,
+                         testing::Combine(testing::Values(Transport::kShm, Transport::kSocket,
+                                                          Transport::kSocketStriped, Transport::kUcx,
                                                           Transport::kPlugin),
                                           testing::Values(Driver::kThreads, Driver::kProcesses), testing::Values(2, 3)),
                          paramName);

@@ -13,7 +13,23 @@
 
 #include "chorus/net.h"
 
+struct pollfd;
+
 namespace chorus {
+
+/// What a built-in net may offer its proxy beyond NCCL's interface, so that an idle proxy sleeps until the net can
+/// progress instead of polling it. External plugins have none.
+struct NetProgressHooks {
+  /// Fills up to `max` descriptors that become ready when a pending request of `ctx` can progress; returns how many.
+  int (*pollFds)(void* ctx, struct pollfd* fds, int max);
+  /// Gives the net a function that wakes its proxy (for the net's own threads); `arg` is passed to it.
+  void (*setWaker)(void* ctx, void (*wake)(void* arg), void* arg);
+};
+
+/// The socket net (transports/socket/socket_net.cc): always built.
+const ncclNet_v11_t* socketNet();
+/// Its hooks.
+const NetProgressHooks* socketNetHooks();
 
 /// The UCX net (transports/ucx/ucx_net.cc), or null when chorus was built without UCX.
 const ncclNet_v11_t* ucxNet();
@@ -32,6 +48,8 @@ struct NetChoice {
   std::string name;    ///< the net's name ("UCX", "IB", a plugin's name)
   std::string reason;  ///< why it was chosen, for NCCL_DEBUG=INFO
   int ndev = 0;
+  const NetProgressHooks* hooks = nullptr;  ///< a built-in net's, or null
+  uint32_t inflightSlots = 4;               ///< FIFO slots the proxy keeps in flight per connection (at most 8)
 };
 
 }  // namespace chorus

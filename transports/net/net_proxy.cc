@@ -14,7 +14,6 @@
 #include "core/checks.h"
 #include "core/debug.h"
 #include "core/timeout.h"
-#include "transports/socket/socket_wire.h"
 
 namespace chorus {
 namespace {
@@ -38,6 +37,9 @@ NetProxy::~NetProxy() {
 ncclResult_t NetProxy::start() {
   if (!wake_.open())
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: eventfd failed: %s", rank_, name(), strerror(errno));
+  if (net_.hooks != nullptr && net_.hooks->setWaker != nullptr)
+    net_.hooks->setWaker(
+        net_.ctx, [](void* w) { static_cast<ProxyWake*>(w)->kick(); }, &wake_);
   try {
     thread_ = std::thread([this]() { run(); });
   } catch (const std::system_error& e) {
@@ -337,7 +339,9 @@ int NetProxy::testReq(NetConn& c, void** req, int* size) {
   ncclResult_t rc = net_.api->test(*req, &done, size);
   if (rc != ncclSuccess) {
     *req = nullptr;  // a failed request is finished from the net's point of view
+    const char* said = threadLastError();
     c.endWhy = std::string("transfer failed (") + ncclGetErrorString(rc) + ")";
+    if (said != nullptr && said[0] != '\0') c.endWhy += std::string(": ") + said;
     return -1;
   }
   if (done == 0) return 0;
@@ -352,7 +356,7 @@ bool NetProxy::sendSlots(NetConn& c) {
   int size = 0;
   // Completions, oldest first: a slot is freed once both its messages went.
   while (c.done < c.posted) {
-    void** r = c.reqs[c.done % kInflightSlots];
+    void** r = c.reqs[c.done % net_.inflightSlots];
     int t = 1;
     if (r[0] != nullptr) t = testReq(c, &r[0], &size);
     if (t == 1 && r[1] != nullptr) t = testReq(c, &r[1], &size);
@@ -364,18 +368,18 @@ bool NetProxy::sendSlots(NetConn& c) {
     storeRelease(&f.ctrl->head, ++c.done);
     progress = true;
   }
-  if (c.halfPosted && c.reqs[c.posted % kInflightSlots][0] != nullptr) {
+  if (c.halfPosted && c.reqs[c.posted % net_.inflightSlots][0] != nullptr) {
     // Keep the half-posted slot's header moving (some nets progress only requests they are asked about).
-    if (testReq(c, &c.reqs[c.posted % kInflightSlots][0], &size) < 0) {
+    if (testReq(c, &c.reqs[c.posted % net_.inflightSlots][0], &size) < 0) {
       fail(c, c.endWhy);
       return true;
     }
   }
   if (loadAcquire(&f.ctrl->poison) != 0) return progress;  // this rank failed: nothing more goes out
   const uint64_t tail = loadAcquire(&f.ctrl->tail);
-  while (c.posted < tail && c.posted - c.done < kInflightSlots) {
+  while (c.posted < tail && c.posted - c.done < net_.inflightSlots) {
     const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
-    void** r = c.reqs[c.posted % kInflightSlots];
+    void** r = c.reqs[c.posted % net_.inflightSlots];
     ncclResult_t rc = ncclSuccess;
     if (!c.halfPosted) {
       rc = n->isend(c.comm, &f.hdrs[slot], sizeof(SlotHeader), 0, c.mhandle, nullptr, &r[0]);
@@ -408,7 +412,7 @@ bool NetProxy::recvSlots(NetConn& c) {
   int size = 0;
   while (c.done < c.posted && !c.testFailed) {
     const uint32_t slot = static_cast<uint32_t>(c.done % f.geo.nSlots);
-    void** r = c.reqs[c.done % kInflightSlots];
+    void** r = c.reqs[c.done % net_.inflightSlots];
     if (r[0] != nullptr) {
       int t = testReq(c, &r[0], &size);
       if (t < 0) c.testFailed = true;
@@ -457,9 +461,9 @@ bool NetProxy::recvSlots(NetConn& c) {
     }
     return progress;
   }
-  while (c.posted < head + f.geo.nSlots && c.posted - c.done < kInflightSlots) {
+  while (c.posted < head + f.geo.nSlots && c.posted - c.done < net_.inflightSlots) {
     const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
-    void** r = c.reqs[c.posted % kInflightSlots];
+    void** r = c.reqs[c.posted % net_.inflightSlots];
     int tag = 0;
     ncclResult_t rc = ncclSuccess;
     if (!c.halfPosted) {
@@ -562,10 +566,15 @@ bool NetProxy::flushed() const {
 }
 
 void NetProxy::run() {
-  pthread_setname_np(pthread_self(), "chorus-net");
+  // "chorus-net-" and the net's name, cut to the 15 characters a thread name holds ("chorus-net-Sock").
+  pthread_setname_np(pthread_self(), ("chorus-net-" + net_.name).substr(0, 15).c_str());
   bool draining = false;
   Deadline drainBy;
   int idle = 0;
+  constexpr int kMaxNetFds = 256;
+  constexpr int kSpinUs = 1000;
+  Clock::time_point lastWork = Clock::now();
+  std::vector<pollfd> pfds;
   for (;;) {
     if (stop_.load(std::memory_order_acquire) && !draining) {
       draining = true;
@@ -590,19 +599,28 @@ void NetProxy::run() {
     }
     // Nets give no descriptor to sleep on, so an idle proxy polls them: yielding at first, then sleeping a little
     // longer each time, up to 100 us (1 ms after a second of quiet). The executor's kick() ends a sleep at once.
-    if (++idle < 64) {
+    // A net with descriptors (NetProgressHooks) wakes the proxy itself: the proxy yields for kSpinUs after its last
+    // progress (a wakeup costs more than a yield while data streams), then sleeps on those descriptors.
+    const bool netWakes = net_.hooks != nullptr && net_.hooks->pollFds != nullptr;
+    if (idle == 0) lastWork = Clock::now();
+    if (netWakes ? (++idle, Clock::now() - lastWork < std::chrono::microseconds(kSpinUs)) : ++idle < 64) {
       sched_yield();
       continue;
     }
-    long us = idle < 10000 ? std::min(100, (idle - 63) * 5) : 1000;
+    long us = idle < 10000 ? (netWakes ? 100 : std::min(100, (idle - 63) * 5)) : 1000;
     wake_.sleeping(true);
     bool more = haveNew_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire);
     for (auto& c : conns_) more |= step(*c);
     if (!more) {
-      pollfd pf = {wake_.fd(), POLLIN, 0};
+      // A built-in net may name descriptors that wake the proxy as soon as it can progress.
+      pfds.assign(1, pollfd{wake_.fd(), POLLIN, 0});
+      if (net_.hooks != nullptr && net_.hooks->pollFds != nullptr) {
+        pfds.resize(1 + kMaxNetFds);
+        pfds.resize(1 + net_.hooks->pollFds(net_.ctx, pfds.data() + 1, kMaxNetFds));
+      }
       timespec ts = {0, us * 1000};
-      if (ppoll(&pf, 1, &ts, nullptr) > 0) {
-        wake_.drain();
+      if (ppoll(pfds.data(), pfds.size(), &ts, nullptr) > 0) {
+        if (pfds[0].revents != 0) wake_.drain();
         idle = 0;
       }
     } else {

@@ -9,7 +9,7 @@
 //    when both completed, in order, the slot is freed (head).
 //  - receive side: for every free slot (head + nSlots), two irecvs into the slot's header and payload; when both
 //    completed, in order, the slot is published (tail).
-//  At most kInflightSlots slots (two requests each) are outstanding per connection.
+//  At most NetChoice::inflightSlots slots (two requests each) are outstanding per connection.
 //
 // Failures: an error from the net fails the connection: its FIFO is poisoned naming the peer (as dead when the
 // bootstrap finds it gone), and the executor's wait reports it. A rank that fails (markFailed) sends a failure
@@ -43,8 +43,11 @@ constexpr int kNetHandleTag = 0x4e000;
 constexpr int kNetFailTag = 0x4dfff;
 /// How long a connection the net failed waits for the peer's failure notice before naming the peer itself.
 constexpr double kSuspectS = 1.0;
-/// Slots in flight per connection (two net requests each): within NCCL_NET_MAX_REQUESTS of a v6 plugin (8).
+/// Slots in flight per connection (two net requests each) for a net that says no more: within NCCL_NET_MAX_REQUESTS
+/// of a v6 plugin (8).
 constexpr uint32_t kInflightSlots = 4;
+/// The most slots in flight per connection any net gets (NetChoice::inflightSlots).
+constexpr uint32_t kMaxInflightSlots = 8;
 
 /// One end of one net connection.
 struct NetConn {
@@ -66,7 +69,7 @@ struct NetConn {
   uint64_t posted = 0;                 ///< slots whose requests are all posted
   uint64_t done = 0;                   ///< slots completed: freed (send side) or published (receive side)
   bool halfPosted = false;             ///< slot `posted` has its header request posted, not its payload's yet
-  void* reqs[kInflightSlots][2] = {};  ///< [slot % kInflightSlots][0 header, 1 payload]; null once completed
+  void* reqs[kMaxInflightSlots][2] = {};  ///< [slot % inflight][0 header, 1 payload]; null once completed
   std::string endWhy;  ///< the net failed this connection (receive side: ends once what arrived is consumed)
   std::chrono::steady_clock::time_point suspectUntil{};  ///< kSuspect: name the peer itself then
   bool testFailed = false;  ///< receive side: the oldest request failed, so nothing more completes

@@ -95,13 +95,13 @@ void matrixCount(ncclComm_t comm, size_t count) {
 
 int matrix(ncclComm_t comm) {
   for (size_t count : {size_t{1}, size_t{1031}, size_t{262147}}) matrixCount(comm, count);
-  int sock = chorus_test::countThreadsNamed("chorus-sock"), net = chorus_test::countThreadsNamed("chorus-net");
+  int sock = chorus_test::countThreadsNamed("chorus-net-Sock"), ucx = chorus_test::countThreadsNamed("chorus-net-UCX");
   ncclCommDestroy(comm);
   if (gBad != 0) {
     fprintf(stderr, "rank %d: %d wrong results\n", gRank, gBad);
     return 1;
   }
-  printf("rank %d: OK (proxy threads: socket %d, net %d)\n", gRank, sock, net);
+  printf("rank %d: OK (proxy threads: Socket %d, UCX %d)\n", gRank, sock, ucx);
   return 0;
 }
 

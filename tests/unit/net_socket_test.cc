@@ -1,0 +1,342 @@
+// The socket net (transports/socket/socket_net.*) through its ncclNet_v11_t table, both ends in this process over
+// loopback: one socket per connection and striped over data sockets and helper threads (NCCL_SOCKET_NTHREADS x
+// NCCL_NSOCKS_PERTHREAD), the chunk layout, what a stranger on the listen port gets, and how failures surface.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chorus/net.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "transports/net/net.h"
+#include "transports/socket/socket_net.h"
+
+namespace chorus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::seconds kDeadline{20};
+
+const ncclNet_v11_t* net() { return socketNet(); }
+
+/// Sets the striping for the contexts made in its scope.
+struct Striping {
+  Striping(int threads, int perThread) {
+    setenv("NCCL_SOCKET_NTHREADS", std::to_string(threads).c_str(), 1);
+    setenv("NCCL_NSOCKS_PERTHREAD", std::to_string(perThread).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    paramsReload();
+  }
+  ~Striping() {
+    unsetenv("NCCL_SOCKET_NTHREADS");
+    unsetenv("NCCL_NSOCKS_PERTHREAD");
+    unsetenv("NCCL_SOCKET_IFNAME");
+    paramsReload();
+  }
+};
+
+struct NetCtx {
+  void* ctx = nullptr;
+  NetCtx() { EXPECT_EQ(net()->init(&ctx, 0, nullptr, nullptr, nullptr), ncclSuccess); }
+  ~NetCtx() {
+    if (ctx != nullptr) {
+      EXPECT_EQ(net()->finalize(ctx), ncclSuccess);
+    }
+  }
+};
+
+struct Conn {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listen = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  ~Conn() {
+    if (send != nullptr) net()->closeSend(send);
+    if (recv != nullptr) net()->closeRecv(recv);
+    if (listen != nullptr) net()->closeListen(listen);
+  }
+};
+
+void connectPair(NetCtx& from, NetCtx& to, Conn* c) {
+  ASSERT_EQ(net()->listen(to.ctx, 0, c->handle, &c->listen), ncclSuccess);
+  auto end = Clock::now() + kDeadline;
+  while ((c->send == nullptr || c->recv == nullptr) && Clock::now() < end) {
+    if (c->send == nullptr) {
+      ASSERT_EQ(net()->connect(from.ctx, 0, c->handle, &c->send, nullptr), ncclSuccess) << threadLastError();
+    }
+    if (c->recv == nullptr) {
+      ASSERT_EQ(net()->accept(c->listen, &c->recv, nullptr), ncclSuccess) << threadLastError();
+    }
+  }
+  ASSERT_NE(c->send, nullptr) << "connect did not finish in time";
+  ASSERT_NE(c->recv, nullptr) << "accept did not finish in time";
+}
+
+/// Tests `req` until it is done (true, *size set) or fails (false, *rc set) or the deadline passes (false).
+bool waitReq(void* req, int* size, ncclResult_t* rc) {
+  auto end = Clock::now() + kDeadline;
+  while (Clock::now() < end) {
+    int done = 0;
+    *rc = net()->test(req, &done, size);
+    if (*rc != ncclSuccess) return false;
+    if (done) return true;
+    sched_yield();
+  }
+  return false;
+}
+
+std::vector<char> pattern(size_t n, int seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  return v;
+}
+
+TEST(SocketNetLayout, DataSocketsFollowNcclLimits) {
+  int threads = -1;
+  EXPECT_EQ(socknet::dataSockets(1, 1, &threads), 0);  // one socket, sent inline
+  EXPECT_EQ(threads, 0);
+  EXPECT_EQ(socknet::dataSockets(0, 0, &threads), 0);  // out of range: clamped to 1 x 1
+  EXPECT_EQ(socknet::dataSockets(2, 2, &threads), 4);
+  EXPECT_EQ(threads, 2);
+  EXPECT_EQ(socknet::dataSockets(1, 8, &threads), 8);
+  EXPECT_EQ(threads, 1);
+  EXPECT_EQ(socknet::dataSockets(16, 64, &threads), 64);  // at most 64 sockets
+  EXPECT_EQ(threads, 16);
+  EXPECT_EQ(socknet::dataSockets(32, 1, &threads), 16);  // at most 16 threads
+}
+
+TEST(SocketNetLayout, ChunksAreAtLeast64KBAndSplitEvenly) {
+  EXPECT_EQ(socknet::chunkBytes(1, 4), socknet::kMinChunk);
+  EXPECT_EQ(socknet::chunkBytes(100000, 4), socknet::kMinChunk);
+  EXPECT_EQ(socknet::chunkBytes(1 << 20, 4), size_t{1} << 18);
+  EXPECT_EQ(socknet::chunkBytes((1 << 20) + 1, 4), (size_t{1} << 18) + 4096);  // rounded up to 4 KB
+}
+
+class SocketNetStriping : public testing::TestWithParam<std::pair<int, int>> {};
+
+// Messages of every awkward size, several in flight at once, arrive whole and in order.
+TEST_P(SocketNetStriping, MessagesArriveWholeAndInOrder) {
+  Striping s(GetParam().first, GetParam().second);
+  NetCtx a, b;
+  Conn c;
+  connectPair(a, b, &c);
+  void* mh = nullptr;
+  ASSERT_EQ(net()->regMr(c.send, nullptr, 0, NCCL_PTR_HOST, &mh), ncclSuccess);
+  const std::vector<size_t> sizes = {0, 1, 4095, 65536, 65537, 1 << 20, 3 * (1 << 20) + 7, 200000, 5};
+  constexpr size_t kInFlight = 4;
+  std::vector<std::vector<char>> sent, got;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    sent.push_back(pattern(sizes[i], static_cast<int>(i)));
+    got.push_back(std::vector<char>(sizes[i] + 100, 0));  // receives posted larger than the message
+  }
+  for (size_t base = 0; base < sizes.size(); base += kInFlight) {
+    std::vector<void*> sreq, rreq;
+    for (size_t i = base; i < std::min(sizes.size(), base + kInFlight); i++) {
+      void* r = nullptr;
+      void* data = got[i].data();
+      size_t cap = got[i].size();
+      int tag = 7;
+      ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, &mh, nullptr, &r), ncclSuccess);
+      ASSERT_NE(r, nullptr);
+      rreq.push_back(r);
+      ASSERT_EQ(net()->isend(c.send, sent[i].data(), sizes[i], 7, mh, nullptr, &r), ncclSuccess);
+      ASSERT_NE(r, nullptr);
+      sreq.push_back(r);
+    }
+    // Receives are tested newest first, as nothing says a net's requests are tested in order.
+    for (size_t k = rreq.size(); k-- > 0;) {
+      int size = -1;
+      ncclResult_t rc = ncclSuccess;
+      ASSERT_TRUE(waitReq(rreq[k], &size, &rc)) << ncclGetErrorString(rc) << ": " << threadLastError();
+      EXPECT_EQ(size, static_cast<int>(sizes[base + k]));
+      EXPECT_EQ(0, memcmp(got[base + k].data(), sent[base + k].data(), sizes[base + k])) << "message " << base + k;
+    }
+    for (void* r : sreq) {
+      int size = -1;
+      ncclResult_t rc = ncclSuccess;
+      ASSERT_TRUE(waitReq(r, &size, &rc)) << threadLastError();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SocketNetStriping,
+                         testing::Values(std::make_pair(1, 1), std::make_pair(2, 2), std::make_pair(1, 3)),
+                         [](const testing::TestParamInfo<std::pair<int, int>>& p) {
+                           return std::to_string(p.param.first) + "x" + std::to_string(p.param.second);
+                         });
+
+// A stranger that connects to the listen port and sends garbage is refused; the real sender still gets through.
+TEST(SocketNet, GarbageOnTheListenPortIsRefused) {
+  Striping s(1, 1);
+  NetCtx a, b;
+  Conn c;
+  ASSERT_EQ(net()->listen(b.ctx, 0, c.handle, &c.listen), ncclSuccess);
+  socknet::Handle h;
+  memcpy(&h, c.handle, sizeof(h));
+  SockAddr to;
+  ASSERT_TRUE(unpackAddr(h.addr, &to));
+  int fd = ::socket(to.family(), SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&to.storage), to.len), 0);
+  const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, garbage, sizeof(garbage), 0), static_cast<ssize_t>(sizeof(garbage)));
+  // The listener reads the garbage as a hello, refuses it and closes: the stranger sees EOF.
+  auto end = Clock::now() + kDeadline;
+  char byte;
+  ssize_t n = 1;
+  int err = 0;
+  while (Clock::now() < end) {
+    ASSERT_EQ(net()->accept(c.listen, &c.recv, nullptr), ncclSuccess);
+    ASSERT_EQ(c.recv, nullptr) << "a stranger's connection became a comm";
+    pollfd pf = {fd, POLLIN, 0};
+    if (::poll(&pf, 1, 10) == 1) {
+      n = ::recv(fd, &byte, 1, 0);
+      err = errno;
+      break;
+    }
+  }
+  // Closed: EOF, or a reset when the garbage was longer than a hello (the listener closed with bytes unread).
+  EXPECT_TRUE(n == 0 || (n < 0 && err == ECONNRESET)) << "the refused stranger's socket was not closed: " << n;
+  ::close(fd);
+  while ((c.send == nullptr || c.recv == nullptr) && Clock::now() < end) {
+    if (c.send == nullptr) {
+      ASSERT_EQ(net()->connect(a.ctx, 0, c.handle, &c.send, nullptr), ncclSuccess);
+    }
+    if (c.recv == nullptr) {
+      ASSERT_EQ(net()->accept(c.listen, &c.recv, nullptr), ncclSuccess);
+    }
+  }
+  EXPECT_NE(c.send, nullptr);
+  EXPECT_NE(c.recv, nullptr);
+}
+
+TEST(SocketNet, HandleOfAnotherNetIsRefused) {
+  Striping s(1, 1);
+  NetCtx a;
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  memset(handle, 0x5a, sizeof(handle));
+  void* send = nullptr;
+  EXPECT_EQ(net()->connect(a.ctx, 0, handle, &send, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(send, nullptr);
+  EXPECT_NE(std::string(threadLastError()).find("not a socket-net handle"), std::string::npos) << threadLastError();
+}
+
+// A message larger than the receive posted for it fails the receive, naming both sizes.
+TEST(SocketNet, MessageLargerThanTheReceiveFails) {
+  Striping s(1, 1);
+  NetCtx a, b;
+  Conn c;
+  connectPair(a, b, &c);
+  std::vector<char> out(5000, 1), in(4000);
+  void *sr = nullptr, *rr = nullptr;
+  void* data = in.data();
+  size_t cap = in.size();
+  int tag = 0;
+  ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
+  ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+  int size = -1;
+  ncclResult_t rc = ncclSuccess;
+  EXPECT_FALSE(waitReq(rr, &size, &rc));
+  EXPECT_EQ(rc, ncclRemoteError);
+  std::string why = threadLastError();
+  EXPECT_NE(why.find("5000 bytes"), std::string::npos) << why;
+  EXPECT_NE(why.find("4000 bytes"), std::string::npos) << why;
+}
+
+// A sender that closes after its last message: that message is received whole; the next receive fails, saying the
+// connection was closed.
+TEST(SocketNet, ReceiveAfterThePeerClosedFails) {
+  for (auto layout : {std::make_pair(1, 1), std::make_pair(2, 1)}) {
+    SCOPED_TRACE(std::to_string(layout.first) + "x" + std::to_string(layout.second));
+    Striping s(layout.first, layout.second);
+    NetCtx a, b;
+    Conn c;
+    connectPair(a, b, &c);
+    std::vector<char> out = pattern(300000, 3), in(300000);
+    void* sr = nullptr;
+    ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
+    int size = -1;
+    ncclResult_t rc = ncclSuccess;
+    ASSERT_TRUE(waitReq(sr, &size, &rc));
+    ASSERT_EQ(net()->closeSend(c.send), ncclSuccess);
+    c.send = nullptr;
+    void* data = in.data();
+    size_t cap = in.size();
+    int tag = 0;
+    void* rr = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    ASSERT_TRUE(waitReq(rr, &size, &rc)) << threadLastError();
+    EXPECT_EQ(size, 300000);
+    EXPECT_EQ(in, out);
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    EXPECT_FALSE(waitReq(rr, &size, &rc));
+    EXPECT_EQ(rc, ncclRemoteError);
+    EXPECT_NE(std::string(threadLastError()).find("closed"), std::string::npos) << threadLastError();
+  }
+}
+
+// The hooks that let an idle proxy sleep: a pending receive names its socket, which becomes readable when data comes;
+// a striped message's last chunk calls the waker.
+TEST(SocketNet, HooksWakeAnIdleProxy) {
+  const NetProgressHooks* hooks = socketNetHooks();
+  ASSERT_NE(hooks, nullptr);
+  {
+    Striping s(1, 1);
+    NetCtx a, b;
+    Conn c;
+    connectPair(a, b, &c);
+    pollfd fds[8];
+    EXPECT_EQ(hooks->pollFds(b.ctx, fds, 8), 0);  // nothing pending
+    std::vector<char> in(1000), out(1000, 9);
+    void* data = in.data();
+    size_t cap = in.size();
+    int tag = 0;
+    void *rr = nullptr, *sr = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    ASSERT_EQ(hooks->pollFds(b.ctx, fds, 8), 1);
+    EXPECT_EQ(fds[0].events, POLLIN);
+    EXPECT_EQ(::poll(fds, 1, 0), 0);  // nothing sent yet
+    ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
+    EXPECT_EQ(::poll(fds, 1, 5000), 1);
+    int size = -1;
+    ncclResult_t rc = ncclSuccess;
+    ASSERT_TRUE(waitReq(rr, &size, &rc));
+    ASSERT_TRUE(waitReq(sr, &size, &rc));
+    EXPECT_EQ(hooks->pollFds(b.ctx, fds, 8), 0);
+  }
+  {
+    Striping s(2, 1);
+    NetCtx a, b;
+    static std::atomic<int> wakes{0};
+    wakes = 0;
+    hooks->setWaker(
+        b.ctx, [](void*) { wakes++; }, nullptr);
+    Conn c;
+    connectPair(a, b, &c);
+    std::vector<char> in(1 << 20), out = pattern(1 << 20, 5);
+    void* data = in.data();
+    size_t cap = in.size();
+    int tag = 0;
+    void *rr = nullptr, *sr = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
+    int size = -1;
+    ncclResult_t rc = ncclSuccess;
+    ASSERT_TRUE(waitReq(rr, &size, &rc));
+    EXPECT_EQ(in, out);
+    EXPECT_GE(wakes.load(), 1);
+    ASSERT_TRUE(waitReq(sr, &size, &rc));
+  }
+}
+
+}  // namespace
+}  // namespace chorus

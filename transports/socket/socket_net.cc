@@ -1,0 +1,760 @@
+// The socket net: the ncclNet_v11_t table socketNet() returns (transports/socket/socket_net.h has the design).
+#include "transports/socket/socket_net.h"
+
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "core/checks.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "transports/net/net.h"
+
+namespace chorus {
+
+IntParam kSocketNThreads{"NCCL_SOCKET_NTHREADS", 1,
+                         "Helper threads per socket-net connection (1-16). With NCCL_NSOCKS_PERTHREAD, a connection is "
+                         "striped over NTHREADS x NSOCKS_PERTHREAD data sockets (at most 64); 1 x 1 sends everything "
+                         "on one socket from the proxy thread.",
+                         "network"};
+IntParam kSocketNsocksPerThread{"NCCL_NSOCKS_PERTHREAD", 1,
+                                "Data sockets per helper thread of a socket-net connection (1-64; see "
+                                "NCCL_SOCKET_NTHREADS).",
+                                "network"};
+
+namespace socknet {
+
+int dataSockets(int nThreads, int nPerThread, int* threads) {
+  int nt = std::min(std::max(nThreads, 1), 16);
+  int ns = std::min(std::max(nPerThread, 1), kMaxDataSocks);
+  if (nt * ns > kMaxDataSocks) ns = kMaxDataSocks / nt;
+  if (nt * ns == 1) {
+    *threads = 0;
+    return 0;
+  }
+  *threads = nt;
+  return nt * ns;
+}
+
+size_t chunkBytes(size_t size, int nData) {
+  size_t even = (size + nData - 1) / static_cast<size_t>(nData);
+  return std::max(kMinChunk, (even + 4095) / 4096 * 4096);
+}
+
+namespace {
+
+/// The interface getProperties describes (it takes no context): chorus's socket interface, looked up once.
+struct Probe {
+  bool usable = false;
+  std::string why;
+  std::string name;
+  std::string pciPath;
+  int speedMbps = 10000;
+};
+
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe q;
+    SockAddr addr;
+    if (findInterface(&addr, &q.name, &q.why) != ncclSuccess) return q;
+    q.usable = true;
+    std::ifstream in("/sys/class/net/" + q.name + "/speed");
+    int speed = 0;
+    if (in >> speed && speed > 0) q.speedMbps = speed;
+    char buf[PATH_MAX];
+    std::string dev = "/sys/class/net/" + q.name + "/device";
+    if (::realpath(dev.c_str(), buf) != nullptr) q.pciPath = buf;
+    return q;
+  }();
+  return p;
+}
+
+/// Records a comm's first failure; later ones are dropped (they follow from it).
+void failComm(Comm* c, const std::string& why) {
+  std::lock_guard<std::mutex> lock(c->whyMu);
+  if (c->failed.load(std::memory_order_relaxed)) return;
+  c->why = why;
+  c->failed.store(true, std::memory_order_release);
+}
+
+ncclResult_t commError(Comm* c) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(c->whyMu);
+    why = c->why;
+  }
+  setThreadLastError(("NET/Socket : " + why).c_str());
+  return ncclRemoteError;
+}
+
+uint64_t newNonce() {
+  static std::mutex mu;
+  static std::mt19937_64 gen(std::random_device{}() ^
+                             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::lock_guard<std::mutex> lock(mu);
+  return gen() | 1;  // never 0
+}
+
+// ---- helper threads (striped comms) ----
+
+void signal(int efd) {
+  uint64_t one = 1;
+  ssize_t n = ::write(efd, &one, sizeof(one));
+  (void)n;
+}
+
+void helperLoop(Comm* c, Helper* h) {
+  pthread_setname_np(pthread_self(), "chorus-socknet");
+  std::vector<pollfd> fds;
+  std::vector<int> which;
+  bool dead = false;
+  while (!h->stop.load(std::memory_order_acquire)) {
+    fds.assign(1, pollfd{h->efd, POLLIN, 0});
+    which.clear();
+    if (!dead) {
+      std::lock_guard<std::mutex> lock(h->mu);
+      for (size_t k = 0; k < h->socks.size(); k++) {
+        if (h->queues[k].empty()) continue;
+        fds.push_back(pollfd{c->data[h->socks[k]].fd(), static_cast<short>(c->isSend ? POLLOUT : POLLIN), 0});
+        which.push_back(static_cast<int>(k));
+      }
+    }
+    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) {
+      failComm(c, std::string("poll failed in a helper thread: ") + strerror(errno));
+      dead = true;
+    }
+    if (fds[0].revents != 0) {
+      uint64_t v;
+      ssize_t n = ::read(h->efd, &v, sizeof(v));
+      (void)n;
+    }
+    for (size_t i = 1; i < fds.size() && !dead; i++) {
+      if (fds[i].revents == 0) continue;
+      const int k = which[i - 1];
+      Socket& s = c->data[h->socks[k]];
+      for (;;) {
+        Task* t = nullptr;
+        {
+          std::lock_guard<std::mutex> lock(h->mu);
+          if (h->queues[k].empty()) break;
+          t = &h->queues[k].front();  // deque pushes keep references valid
+        }
+        IoResult io = c->isSend ? s.sendSome(t->data, t->size, &t->done) : s.recvSome(t->data, t->size, &t->done);
+        if (!io.ok()) {
+          failComm(c, io.what);
+          dead = true;
+          if (c->ctx->wake != nullptr) c->ctx->wake(c->ctx->wakeArg);
+          break;
+        }
+        if (t->done < t->size) break;
+        Request* r = t->req;
+        {
+          std::lock_guard<std::mutex> lock(h->mu);
+          h->queues[k].pop_front();
+        }
+        if (r->chunksDone.fetch_add(1, std::memory_order_acq_rel) + 1 == r->nChunks && c->ctx->wake != nullptr)
+          c->ctx->wake(c->ctx->wakeArg);
+      }
+    }
+  }
+}
+
+ncclResult_t startHelpers(Comm* c) {
+  int threads = 0;
+  dataSockets(c->ctx->nThreads, c->ctx->nPerThread, &threads);
+  if (c->data.empty()) return ncclSuccess;
+  for (int t = 0; t < threads; t++) {
+    auto h = std::make_unique<Helper>();
+    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (h->efd < 0) CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : eventfd failed: %s", strerror(errno));
+    for (size_t k = t; k < c->data.size(); k += threads) h->socks.push_back(static_cast<int>(k));
+    h->queues.resize(h->socks.size());
+    c->helpers.push_back(std::move(h));
+  }
+  for (auto& h : c->helpers) h->thread = std::thread(helperLoop, c, h.get());
+  return ncclSuccess;
+}
+
+/// Whether every chunk queued on a comm's helpers has been moved.
+bool helpersIdle(Comm* c) {
+  for (auto& h : c->helpers) {
+    std::lock_guard<std::mutex> lock(h->mu);
+    for (auto& q : h->queues)
+      if (!q.empty()) return false;
+  }
+  return true;
+}
+
+void stopHelpers(Comm* c) {
+  // A send comm closed right after its last isend (a failure notice before an abort, say) still delivers the
+  // chunks its helpers hold, as a single socket's kernel buffer would: bounded, and not past a failure.
+  auto until = std::chrono::steady_clock::now() + kCloseFlush;
+  while (c->isSend && !c->helpers.empty() && !c->failed.load(std::memory_order_acquire) && !helpersIdle(c) &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  for (auto& h : c->helpers) {
+    h->stop.store(true, std::memory_order_release);
+    signal(h->efd);
+  }
+  for (auto& h : c->helpers) {
+    if (h->thread.joinable()) h->thread.join();
+    ::close(h->efd);
+  }
+  c->helpers.clear();
+}
+
+/// Queues request r's chunks on the data sockets, in order (both ends call this in message order).
+void queueChunks(Comm* c, Request* r) {
+  const int nData = static_cast<int>(c->data.size());
+  const int threads = static_cast<int>(c->helpers.size());
+  const size_t chunk = chunkBytes(r->size, nData);
+  r->nChunks = r->size == 0 ? 0 : static_cast<int>((r->size + chunk - 1) / chunk);
+  r->chunksDone.store(0, std::memory_order_relaxed);
+  uint64_t touched = 0;  // helpers to signal (threads <= 16)
+  for (int j = 0; j < r->nChunks; j++) {
+    const int sock = static_cast<int>(c->nextSock++ % nData);
+    Helper* h = c->helpers[sock % threads].get();
+    size_t off = j * chunk;
+    std::lock_guard<std::mutex> lock(h->mu);
+    h->queues[sock / threads].push_back(Task{r, r->data + off, std::min(chunk, r->size - off), 0});
+    touched |= 1ull << (sock % threads);
+  }
+  for (int t = 0; t < threads; t++)
+    if ((touched >> t) & 1) signal(c->helpers[t]->efd);
+}
+
+/// Checks a receive's header once it arrived whole; queues its chunks when striped.
+ncclResult_t headerArrived(Comm* c, Request* r) {
+  if (r->hdr.magic != kMsgMagic) {
+    failComm(c, "garbage on the connection from " + c->peer + " (not a message header)");
+    return commError(c);
+  }
+  if (r->hdr.size > r->cap) {
+    failComm(c, "a message of " + std::to_string(r->hdr.size) + " bytes from " + c->peer +
+                    " is larger than the receive posted for it (" + std::to_string(r->cap) + " bytes)");
+    return commError(c);
+  }
+  if (r->hdr.tag != r->tag) {
+    failComm(c, "a message with tag " + std::to_string(r->hdr.tag) + " from " + c->peer +
+                    " met a receive posted with tag " + std::to_string(r->tag));
+    return commError(c);
+  }
+  r->size = r->hdr.size;
+  if (!c->data.empty()) queueChunks(c, r);
+  r->hdrComplete = true;
+  return ncclSuccess;
+}
+
+/// One sendmsg/recvmsg over `iov`; *moved gets the bytes moved (0 when the socket would block). A recv that finds
+/// the connection closed returns kEof.
+IoResult moveGather(Comm* c, iovec* iov, int n, size_t* moved) {
+  *moved = 0;
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<size_t>(n);
+  for (;;) {
+    ssize_t k = c->isSend ? ::sendmsg(c->ctrl.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
+                          : ::recvmsg(c->ctrl.fd(), &msg, MSG_DONTWAIT);
+    if (k > 0) {
+      *moved = static_cast<size_t>(k);
+      return IoResult();
+    }
+    IoResult r;
+    if (k == 0 && !c->isSend) {
+      r.status = IoStatus::kEof;
+      r.what = "connection closed by " + c->peer;
+      return r;
+    }
+    int e = k < 0 ? errno : EPIPE;
+    if (e == EAGAIN || e == EWOULDBLOCK) return IoResult();
+    if (e == EINTR) continue;
+    r.status = (e == EPIPE || e == ECONNRESET) ? IoStatus::kReset : IoStatus::kError;
+    r.err = e;
+    r.what = std::string(c->isSend ? "send to " : "receive from ") + c->peer + " failed: " + strerror(e);
+    return r;
+  }
+}
+
+/// Send side: every queued request's header (and payload, inline) in one sendmsg, as far as the socket takes it.
+ncclResult_t progressSend(Comm* c) {
+  constexpr int kMaxIov = 64;
+  for (;;) {
+    iovec iov[kMaxIov];
+    int n = 0;
+    for (Request* r : c->queue) {
+      if (n + 2 > kMaxIov) break;
+      if (r->hdrDone < sizeof(MsgHeader))
+        iov[n++] = {reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone};
+      if (c->data.empty() && r->payDone < r->size) iov[n++] = {r->data + r->payDone, r->size - r->payDone};
+    }
+    if (n == 0) return ncclSuccess;
+    size_t moved = 0;
+    IoResult io = moveGather(c, iov, n, &moved);
+    if (!io.ok()) {
+      failComm(c, io.what);
+      return commError(c);
+    }
+    if (moved == 0) return ncclSuccess;
+    for (Request* r : c->queue) {
+      size_t h = std::min(moved, sizeof(MsgHeader) - r->hdrDone);
+      r->hdrDone += h;
+      moved -= h;
+      if (r->hdrDone == sizeof(MsgHeader)) r->hdrComplete = true;
+      if (c->data.empty()) {
+        size_t p = std::min(moved, r->size - r->payDone);
+        r->payDone += p;
+        moved -= p;
+      }
+      if (moved == 0) break;
+    }
+  }
+}
+
+/// Receive side, in request order: a header, then its payload (inline) read together with the next request's
+/// header, which follows it on the stream: one recvmsg a message.
+ncclResult_t progressRecv(Comm* c) {
+  for (auto it = c->queue.begin(); it != c->queue.end(); ++it) {
+    Request* r = *it;
+    if (!r->hdrComplete) {
+      if (c->ctrlClosed) return ncclSuccess;
+      if (r->hdrDone < sizeof(MsgHeader)) {
+        iovec iov = {reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone};
+        size_t moved = 0;
+        IoResult io = moveGather(c, &iov, 1, &moved);
+        if (io.status == IoStatus::kEof && r->hdrDone == 0) {
+          // The sender closed between messages: what it sent before still arrives on the data sockets.
+          c->ctrlClosed = true;
+          c->closedWhy = io.what;
+          return ncclSuccess;
+        }
+        if (!io.ok()) {
+          failComm(c, io.what + " (within a message header)");
+          return commError(c);
+        }
+        r->hdrDone += moved;
+        if (r->hdrDone < sizeof(MsgHeader)) return ncclSuccess;
+      }
+      CHORUS_CHECK(headerArrived(c, r));
+    }
+    if (!c->data.empty()) continue;
+    while (r->payDone < r->size) {
+      iovec iov[2] = {{r->data + r->payDone, r->size - r->payDone}, {nullptr, 0}};
+      int n = 1;
+      auto next = std::next(it);
+      Request* nr = next != c->queue.end() ? *next : nullptr;
+      if (nr != nullptr && nr->hdrDone < sizeof(MsgHeader))
+        iov[n++] = {reinterpret_cast<char*>(&nr->hdr) + nr->hdrDone, sizeof(MsgHeader) - nr->hdrDone};
+      size_t moved = 0;
+      IoResult io = moveGather(c, iov, n, &moved);
+      if (!io.ok()) {
+        failComm(c, io.what + " (within a message of " + std::to_string(r->size) + " bytes)");
+        return commError(c);
+      }
+      if (moved == 0) return ncclSuccess;
+      size_t p = std::min(moved, r->size - r->payDone);
+      r->payDone += p;
+      if (nr != nullptr) nr->hdrDone += moved - p;
+    }
+  }
+  return ncclSuccess;
+}
+
+/// Moves what the control socket can take or give now, in request order.
+ncclResult_t progress(Comm* c) {
+  if (c->failed.load(std::memory_order_acquire)) return commError(c);
+  return c->isSend ? progressSend(c) : progressRecv(c);
+}
+
+/// Whether request r still has bytes to move on the control socket.
+bool ctrlPending(const Comm* c, const Request* r) {
+  return !r->hdrComplete || (c->data.empty() && r->payDone < r->size);
+}
+
+Request* takeRequest(Comm* c) {
+  for (Request& r : c->reqs) {
+    if (r.used) continue;
+    r.used = true;
+    r.comm = c;
+    r.hdrDone = 0;
+    r.hdrComplete = false;
+    r.payDone = 0;
+    r.nChunks = 0;
+    r.chunksDone.store(0, std::memory_order_relaxed);
+    c->queue.push_back(&r);
+    return &r;
+  }
+  return nullptr;
+}
+
+void releaseRequest(Request* r) {
+  Comm* c = r->comm;
+  for (auto it = c->queue.begin(); it != c->queue.end(); ++it) {
+    if (*it == r) {
+      c->queue.erase(it);
+      break;
+    }
+  }
+  r->used = false;
+}
+
+/// Finishes a connection's sockets into a comm: control first, data after; starts its helpers.
+ncclResult_t openComm(Comm* c, std::vector<Socket>* socks) {
+  c->ctrl = std::move((*socks)[0]);
+  c->peer = c->ctrl.peer().str();
+  for (size_t i = 1; i < socks->size(); i++) c->data.push_back(std::move((*socks)[i]));
+  socks->clear();
+  CHORUS_CHECK(startHelpers(c));
+  c->ctx->comms.push_back(c);
+  return ncclSuccess;
+}
+
+void destroyComm(Comm* c) {
+  stopHelpers(c);
+  auto& v = c->ctx->comms;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (*it == c) {
+      v.erase(it);
+      break;
+    }
+  }
+  delete c;
+}
+
+// ---- the table ----
+
+ncclResult_t init(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogger_t, ncclProfilerCallback_t) {
+  auto c = std::make_unique<Context>();
+  std::string why;
+  if (findInterface(&c->addr, &c->ifName, &why) != ncclSuccess)
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : no interface: %s", why.c_str());
+  c->addr.setPort(0);
+  c->nThreads = static_cast<int>(kSocketNThreads.get());
+  c->nPerThread = static_cast<int>(kSocketNsocksPerThread.get());
+  int threads = 0;
+  int nData = dataSockets(c->nThreads, c->nPerThread, &threads);
+  INFO(kNet | kInit, "NET/Socket : interface %s (%s); %s", c->ifName.c_str(), c->addr.hostStr().c_str(),
+       nData == 0 ? "one socket per connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = 1)"
+                  : ("each connection striped over " + std::to_string(nData) + " data sockets, " +
+                     std::to_string(threads) + " helper thread(s)")
+                        .c_str());
+  *ctx = c.release();
+  return ncclSuccess;
+}
+
+ncclResult_t devices(int* ndev) {
+  *ndev = probe().usable ? 1 : 0;
+  return ncclSuccess;
+}
+
+ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) {
+  const Probe& p = probe();
+  if (dev != 0 || !p.usable) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d", dev);
+  *props = ncclNetProperties_v11_t{};
+  props->name = const_cast<char*>(p.name.c_str());
+  props->pciPath = p.pciPath.empty() ? nullptr : const_cast<char*>(p.pciPath.c_str());
+  props->ptrSupport = NCCL_PTR_HOST;
+  props->regIsGlobal = 1;  // registration is a no-op: any comm may use any handle
+  props->speed = p.speedMbps;
+  props->port = 0;
+  props->latency = 0;
+  props->maxComms = 65536;
+  props->maxRecvs = 1;
+  props->netDeviceType = NCCL_NET_DEVICE_HOST;
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = 0;
+  props->maxP2pBytes = static_cast<size_t>(INT_MAX);
+  props->maxCollBytes = static_cast<size_t>(INT_MAX);
+  props->maxMultiRequestSize = 1;
+  return ncclSuccess;
+}
+
+ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
+  Context* x = static_cast<Context*>(ctx);
+  *listenComm = nullptr;
+  if (dev != 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d", dev);
+  auto l = std::make_unique<ListenComm>();
+  l->ctx = x;
+  IoResult io = Socket::listen(x->addr, &l->sock);
+  if (!io.ok()) CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : %s", io.what.c_str());
+  int threads = 0;
+  l->nData = static_cast<uint32_t>(dataSockets(x->nThreads, x->nPerThread, &threads));
+  l->nonce = newNonce();
+  l->have.resize(1 + l->nData);
+  Handle h;
+  h.magic = kHandleMagic;
+  h.nData = l->nData;
+  h.nonce = l->nonce;
+  h.addr = packAddr(l->sock.local());
+  std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+  std::memcpy(handle, &h, sizeof(h));
+  *listenComm = l.release();
+  return ncclSuccess;
+}
+
+ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** devComm) {
+  Context* x = static_cast<Context*>(ctx);
+  *sendComm = nullptr;
+  if (devComm != nullptr) *devComm = nullptr;
+  Handle h;
+  std::memcpy(&h, handle, sizeof(h));
+  if (h.magic != kHandleMagic) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : not a socket-net handle");
+  if (dev != 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d", dev);
+  Comm* c = reinterpret_cast<Comm*>(static_cast<uintptr_t>(h.pending));
+  auto drop = [&](const std::string& why) {
+    delete c;
+    h.pending = 0;
+    std::memcpy(handle, &h, sizeof(h));
+    setThreadLastError(("NET/Socket : " + why).c_str());
+    return ncclRemoteError;
+  };
+  if (c == nullptr) {
+    SockAddr to;
+    if (!unpackAddr(h.addr, &to) || h.nData > static_cast<uint32_t>(kMaxDataSocks))
+      CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : malformed handle");
+    c = new Comm;
+    c->ctx = x;
+    c->isSend = true;
+    const size_t n = 1 + h.nData;
+    c->connecting.resize(n);
+    c->helloDone.assign(n, 0);
+    c->hellos.resize(n);
+    for (size_t i = 0; i < n; i++) {
+      IoResult io = Socket::startConnect(to, &c->connecting[i]);
+      if (!io.ok()) return drop(io.what);
+      c->hellos[i].nonce = h.nonce;
+      c->hellos[i].index = static_cast<uint32_t>(i);
+      c->hellos[i].nData = h.nData;
+    }
+    h.pending = reinterpret_cast<uintptr_t>(c);
+    std::memcpy(handle, &h, sizeof(h));
+  }
+  bool all = true;
+  for (size_t i = 0; i < c->connecting.size(); i++) {
+    if (c->helloDone[i] == sizeof(Hello)) continue;
+    if (c->helloDone[i] == 0) {
+      bool up = false;
+      IoResult io = c->connecting[i].connected(&up);
+      if (!io.ok()) return drop(io.what);
+      if (!up) {
+        all = false;
+        continue;
+      }
+    }
+    IoResult io = c->connecting[i].sendSome(&c->hellos[i], sizeof(Hello), &c->helloDone[i]);
+    if (!io.ok()) return drop(io.what);
+    if (c->helloDone[i] < sizeof(Hello)) all = false;
+  }
+  if (!all) return ncclSuccess;
+  h.pending = 0;
+  std::memcpy(handle, &h, sizeof(h));
+  ncclResult_t rc = openComm(c, &c->connecting);
+  if (rc != ncclSuccess) {
+    destroyComm(c);
+    return rc;
+  }
+  *sendComm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** devComm) {
+  ListenComm* l = static_cast<ListenComm*>(listenComm);
+  *recvComm = nullptr;
+  if (devComm != nullptr) *devComm = nullptr;
+  for (;;) {
+    PendingSock p;
+    IoResult io = l->sock.tryAccept(&p.sock);
+    if (!io.ok()) CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : %s", io.what.c_str());
+    if (!p.sock.valid()) break;
+    l->pending.push_back(std::move(p));
+  }
+  for (size_t i = 0; i < l->pending.size();) {
+    PendingSock& p = l->pending[i];
+    IoResult io = p.sock.recvSome(&p.hello, sizeof(Hello), &p.got);
+    bool drop = !io.ok();
+    if (drop) INFO(kNet, "NET/Socket : dropped a connection before its hello: %s", io.what.c_str());
+    if (!drop && p.got == sizeof(Hello)) {
+      const Hello& hh = p.hello;
+      if (hh.magic != kHelloMagic || hh.nonce != l->nonce || hh.nData != l->nData || hh.index > l->nData ||
+          l->have[hh.index].valid()) {
+        WARN("NET/Socket : refused a connection from %s on %s: not a chorus socket-net hello for this connection",
+             p.sock.peer().str().c_str(), l->sock.local().str().c_str());
+        drop = true;
+      } else {
+        l->have[hh.index] = std::move(p.sock);
+        l->nHave++;
+        drop = true;  // taken: remove from pending
+      }
+    }
+    if (drop) {
+      l->pending.erase(l->pending.begin() + i);
+      continue;
+    }
+    i++;
+  }
+  if (l->nHave < static_cast<int>(l->have.size())) return ncclSuccess;
+  auto c = std::make_unique<Comm>();
+  c->ctx = l->ctx;
+  c->isSend = false;
+  l->nHave = 0;
+  std::vector<Socket> socks = std::move(l->have);
+  l->have.clear();
+  l->have.resize(1 + l->nData);
+  CHORUS_CHECK(openComm(c.get(), &socks));
+  *recvComm = c.release();
+  return ncclSuccess;
+}
+
+ncclResult_t regMr(void*, void*, size_t, int type, void** mhandle) {
+  *mhandle = nullptr;
+  if (type != NCCL_PTR_HOST)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : only host memory can be registered (type %d)", type);
+  *mhandle = reinterpret_cast<void*>(static_cast<uintptr_t>(1));
+  return ncclSuccess;
+}
+
+ncclResult_t regMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
+  *mhandle = nullptr;
+  CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/Socket : dmabuf registration is not supported");
+}
+
+ncclResult_t deregMr(void*, void*) { return ncclSuccess; }
+
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void*, void*, void** request) {
+  Comm* c = static_cast<Comm*>(sendComm);
+  *request = nullptr;
+  if (c->failed.load(std::memory_order_acquire)) return commError(c);
+  Request* r = takeRequest(c);
+  if (r == nullptr) return ncclSuccess;  // all busy: the caller tries again
+  r->data = static_cast<char*>(data);
+  r->size = size;
+  r->cap = size;
+  r->tag = tag;
+  r->hdr = MsgHeader{size, tag, kMsgMagic};
+  if (!c->data.empty()) queueChunks(c, r);
+  *request = r;
+  progress(c);  // moves what it can now; a failure it finds is the request's, reported by test()
+  return ncclSuccess;
+}
+
+ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void**, void**, void** request) {
+  Comm* c = static_cast<Comm*>(recvComm);
+  *request = nullptr;
+  if (n != 1) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : %d receives grouped (maxRecvs is 1)", n);
+  if (c->failed.load(std::memory_order_acquire)) return commError(c);
+  Request* r = takeRequest(c);
+  if (r == nullptr) return ncclSuccess;
+  r->data = static_cast<char*>(data[0]);
+  r->cap = sizes[0];
+  r->size = 0;
+  r->tag = tags != nullptr ? tags[0] : 0;
+  *request = r;
+  progress(c);  // as in isend
+  return ncclSuccess;
+}
+
+ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
+  *request = nullptr;  // host memory only: nothing to flush
+  return ncclSuccess;
+}
+
+ncclResult_t test(void* request, int* done, int* sizes) {
+  Request* r = static_cast<Request*>(request);
+  Comm* c = r->comm;
+  *done = 0;
+  auto complete = [&]() {
+    return r->hdrComplete &&
+           (c->data.empty() ? r->payDone == r->size : r->chunksDone.load(std::memory_order_acquire) == r->nChunks);
+  };
+  // A request that finished before the connection failed (a sender that closed after its last message) is done.
+  if (!complete()) {
+    ncclResult_t rc = progress(c);
+    if (rc != ncclSuccess && !complete()) {
+      releaseRequest(r);
+      return rc;
+    }
+    if (!complete() && !r->hdrComplete && c->ctrlClosed) {
+      releaseRequest(r);
+      setThreadLastError(("NET/Socket : " + c->closedWhy).c_str());
+      return ncclRemoteError;
+    }
+    if (!complete()) return ncclSuccess;
+  }
+  *done = 1;
+  if (sizes != nullptr) *sizes = static_cast<int>(r->size);
+  releaseRequest(r);
+  return ncclSuccess;
+}
+
+ncclResult_t closeComm(void* comm) {
+  if (comm != nullptr) destroyComm(static_cast<Comm*>(comm));
+  return ncclSuccess;
+}
+
+ncclResult_t closeListen(void* listenComm) {
+  delete static_cast<ListenComm*>(listenComm);
+  return ncclSuccess;
+}
+
+ncclResult_t getDeviceMr(void*, void*, void** dptr) {
+  *dptr = nullptr;
+  return ncclSuccess;
+}
+
+ncclResult_t irecvConsumed(void*, int, void*) { return ncclSuccess; }
+
+ncclResult_t makeVDevice(int*, ncclNetVDeviceProps_v11_t*) {
+  CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/Socket : virtual devices are not supported");
+}
+
+ncclResult_t finalize(void* ctx) {
+  Context* x = static_cast<Context*>(ctx);
+  while (!x->comms.empty()) destroyComm(x->comms.back());
+  delete x;
+  return ncclSuccess;
+}
+
+ncclResult_t setNetAttr(void*, ncclNetAttr_v11_t*) { return ncclSuccess; }
+
+int pollFds(void* ctx, pollfd* fds, int max) {
+  Context* x = static_cast<Context*>(ctx);
+  int n = 0;
+  for (Comm* c : x->comms) {
+    if (n == max) break;
+    if (c->ctrlClosed || c->failed.load(std::memory_order_acquire)) continue;  // test() reports these at once
+    bool want = false;
+    for (const Request* r : c->queue) want |= ctrlPending(c, r);
+    if (want) fds[n++] = pollfd{c->ctrl.fd(), static_cast<short>(c->isSend ? POLLOUT : POLLIN), 0};
+  }
+  return n;
+}
+
+void setWaker(void* ctx, void (*wake)(void*), void* arg) {
+  Context* x = static_cast<Context*>(ctx);
+  x->wake = wake;
+  x->wakeArg = arg;
+}
+
+const ncclNet_v11_t kTable = {
+    "Socket",    init,        devices,       getProperties, listen,   connect,    accept,    regMr,
+    regMrDmaBuf, deregMr,     isend,         irecv,         iflush,   test,       closeComm, closeComm,
+    closeListen, getDeviceMr, irecvConsumed, makeVDevice,   finalize, setNetAttr,
+};
+
+const NetProgressHooks kHooks = {pollFds, setWaker};
+
+}  // namespace
+}  // namespace socknet
+
+const ncclNet_v11_t* socketNet() { return &socknet::kTable; }
+const NetProgressHooks* socketNetHooks() { return &socknet::kHooks; }
+
+}  // namespace chorus

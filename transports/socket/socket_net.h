@@ -1,0 +1,177 @@
+// The socket net (NCCL_NET=Socket, the default between hosts; docs/net.md): TCP behind NCCL's ncclNet_v11_t
+// interface, driven by the net proxy (transports/net/net_proxy.h) like every other net.
+//
+// A connection (a sendComm and the recvComm it reaches) is one control socket, plus, when striping is on,
+// D = NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD data sockets moved by NCCL_SOCKET_NTHREADS helper threads of the
+// comm (socket k belongs to thread k mod NTHREADS), as NCCL lays out its socket net.
+//
+// Wire (both ends run the same build; structs travel in host byte order):
+//  - every socket opens with a Hello: magic, the listen's nonce (from the handle), its index (0 control, 1..D data).
+//  - control socket: a MsgHeader per message. With no data sockets (D = 1 is sent inline: the default) the payload
+//    follows its header on the control socket.
+//  - data sockets: a message of S bytes is cut into ceil(S / C) chunks of C = max(kMinChunk, ceil(S / D)) bytes;
+//    chunk j goes on data socket (first + j) mod D, where `first` carries on from the previous message's last chunk.
+//    Both ends count alike, so chunks carry no header.
+//
+// Threads: every call but the helpers' I/O comes from the proxy thread that owns the context. The proxy hands a
+// chunk to a helper through the helper's queue (mutex, eventfd); a helper that finishes the last chunk of a request
+// wakes the proxy through the waker the proxy registered (NetProgressHooks::setWaker).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/net.h"
+#include "core/socket.h"
+
+namespace chorus {
+namespace socknet {
+
+/// "SCK1": the first word of every handle, so that a handle of another net is refused, not misread.
+constexpr uint32_t kHandleMagic = 0x314b4353u;
+/// Opens every socket of a connection ("chsnet01").
+constexpr uint64_t kHelloMagic = 0x313074656e736863ull;
+/// Marks every message header.
+constexpr uint32_t kMsgMagic = 0x4d534e43u;
+/// Smallest chunk on a data socket (NCCL's minimum task size).
+constexpr size_t kMinChunk = 64 * 1024;
+/// Most data sockets a connection may have (NCCL's limit).
+constexpr int kMaxDataSocks = 64;
+/// Requests a comm may have outstanding (NCCL_NET_MAX_REQUESTS).
+constexpr int kMaxRequests = 32;
+/// How long closing a striped send comm waits for its helpers to move the chunks they still hold.
+constexpr std::chrono::milliseconds kCloseFlush{1000};
+
+/// What listen() hands the peer. `pending` is the sender's own: connect() keeps the comm it is building there
+/// between calls (the proxy passes the same handle memory until connect returns a comm), as NCCL's nets do.
+struct Handle {
+  uint32_t magic = 0;
+  uint32_t nData = 0;    ///< data sockets the receiver expects (0: inline)
+  uint64_t nonce = 0;    ///< the listen's identity, echoed by every hello
+  PackedAddr addr;       ///< where the listen socket is
+  uint64_t pending = 0;  ///< sender-local: the comm connect() started
+};
+static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a socket-net handle must fit NCCL's handle");
+
+struct Hello {
+  uint64_t magic = kHelloMagic;
+  uint64_t nonce = 0;
+  uint32_t index = 0;  ///< 0 control, 1..nData data
+  uint32_t nData = 0;
+};
+static_assert(sizeof(Hello) == 24, "Hello is a wire format");
+
+struct MsgHeader {
+  uint64_t size = 0;
+  int32_t tag = 0;
+  uint32_t magic = kMsgMagic;
+};
+static_assert(sizeof(MsgHeader) == 16, "MsgHeader is a wire format");
+
+struct Comm;
+
+/// One isend/irecv. Belongs to its comm's pool.
+struct Request {
+  Comm* comm = nullptr;
+  bool used = false;
+  char* data = nullptr;
+  size_t cap = 0;  ///< receive: the posted size
+  size_t size = 0;
+  int tag = 0;
+  MsgHeader hdr;
+  size_t hdrDone = 0;
+  bool hdrComplete = false;
+  size_t payDone = 0;  ///< inline payload moved
+  int nChunks = 0;
+  std::atomic<int> chunksDone{0};  ///< chunks the helpers finished
+};
+
+/// One chunk of a request on one data socket.
+struct Task {
+  Request* req = nullptr;
+  char* data = nullptr;
+  size_t size = 0;
+  size_t done = 0;
+};
+
+/// A helper thread of a striped comm: it moves the chunks queued on its data sockets.
+struct Helper {
+  std::thread thread;
+  int efd = -1;                          ///< new tasks and stop
+  std::mutex mu;                         ///< guards queues' pushes and pops (a popped task's bytes are the helper's)
+  std::vector<int> socks;                ///< the comm's data socket indexes this helper owns
+  std::vector<std::deque<Task>> queues;  ///< per owned socket, in order
+  std::atomic<bool> stop{false};
+};
+
+struct Context;
+
+/// A send or receive comm: one connection.
+struct Comm {
+  Context* ctx = nullptr;
+  bool isSend = false;
+  Socket ctrl;
+  std::vector<Socket> data;  ///< D data sockets (empty: inline)
+  std::vector<std::unique_ptr<Helper>> helpers;
+  Request reqs[kMaxRequests];
+  std::deque<Request*> queue;  ///< requests in posting order, until test() reports them done
+  uint64_t nextSock = 0;       ///< data socket of the next chunk (both ends count alike)
+  std::atomic<bool> failed{false};
+  std::mutex whyMu;
+  std::string why;   ///< the first failure (helpers or proxy), under whyMu
+  std::string peer;  ///< the peer's address, for errors
+  /// Receive side: the control socket ended cleanly between messages (the sender closed). Messages whose header came
+  /// still finish on the data sockets; later receives fail with `closedWhy`.
+  bool ctrlClosed = false;
+  std::string closedWhy;
+  // connect() in progress (send side): sockets not yet connected or whose hello is not yet written.
+  std::vector<Socket> connecting;
+  std::vector<size_t> helloDone;
+  std::vector<Hello> hellos;
+  bool connected = false;
+};
+
+/// An accepted socket whose hello has not arrived whole.
+struct PendingSock {
+  Socket sock;
+  Hello hello;
+  size_t got = 0;
+};
+
+struct ListenComm {
+  Context* ctx = nullptr;
+  Socket sock;
+  uint64_t nonce = 0;
+  uint32_t nData = 0;
+  std::vector<PendingSock> pending;
+  std::vector<Socket> have;  ///< by index: 0 control, 1..nData data (invalid until its hello arrived)
+  int nHave = 0;
+};
+
+/// One init(): the interface and striping settings of one communicator's proxy.
+struct Context {
+  SockAddr addr;  ///< where listen() binds (port 0)
+  std::string ifName;
+  int nThreads = 1;
+  int nPerThread = 1;
+  std::vector<Comm*> comms;  ///< open comms, for pollFds
+  void (*wake)(void*) = nullptr;
+  void* wakeArg = nullptr;
+};
+
+/// Data sockets a connection gets for NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (0 when that is 1: inline), and
+/// the helper threads that move them (*threads).
+int dataSockets(int nThreads, int nPerThread, int* threads);
+
+/// Chunk size of a message of `size` bytes over `nData` data sockets.
+size_t chunkBytes(size_t size, int nData);
+
+}  // namespace socknet
+}  // namespace chorus
