@@ -212,6 +212,11 @@ void stopHelpers(Comm* c) {
   c->helpers.clear();
 }
 
+/// Whether request r's payload travels on the control socket after its header: always without data sockets, and for
+/// small messages (at most kInlineBytes; a receive knows once its header came), which a chunk's hand-off to a helper
+/// would cost more than it saves.
+bool inlined(const Comm* c, const Request* r) { return c->data.empty() || r->size <= kInlineBytes; }
+
 /// Queues request r's chunks on the data sockets, in order (both ends call this in message order).
 void queueChunks(Comm* c, Request* r) {
   const int nData = static_cast<int>(c->data.size());
@@ -249,7 +254,7 @@ ncclResult_t headerArrived(Comm* c, Request* r) {
     return commError(c);
   }
   r->size = r->hdr.size;
-  if (!c->data.empty()) queueChunks(c, r);
+  if (!inlined(c, r)) queueChunks(c, r);
   r->hdrComplete = true;
   return ncclSuccess;
 }
@@ -294,7 +299,7 @@ ncclResult_t progressSend(Comm* c) {
       if (n + 2 > kMaxIov) break;
       if (r->hdrDone < sizeof(MsgHeader))
         iov[n++] = {reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone};
-      if (c->data.empty() && r->payDone < r->size) iov[n++] = {r->data + r->payDone, r->size - r->payDone};
+      if (inlined(c, r) && r->payDone < r->size) iov[n++] = {r->data + r->payDone, r->size - r->payDone};
     }
     if (n == 0) return ncclSuccess;
     size_t moved = 0;
@@ -309,7 +314,7 @@ ncclResult_t progressSend(Comm* c) {
       r->hdrDone += h;
       moved -= h;
       if (r->hdrDone == sizeof(MsgHeader)) r->hdrComplete = true;
-      if (c->data.empty()) {
+      if (inlined(c, r)) {
         size_t p = std::min(moved, r->size - r->payDone);
         r->payDone += p;
         moved -= p;
@@ -345,7 +350,7 @@ ncclResult_t progressRecv(Comm* c) {
       }
       CHORUS_CHECK(headerArrived(c, r));
     }
-    if (!c->data.empty()) continue;
+    if (!inlined(c, r)) continue;
     while (r->payDone < r->size) {
       iovec iov[2] = {{r->data + r->payDone, r->size - r->payDone}, {nullptr, 0}};
       int n = 1;
@@ -375,9 +380,7 @@ ncclResult_t progress(Comm* c) {
 }
 
 /// Whether request r still has bytes to move on the control socket.
-bool ctrlPending(const Comm* c, const Request* r) {
-  return !r->hdrComplete || (c->data.empty() && r->payDone < r->size);
-}
+bool ctrlPending(const Comm* c, const Request* r) { return !r->hdrComplete || (inlined(c, r) && r->payDone < r->size); }
 
 Request* takeRequest(Comm* c) {
   for (Request& r : c->reqs) {
@@ -639,7 +642,7 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void*, void
   r->cap = size;
   r->tag = tag;
   r->hdr = MsgHeader{size, tag, kMsgMagic};
-  if (!c->data.empty()) queueChunks(c, r);
+  if (!inlined(c, r)) queueChunks(c, r);
   *request = r;
   progress(c);  // moves what it can now; a failure it finds is the request's, reported by test()
   return ncclSuccess;
@@ -672,7 +675,7 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   *done = 0;
   auto complete = [&]() {
     return r->hdrComplete &&
-           (c->data.empty() ? r->payDone == r->size : r->chunksDone.load(std::memory_order_acquire) == r->nChunks);
+           (inlined(c, r) ? r->payDone == r->size : r->chunksDone.load(std::memory_order_acquire) == r->nChunks);
   };
   // A request that finished before the connection failed (a sender that closed after its last message) is done.
   if (!complete()) {

@@ -7,8 +7,8 @@
 //
 // Wire (both ends run the same build; structs travel in host byte order):
 //  - every socket opens with a Hello: magic, the listen's nonce (from the handle), its index (0 control, 1..D data).
-//  - control socket: a MsgHeader per message. With no data sockets (D = 1 is sent inline: the default) the payload
-//    follows its header on the control socket.
+//  - control socket: a MsgHeader per message. Without data sockets (NTHREADS x NSOCKS_PERTHREAD = 1: the default),
+//    and for messages of at most kInlineBytes, the payload follows its header on the control socket.
 //  - data sockets: a message of S bytes is cut into ceil(S / C) chunks of C = max(kMinChunk, ceil(S / D)) bytes;
 //    chunk j goes on data socket (first + j) mod D, where `first` carries on from the previous message's last chunk.
 //    Both ends count alike, so chunks carry no header.
@@ -42,6 +42,9 @@ constexpr uint64_t kHelloMagic = 0x313074656e736863ull;
 constexpr uint32_t kMsgMagic = 0x4d534e43u;
 /// Smallest chunk on a data socket (NCCL's minimum task size).
 constexpr size_t kMinChunk = 64 * 1024;
+/// Largest message sent on the control socket even when the connection has data sockets (FIFO slot headers, failure
+/// notices).
+constexpr size_t kInlineBytes = 4096;
 /// Most data sockets a connection may have (NCCL's limit).
 constexpr int kMaxDataSocks = 64;
 /// Requests a comm may have outstanding (NCCL_NET_MAX_REQUESTS).
