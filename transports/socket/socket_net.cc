@@ -512,7 +512,17 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   if (h.magic != kHandleMagic) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : not a socket-net handle");
   if (dev != 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d", dev);
   Comm* c = reinterpret_cast<Comm*>(static_cast<uintptr_t>(h.pending));
+  auto forget = [&]() {
+    auto& v = x->connecting;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (*it == c) {
+        v.erase(it);
+        break;
+      }
+    }
+  };
   auto drop = [&](const std::string& why) {
+    forget();
     delete c;
     h.pending = 0;
     std::memcpy(handle, &h, sizeof(h));
@@ -539,6 +549,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
     }
     h.pending = reinterpret_cast<uintptr_t>(c);
     std::memcpy(handle, &h, sizeof(h));
+    x->connecting.push_back(c);
   }
   bool all = true;
   for (size_t i = 0; i < c->connecting.size(); i++) {
@@ -557,6 +568,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
     if (c->helloDone[i] < sizeof(Hello)) all = false;
   }
   if (!all) return ncclSuccess;
+  forget();
   h.pending = 0;
   std::memcpy(handle, &h, sizeof(h));
   ncclResult_t rc = openComm(c, &c->connecting);
@@ -721,6 +733,7 @@ ncclResult_t makeVDevice(int*, ncclNetVDeviceProps_v11_t*) {
 ncclResult_t finalize(void* ctx) {
   Context* x = static_cast<Context*>(ctx);
   while (!x->comms.empty()) destroyComm(x->comms.back());
+  for (Comm* c : x->connecting) delete c;  // connections the proxy gave up on before they were made
   delete x;
   return ncclSuccess;
 }

@@ -164,7 +164,8 @@ struct Context {
   std::string ifName;
   int nThreads = 1;
   int nPerThread = 1;
-  std::vector<Comm*> comms;  ///< open comms, for pollFds
+  std::vector<Comm*> comms;       ///< open comms, for pollFds
+  std::vector<Comm*> connecting;  ///< comms connect() started and has not returned (freed by finalize if abandoned)
   void (*wake)(void*) = nullptr;
   void* wakeArg = nullptr;
 };
