@@ -119,6 +119,24 @@ ncclResult_t choose(ncclComm* comm, NetChoice* net, std::string* reason) {
   return ncclSuccess;
 }
 
+/// "eth0 10000 Mbit/s, mlx5_1 ...": what the net says of its devices (the first 8), for the INFO line of the choice.
+std::string describeDevices(const NetChoice& net) {
+  std::string out;
+  for (int d = 0; d < net.ndev && d < 8; d++) {
+    ncclNetProperties_v11_t props{};
+    if (!out.empty()) out += ", ";
+    if (net.api->getProperties(d, &props) != ncclSuccess) {
+      out += "device " + std::to_string(d) + " (no properties)";
+      continue;
+    }
+    out += props.name != nullptr ? props.name : ("device " + std::to_string(d));
+    out += " " + std::to_string(props.speed) + " Mbit/s";
+    if (props.pciPath != nullptr) out += std::string(" at ") + props.pciPath;
+  }
+  if (net.ndev > 8) out += ", ...";
+  return out;
+}
+
 }  // namespace
 
 ProxyWake::~ProxyWake() {
@@ -209,8 +227,8 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
          "NCCL_NET_GDR_LEVEL=%s: GPUDirect RDMA is not supported; device buffers go through pinned "
          "host memory",
          kNetGdrLevel.get().c_str());
-  INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s) (%s)", comm->rank, net.name.c_str(), net.ndev,
-       net.reason.c_str());
+  INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s): %s (%s)", comm->rank, net.name.c_str(), net.ndev,
+       describeDevices(net).c_str(), net.reason.c_str());
   auto proxy = std::make_unique<NetProxy>(comm, net);
   CHORUS_CHECK(proxy->start());
   *out = std::move(proxy);

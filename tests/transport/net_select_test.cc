@@ -1,10 +1,13 @@
 // Choosing the net between hosts (transports/remote.cc, docs/net.md): NCCL_NET, NCCL_NET_PLUGIN and the default
 // order, a net named but not runnable, and ranks that chose differently. Every rank is a forked process on its own
 // NCCL_HOSTID "host", so the transport between hosts is used without NCCL_SHM_DISABLE.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -55,6 +58,17 @@ int allreduceVia(const char* proxyThread, int n, ncclComm_t comm) {
   return countThreadsNamed(proxyThread) >= 1 ? kOk : kWrongProxy;
 }
 
+/// The paths of the files in `dir`.
+std::vector<std::string> listDir(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') out.push_back(dir + "/" + e->d_name);
+  closedir(d);
+  return out;
+}
+
 int unexpectedFailure(int rank, ncclResult_t res, const std::string& text) {
   fprintf(stderr, "rank %d: init failed with %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
   return kInitFailed;
@@ -88,6 +102,36 @@ TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
   env_.set("NCCL_IB_DISABLE", "1");
   expectAllOk(runHosts(
       2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
+}
+
+// NCCL_DEBUG=INFO names the net, each device (its interface, speed and PCI path) and why the net was chosen.
+TEST_F(NetSelect, InfoNamesTheNetItsDeviceAndWhy) {
+  char dir[] = "/tmp/chorus-netlog-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  env_.set("NCCL_NET", "Socket");
+  env_.set("NCCL_SOCKET_IFNAME", "=lo");
+  env_.set("NCCL_DEBUG", "INFO");
+  env_.set("NCCL_DEBUG_SUBSYS", "NET");
+  env_.set("NCCL_DEBUG_FILE", (std::string(dir) + "/log.%p").c_str());
+  expectAllOk(runHosts(
+      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
+  int found = 0;
+  std::string text;
+  for (const std::string& path : listDir(dir)) {
+    FILE* f = fopen(path.c_str(), "r");
+    if (f == nullptr) continue;
+    char line[1024];
+    while (fgets(line, sizeof(line), f) != nullptr) {
+      text += line;
+      if (strstr(line, "net Socket between hosts, 1 device(s): lo ") != nullptr && strstr(line, "Mbit/s") != nullptr &&
+          strstr(line, "(NCCL_NET=Socket)") != nullptr)
+        found++;
+    }
+    fclose(f);
+    unlink(path.c_str());
+  }
+  rmdir(dir);
+  EXPECT_EQ(found, 2) << "each rank logs its net, device and reason once; the logs:\n" << text;
 }
 
 TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {
