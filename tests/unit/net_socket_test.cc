@@ -168,6 +168,46 @@ TEST_P(SocketNetStriping, MessagesArriveWholeAndInOrder) {
   }
 }
 
+// The receiver's striping decides the data sockets (they travel in the handle); a sender whose own setting differs
+// still moves them, with helpers of its own count.
+TEST(SocketNet, SenderAndReceiverMayStripeDifferently) {
+  void* senderCtx = nullptr;
+  {
+    Striping s(1, 1);
+    ASSERT_EQ(net()->init(&senderCtx, 0, nullptr, nullptr, nullptr), ncclSuccess);
+  }
+  Striping s(2, 3);
+  NetCtx b;
+  Conn c;
+  ASSERT_EQ(net()->listen(b.ctx, 0, c.handle, &c.listen), ncclSuccess);
+  auto end = Clock::now() + kDeadline;
+  while ((c.send == nullptr || c.recv == nullptr) && Clock::now() < end) {
+    if (c.send == nullptr) {
+      ASSERT_EQ(net()->connect(senderCtx, 0, c.handle, &c.send, nullptr), ncclSuccess);
+    }
+    if (c.recv == nullptr) {
+      ASSERT_EQ(net()->accept(c.listen, &c.recv, nullptr), ncclSuccess);
+    }
+  }
+  ASSERT_NE(c.send, nullptr);
+  ASSERT_NE(c.recv, nullptr);
+  std::vector<char> out = pattern(2 << 20, 9), in(2 << 20);
+  void* data = in.data();
+  size_t cap = in.size();
+  int tag = 0;
+  void *rr = nullptr, *sr = nullptr;
+  ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+  ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
+  int size = -1;
+  ncclResult_t rc = ncclSuccess;
+  ASSERT_TRUE(waitReq(rr, &size, &rc)) << threadLastError();
+  ASSERT_TRUE(waitReq(sr, &size, &rc)) << threadLastError();
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(net()->closeSend(c.send), ncclSuccess);
+  c.send = nullptr;
+  EXPECT_EQ(net()->finalize(senderCtx), ncclSuccess);
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, SocketNetStriping,
                          testing::Values(std::make_pair(1, 1), std::make_pair(2, 2), std::make_pair(1, 3)),
                          [](const testing::TestParamInfo<std::pair<int, int>>& p) {

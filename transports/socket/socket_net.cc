@@ -169,9 +169,12 @@ void helperLoop(Comm* c, Helper* h) {
 }
 
 ncclResult_t startHelpers(Comm* c) {
+  if (c->data.empty()) return ncclSuccess;
+  // The receiver's settings fix the data sockets (they travel in the handle); how many helpers move them is this
+  // end's own setting, so a sender set to 1 x 1 still gets one.
   int threads = 0;
   dataSockets(c->ctx->nThreads, c->ctx->nPerThread, &threads);
-  if (c->data.empty()) return ncclSuccess;
+  threads = std::min(std::max(threads, 1), static_cast<int>(c->data.size()));
   for (int t = 0; t < threads; t++) {
     auto h = std::make_unique<Helper>();
     h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
