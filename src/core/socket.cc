@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -520,36 +521,39 @@ IoResult Socket::accept(Socket* out, const Deadline& deadline, std::atomic<int>*
   }
 }
 
-IoResult Socket::sendSome(const void* data, size_t len, size_t* done) {
-  while (*done < len) {
-    ssize_t n = ::send(fd_, static_cast<const char*>(data) + *done, len - *done, MSG_NOSIGNAL);
-    if (n > 0) {
-      *done += static_cast<size_t>(n);
-      continue;
+IoResult Socket::sendv(const iovec* iov, int n, size_t* moved) {
+  *moved = 0;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = static_cast<size_t>(n);
+  for (;;) {
+    ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      *moved = static_cast<size_t>(k);
+      return IoResult();
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return IoResult();
-    if (n < 0 && errno == EINTR) continue;
-    int e = n < 0 ? errno : EPIPE;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return IoResult();
+    if (k < 0 && errno == EINTR) continue;
+    int e = k < 0 ? errno : EPIPE;
     if (e == EPIPE || e == ECONNRESET) {
       return fail(IoStatus::kReset, e, "connection to " + peer_.str() + " was reset (" + errnoText(e) + ")");
     }
     return fail(IoStatus::kError, e, "send to " + peer_.str() + " failed: " + errnoText(e));
   }
-  return IoResult();
 }
 
-IoResult Socket::recvSome(void* data, size_t len, size_t* done) {
-  while (*done < len) {
-    ssize_t n = ::recv(fd_, static_cast<char*>(data) + *done, len - *done, 0);
-    if (n > 0) {
-      *done += static_cast<size_t>(n);
-      continue;
+IoResult Socket::recvv(const iovec* iov, int n, size_t* moved) {
+  *moved = 0;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = static_cast<size_t>(n);
+  for (;;) {
+    ssize_t k = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+    if (k > 0) {
+      *moved = static_cast<size_t>(k);
+      return IoResult();
     }
-    if (n == 0) {
-      return fail(IoStatus::kEof, 0,
-                  "connection closed by " + peer_.str() + " (EOF after " + std::to_string(*done) + " of " +
-                      std::to_string(len) + " bytes)");
-    }
+    if (k == 0) return fail(IoStatus::kEof, 0, "connection closed by " + peer_.str());
     if (errno == EAGAIN || errno == EWOULDBLOCK) return IoResult();
     if (errno == EINTR) continue;
     int e = errno;
@@ -557,6 +561,29 @@ IoResult Socket::recvSome(void* data, size_t len, size_t* done) {
       return fail(IoStatus::kReset, e, "connection reset by " + peer_.str() + " (" + errnoText(e) + ")");
     }
     return fail(IoStatus::kError, e, "recv from " + peer_.str() + " failed: " + errnoText(e));
+  }
+}
+
+IoResult Socket::sendSome(const void* data, size_t len, size_t* done) {
+  while (*done < len) {
+    iovec v = {const_cast<char*>(static_cast<const char*>(data)) + *done, len - *done};
+    size_t k = 0;
+    IoResult r = sendv(&v, 1, &k);
+    if (!r.ok() || k == 0) return r;
+    *done += k;
+  }
+  return IoResult();
+}
+
+IoResult Socket::recvSome(void* data, size_t len, size_t* done) {
+  while (*done < len) {
+    iovec v = {static_cast<char*>(data) + *done, len - *done};
+    size_t k = 0;
+    IoResult r = recvv(&v, 1, &k);
+    if (r.status == IoStatus::kEof)
+      r.what += " (EOF after " + std::to_string(*done) + " of " + std::to_string(len) + " bytes)";
+    if (!r.ok() || k == 0) return r;
+    *done += k;
   }
   return IoResult();
 }

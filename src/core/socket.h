@@ -12,6 +12,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstddef>
@@ -145,6 +146,11 @@ class Socket {
   IoResult sendSome(const void* data, size_t len, size_t* done);
   /// Receives what is available now; *done advances. Never waits; EOF is an error.
   IoResult recvSome(void* data, size_t len, size_t* done);
+  /// One sendmsg of the `n` buffers of `iov` without waiting: *moved gets the bytes taken (0 when the socket is full).
+  IoResult sendv(const iovec* iov, int n, size_t* moved);
+  /// One recvmsg into the `n` buffers of `iov` without waiting: *moved gets the bytes read (0 when none are there);
+  /// kEof when the peer closed.
+  IoResult recvv(const iovec* iov, int n, size_t* moved);
 
   /// Wakes any thread blocked on this socket and tells the peer we are gone (fd stays open).
   void shutdown();

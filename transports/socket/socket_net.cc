@@ -4,8 +4,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -106,10 +104,9 @@ uint64_t newNonce() {
 
 // ---- helper threads (striped comms) ----
 
-void signal(int efd) {
-  uint64_t one = 1;
-  ssize_t n = ::write(efd, &one, sizeof(one));
-  (void)n;
+/// Wakes the proxy, if it registered a waker (NetProgressHooks::setWaker).
+void wakeProxy(Comm* c) {
+  if (c->ctx->wake != nullptr) c->ctx->wake(c->ctx->wakeArg);
 }
 
 void helperLoop(Comm* c, Helper* h) {
@@ -118,7 +115,7 @@ void helperLoop(Comm* c, Helper* h) {
   std::vector<int> which;
   bool dead = false;
   while (!h->stop.load(std::memory_order_acquire)) {
-    fds.assign(1, pollfd{h->efd, POLLIN, 0});
+    fds.assign(1, pollfd{h->wake.fd(), POLLIN, 0});
     which.clear();
     if (!dead) {
       std::lock_guard<std::mutex> lock(h->mu);
@@ -132,11 +129,7 @@ void helperLoop(Comm* c, Helper* h) {
       failComm(c, std::string("poll failed in a helper thread: ") + strerror(errno));
       dead = true;
     }
-    if (fds[0].revents != 0) {
-      uint64_t v;
-      ssize_t n = ::read(h->efd, &v, sizeof(v));
-      (void)n;
-    }
+    if (fds[0].revents != 0) h->wake.drain();
     for (size_t i = 1; i < fds.size() && !dead; i++) {
       if (fds[i].revents == 0) continue;
       const int k = which[i - 1];
@@ -152,7 +145,7 @@ void helperLoop(Comm* c, Helper* h) {
         if (!io.ok()) {
           failComm(c, io.what);
           dead = true;
-          if (c->ctx->wake != nullptr) c->ctx->wake(c->ctx->wakeArg);
+          wakeProxy(c);
           break;
         }
         if (t->done < t->size) break;
@@ -161,8 +154,7 @@ void helperLoop(Comm* c, Helper* h) {
           std::lock_guard<std::mutex> lock(h->mu);
           h->queues[k].pop_front();
         }
-        if (r->chunksDone.fetch_add(1, std::memory_order_acq_rel) + 1 == r->nChunks && c->ctx->wake != nullptr)
-          c->ctx->wake(c->ctx->wakeArg);
+        if (r->chunksDone.fetch_add(1, std::memory_order_acq_rel) + 1 == r->nChunks) wakeProxy(c);
       }
     }
   }
@@ -177,8 +169,7 @@ ncclResult_t startHelpers(Comm* c) {
   threads = std::min(std::max(threads, 1), static_cast<int>(c->data.size()));
   for (int t = 0; t < threads; t++) {
     auto h = std::make_unique<Helper>();
-    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (h->efd < 0) CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : eventfd failed: %s", strerror(errno));
+    if (!h->wake.open()) CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : eventfd failed: %s", strerror(errno));
     for (size_t k = t; k < c->data.size(); k += threads) h->socks.push_back(static_cast<int>(k));
     h->queues.resize(h->socks.size());
     c->helpers.push_back(std::move(h));
@@ -206,12 +197,10 @@ void stopHelpers(Comm* c) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   for (auto& h : c->helpers) {
     h->stop.store(true, std::memory_order_release);
-    signal(h->efd);
+    h->wake.wake();
   }
-  for (auto& h : c->helpers) {
+  for (auto& h : c->helpers)
     if (h->thread.joinable()) h->thread.join();
-    ::close(h->efd);
-  }
   c->helpers.clear();
 }
 
@@ -237,7 +226,7 @@ void queueChunks(Comm* c, Request* r) {
     touched |= 1ull << (sock % threads);
   }
   for (int t = 0; t < threads; t++)
-    if ((touched >> t) & 1) signal(c->helpers[t]->efd);
+    if ((touched >> t) & 1) c->helpers[t]->wake.wake();
 }
 
 /// Checks a receive's header once it arrived whole; queues its chunks when striped.
@@ -262,36 +251,6 @@ ncclResult_t headerArrived(Comm* c, Request* r) {
   return ncclSuccess;
 }
 
-/// One sendmsg/recvmsg over `iov`; *moved gets the bytes moved (0 when the socket would block). A recv that finds
-/// the connection closed returns kEof.
-IoResult moveGather(Comm* c, iovec* iov, int n, size_t* moved) {
-  *moved = 0;
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = static_cast<size_t>(n);
-  for (;;) {
-    ssize_t k = c->isSend ? ::sendmsg(c->ctrl.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
-                          : ::recvmsg(c->ctrl.fd(), &msg, MSG_DONTWAIT);
-    if (k > 0) {
-      *moved = static_cast<size_t>(k);
-      return IoResult();
-    }
-    IoResult r;
-    if (k == 0 && !c->isSend) {
-      r.status = IoStatus::kEof;
-      r.what = "connection closed by " + c->peer;
-      return r;
-    }
-    int e = k < 0 ? errno : EPIPE;
-    if (e == EAGAIN || e == EWOULDBLOCK) return IoResult();
-    if (e == EINTR) continue;
-    r.status = (e == EPIPE || e == ECONNRESET) ? IoStatus::kReset : IoStatus::kError;
-    r.err = e;
-    r.what = std::string(c->isSend ? "send to " : "receive from ") + c->peer + " failed: " + strerror(e);
-    return r;
-  }
-}
-
 /// Send side: every queued request's header (and payload, inline) in one sendmsg, as far as the socket takes it.
 ncclResult_t progressSend(Comm* c) {
   constexpr int kMaxIov = 64;
@@ -306,7 +265,7 @@ ncclResult_t progressSend(Comm* c) {
     }
     if (n == 0) return ncclSuccess;
     size_t moved = 0;
-    IoResult io = moveGather(c, iov, n, &moved);
+    IoResult io = c->ctrl.sendv(iov, n, &moved);
     if (!io.ok()) {
       failComm(c, io.what);
       return commError(c);
@@ -337,7 +296,7 @@ ncclResult_t progressRecv(Comm* c) {
       if (r->hdrDone < sizeof(MsgHeader)) {
         iovec iov = {reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone};
         size_t moved = 0;
-        IoResult io = moveGather(c, &iov, 1, &moved);
+        IoResult io = c->ctrl.recvv(&iov, 1, &moved);
         if (io.status == IoStatus::kEof && r->hdrDone == 0) {
           // The sender closed between messages: what it sent before still arrives on the data sockets.
           c->ctrlClosed = true;
@@ -362,7 +321,7 @@ ncclResult_t progressRecv(Comm* c) {
       if (nr != nullptr && nr->hdrDone < sizeof(MsgHeader))
         iov[n++] = {reinterpret_cast<char*>(&nr->hdr) + nr->hdrDone, sizeof(MsgHeader) - nr->hdrDone};
       size_t moved = 0;
-      IoResult io = moveGather(c, iov, n, &moved);
+      IoResult io = c->ctrl.recvv(iov, n, &moved);
       if (!io.ok()) {
         failComm(c, io.what + " (within a message of " + std::to_string(r->size) + " bytes)");
         return commError(c);

@@ -30,6 +30,7 @@
 
 #include "chorus/net.h"
 #include "core/socket.h"
+#include "transports/remote.h"
 
 namespace chorus {
 namespace socknet {
@@ -107,7 +108,7 @@ struct Task {
 /// A helper thread of a striped comm: it moves the chunks queued on its data sockets.
 struct Helper {
   std::thread thread;
-  int efd = -1;                          ///< new tasks and stop
+  ProxyWake wake;                        ///< new tasks and stop
   std::mutex mu;                         ///< guards queues' pushes and pops (a popped task's bytes are the helper's)
   std::vector<int> socks;                ///< the comm's data socket indexes this helper owns
   std::vector<std::deque<Task>> queues;  ///< per owned socket, in order
@@ -138,7 +139,6 @@ struct Comm {
   std::vector<Socket> connecting;
   std::vector<size_t> helloDone;
   std::vector<Hello> hellos;
-  bool connected = false;
 };
 
 /// An accepted socket whose hello has not arrived whole.
