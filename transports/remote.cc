@@ -68,8 +68,9 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   return true;
 }
 
-// This rank's choice: *net stays empty for sockets. A net that NCCL_NET names but cannot run is an error.
-ncclResult_t choose(ncclComm* comm, NetChoice* net, std::string* reason) {
+// This rank's choice, initialized; the socket net when nothing better runs. A net that NCCL_NET names but cannot run is
+// an error.
+ncclResult_t choose(ncclComm* comm, NetChoice* net) {
   const std::string want = kNetName.get();
   std::string pluginWhy;
   int pluginVersion = 0;
@@ -109,13 +110,17 @@ ncclResult_t choose(ncclComm* comm, NetChoice* net, std::string* reason) {
   } else {
     INFO(kNet | kInit, "rank %d: no net plugin: %s", comm->rank, pluginWhy.c_str());
   }
+  std::string reason;
   if (kIbDisable.get() == 0 && ibNet() != nullptr) {
     if (tryNet(comm, ibNet(), "an InfiniBand/RoCE device is active", net, &why)) return ncclSuccess;
-    *reason = "no net plugin, and IB: " + why;
+    reason = "no net plugin, and IB: " + why;
   } else {
-    *reason =
+    reason =
         std::string("no net plugin, and IB ") + (kIbDisable.get() != 0 ? "disabled (NCCL_IB_DISABLE=1)" : "not built");
   }
+  if (!tryNet(comm, socketNet(), reason, net, &why))
+    CHORUS_FAIL(comm, ncclSystemError, "rank %d: no net between hosts: %s (%s)", comm->rank, why.c_str(),
+                reason.c_str());
   return ncclSuccess;
 }
 
@@ -186,16 +191,7 @@ void* allocRemoteFifo(const FifoGeometry& geo) {
 ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTransport>* out) {
   out->reset();
   NetChoice net;
-  std::string reason;
-  ncclResult_t chosen = choose(comm, &net, &reason);
-  if (chosen == ncclSuccess && net.api == nullptr) {
-    // Nothing better: the socket net, behind the same proxy as every net.
-    std::string why;
-    if (!tryNet(comm, socketNet(), reason, &net, &why)) {
-      setLastError(comm, "rank %d: no net between hosts: %s (%s)", comm->rank, why.c_str(), reason.c_str());
-      chosen = ncclSystemError;
-    }
-  }
+  ncclResult_t chosen = choose(comm, &net);
   // Every rank takes part in the exchange, even one whose choice failed (it sends an empty name), so that the others
   // fail naming it rather than waiting.
   constexpr size_t kNameBytes = 64;

@@ -48,7 +48,7 @@ class RemoteTransport {
   /// Called by the executor after it published or freed a slot: wakes a sleeping proxy (a fence and a load when
   /// the proxy is awake).
   virtual void kick() = 0;
-  /// The transport's name for logs ("socket", "net UCX", ...).
+  /// The transport's name for logs ("net Socket", "net UCX", ...).
   virtual const char* name() const = 0;
 };
 

@@ -572,8 +572,10 @@ void NetProxy::run() {
   Deadline drainBy;
   int idle = 0;
   constexpr int kMaxNetFds = 256;
-  constexpr int kSpinUs = 1000;
-  Clock::time_point lastWork = Clock::now();
+  constexpr std::chrono::microseconds kSpin{1000};
+  // A built-in net may name descriptors that wake the proxy as soon as it can progress (NetProgressHooks).
+  const bool netWakes = net_.hooks != nullptr && net_.hooks->pollFds != nullptr;
+  Clock::time_point idleSince = Clock::now();
   std::vector<pollfd> pfds;
   for (;;) {
     if (stop_.load(std::memory_order_acquire) && !draining) {
@@ -599,11 +601,10 @@ void NetProxy::run() {
     }
     // Nets give no descriptor to sleep on, so an idle proxy polls them: yielding at first, then sleeping a little
     // longer each time, up to 100 us (1 ms after a second of quiet). The executor's kick() ends a sleep at once.
-    // A net with descriptors (NetProgressHooks) wakes the proxy itself: the proxy yields for kSpinUs after its last
-    // progress (a wakeup costs more than a yield while data streams), then sleeps on those descriptors.
-    const bool netWakes = net_.hooks != nullptr && net_.hooks->pollFds != nullptr;
-    if (idle == 0) lastWork = Clock::now();
-    if (netWakes ? (++idle, Clock::now() - lastWork < std::chrono::microseconds(kSpinUs)) : ++idle < 64) {
+    // A net with descriptors wakes the proxy itself: the proxy yields for kSpin after its last progress (a wakeup
+    // costs more than a yield while data streams), then sleeps on those descriptors.
+    if (idle++ == 0) idleSince = Clock::now();
+    if (netWakes ? Clock::now() - idleSince < kSpin : idle < 64) {
       sched_yield();
       continue;
     }
@@ -612,9 +613,8 @@ void NetProxy::run() {
     bool more = haveNew_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire);
     for (auto& c : conns_) more |= step(*c);
     if (!more) {
-      // A built-in net may name descriptors that wake the proxy as soon as it can progress.
       pfds.assign(1, pollfd{wake_.fd(), POLLIN, 0});
-      if (net_.hooks != nullptr && net_.hooks->pollFds != nullptr) {
+      if (netWakes) {
         pfds.resize(1 + kMaxNetFds);
         pfds.resize(1 + net_.hooks->pollFds(net_.ctx, pfds.data() + 1, kMaxNetFds));
       }

@@ -78,7 +78,6 @@ struct NetConn {
   bool noticeBodySent = false;  ///< send side: the notice's payload (a mismatch's calls) was posted
   void* noticeBodyReq = nullptr;
   uint64_t noticeWord = 0;  ///< receive side: the peer's failure notice arrived; its payload (calls) is awaited
-  SlotHeader notice{};
   std::chrono::steady_clock::time_point since{};          ///< when setup started (for slow-setup messages)
   std::chrono::steady_clock::time_point nextLiveCheck{};  ///< setup: when to check again that the peer lives
   bool slowWarned = false;
