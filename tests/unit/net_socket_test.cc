@@ -66,12 +66,12 @@ struct Conn {
   }
 };
 
-void connectPair(NetCtx& from, NetCtx& to, Conn* c) {
-  ASSERT_EQ(net()->listen(to.ctx, 0, c->handle, &c->listen), ncclSuccess);
+/// Polls connect (from context `from`, to c's handle) and accept (on c's listen comm) until both comms exist.
+void finishConnect(void* from, Conn* c) {
   auto end = Clock::now() + kDeadline;
   while ((c->send == nullptr || c->recv == nullptr) && Clock::now() < end) {
     if (c->send == nullptr) {
-      ASSERT_EQ(net()->connect(from.ctx, 0, c->handle, &c->send, nullptr), ncclSuccess) << threadLastError();
+      ASSERT_EQ(net()->connect(from, 0, c->handle, &c->send, nullptr), ncclSuccess) << threadLastError();
     }
     if (c->recv == nullptr) {
       ASSERT_EQ(net()->accept(c->listen, &c->recv, nullptr), ncclSuccess) << threadLastError();
@@ -79,6 +79,11 @@ void connectPair(NetCtx& from, NetCtx& to, Conn* c) {
   }
   ASSERT_NE(c->send, nullptr) << "connect did not finish in time";
   ASSERT_NE(c->recv, nullptr) << "accept did not finish in time";
+}
+
+void connectPair(NetCtx& from, NetCtx& to, Conn* c) {
+  ASSERT_EQ(net()->listen(to.ctx, 0, c->handle, &c->listen), ncclSuccess);
+  finishConnect(from.ctx, c);
 }
 
 /// Tests `req` until it is done (true, *size set) or fails (false, *rc set) or the deadline passes (false).
@@ -92,6 +97,20 @@ bool waitReq(void* req, int* size, ncclResult_t* rc) {
     sched_yield();
   }
   return false;
+}
+
+/// Posts a receive into *in and a send of `out` on c, and waits for both.
+void transfer(const Conn& c, std::vector<char>& out, std::vector<char>* in) {
+  void* data = in->data();
+  size_t cap = in->size();
+  int tag = 0;
+  void *rr = nullptr, *sr = nullptr;
+  ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+  ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
+  int size = -1;
+  ncclResult_t rc = ncclSuccess;
+  ASSERT_TRUE(waitReq(rr, &size, &rc)) << threadLastError();
+  ASSERT_TRUE(waitReq(sr, &size, &rc)) << threadLastError();
 }
 
 std::vector<char> pattern(size_t n, int seed) {
@@ -180,28 +199,9 @@ TEST(SocketNet, SenderAndReceiverMayStripeDifferently) {
   NetCtx b;
   Conn c;
   ASSERT_EQ(net()->listen(b.ctx, 0, c.handle, &c.listen), ncclSuccess);
-  auto end = Clock::now() + kDeadline;
-  while ((c.send == nullptr || c.recv == nullptr) && Clock::now() < end) {
-    if (c.send == nullptr) {
-      ASSERT_EQ(net()->connect(senderCtx, 0, c.handle, &c.send, nullptr), ncclSuccess);
-    }
-    if (c.recv == nullptr) {
-      ASSERT_EQ(net()->accept(c.listen, &c.recv, nullptr), ncclSuccess);
-    }
-  }
-  ASSERT_NE(c.send, nullptr);
-  ASSERT_NE(c.recv, nullptr);
+  ASSERT_NO_FATAL_FAILURE(finishConnect(senderCtx, &c));
   std::vector<char> out = pattern(2 << 20, 9), in(2 << 20);
-  void* data = in.data();
-  size_t cap = in.size();
-  int tag = 0;
-  void *rr = nullptr, *sr = nullptr;
-  ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
-  ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
-  int size = -1;
-  ncclResult_t rc = ncclSuccess;
-  ASSERT_TRUE(waitReq(rr, &size, &rc)) << threadLastError();
-  ASSERT_TRUE(waitReq(sr, &size, &rc)) << threadLastError();
+  ASSERT_NO_FATAL_FAILURE(transfer(c, out, &in));
   EXPECT_EQ(in, out);
   EXPECT_EQ(net()->closeSend(c.send), ncclSuccess);
   c.send = nullptr;
@@ -247,16 +247,7 @@ TEST(SocketNet, GarbageOnTheListenPortIsRefused) {
   // Closed: EOF, or a reset when the garbage was longer than a hello (the listener closed with bytes unread).
   EXPECT_TRUE(n == 0 || (n < 0 && err == ECONNRESET)) << "the refused stranger's socket was not closed: " << n;
   ::close(fd);
-  while ((c.send == nullptr || c.recv == nullptr) && Clock::now() < end) {
-    if (c.send == nullptr) {
-      ASSERT_EQ(net()->connect(a.ctx, 0, c.handle, &c.send, nullptr), ncclSuccess);
-    }
-    if (c.recv == nullptr) {
-      ASSERT_EQ(net()->accept(c.listen, &c.recv, nullptr), ncclSuccess);
-    }
-  }
-  EXPECT_NE(c.send, nullptr);
-  EXPECT_NE(c.recv, nullptr);
+  ASSERT_NO_FATAL_FAILURE(finishConnect(a.ctx, &c));
 }
 
 TEST(SocketNet, HandleOfAnotherNetIsRefused) {
@@ -363,18 +354,9 @@ TEST(SocketNet, HooksWakeAnIdleProxy) {
     Conn c;
     connectPair(a, b, &c);
     std::vector<char> in(1 << 20), out = pattern(1 << 20, 5);
-    void* data = in.data();
-    size_t cap = in.size();
-    int tag = 0;
-    void *rr = nullptr, *sr = nullptr;
-    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
-    ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
-    int size = -1;
-    ncclResult_t rc = ncclSuccess;
-    ASSERT_TRUE(waitReq(rr, &size, &rc));
+    ASSERT_NO_FATAL_FAILURE(transfer(c, out, &in));
     EXPECT_EQ(in, out);
     EXPECT_GE(wakes.load(), 1);
-    ASSERT_TRUE(waitReq(sr, &size, &rc));
   }
 }
 
