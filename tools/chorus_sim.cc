@@ -90,21 +90,10 @@ bool applyTopology(const char* path, ClusterShape* shape) {
   }
   shape->ranksPerHost = static_cast<int>(t.gpus.size());
   shape->nicsPerHost = t.pciNics();
-  int64_t mbps = 0;
-  for (const TopoNic& nic : t.nics)
-    if (!nic.isVirtual && nic.speedMbps > 0 && (mbps == 0 || nic.speedMbps < mbps)) mbps = nic.speedMbps;
+  const int64_t mbps = topologyNicMbps(t);
   if (mbps > 0) shape->inter.bytesPerUs = mbps / 8.0 * 0.92;  // Mb/s -> bytes a us
-  // NVLink between every pair of GPUs: the fewest links of a pair at 20.5 GB/s each (NCCL reaches about 370 GB/s
-  // over an H100's 18). Other links (xGMI) keep the given intra-host figure.
-  int minLinks = 0;
-  bool allNvlink = t.gpus.size() > 1;
-  for (size_t a = 0; a < t.gpus.size() && allNvlink; a++)
-    for (size_t b = a + 1; b < t.gpus.size() && allNvlink; b++) {
-      const TopoGpuLink* l = t.gpuLink(static_cast<int>(a), static_cast<int>(b));
-      allNvlink = l != nullptr && l->kind == GpuLinkKind::kNVLink;
-      if (allNvlink) minLinks = minLinks == 0 ? l->count : std::min(minLinks, l->count);
-    }
-  if (allNvlink) shape->intra.bytesPerUs = minLinks * 20.5 * 1000;
+  // Other GPU links (xGMI) keep the given intra-host figure.
+  if (const double nvlink = topologyNvlinkBytesPerUs(t); nvlink > 0) shape->intra.bytesPerUs = nvlink;
   std::printf("# %s: %s\n", path, t.summary().c_str());
   return true;
 }

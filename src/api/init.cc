@@ -10,11 +10,12 @@
 #include "api/api.h"
 #include "api/group.h"
 #include "core/checks.h"
-#include "runtime/runtime.h"
 #include "core/comm.h"
 #include "core/hash.h"
 #include "core/params.h"
 #include "engine/engine.h"
+#include "engine/link_costs.h"
+#include "runtime/runtime.h"
 #include "topo/topology.h"
 
 namespace chorus {
@@ -84,10 +85,16 @@ ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
   }
   mine.version = NCCL_VERSION_CODE;
   mine.envHash = engineEnvHash();
+  mine.calibrate = calibrateSetting();
+  mine.nicMbps = static_cast<uint32_t>(std::clamp<int64_t>(topologyNicMbps(processTopology()), 0, UINT32_MAX));
   CHORUS_CHECK(Bootstrap::create(comm, id, comm->rank, comm->nranks, mine, &comm->abortFlag, &comm->bootstrap));
   comm->peers = comm->bootstrap->peers();
   comm->commHash = fnv1a64(id.internal, sizeof(id.internal));
+  comm->links = linkCostsAtInit(comm->peers);
   CHORUS_CHECK(Engine::create(comm, &comm->engine));
+  CHORUS_CHECK(calibrateLinkCosts(comm));
+  if (comm->rank == 0)
+    INFO(kInit, "comm %p: cost model links: %s", (void*)comm, describeLinkCosts(modelLinkCosts(comm)).c_str());
   comm->state.store(static_cast<int>(CommState::kReady));
   INFO(kInit, "comm %p rank %d nranks %d cudaDev %d commHash %#lx name \"%s\" - Init COMPLETE", (void*)comm,
        comm->rank, comm->nranks, comm->cudaDev, (unsigned long)comm->commHash, comm->config.commName.c_str());

@@ -30,6 +30,8 @@ struct PeerInfo {
   uint32_t version = 0;       ///< NCCL_VERSION_CODE of the library
   uint32_t deviceBlocks = 0;  ///< blocks of the collective kernel its GPU runs at once; 0: no GPU or unknown
   uint64_t envHash = 0;       ///< hash of environment settings that must agree across ranks
+  uint32_t nicMbps = 0;       ///< its host's NIC speed from the topology (topologyNicMbps), 0: unknown
+  int32_t calibrate = 0;      ///< its CHORUS_CALIBRATE (must agree; not in envHash, which keys the calibration cache)
   char hostname[64] = {0};
 };
 

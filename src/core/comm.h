@@ -16,6 +16,7 @@
 
 #include "core/bootstrap.h"
 #include "nccl.h"
+#include "topo/cost_model.h"
 
 namespace chorus {
 
@@ -63,6 +64,8 @@ struct ncclComm {
   bool ownsAbortFlag = true;
   std::unique_ptr<chorus::Bootstrap> bootstrap;
   std::vector<chorus::PeerInfo> peers;
+  /// The cost model's link classes (src/engine/link_costs.h): the same on every rank.
+  chorus::LinkCosts links;
   std::unique_ptr<chorus::Engine> engine;
   std::thread initThread;  ///< nonblocking init runs here
   std::thread childJobs;   ///< the newest nonblocking split/shrink of this comm (it joins the one before it first)

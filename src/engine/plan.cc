@@ -10,6 +10,7 @@
 #include "core/debug.h"
 #include "core/params.h"
 #include "engine/host_platform.h"
+#include "engine/link_costs.h"
 #include "engine/tuner_plugin.h"
 #include "kernels/dtypes.h"
 #include "topo/cost_model.h"
@@ -28,8 +29,9 @@ ClusterShape Planner::modelShape() const {
   shape.hosts = hosts_;
   // Uneven hosts are modelled as hosts of the largest count (a few ranks more than there are).
   shape.ranksPerHost = localRanks_ > 0 ? localRanks_ : (comm_->nranks + hosts_ - 1) / hosts_;
-  shape.intra = costIntra();
-  shape.inter = costInter();
+  const LinkCosts links = modelLinkCosts(comm_);
+  shape.intra = links.intra;
+  shape.inter = links.inter;
   return shape;
 }
 

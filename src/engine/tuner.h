@@ -28,6 +28,9 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool 
 /// default).
 LinkCost costIntra();
 LinkCost costInter();
+/// Whether CHORUS_COST_INTRA / CHORUS_COST_INTER is set: a setting wins over the communicator's own figures.
+bool costIntraSet();
+bool costInterSet();
 /// CHORUS_TUNER_MODEL: pick algorithms by the cost model rather than by thresholds.
 bool tunerByModel();
 /// Whether NCCL_ALGO or NCCL_PROTO is set: they force, and a tuner plugin is not asked.

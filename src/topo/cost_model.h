@@ -32,6 +32,15 @@ struct LinkCost {
   double bytesPerUs = 0;
 };
 
+/// A communicator's two link classes, and where each came from, for its INIT log ("default", "NIC speed 10000
+/// Mbit/s", "calibrated", "calibrated, cached in FILE"): src/engine/link_costs.h.
+struct LinkCosts {
+  LinkCost intra;
+  LinkCost inter;
+  std::string intraFrom;
+  std::string interFrom;
+};
+
 /// A cluster: hosts x ranks a host, and its two link classes.
 struct ClusterShape {
   int hosts = 1;

@@ -46,6 +46,31 @@ int HostTopology::pciNics() const {
   return static_cast<int>(std::count_if(nics.begin(), nics.end(), [](const TopoNic& n) { return !n.isVirtual; }));
 }
 
+int64_t topologyNicMbps(const HostTopology& t) {
+  int64_t pci = 0, virt = 0;
+  for (const TopoNic& nic : t.nics) {
+    if (nic.speedMbps <= 0) continue;
+    if (!nic.isVirtual) {
+      pci = pci == 0 ? nic.speedMbps : std::min(pci, nic.speedMbps);
+    } else {
+      virt = std::max(virt, nic.speedMbps);
+    }
+  }
+  return pci > 0 ? pci : virt;
+}
+
+double topologyNvlinkBytesPerUs(const HostTopology& t) {
+  if (t.gpus.size() < 2) return 0;
+  int minLinks = 0;
+  for (size_t a = 0; a < t.gpus.size(); a++)
+    for (size_t b = a + 1; b < t.gpus.size(); b++) {
+      const TopoGpuLink* l = t.gpuLink(static_cast<int>(a), static_cast<int>(b));
+      if (l == nullptr || l->kind != GpuLinkKind::kNVLink) return 0;
+      minLinks = minLinks == 0 ? l->count : std::min(minLinks, l->count);
+    }
+  return minLinks * 20.5 * 1000;
+}
+
 namespace {
 
 std::string plural(int n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }

@@ -106,6 +106,15 @@ struct HostTopology {
   PathClass classAt(int i, int j) const;
 };
 
+/// The speed a host's nets can use, in Mb/s: its slowest PCI NIC with a known port speed (a host's ranks spread over
+/// its NICs, so the slowest bounds them), else its fastest virtual interface with one (a veth of a network namespace
+/// says 10000), else 0 (unknown: a VM's virtio NIC reports none).
+int64_t topologyNicMbps(const HostTopology& t);
+
+/// What NVLink gives each pair of a host's GPUs in bytes a microsecond (MB/s): the fewest links between any pair at
+/// 20.5 GB/s a link (NCCL reaches about 370 GB/s over an H100's 18); 0 unless every pair has NVLink.
+double topologyNvlinkBytesPerUs(const HostTopology& t);
+
 /// Same host view: every field but `source` and `hwloc` (PCI link speeds to 1 MB/s, as a file keeps them).
 bool operator==(const HostTopology& a, const HostTopology& b);
 inline bool operator!=(const HostTopology& a, const HostTopology& b) { return !(a == b); }
