@@ -13,7 +13,9 @@
 
 #include "core/checks.h"
 #include "core/debug.h"
+#include "core/params.h"
 #include "core/timeout.h"
+#include "topo/affinity.h"
 
 namespace chorus {
 namespace {
@@ -23,7 +25,31 @@ using Clock = std::chrono::steady_clock;
 // How long a setup may wait before one INFO line says what it waits for (the executor's deadline decides failure).
 constexpr double kSlowSetupS = 10.0;
 
+IntParam kProxyBind{"CHORUS_PROXY_BIND", 1,
+                    "1: each net proxy thread, and the socket net's helper threads it starts, runs on the CPUs the "
+                    "host topology places near the NICs it drives (within the caller's affinity); 0: wherever the "
+                    "thread that created the communicator may run.",
+                    "transports"};
+
 }  // namespace
+
+void NetProxy::bindNearDevices() {
+  if (kProxyBind.get() == 0) return;
+  std::vector<std::pair<std::string, std::string>> devices;
+  for (int d = 0; d < net_.ndev; d++) {
+    ncclNetProperties_v11_t props{};
+    if (net_.api->getProperties(d, &props) != ncclSuccess) continue;
+    devices.emplace_back(props.name != nullptr ? props.name : "", props.pciPath != nullptr ? props.pciPath : "");
+  }
+  const std::string cpus = cpusNearNics(processTopology(), devices);
+  if (cpus.empty()) return;  // the topology places none of them (virtual interfaces): nothing to be near
+  std::string result;
+  if (bindThreadNear(cpus, &result)) {
+    INFO(kNet, "rank %d: %s proxy on CPUs %s, near its NICs", rank_, name(), result.c_str());
+  } else {
+    INFO(kNet, "rank %d: %s proxy left where it was: %s", rank_, name(), result.c_str());
+  }
+}
 
 NetProxy::NetProxy(ncclComm* comm, NetChoice net)
     : comm_(comm), rank_(comm->rank), net_(std::move(net)), label_("net " + net_.name) {}
@@ -568,6 +594,7 @@ bool NetProxy::flushed() const {
 void NetProxy::run() {
   // "chorus-net-" and the net's name, cut to the 15 characters a thread name holds ("chorus-net-Sock").
   pthread_setname_np(pthread_self(), ("chorus-net-" + net_.name).substr(0, 15).c_str());
+  bindNearDevices();
   bool draining = false;
   Deadline drainBy;
   int idle = 0;

@@ -103,6 +103,8 @@ class NetProxy : public RemoteTransport {
   ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out);
   // ---- proxy thread ----
   void run();
+  /// CHORUS_PROXY_BIND: the proxy thread moves to the CPUs near its net's devices.
+  void bindNearDevices();
   void adopt();
   /// One step of one connection; true if it made progress.
   bool step(NetConn& c);
