@@ -23,7 +23,7 @@ int usage() {
                "usage: chorus-sched [--local-ranks P] <coll> <algo> <nranks> [rank|all] [channel] [root]\n"
                "  coll: allreduce allgather reducescatter broadcast reduce alltoall gather scatter sendrecv\n"
                "  algo: ring tree direct oneshot twoshot hierarchical\n"
-               "  --local-ranks P: hierarchical over hosts of P consecutive ranks (default: one host)\n");
+               "  --local-ranks P: hierarchical and tree over hosts of P consecutive ranks (default: one host)\n");
   return 2;
 }
 

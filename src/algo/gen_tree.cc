@@ -1,4 +1,24 @@
 // Tree schedules over NCCL's double binary tree (generators.h), written from its published description.
+//
+// Node-aware trees (ScheduleRequest::localRanks = P >= 2, H = nranks / P >= 2 hosts of consecutive positions hP ..
+// hP+P-1): the double binary tree runs over the H hosts, one entry rank a host, and inside each host a chain links
+// the host's P ranks from the entry. The entry has up to three children (the chain's next rank and two remote
+// hosts' entries, NCCL's NCCL_MAX_TREE_ARITY); every other rank has the chain's neighbours only. Each tree enters and
+// leaves a host once, so it crosses hosts H-1 times where the flat tree over ring positions crosses more often (8
+// hosts x 8: 22 of the two trees' 126 edges against 14).
+//
+// Entry and chain per tree: tree A (even channels) enters each host at local rank 0 and chains upwards (0 -> 1 ->
+// ... -> P-1); tree B (odd channels) enters at local rank P-1 and chains downwards (P-1 -> ... -> 0). The host tree
+// already makes a host interior in one tree a leaf in the other (every host for even H); the two entries also put
+// each tree's cross-host traffic on a different rank of every host (a different NIC when ranks pick NICs by local
+// index), and the two chains run each intra-host link in opposite directions, so that on each direction of a link
+// one tree's up phase meets the other's down phase rather than both up phases. Rooted collectives make the root's host
+// the host tree's root and the root its entry: that host's chain starts at the root and goes round in the tree's
+// direction (tree A from local rank l: l, l+1, ..., P-1, 0, ..., l-1). Allreduce uses each host tree's natural root and
+// that host's usual entry.
+//
+// Child order: the up phase takes the chain child first (its partial is P-1 fast hops away) and the remote children
+// after; the down phase feeds the remote children first (their subtrees are deeper and slower) and the chain last.
 #include <vector>
 
 #include "algo/gen_util.h"
@@ -53,79 +73,122 @@ TreeLinks naturalTree(int n, int rank, bool treeB) {
   return mapLinks(inOrderTree(n, n - 1 - rank), [n](int x) { return n - 1 - x; });
 }
 
-std::vector<int> childrenOf(const TreeLinks& t) {
-  std::vector<int> c;
-  for (int x : t.children) {
-    if (x >= 0) c.push_back(x);
+/// One rank's neighbours in a tree of arity up to 3. `up` and `down` hold the same children: `up` in the order the
+/// up phase receives from them, `down` in the order the down phase sends to them.
+struct Node {
+  int parent = -1;
+  std::vector<int> up;
+  std::vector<int> down;
+};
+
+// The flat double binary tree: both phases take the children in TreeLinks order.
+Node flatNode(const TreeLinks& t) {
+  Node node;
+  node.parent = t.parent;
+  for (int c : t.children) {
+    if (c >= 0) node.up.push_back(c);
   }
-  return c;
+  node.down = node.up;
+  return node;
 }
 
-// Up phase of a reduction: the subtree's partial goes to the parent. A node with two children must keep the first
-// child's partial somewhere while the second arrives: the output block (scratch for reduce off the root).
-void reduceUp(const TreeLinks& t, gen::Steps& st) {
-  const std::vector<int> c = childrenOf(t);
+// The node-aware tree (header comment) at position `pos` of n = H x P; rootPos < 0 for allreduce (the host tree's
+// natural root), else the root's position.
+Node hostChainNode(int n, int P, int pos, int channel, int rootPos) {
+  const int H = n / P, h = pos / P;
+  const bool treeB = channel % 2 == 1;
+  const int dir = treeB ? -1 : 1;
+  const int rootHost = rootPos >= 0 ? rootPos / P : treeRoot(H, channel);
+  auto entry = [&](int host) { return rootPos >= 0 && host == rootHost ? rootPos % P : (treeB ? P - 1 : 0); };
+  // The i-th position of host's chain, and where pos sits on its own host's chain.
+  auto chain = [&](int host, int i) { return host * P + mod(entry(host) + dir * i, P); };
+  const int i = mod((pos % P - entry(h)) * dir, P);
+
+  Node node;
+  if (i + 1 < P) node.up.push_back(chain(h, i + 1));
+  if (i > 0) {
+    node.parent = chain(h, i - 1);
+    node.down = node.up;
+    return node;
+  }
+  const TreeLinks t = treeLinks(H, h, channel, rootHost);
+  if (t.parent >= 0) node.parent = chain(t.parent, 0);
+  for (int c : t.children) {
+    if (c < 0) continue;
+    node.up.push_back(chain(c, 0));
+    node.down.push_back(chain(c, 0));
+  }
+  if (i + 1 < P) node.down.push_back(chain(h, i + 1));
+  return node;
+}
+
+// Up phase of a reduction: the subtree's partial goes to the parent. A node with several children keeps the partial
+// of those before the last in the output block while the next arrives (scratch for reduce off the root).
+void reduceUp(const Node& t, gen::Steps& st) {
+  const std::vector<int>& c = t.up;
   if (c.empty()) {
     st.send(t.parent, in(0));
-  } else if (c.size() == 1) {
-    st.recvReduceSend(c[0], t.parent, in(0));
-  } else {
-    st.recvReduceCopy(c[0], in(0), out(0));
-    st.recvReduceSend(c[1], t.parent, out(0));
+    return;
   }
+  if (c.size() == 1) {
+    st.recvReduceSend(c[0], t.parent, in(0));
+    return;
+  }
+  st.recvReduceCopy(c[0], in(0), out(0));
+  for (size_t k = 1; k + 1 < c.size(); ++k) st.recvReduceCopy(c[k], out(0), out(0));
+  st.recvReduceSend(c.back(), t.parent, out(0));
 }
 
 // Down phase at a non-root: receive the value from the parent and forward it to the children.
-void broadcastDown(const TreeLinks& t, gen::Steps& st) {
-  const std::vector<int> c = childrenOf(t);
+void broadcastDown(const Node& t, gen::Steps& st) {
+  const std::vector<int>& c = t.down;
   if (c.empty()) {
     st.recv(t.parent, out(0));
     return;
   }
   st.recvCopySend(t.parent, c[0], out(0));
-  for (size_t i = 1; i < c.size(); ++i) st.send(c[i], out(0));
+  for (size_t k = 1; k < c.size(); ++k) st.send(c[k], out(0));
 }
 
 // Reduce up to the tree's root, which finalises the one value and sends it back down: all ranks get that value.
-void treeAllReduce(const TreeLinks& t, gen::Steps& st) {
-  const std::vector<int> c = childrenOf(t);
+void treeAllReduce(const Node& t, gen::Steps& st) {
   if (t.parent >= 0) {
     reduceUp(t, st);
     broadcastDown(t, st);
     return;
   }
   // Root (n >= 2, so at least one child): the last child's receive produces the final value and starts the down
-  // phase towards that child; the other child gets it after.
+  // phase towards that child; the others get it after, in down order.
+  const std::vector<int>& c = t.up;
   if (c.size() == 1) {
     st.recvReduceCopySend(c[0], c[0], in(0), out(0), /*final=*/true);
-  } else {
-    st.recvReduceCopy(c[0], in(0), out(0));
-    st.recvReduceCopySend(c[1], c[1], out(0), out(0), /*final=*/true);
-    st.send(c[0], out(0));
+    return;
+  }
+  st.recvReduceCopy(c[0], in(0), out(0));
+  for (size_t k = 1; k + 1 < c.size(); ++k) st.recvReduceCopy(c[k], out(0), out(0));
+  st.recvReduceCopySend(c.back(), c.back(), out(0), out(0), /*final=*/true);
+  for (int d : t.down) {
+    if (d != c.back()) st.send(d, out(0));
   }
 }
 
-void treeBroadcast(const TreeLinks& t, gen::Steps& st) {
+void treeBroadcast(const Node& t, gen::Steps& st) {
   if (t.parent >= 0) {
     broadcastDown(t, st);
     return;
   }
-  for (int c : childrenOf(t)) st.send(c, in(0));
+  for (int c : t.down) st.send(c, in(0));
   st.copy(in(0), out(0));
 }
 
-void treeReduce(const TreeLinks& t, gen::Steps& st) {
+void treeReduce(const Node& t, gen::Steps& st) {
   if (t.parent >= 0) {
     reduceUp(t, st);
     return;
   }
-  const std::vector<int> c = childrenOf(t);
-  if (c.size() == 1) {
-    st.recvReduceCopy(c[0], in(0), out(0), /*final=*/true);
-  } else {
-    st.recvReduceCopy(c[0], in(0), out(0));
-    st.recvReduceCopy(c[1], out(0), out(0), /*final=*/true);
-  }
+  const std::vector<int>& c = t.up;
+  st.recvReduceCopy(c[0], in(0), out(0), /*final=*/c.size() == 1);
+  for (size_t k = 1; k < c.size(); ++k) st.recvReduceCopy(c[k], out(0), out(0), /*final=*/k + 1 == c.size());
 }
 
 }  // namespace
@@ -148,9 +211,16 @@ namespace gen {
 
 void genTree(const ScheduleRequest& req, Schedule* s) {
   Steps st(s);
-  // Allreduce has no root of its own: it runs each tree from its natural root, as NCCL does.
-  const int root = req.coll == Coll::kAllReduce ? treeRoot(req.nranks, req.channel) : req.root;
-  const TreeLinks t = treeLinks(req.nranks, req.rank, req.channel, root);
+  const int n = req.nranks, P = req.localRanks;
+  const bool allReduce = req.coll == Coll::kAllReduce;
+  // Allreduce has no root of its own: it runs each tree from its natural root, as NCCL does. One host, one rank a
+  // host, or hosts that do not divide the ranks: the flat tree over all positions.
+  Node t;
+  if (P >= 2 && n % P == 0 && n / P >= 2) {
+    t = hostChainNode(n, P, req.rank, req.channel, allReduce ? -1 : req.root);
+  } else {
+    t = flatNode(treeLinks(n, req.rank, req.channel, allReduce ? treeRoot(n, req.channel) : req.root));
+  }
   switch (req.coll) {
     case Coll::kAllReduce:
       treeAllReduce(t, st);

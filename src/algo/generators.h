@@ -5,15 +5,18 @@
 // Trees are NCCL's double binary tree:
 // even channels use tree A (in-order binary tree, root 0), odd channels its mirror (even nranks) or shift by one (odd
 // nranks), so that a rank that is a leaf in one tree is interior in the other. Rooted collectives relabel the chosen
-// tree so that it hangs from `root`.
+// tree so that it hangs from `root`. With several hosts (localRanks, below) the tree is node-aware, as NCCL's on a
+// cluster: the double binary tree over the hosts, one entry rank a host (tree A local rank 0, tree B local rank P-1),
+// and a chain through each host's ranks from its entry, so that each tree crosses hosts H-1 times and a rank has up to
+// 3 children (gen_tree.cc). A rooted collective's root is its host's entry and that host the host tree's root.
 //
 // Block layouts (inBlocks/outBlocks): allreduce ring/two-shot n/n, tree/one-shot 1/1; allgather 1/n; reducescatter
 // n/1; broadcast and reduce 1/1; alltoall n/n; gather 1/n; scatter n/1; sendrecv = number of sends/recvs.
 //
 // Every schedule stays correct when the user's buffers alias (in place: verify.h lists the alias of each collective)
 // except one-shot allreduce for nranks >= 3: see algoAliasSafe(). Off the root, broadcast and scatter never read the
-// input; tree reduce keeps a partial in the output of ranks with two children, so off the root the engine supplies
-// scratch when the user passes no output (scheduleUses() says which schedules need it).
+// input; tree reduce keeps a partial in the output of ranks with two or more children, so off the root the engine
+// supplies scratch when the user passes no output (scheduleUses() says which schedules need it).
 #pragma once
 
 #include <string>
@@ -36,8 +39,9 @@ struct ScheduleRequest {
   /// A rank's ring neighbours are the ranks before and after it here, and trees are built over these positions;
   /// per-rank blocks stay the ranks' own.
   const std::vector<int>* ringOrder = nullptr;
-  /// Hierarchical only: ranks a host, every host the same; the ring order (else rank order) lists the hosts' ranks
-  /// one host after another. 0: one host.
+  /// Hierarchical and tree: ranks a host, every host the same; the ring order (else rank order) lists the hosts' ranks
+  /// one host after another. 0: one host. Tree builds the node-aware tree when localRanks >= 2 divides nranks into 2
+  /// or more hosts, else the flat tree (0, 1 and nranks give the same schedules).
   int localRanks = 0;
 };
 
@@ -61,7 +65,8 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err);
 Schedule buildSendRecvSchedule(int nranks, int rank, const std::vector<int>& sendPeers,
                                const std::vector<int>& recvPeers);
 
-/// Neighbours of a rank in one binary tree; -1 where absent.
+/// Neighbours of a rank in one binary tree, the flat double binary tree (ScheduleRequest::localRanks ignored); -1
+/// where absent.
 struct TreeLinks {
   int parent = -1;
   int children[2] = {-1, -1};

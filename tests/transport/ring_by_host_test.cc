@@ -3,7 +3,8 @@
 // Every ring collective gives exact results in and out of place, and rank 0's log names the order (0 3 1 4 2 5),
 // in which the ring crosses hosts 3 times instead of 6. CHORUS_RING_BY_HOST=0 keeps rank order, also exact. The
 // same placement runs allreduce, allgather and reduce-scatter hierarchical from CHORUS_HIER_MIN_BYTES (3 hosts x 2
-// ranks), and when NCCL_ALGO forces it; rank 0's schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran.
+// ranks), and when NCCL_ALGO forces it; rank 0's schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran. Forced
+// trees are node-aware over the same hosts.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -138,6 +139,21 @@ TEST(RingByHost, HierarchicalBySizeAndForced) {
     for (const char* coll : {"AllReduce", "AllGather", "ReduceScatter"})
       EXPECT_NE(text.find(std::string(coll) + " Hierarchical nranks=6"), std::string::npos) << coll << "\n" << text;
   }
+}
+
+// Trees over the same placement are node-aware (3 hosts x 2 ranks): every tree collective exact in and out of place,
+// roots on two hosts, and a host's chain runs within the host: rank 0's allreduce tree on channel 0 (position 0,
+// its host's entry) has its chain child, rank 3, among its neighbours.
+TEST(RingByHost, NodeAwareTreesForced) {
+  std::string log = "/tmp/chorus_tree_hosts_" + std::to_string(getpid()) + ".log";
+  std::string text = runPlacement("1", log, "Tree");
+  for (const char* coll : {"AllReduce", "Broadcast", "Reduce"})
+    EXPECT_NE(text.find(std::string(coll) + " Tree nranks=6"), std::string::npos) << coll << "\n" << text;
+  const size_t at = text.find("AllReduce Tree nranks=6");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string sched =
+      text.substr(at, text.find("\n\n", at) == std::string::npos ? 400 : text.find("\n\n", at) - at);
+  EXPECT_NE(sched.find("from 3"), std::string::npos) << sched;
 }
 
 }  // namespace
