@@ -65,6 +65,7 @@ void genDirect(const ScheduleRequest& req, Schedule* out);
 void genOneShot(const ScheduleRequest& req, Schedule* out);
 void genTwoShot(const ScheduleRequest& req, Schedule* out);
 void genHier(const ScheduleRequest& req, Schedule* out);
+void genRail(const ScheduleRequest& req, Schedule* out);
 
 }  // namespace gen
 }  // namespace chorus

@@ -53,12 +53,15 @@ bool algoSupported(Coll coll, Algo algo, int nranks) {
       return coll == Coll::kAllReduce;
     case Algo::kHier:
       return coll == Coll::kAllReduce || coll == Coll::kAllGather || coll == Coll::kReduceScatter;
+    case Algo::kRail:
+      return coll == Coll::kAllGather || coll == Coll::kReduceScatter;
     default:
       return false;
   }
 }
 
-bool algoAliasSafe(Coll coll, Algo algo, int nranks) {
+bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks) {
+  if (coll == Coll::kReduceScatter && algo == Algo::kRail) return localRanks < 3 || localRanks >= nranks;
   return !(coll == Coll::kAllReduce && algo == Algo::kOneShot && nranks >= 3);
 }
 
@@ -109,11 +112,13 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
     why = "channel " + std::to_string(req.channel) + " out of range [0, " + std::to_string(req.nChannels) + ")";
   } else if (!algoSupported(req.coll, req.algo, req.nranks)) {
     why = std::string(algoName(req.algo)) + " does not implement " + collName(req.coll);
-  } else if (req.algo == Algo::kHier && req.localRanks != 0 &&
+  } else if ((req.algo == Algo::kHier || req.algo == Algo::kRail) && req.localRanks != 0 &&
              (req.localRanks < 0 || req.nranks % req.localRanks != 0)) {
-    why = "hierarchical needs the same number of ranks on every host (" + std::to_string(req.localRanks) +
-          " does not divide " + std::to_string(req.nranks) + ")";
-  } else if ((req.algo == Algo::kRing || req.algo == Algo::kHier || req.algo == Algo::kTree) &&
+    why = std::string(req.algo == Algo::kHier ? "hierarchical" : "rail") +
+          " needs the same number of ranks on every host (" + std::to_string(req.localRanks) + " does not divide " +
+          std::to_string(req.nranks) + ")";
+  } else if ((req.algo == Algo::kRing || req.algo == Algo::kHier || req.algo == Algo::kRail ||
+              req.algo == Algo::kTree) &&
              req.ringOrder != nullptr && !req.ringOrder->empty()) {
     std::vector<char> seen(req.nranks, 0);
     bool perm = static_cast<int>(req.ringOrder->size()) == req.nranks;
@@ -161,6 +166,9 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
       break;
     case Algo::kHier:
       genInOrder(req, out, gen::genHier);
+      break;
+    case Algo::kRail:
+      genInOrder(req, out, gen::genRail);
       break;
     default:
       break;

@@ -14,9 +14,10 @@
 // n/1; broadcast and reduce 1/1; alltoall n/n; gather 1/n; scatter n/1; sendrecv = number of sends/recvs.
 //
 // Every schedule stays correct when the user's buffers alias (in place: verify.h lists the alias of each collective)
-// except one-shot allreduce for nranks >= 3: see algoAliasSafe(). Off the root, broadcast and scatter never read the
-// input; tree reduce keeps a partial in the output of ranks with two or more children, so off the root the engine
-// supplies scratch when the user passes no output (scheduleUses() says which schedules need it).
+// except one-shot allreduce for nranks >= 3 and rail reduce-scatter over hosts of 3 ranks or more: see
+// algoAliasSafe(). Off the root, broadcast and scatter never read the input; tree reduce keeps a partial in the
+// output of ranks with two or more children, so off the root the engine supplies scratch when the user passes no
+// output (scheduleUses() says which schedules need it).
 #pragma once
 
 #include <string>
@@ -35,24 +36,26 @@ struct ScheduleRequest {
   int channel;    ///< tree: parity picks tree A or B; the other families ignore it
   int nChannels;  ///< only checked (channel < nChannels when > 0)
   int root;       ///< rooted collectives only
-  /// Ring, hierarchical and tree: the ranks in ring order (a permutation of 0..nranks-1); null or empty: rank order.
-  /// A rank's ring neighbours are the ranks before and after it here, and trees are built over these positions;
+  /// Ring, hierarchical, rail and tree: the ranks in ring order (a permutation of 0..nranks-1); null or empty: rank
+  /// order. A rank's ring neighbours are the ranks before and after it here, and trees are built over these positions;
   /// per-rank blocks stay the ranks' own.
   const std::vector<int>* ringOrder = nullptr;
-  /// Hierarchical and tree: ranks a host, every host the same; the ring order (else rank order) lists the hosts' ranks
-  /// one host after another. 0: one host. Tree builds the node-aware tree when localRanks >= 2 divides nranks into 2
-  /// or more hosts, else the flat tree (0, 1 and nranks give the same schedules).
+  /// Hierarchical, rail and tree: ranks a host, every host the same; the ring order (else rank order) lists the
+  /// hosts' ranks one host after another. 0: one host. Tree builds the node-aware tree when localRanks >= 2 divides
+  /// nranks into 2 or more hosts, else the flat tree (0, 1 and nranks give the same schedules).
   int localRanks = 0;
 };
 
 /// Whether `algo` implements `coll` for nranks (e.g. tree only for allreduce/broadcast/reduce).
 bool algoSupported(Coll coll, Algo algo, int nranks);
 
-/// Whether the schedule stays correct when input and output alias. False only for one-shot allreduce with
-/// nranks >= 3: every rank folds the contributions in rank order 0..n-1 (bitwise identical results), so rank r >= 2
-/// must hold the prefix c0+c1 while its own input is still needed, and a 1-block layout has nowhere else to keep it.
+/// Whether the schedule stays correct when input and output alias. False for one-shot allreduce with nranks >= 3:
+/// every rank folds the contributions in rank order 0..n-1 (bitwise identical results), so rank r >= 2 must hold the
+/// prefix c0+c1 while its own input is still needed, and a 1-block layout has nowhere else to keep it. False too for
+/// rail reduce-scatter over several hosts of localRanks >= 3 ranks (localRanks as in ScheduleRequest): it builds the
+/// other hosts' partials in out[0], in place its own input block, before it folds that block.
 /// Callers run it out of place only: stage an in-place call's input in scratch, or pick another algorithm.
-bool algoAliasSafe(Coll coll, Algo algo, int nranks);
+bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks = 0);
 
 /// Builds the steps of one rank on one channel; false + *err when unsupported.
 bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err);

@@ -63,8 +63,9 @@ void Planner::modelChoice(const OpDesc& op, int nChannels, Choice* choice) const
   bool allowed[static_cast<int>(Algo::kNumAlgos)];
   for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++)
     allowed[a] = algoSupported(op.coll, static_cast<Algo>(a), comm_->nranks);
-  // Without hosts of equal size hierarchical is the plain ring; the model would price it as hosts it does not have.
-  if (localRanks_ == 0) allowed[static_cast<int>(Algo::kHier)] = false;
+  // Without hosts of equal size hierarchical is the plain ring (rail the direct allgather); the model would price them
+  // as hosts they do not have.
+  if (localRanks_ == 0) allowed[static_cast<int>(Algo::kHier)] = allowed[static_cast<int>(Algo::kRail)] = false;
   const size_t size = fullBuffer(op);
   CostEstimate best;
   const Algo a = cheapestAlgo(
@@ -230,7 +231,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
     if (tuner_) consultTuner(op, &nChannels, &p.choice);
   }
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
-  if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n)) p.choice.algo = Algo::kRing;
+  if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n, localRanks_)) p.choice.algo = Algo::kRing;
   const int minCh = p.choice.algo == Algo::kTree ? 2 : 1;  // double binary tree: one tree per channel
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);

@@ -14,11 +14,12 @@ namespace {
 
 StrParam kAlgo{"NCCL_ALGO", "",
                "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot, "
-               "Hierarchical (NCCL's other names are accepted and ignored). An algorithm that cannot run a "
-               "collective is skipped.",
+               "Hierarchical, Rail (NCCL's other names are accepted and ignored). An algorithm that cannot run a "
+               "collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as many ranks "
+               "on each, and is never chosen unless listed here.",
                "tuning"};
-StrParam kProto{"NCCL_PROTO", "", "Allowed protocols: Simple, LL (LL128 is accepted and treated as Simple); ^ excludes.",
-                "tuning"};
+StrParam kProto{"NCCL_PROTO", "",
+                "Allowed protocols: Simple, LL (LL128 is accepted and treated as Simple); ^ excludes.", "tuning"};
 IntParam kLLThreshold{"CHORUS_LL_MAX_BYTES", 0,
                       "Largest per-rank message that uses LL by default (0: LL only when NCCL_PROTO asks for it; on "
                       "the host path Simple measured as fast at 8 B and 2-3x faster at 1-32 KiB).",
@@ -130,8 +131,11 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
   c.algo = def;
   if (al.algoSet && !al.algo[static_cast<int>(def)]) {
     // Prefer, in order, the algorithms a user is most likely to force.
-    static const Algo kOrder[] = {Algo::kRing, Algo::kTree, Algo::kDirect, Algo::kOneShot, Algo::kTwoShot, Algo::kHier};
+    static const Algo kOrder[] = {Algo::kRing,    Algo::kTree, Algo::kDirect, Algo::kOneShot,
+                                  Algo::kTwoShot, Algo::kHier, Algo::kRail};
     for (Algo a : kOrder) {
+      // Rail without hosts of equal size would be the direct allgather under another name.
+      if (a == Algo::kRail && !hosts) continue;
       if (al.algo[static_cast<int>(a)] && algoSupported(coll, a, nranks)) {
         c.algo = a;
         break;

@@ -4,7 +4,8 @@
 // in which the ring crosses hosts 3 times instead of 6. CHORUS_RING_BY_HOST=0 keeps rank order, also exact. The
 // same placement runs allreduce, allgather and reduce-scatter hierarchical from CHORUS_HIER_MIN_BYTES (3 hosts x 2
 // ranks), and when NCCL_ALGO forces it; rank 0's schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran. Forced
-// trees are node-aware over the same hosts.
+// trees are node-aware over the same hosts. NCCL_ALGO=Rail runs allgather and reduce-scatter as rail on 3 hosts x 2
+// ranks and on 2 hosts x 3, where in-place reduce-scatter is not alias safe and runs the ring instead.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -26,8 +27,8 @@ int32_t v(int rank, size_t i) { return int32_t(rank * 100003 + int32_t(i % 9973)
 // One rank: every ring collective on `n` int32 elements a rank, out of place then in place; the exit code says how
 // it went (the first failure's text on stderr).
 int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* byHost, const std::string& log,
-                    const char* algo) {
-  setenv("NCCL_HOSTID", ("ring-host-" + std::to_string(rank % 3)).c_str(), 1);
+                    const char* algo, int hosts) {
+  setenv("NCCL_HOSTID", ("ring-host-" + std::to_string(rank % hosts)).c_str(), 1);
   if (algo[0] != 0) setenv("NCCL_ALGO", algo, 1);
   setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);  // the test's collectives (80 KB a rank) run hierarchical
   setenv("CHORUS_RING_BY_HOST", byHost, 1);
@@ -106,10 +107,11 @@ int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* by
   return kOk;
 }
 
-// Six ranks placed round-robin; returns rank 0's log (each rank must exit 0, kOk).
-std::string runPlacement(const char* byHost, const std::string& log, const char* algo = "ring") {
+// Six ranks placed round-robin on `hosts` hosts; returns rank 0's log (each rank must exit 0, kOk).
+std::string runPlacement(const char* byHost, const std::string& log, const char* algo = "ring", int hosts = 3) {
   return forkRanksForLog(
-      6, [&](int rank, const ncclUniqueId& id) { return ringCollectives(rank, 6, id, byHost, log, algo); }, log, 120);
+      6, [&](int rank, const ncclUniqueId& id) { return ringCollectives(rank, 6, id, byHost, log, algo, hosts); }, log,
+      120);
 }
 
 TEST(RingByHost, RoundRobinPlacementRingsHostByHost) {
@@ -154,6 +156,23 @@ TEST(RingByHost, NodeAwareTreesForced) {
   const std::string sched =
       text.substr(at, text.find("\n\n", at) == std::string::npos ? 400 : text.find("\n\n", at) - at);
   EXPECT_NE(sched.find("from 3"), std::string::npos) << sched;
+}
+
+TEST(RingByHost, RailForced) {
+  for (int hosts : {3, 2}) {
+    std::string log = "/tmp/chorus_rail_" + std::to_string(getpid()) + ".log";
+    std::string text = runPlacement("1", log, "Rail", hosts);
+    for (const char* coll : {"AllGather", "ReduceScatter"})
+      EXPECT_NE(text.find(std::string(coll) + " Rail nranks=6"), std::string::npos)
+          << coll << " " << hosts << " hosts\n"
+          << text;
+    // Rail has no allreduce: the default (hierarchical at this size) runs.
+    EXPECT_EQ(text.find("AllReduce Rail"), std::string::npos) << text;
+    // 3 ranks a host: in-place reduce-scatter is not alias safe under rail, and runs the ring.
+    if (hosts == 2) {
+      EXPECT_NE(text.find("ReduceScatter Ring nranks=6"), std::string::npos) << text;
+    }
+  }
 }
 
 }  // namespace
