@@ -4,14 +4,16 @@
 # all_reduce_perf, all_gather_perf and reduce_scatter_perf with the ranks placed host by host (rank r on host r / 2)
 # and round-robin (rank r on host r % 4), each with rings (NCCL_ALGO=ring) host by host and in rank order
 # (CHORUS_RING_BY_HOST=1 and 0), hierarchical (NCCL_ALGO=Hierarchical), the tuner's own choice (NCCL_ALGO
-# unset), and for allreduce trees over the host order and rank order (NCCL_ALGO=Tree). Prints a Markdown table of
+# unset), for allgather and reduce-scatter rail (NCCL_ALGO=Rail), and for allreduce trees over the host order
+# (node-aware) and rank order (NCCL_ALGO=Tree). Prints a Markdown table of
 # time and of the share of the link bound reached: allreduce must move 2(H-1)/H x S through each host's link, allgather
 # (H-1)/H x S_out and reduce-scatter (H-1)/H x S_in (H hosts, S bytes a rank), at the iperf3 goodput. A benchmark,
 # not a test. Needs root, iperf3 and python3.
 #
 # Usage: perf/netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE (default 1gbit)] [MAX_BYTES (default 64M)] [TOOLS]
 # TOOLS: the perf tools to run, space-separated (default: all three). In the environment: MIN_BYTES, the smallest
-# size (default 1M); ITERS, timed iterations a size (default 5).
+# size (default 1M); FACTOR, the step between sizes (default 4); ITERS, timed iterations a size (default 5); CONFIGS, the runs as ALGO:CHORUS_RING_BY_HOST
+# (default "ring:1 ring:0 Hierarchical:1 Rail:1 default:1 Tree:1 Tree:0").
 set -u
 build=${1:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
 out=${2:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
@@ -62,7 +64,7 @@ run() {
     if [ "$place" = host ]; then h=$((r / PER + 1)); lr=$((r % PER)); else h=$((r % H + 1)); lr=$((r / H)); fi
     ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
       MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo \
-      CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b "${MIN_BYTES:-1M}" -e "$maxb" -f 4 -n "${ITERS:-5}" -w 1 \
+      CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b "${MIN_BYTES:-1M}" -e "$maxb" -f "${FACTOR:-4}" -n "${ITERS:-5}" -w 1 \
       --json "$out/$name.json" >"$out/$name.$r.log" 2>&1 &
     pids+=($!)
   done
@@ -74,9 +76,10 @@ run() {
 
 for tool in $tools; do
   for place in host cyclic; do
-    for cfg in ring:1 ring:0 Hierarchical:1 default:1 Tree:1 Tree:0; do
+    for cfg in ${CONFIGS:-ring:1 ring:0 Hierarchical:1 Rail:1 default:1 Tree:1 Tree:0}; do
       algo=${cfg%%:*} byhost=${cfg##*:}
       if [ "$algo" = Tree ] && [ "$tool" != all_reduce_perf ]; then continue; fi
+      if [ "$algo" = Rail ] && [ "$tool" = all_reduce_perf ]; then continue; fi
       if ! run $tool $place $byhost $algo; then
         echo "$tool $place CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo failed"
       fi
@@ -93,8 +96,8 @@ for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgat
                    ("reduce_scatter_perf", "reduce-scatter")):
     for place in ("host", "cyclic"):
         for algo, byhost, suffix in (("ring", "1", ""), ("ring", "0", ""), ("hierarchical", "1", "-Hierarchical"),
-                                     ("tuner's choice", "1", "-default"), ("tree", "1", "-Tree"),
-                                     ("tree", "0", "-Tree")):
+                                     ("rail", "1", "-Rail"), ("tuner's choice", "1", "-default"),
+                                     ("tree", "1", "-Tree"), ("tree", "0", "-Tree")):
             path = f"{out}/{tool}-{place}-{byhost}{suffix}.json"
             if not os.path.exists(path):
                 continue
