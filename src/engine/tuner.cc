@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,7 @@ StrParam kAlgo{"NCCL_ALGO", "",
                "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot, "
                "Hierarchical, Rail (NCCL's other names are accepted and ignored). An algorithm that cannot run a "
                "collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as many ranks "
-               "on each, and is never chosen unless listed here.",
+               "on each.",
                "tuning"};
 StrParam kProto{"NCCL_PROTO", "",
                 "Allowed protocols: Simple, LL (LL128 is accepted and treated as Simple); ^ excludes.", "tuning"};
@@ -43,26 +44,56 @@ bool allowed(const std::string& list, const char* name) {
   return exclude ? !found : found;
 }
 
-// From docs/perf/net.md (4 hosts x 2 ranks, 1 Gbit/s links): hierarchical beat the ring by 7-9 points of the link
-// bound from 4 MB (the buffer nccl-tests names: allreduce's, allgather's output, reduce-scatter's input) for all
-// three collectives, and by 9-29% at 256 KB with 40 iterations a size; it was even with the ring at 1 MB, and up to
-// 2.6x slower at 4-64 KB.
-IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 262144,
+// From docs/perf/net.md ("Node-aware trees and rail": 4 hosts x 2 ranks, 1 Gbit/s links, 40 iterations a size, five
+// runs, both placements; sizes are the buffer nccl-tests names: allreduce's, allgather's output, reduce-scatter's
+// input):
+// - allreduce: the node-aware tree took 0.6-2.3 ms at 4-64 KB where the ring took 1.0-3.0 ms, and 3x the ring's time
+//   from 256 KB. Hierarchical beat the ring by 10-20% at 128-256 KB and from 2 MB, and lost by 5-35% at 512 KB - 1 MB
+//   (the ring band below);
+// - allgather and reduce-scatter: rail took 0.8-1.2 ms at 16-64 KB where the ring and hierarchical took 0.9-1.6 ms,
+//   was even with the ring at 4 KB and with hierarchical at 256 KB, and 35% slower than the ring at 1 MB, where
+//   hierarchical was 3-9% slower than the ring.
+IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 65536,
                   "Smallest allreduce buffer, allgather output or reduce-scatter input (bytes) that runs hierarchical "
                   "when ranks span several hosts with as many ranks on each (a ring whose hops cross hosts the "
-                  "fewest times).",
+                  "fewest times), outside CHORUS_HIER_RING_BAND.",
                   "tuning"};
+StrParam kHierRingBand{"CHORUS_HIER_RING_BAND", "262144,2097152",
+                       "\"LOW,HIGH\": sizes above LOW and below HIGH (bytes) run the ring rather than hierarchical "
+                       "(0,0: no band). There every rank of a host sends across hosts at the same steps and the "
+                       "link idles between them; smaller sizes are bound by steps, larger ones pipeline it away.",
+                       "tuning"};
+IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65536,
+                  "Largest allreduce (bytes) that runs the node-aware tree when ranks span several hosts with as many "
+                  "ranks on each (0: never by default).",
+                  "tuning"};
+IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 16384,
+                  "Smallest allgather output or reduce-scatter input (bytes) that runs rail when ranks span several "
+                  "hosts with as many ranks on each (up to CHORUS_RAIL_MAX_BYTES).",
+                  "tuning"};
+IntParam kRailMax{"CHORUS_RAIL_MAX_BYTES", 262144,
+                  "Largest allgather output or reduce-scatter input (bytes) that runs rail by default.", "tuning"};
 
-Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts) {
-  const bool hier = hosts && static_cast<int64_t>(fullBufferBytes(coll, bytes, nranks)) >= kHierMin.get();
+// CHORUS_HIER_RING_BAND's bounds; a setting that does not parse is no band (0, 0).
+void parseRingBand(const std::string& band, int64_t* lo, int64_t* hi) {
+  long long l = 0, h = 0;
+  if (std::sscanf(band.c_str(), "%lld,%lld", &l, &h) != 2) l = h = 0;
+  *lo = l, *hi = h;
+}
+
+Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts, int64_t bandLo, int64_t bandHi) {
+  const int64_t full = static_cast<int64_t>(fullBufferBytes(coll, bytes, nranks));
+  const bool hier = hosts && full >= kHierMin.get() && !(full > bandLo && full < bandHi);
   switch (coll) {
     case Coll::kAllReduce:
       // Across hosts one-shot sends every rank's buffer over the NICs n-1 times: at 4 KB on 4 hosts x 2 ranks it
       // took twice the ring's time (docs/perf/net.md).
       if (nranks >= 2 && !hosts && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
+      if (hosts && full <= kTreeMax.get()) return Algo::kTree;
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
+      if (hosts && full >= kRailMin.get() && full <= kRailMax.get()) return Algo::kRail;
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllToAll:
     case Coll::kGather:
@@ -103,6 +134,7 @@ struct Allowed {
   bool algo[static_cast<int>(Algo::kNumAlgos)] = {};
   bool ll = true, simple = true;
   int64_t llMax = 0, oneShotMax = 0;
+  int64_t bandLo = 0, bandHi = 0;  ///< CHORUS_HIER_RING_BAND
 };
 
 const Allowed& allowedNow() {
@@ -117,6 +149,7 @@ const Allowed& allowedNow() {
     cache.simple = allowed(protos, "Simple") || allowed(protos, "LL128");
     cache.llMax = kLLThreshold.get();
     cache.oneShotMax = kOneShotMax.get();
+    parseRingBand(kHierRingBand.get(), &cache.bandLo, &cache.bandHi);
     cache.gen = gen;
   }
   return cache;
@@ -127,7 +160,7 @@ const Allowed& allowedNow() {
 Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts) {
   const Allowed& al = allowedNow();
   Choice c;
-  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts);
+  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts, al.bandLo, al.bandHi);
   c.algo = def;
   if (al.algoSet && !al.algo[static_cast<int>(def)]) {
     // Prefer, in order, the algorithms a user is most likely to force.
@@ -169,7 +202,9 @@ bool tuningForced() {
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
-                  std::to_string(kTunerModel.get()) + "|" + kCostIntra.get() + "|" + kCostInter.get();
+                  std::to_string(kTreeMax.get()) + "|" + std::to_string(kRailMin.get()) + "|" +
+                  std::to_string(kRailMax.get()) + "|" + kHierRingBand.get() + "|" + std::to_string(kTunerModel.get()) +
+                  "|" + kCostIntra.get() + "|" + kCostInter.get();
   return fnv1a64(s);
 }
 

@@ -31,6 +31,7 @@ int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* by
   setenv("NCCL_HOSTID", ("ring-host-" + std::to_string(rank % hosts)).c_str(), 1);
   if (algo[0] != 0) setenv("NCCL_ALGO", algo, 1);
   setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);  // the test's collectives (80 KB a rank) run hierarchical
+  setenv("CHORUS_HIER_RING_BAND", "0,0", 1);
   setenv("CHORUS_RING_BY_HOST", byHost, 1);
   if (rank == 0) {
     setenv("NCCL_DEBUG", "INFO", 1);

@@ -1,6 +1,7 @@
-// The tuner's default choice across hosts: hierarchical from CHORUS_HIER_MIN_BYTES of the collective's full buffer
-// (allreduce's buffer, allgather's output, reduce-scatter's input), the ring below it or on one host, and NCCL_ALGO
-// still forcing.
+// The tuner's default choice across hosts, by the collective's full buffer (allreduce's buffer, allgather's output,
+// reduce-scatter's input): hierarchical from CHORUS_HIER_MIN_BYTES; below it the node-aware tree for allreduces up to
+// CHORUS_TREE_MAX_BYTES and rail for allgathers and reduce-scatters from CHORUS_RAIL_MIN_BYTES to
+// CHORUS_RAIL_MAX_BYTES, else the ring; the ring or one-shot on one host; NCCL_ALGO still forcing.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -15,6 +16,10 @@ class Tuner : public ::testing::Test {
   void SetUp() override {
     unsetenv("NCCL_ALGO");
     unsetenv("CHORUS_HIER_MIN_BYTES");
+    unsetenv("CHORUS_TREE_MAX_BYTES");
+    unsetenv("CHORUS_RAIL_MIN_BYTES");
+    unsetenv("CHORUS_RAIL_MAX_BYTES");
+    unsetenv("CHORUS_HIER_RING_BAND");
     paramsReload();
   }
   void TearDown() override { SetUp(); }
@@ -24,18 +29,28 @@ constexpr size_t kMB = 1 << 20;
 
 TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   const int n = 8;
-  const size_t kMin = 256 << 10;  // CHORUS_HIER_MIN_BYTES's default
-  // Allreduce: the buffer itself.
+  // Allreduce: the buffer itself. The node-aware tree up to 64 KB, hierarchical above, except in the ring band
+  // (above 256 KB, below 2 MB).
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4 * kMB, n, -1, true).algo, Algo::kHier);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, kMin, n, -1, true).algo, Algo::kHier);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, kMin - 1, n, -1, true).algo, Algo::kRing);
-  // Small allreduces: one-shot within a host, the ring across hosts (one-shot would send every buffer n-1 times).
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2 * kMB, n, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2 * kMB - 1, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024 + 1, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024, n, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kTree);
+  // Small allreduces: one-shot within a host, the node-aware tree across hosts (one-shot would send every buffer
+  // n-1 times).
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kTree);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
-  // Allgather and reduce-scatter: bytes a rank times the ranks.
+  // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 256 KB, the ring in
+  // the band, hierarchical from 2 MB.
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
-    EXPECT_EQ(chooseAlgo(coll, kMin / n, n, -1, true).algo, Algo::kHier) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, kMin / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n, n, -1, true).algo, Algo::kHier) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 262144 / n + 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 262144 / n, n, -1, true).algo, Algo::kRail) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 16384 / n, n, -1, true).algo, Algo::kRail) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 16384 / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
   }
   // One host, or hosts of unequal size: the ring.
   for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter})
@@ -45,10 +60,19 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
 }
 
 TEST_F(Tuner, ThresholdAndForcing) {
+  // No band, no rail, no tree: hierarchical from its threshold, the ring below.
   setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);
+  setenv("CHORUS_HIER_RING_BAND", "0,0", 1);
+  setenv("CHORUS_RAIL_MAX_BYTES", "0", 1);
+  setenv("CHORUS_TREE_MAX_BYTES", "0", 1);
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8192, 8, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8191, 8, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1 << 20, 8, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, 8, -1, true).algo, Algo::kRing);
+  unsetenv("CHORUS_HIER_RING_BAND");
+  unsetenv("CHORUS_RAIL_MAX_BYTES");
+  unsetenv("CHORUS_TREE_MAX_BYTES");
   setenv("NCCL_ALGO", "Ring", 1);
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 64 * kMB, 8, -1, true).algo, Algo::kRing);
