@@ -11,6 +11,7 @@
 
 #include "algo/generators.h"
 #include "algo/verify.h"
+#include "unit/algo_hosts_util.h"
 
 namespace chorus {
 namespace {
@@ -18,13 +19,7 @@ namespace {
 const Coll kColls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter};
 
 std::vector<Schedule> buildAll(int n, int perHost, const std::vector<int>* order, Coll coll = Coll::kAllReduce) {
-  std::vector<Schedule> all(n);
-  for (int r = 0; r < n; ++r) {
-    std::string err;
-    ScheduleRequest req{coll, Algo::kHier, n, r, 0, 2, 0, order, perHost};
-    EXPECT_TRUE(buildSchedule(req, &all[r], &err)) << err;
-  }
-  return all;
+  return buildHostSchedules(coll, Algo::kHier, n, perHost, order, 0, 2);
 }
 
 TEST(Hierarchical, EveryShapeInAndOutOfPlace) {
@@ -32,24 +27,13 @@ TEST(Hierarchical, EveryShapeInAndOutOfPlace) {
   for (auto [H, P] : std::vector<std::pair<int, int>>{
            {2, 2}, {2, 3}, {3, 2}, {4, 2}, {2, 4}, {3, 3}, {5, 3}, {1, 4}, {4, 1}, {1, 1}, {2, 1}, {8, 4}}) {
     const int n = H * P;
-    std::vector<int> shuffled(n);
-    std::iota(shuffled.begin(), shuffled.end(), 0);
-    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    const std::vector<int> shuffled = shuffledOrder(n, rng);
     const std::vector<int>* none = nullptr;
     const std::vector<int>* mixed = &shuffled;
     for (const std::vector<int>* order : {none, mixed})
       for (Coll coll : kColls) {
-        auto all = buildAll(n, P, order, coll);
-        for (bool inPlace : {false, true})
-          for (int depth : {2, 3}) {
-            VerifyOptions opt;
-            opt.inPlace = inPlace;
-            opt.fifoDepth = depth;
-            opt.tiles = 2;
-            ASSERT_EQ(verifySchedules(all, opt), "")
-                << collName(coll) << " " << H << " hosts x " << P << (order ? " shuffled" : "")
-                << (inPlace ? " in place" : "") << " depth " << depth;
-          }
+        ASSERT_EQ(verifyEachWay(buildAll(n, P, order, coll), true), "")
+            << collName(coll) << " " << H << " hosts x " << P << (order ? " shuffled" : "");
       }
   }
 }

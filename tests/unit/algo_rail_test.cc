@@ -13,6 +13,7 @@
 
 #include "algo/generators.h"
 #include "algo/verify.h"
+#include "unit/algo_hosts_util.h"
 
 namespace chorus {
 namespace {
@@ -20,13 +21,7 @@ namespace {
 const Coll kColls[] = {Coll::kAllGather, Coll::kReduceScatter};
 
 std::vector<Schedule> buildAll(int n, int perHost, const std::vector<int>* order, Coll coll) {
-  std::vector<Schedule> all(n);
-  for (int r = 0; r < n; ++r) {
-    std::string err;
-    ScheduleRequest req{coll, Algo::kRail, n, r, 0, 1, 0, order, perHost};
-    EXPECT_TRUE(buildSchedule(req, &all[r], &err)) << err;
-  }
-  return all;
+  return buildHostSchedules(coll, Algo::kRail, n, perHost, order, 0, 1);
 }
 
 TEST(Rail, EveryShapeInAndOutOfPlace) {
@@ -34,9 +29,7 @@ TEST(Rail, EveryShapeInAndOutOfPlace) {
   for (auto [H, P] : std::vector<std::pair<int, int>>{
            {1, 4}, {4, 1}, {2, 2}, {2, 3}, {3, 2}, {4, 2}, {2, 4}, {3, 3}, {5, 3}, {8, 4}, {2, 1}, {1, 2}}) {
     const int n = H * P;
-    std::vector<int> shuffled(n);
-    std::iota(shuffled.begin(), shuffled.end(), 0);
-    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    const std::vector<int> shuffled = shuffledOrder(n, rng);
     const std::vector<int>* none = nullptr;
     const std::vector<int>* mixed = &shuffled;
     for (const std::vector<int>* order : {none, mixed})
@@ -45,18 +38,8 @@ TEST(Rail, EveryShapeInAndOutOfPlace) {
         // Reduce-scatter builds other hosts' partials in out[0] from 3 ranks a host; up to 2 it needs no room.
         const bool aliasSafe = algoAliasSafe(coll, Algo::kRail, n, P);
         EXPECT_EQ(aliasSafe, coll == Coll::kAllGather || P <= 2 || H == 1);
-        for (bool inPlace : {false, true}) {
-          if (inPlace && !aliasSafe) continue;
-          for (int depth : {2, 3}) {
-            VerifyOptions opt;
-            opt.inPlace = inPlace;
-            opt.fifoDepth = depth;
-            opt.tiles = 2;
-            ASSERT_EQ(verifySchedules(all, opt), "")
-                << collName(coll) << " " << H << " hosts x " << P << (order ? " shuffled" : "")
-                << (inPlace ? " in place" : "") << " depth " << depth;
-          }
-        }
+        ASSERT_EQ(verifyEachWay(all, aliasSafe), "")
+            << collName(coll) << " " << H << " hosts x " << P << (order ? " shuffled" : "");
       }
   }
 }

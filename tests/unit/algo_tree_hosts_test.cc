@@ -14,6 +14,7 @@
 
 #include "algo/generators.h"
 #include "algo/verify.h"
+#include "unit/algo_hosts_util.h"
 
 namespace chorus {
 namespace {
@@ -25,20 +26,7 @@ const std::vector<std::pair<int, int>> kShapes = {{2, 2}, {2, 3}, {3, 2}, {4, 2}
 
 std::vector<Schedule> buildAll(Coll coll, int n, int localRanks, int channel, int root,
                                const std::vector<int>* order = nullptr) {
-  std::vector<Schedule> all(n);
-  for (int r = 0; r < n; ++r) {
-    std::string err;
-    ScheduleRequest req{coll, Algo::kTree, n, r, channel, 4, root, order, localRanks};
-    EXPECT_TRUE(buildSchedule(req, &all[r], &err)) << err;
-  }
-  return all;
-}
-
-std::vector<int> shuffledOrder(int n, std::mt19937& rng) {
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  return order;
+  return buildHostSchedules(coll, Algo::kTree, n, localRanks, order, channel, 4, root);
 }
 
 // The host of each rank: its ring position (rank itself without an order) divided by P.
@@ -82,16 +70,8 @@ TEST(NodeAwareTree, VerifiedEveryShapeRootAndPlacement) {
       for (Coll coll : kColls)
         for (int channel : {0, 1})
           for (int root = 0; root < (collRooted(coll) ? n : 1); ++root) {
-            const auto all = buildAll(coll, n, P, channel, root, order);
-            for (bool inPlace : {false, true})
-              for (int depth : {2, 3}) {
-                VerifyOptions opt;
-                opt.inPlace = inPlace;
-                opt.fifoDepth = depth;
-                opt.tiles = 3;
-                ASSERT_EQ(verifySchedules(all, opt), "")
-                    << what(coll, H, P, channel, root, order) << (inPlace ? " in place" : "") << " depth " << depth;
-              }
+            ASSERT_EQ(verifyEachWay(buildAll(coll, n, P, channel, root, order), true, 3), "")
+                << what(coll, H, P, channel, root, order);
           }
   }
 }

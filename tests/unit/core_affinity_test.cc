@@ -7,16 +7,13 @@
 #include <string>
 #include <thread>
 
+#include "harness/source_dir.h"
 #include "topo/affinity.h"
 
 namespace chorus {
 namespace {
 
-std::string sourceDir() {
-  if (const char* d = std::getenv("CHORUS_SOURCE_DIR")) return d;
-  std::string f = __FILE__;
-  return f.substr(0, f.rfind("/tests/unit/"));
-}
+using chorus_test::sourceDir;
 
 TEST(Affinity, CpuListsRoundTrip) {
   cpu_set_t s;

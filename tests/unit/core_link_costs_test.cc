@@ -7,17 +7,13 @@
 #include <vector>
 
 #include "engine/link_costs.h"
+#include "harness/source_dir.h"
 #include "topo/topology.h"
 
 namespace chorus {
 namespace {
 
-// The repository root: ctest passes it; a direct run finds it from this file's path.
-std::string sourceDir() {
-  if (const char* d = std::getenv("CHORUS_SOURCE_DIR")) return d;
-  std::string f = __FILE__;
-  return f.substr(0, f.rfind("/tests/unit/"));
-}
+using chorus_test::sourceDir;
 
 TEST(LinkCosts, NicSpeedFromTopology) {
   HostTopology t;

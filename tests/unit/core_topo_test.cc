@@ -14,18 +14,14 @@
 
 #include "core/params.h"
 #include "harness/ranks.h"
+#include "harness/source_dir.h"
 #include "nccl.h"
 #include "topo/topology.h"
 
 namespace chorus {
 namespace {
 
-// The repository root: ctest passes it; a direct run finds it from this file's path.
-std::string sourceDir() {
-  if (const char* d = std::getenv("CHORUS_SOURCE_DIR")) return d;
-  std::string f = __FILE__;
-  return f.substr(0, f.rfind("/tests/unit/"));
-}
+using chorus_test::sourceDir;
 
 std::string node(const char* name) { return sourceDir() + "/topo/" + name; }
 
