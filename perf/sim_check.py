@@ -31,7 +31,8 @@ def main():
                        ("reduce_scatter_perf", "reducescatter")):
         for place in ("host", "cyclic"):
             for suffix, algo, label in (("1", "ring", "ring"), ("1-Hierarchical", "hierarchical", "hierarchical"),
-                                        ("0", "ring", "ring, rank order"), ("1-Tree", "tree", "tree"),
+                                        ("1-Rail", "rail", "rail"), ("0", "ring", "ring, rank order"),
+                                        ("1-Tree", "tree", "tree"),
                                         ("0-Tree", "tree", "tree, rank order")):
                 if suffix.startswith("0") and place == "cyclic":
                     continue
