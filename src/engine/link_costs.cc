@@ -177,8 +177,12 @@ bool fitLinkCost(const std::vector<double>& smallRttUs, const std::vector<double
   std::vector<double> s = smallRttUs;
   std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
   const double latency = s[s.size() / 2] / 2;
-  const double oneWay = *std::min_element(largeRttUs.begin(), largeRttUs.end()) / 2 - latency;
-  if (oneWay <= 0) return false;
+  const double fastestSmall = *std::min_element(smallRttUs.begin(), smallRttUs.end()) / 2;
+  const double fastestLarge = *std::min_element(largeRttUs.begin(), largeRttUs.end()) / 2;
+  if (fastestLarge <= 0) return false;
+  // The large message's own time: its fastest trip less the fastest small one's. A busy host can make even the
+  // fastest small trip no faster than the large one; the whole trip then bounds the bandwidth from below.
+  const double oneWay = fastestLarge > fastestSmall ? fastestLarge - fastestSmall : fastestLarge;
   out->latencyUs = latency;
   out->bytesPerUs = static_cast<double>(largeBytes) / oneWay;
   return true;

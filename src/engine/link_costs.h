@@ -44,9 +44,9 @@ std::string describeLinkCosts(const LinkCosts& c);
 
 // The parts without a communicator, for tests.
 
-/// Round trips of a ping-pong: small messages (their median half is the latency a step) and `largeBytes` ones (their
-/// fastest, less that latency, gives the bandwidth). False when the samples are empty or the large ones were no
-/// slower than the small.
+/// Round trips of a ping-pong: small messages (their median half is the latency a step) and `largeBytes` ones (half
+/// the fastest, less half the fastest small one, is the large message's time, which gives the bandwidth; where the
+/// small trips were no faster, the whole half trip). False only when a set of samples is empty.
 bool fitLinkCost(const std::vector<double>& smallRttUs, const std::vector<double>& largeRttUs, size_t largeBytes,
                  LinkCost* out);
 

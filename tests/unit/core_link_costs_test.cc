@@ -58,13 +58,15 @@ TEST(LinkCosts, EveryRankDerivesTheSameFromItsPeers) {
 
 TEST(LinkCosts, FitsAPingPong) {
   LinkCost c;
-  // Small round trips around 20 us (one slow outlier), 4 MB ones of 2 x (10 + 4000) us at best.
-  ASSERT_TRUE(fitLinkCost({22, 19, 20, 400, 21, 18, 20}, {8100, 8020, 8900}, 4000000, &c));
+  // Small round trips around 20 us (one slow outlier; the fastest 18), 4 MB ones of 2 x 4009 us at best.
+  ASSERT_TRUE(fitLinkCost({22, 19, 20, 400, 21, 18, 20}, {8100, 8018, 8900}, 4000000, &c));
   EXPECT_DOUBLE_EQ(c.latencyUs, 10);                 // the median's half: the outlier does not move it
-  EXPECT_DOUBLE_EQ(c.bytesPerUs, 4000000 / 4000.0);  // the fastest large trip, less the latency
+  EXPECT_DOUBLE_EQ(c.bytesPerUs, 4000000 / 4000.0);  // the fastest large trip less the fastest small one, halved
+  // A busy host: no small trip faster than the large one. The whole half trip bounds the bandwidth from below.
+  ASSERT_TRUE(fitLinkCost({20}, {18}, 4000000, &c));
+  EXPECT_DOUBLE_EQ(c.bytesPerUs, 4000000 / 9.0);
   EXPECT_FALSE(fitLinkCost({}, {8000}, 4000000, &c));
   EXPECT_FALSE(fitLinkCost({20}, {}, 4000000, &c));
-  EXPECT_FALSE(fitLinkCost({20}, {18}, 4000000, &c));  // large no slower than small: nothing to fit
 }
 
 TEST(LinkCosts, CacheLinesRoundTripAndTheLastWins) {
