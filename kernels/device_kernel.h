@@ -5,6 +5,7 @@
 
 #include "kernels/arch.h"
 #include "kernels/device_direct.h"
+#include "kernels/device_ipc.h"
 #include "kernels/device_platform.h"
 #include "kernels/device_work.h"
 #include "kernels/executor.h"
@@ -37,8 +38,12 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
     map.recvFps = w.recvFps;
   }
   ncclResult_t res = ncclSuccess;
-  if (w.direct) {
+  if (w.direct == kDevDirectThreads) {
     p.finish(runDirect(p, w, block));
+    return;
+  }
+  if (w.direct == kDevDirectIpc) {
+    p.finish(runIpc(p, w, block));
     return;
   }
   if (w.p2p || map.chanStart < map.chanEnd) {

@@ -208,6 +208,97 @@ class DevicePlatform {
     return broadcastResult();
   }
 
+  /// Inbox launches (kernels/device_ipc.h): once the block's writes are done and visible, thread 0 raises the flag
+  /// line at `off` in every peer's inbox to `epoch`, with the call's count, description and sequence number.
+  CHORUS_HOST_DEVICE void ipcSignal(size_t off, uint64_t epoch) {
+    blockSync();
+    if (tid_ == 0) {
+      for (int q = 0; q < w_.nDirect; q++) {
+        if (q == w_.rank) continue;
+        uint64_t* line = reinterpret_cast<uint64_t*>(w_.ipcTo[q] + off);
+        storeRelaxed(line + 1, w_.fp.count);
+        storeRelaxed(line + 2, w_.fp.desc);
+        storeRelaxed(line + 3, w_.fp.seq);
+        storeRelease(line, epoch);
+      }
+    }
+    blockSync();
+  }
+
+  /// Thread 0 waits until every peer raised the flag line at `off` of its inbox here to `epoch`, and compares the
+  /// peer's call with this one. Bounded like every wait; also stops when the peer's process exited or the peer
+  /// poisoned its inbox. `phase` goes into the failure report.
+  CHORUS_HOST_DEVICE ncclResult_t ipcWait(size_t off, uint64_t epoch, uint32_t phase) {
+    blockSync();
+    if (tid_ == 0) {
+      int res = 0;
+      uint64_t start = 0;
+      for (int q = 0; q < w_.nDirect && res == 0; q++) {
+        if (q == w_.rank) continue;
+        const uint64_t* line = reinterpret_cast<const uint64_t*>(w_.ipcFrom[q] + off);
+        const uint64_t* poisonWord = &reinterpret_cast<const FifoCtrl*>(w_.ipcFrom[q])->poison;
+        uint32_t iter = 0;
+        while (loadRelaxed(line) < epoch) {
+          pollPause(iter);
+          if ((++iter & 255) != 0) continue;
+          uint64_t poison = loadRelaxed(poisonWord);
+          if (*w_.abortFlag != 0) {
+            res = record(ncclRemoteError, PoisonReason::kAborted, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr);
+          } else if (poison != 0) {
+            auto reason = static_cast<PoisonReason>(poison >> 32);
+            int culprit = static_cast<int>(poison & 0xffffffffu) - 1;
+            // Reported as kError: the peer stopped, for its own reason, naming culprit.
+            res = record(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, PoisonReason::kError,
+                         culprit, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr, q);
+          } else if (w_.deadPeers != nullptr && w_.deadPeers[q] != 0) {
+            memoryFence();  // what the peer wrote before it exited is all there will be
+            if (loadRelaxed(line) >= epoch) break;
+            res = record(ncclRemoteError, PoisonReason::kPeerDied, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr);
+          } else {
+            uint64_t now = deviceClock();
+            if (start == 0) start = now;
+            if (w_.timeoutTicks != 0 && now - start > w_.timeoutTicks)
+              res = record(ncclRemoteError, PoisonReason::kTimeout, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr);
+          }
+          if (res != 0) break;
+        }
+        if (res != 0) break;
+        memoryFence();  // acquire: the peer's data and call are read after its flag
+        SlotHeader got{};
+        got.count = loadRelaxed(line + 1);
+        got.desc = static_cast<uint32_t>(loadRelaxed(line + 2));
+        got.seq = loadRelaxed(line + 3);
+        got.root = -1;
+        if (got.count != w_.fp.count || got.desc != w_.fp.desc)
+          res = record(ncclInvalidUsage, PoisonReason::kMismatch, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, &got);
+      }
+      sh_.result = res;
+    }
+    return broadcastResult();
+  }
+
+  /// After a failed inbox launch: thread 0 poisons every peer's inbox from this rank, so that peers waiting for its
+  /// flags stop and name the culprit.
+  CHORUS_HOST_DEVICE void ipcPoison() {
+    blockSync();
+    if (tid_ == 0 && sh_.failed != 0) {
+      uint64_t poison = (static_cast<uint64_t>(sh_.failed >> 16) << 32) | static_cast<uint32_t>(sh_.failed & 0xffff);
+      for (int q = 0; q < w_.nDirect; q++) {
+        if (q == w_.rank) continue;
+        uint64_t* word = &reinterpret_cast<FifoCtrl*>(w_.ipcTo[q])->poison;
+        if (loadRelaxed(word) == 0) storeRelease(word, poison);
+      }
+    }
+    blockSync();
+  }
+
+  /// End of a successful inbox launch: the block's launch counter moves to `epoch` for the next launch.
+  CHORUS_HOST_DEVICE void ipcDone(uint64_t* counter, uint64_t epoch) {
+    blockSync();
+    if (tid_ == 0) storeRelaxed(counter, epoch);
+    blockSync();
+  }
+
   /// End of the block: thread 0 stores the step counters back for the next launch; after a failure it poisons
   /// every FIFO of the block instead, so that peers stop waiting and name the culprit.
   CHORUS_HOST_DEVICE void finish(ncclResult_t res) {
@@ -304,14 +395,15 @@ class DevicePlatform {
   }
 
   // Records the first failure of the launch in DevStatus and marks the block failed. `step` is the FIFO slot
-  // (waits) or the schedule step (a mismatch, whose offending header is `got`).
+  // (waits) or the schedule step (a mismatch, whose offending header is `got`). `waitedFor`: the peer waited on
+  // when that is not the culprit and there is no FIFO to name it (an inbox poisoned by a third rank's failure).
   CHORUS_HOST_DEVICE int record(ncclResult_t code, PoisonReason reason, int culprit, uint32_t what, const Fifo* f,
-                                uint64_t seq, uint32_t step, const SlotHeader* got) {
+                                uint64_t seq, uint32_t step, const SlotHeader* got, int waitedFor = -1) {
     DevStatus* st = w_.status;
     if (atomicCas32(&st->code, 0, static_cast<uint32_t>(code)) == 0) {
       st->reason = static_cast<uint32_t>(reason);
       st->channel = block_;
-      st->peer = f ? f->peer : culprit;
+      st->peer = f ? f->peer : waitedFor >= 0 ? waitedFor : culprit;
       st->step = step;
       st->what = what;
       st->seq = seq;

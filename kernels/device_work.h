@@ -65,7 +65,21 @@ struct DevStatus {
 };
 
 /// What a failed kernel was waiting for.
-enum DevWait : uint32_t { kDevWaitNone = 0, kDevWaitSpace = 1, kDevWaitData = 2, kDevWaitLL = 3, kDevWaitDirect = 4 };
+enum DevWait : uint32_t {
+  kDevWaitNone = 0,
+  kDevWaitSpace = 1,
+  kDevWaitData = 2,
+  kDevWaitLL = 3,
+  kDevWaitDirect = 4,
+  kDevWaitIpc = 5,  ///< an inbox flag of a peer process (kernels/device_ipc.h); DevStatus::step is the phase
+};
+
+/// DevWork::direct: how a launch reaches its peers.
+enum DevDirectKind : uint8_t {
+  kDevThroughFifos = 0,   ///< schedules over FIFOs (kernels/executor.h)
+  kDevDirectThreads = 1,  ///< the peers' own buffers: ranks are threads of one process on one GPU (device_direct.h)
+  kDevDirectIpc = 2,      ///< allreduce through inboxes in the peers' memory: co-located processes (device_ipc.h)
+};
 
 /// The collective kernel's argument.
 struct DevWork {
@@ -97,14 +111,22 @@ struct DevWork {
   uint64_t timeoutTicks;              ///< longest wait in device-timer ticks (0: none)
   int32_t rank;
   int32_t pad1;
-  // Direct collectives (direct != 0; kernels/device_direct.h): which (a Coll) and its root, every rank's buffers by
-  // rank, and the counters the ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxChannels blocks], 64
-  // bytes apart.
+  // Direct collectives (direct == kDevDirectThreads; kernels/device_direct.h): which (a Coll) and its root, every
+  // rank's buffers by rank, and the counters the ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxChannels
+  // blocks], 64 bytes apart.
   uint8_t direct, nDirect, directColl, pad2;
   int32_t directRoot;
   const char* directIn[kDevMaxDirect];
   char* directOut[kDevMaxDirect];
   uint64_t* directSync;
+  // Allreduce through inboxes (direct == kDevDirectIpc; kernels/device_ipc.h): by peer rank, the inbox this rank
+  // writes in that peer's memory and the inbox that peer writes in this rank's memory (null for this rank); the
+  // data bytes of one inbox half; this rank's launch counters, one per block, 64 bytes apart, in its own memory.
+  char* ipcTo[kDevMaxDirect];
+  char* ipcFrom[kDevMaxDirect];
+  uint64_t* ipcEpochs;
+  uint64_t ipcHalfBytes;
+  uint8_t ipcTwoShot, pad3[7];
 };
 
 /// uint64_t words between two direct-launch counters (one 64-byte line each).

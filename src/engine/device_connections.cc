@@ -84,7 +84,8 @@ void DeviceConnections::drainOwned() {
   for (auto& kv : conns_) {
     DevConn& c = kv.second;
     // (Staging FIFOs belong to the net transport, which sends what was published before it shuts down.)
-    if (!c.fifo.isSend || !owns(true) || c.fifo.base == nullptr || c.staged) continue;
+    if (!c.fifo.isSend || !owns(true) || c.fifo.base == nullptr || c.staged || c.fifo.channel == kDevIpcChannel)
+      continue;
     uint64_t produced = 0;
     if (rt_->copyToHost(&produced, c.fifo.step, sizeof(produced)) != ncclSuccess) return;
     Backoff backoff;
@@ -105,7 +106,7 @@ void DeviceConnections::drainOwned() {
 }
 
 ncclResult_t DeviceConnections::init() {
-  size_t n = static_cast<size_t>(kDevMaxChannels) * comm_->nranks * 2;
+  size_t n = static_cast<size_t>(kDevMaxChannels + 1) * comm_->nranks * 2;  // and kDevIpcChannel's
   void* p = nullptr;
   if (rt_->deviceAlloc(n * sizeof(uint64_t), &p) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: allocating device step counters: %s", comm_->rank,
@@ -177,7 +178,7 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
   Rendezvous r = {};
   r.ownerPid = static_cast<uint64_t>(getpid());
   r.ownerDev = comm_->cudaDev;
-  size_t bytes = geo_.totalBytes();
+  size_t bytes = bytesFor(ch);
   bool samePid = far.pid == me.pid;
   if (rt_->canAccessPeer(comm_->cudaDev, far.cudaDev)) {
     ncclResult_t res = rt_->deviceAlloc(bytes, &c->ownedDev);
@@ -286,7 +287,7 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
     }
   } else {
     c->hostName = r.hostName;
-    c->hostSize = geo_.totalBytes();
+    c->hostSize = bytesFor(ch);
     c->hostSeg = shmMapNamed(c->hostName, c->hostSize, false, &err, &call);
     void* dev = nullptr;
     if (c->hostSeg == nullptr || rt_->hostRegister(c->hostSeg, c->hostSize, &dev) != ncclSuccess)

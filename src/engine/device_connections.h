@@ -30,6 +30,10 @@ namespace chorus {
 /// CHORUS_P2P_READ as set in the environment.
 bool p2pReadSetting();
 
+/// The pseudo-channel of the allreduce inboxes between co-located processes (kernels/device_ipc.h): a connection
+/// per ordered pair, in the receiver's memory (write mode), of DeviceConnections::setInboxBytes bytes.
+constexpr int kDevIpcChannel = kDevMaxChannels;
+
 /// One end of one device connection.
 struct DevConn {
   DevFifo fifo{};
@@ -50,6 +54,8 @@ class DeviceConnections {
   ~DeviceConnections();
   /// Allocates the step counters (zero: every FIFO starts empty).
   ncclResult_t init();
+  /// Size of the connections of kDevIpcChannel (set before the first of them is made).
+  void setInboxBytes(size_t bytes) { inboxBytes_ = bytes; }
   /// Makes sure (channel, peer, direction) exists for every entry of `need`, owners first (each rank publishes
   /// what it owns before it waits for what it opens, so ranks never wait on each other in a cycle), and returns
   /// their kernel views in the same order.
@@ -61,6 +67,7 @@ class DeviceConnections {
 
  private:
   bool owns(bool isSend) const { return isSend == readMode_; }
+  size_t bytesFor(int ch) const { return ch == kDevIpcChannel ? inboxBytes_ : geo_.totalBytes(); }
   ncclResult_t publish(int ch, int peer, bool isSend, DevConn* c);
   ncclResult_t open(int ch, int peer, bool isSend, DevConn* c);
   ncclResult_t stage(int ch, int peer, bool isSend, DevConn* c);
@@ -76,6 +83,7 @@ class DeviceConnections {
   FifoGeometry geo_;
   Connections* host_;
   bool readMode_;
+  size_t inboxBytes_ = 0;
   uint64_t* steps_ = nullptr;  ///< device memory: one counter per (channel, peer, direction)
   std::map<std::tuple<int, int, bool>, DevConn> conns_;
   std::vector<std::string> rendezvous_;  ///< names this end created and must unlink if never opened

@@ -34,6 +34,22 @@ IntParam kDevDirect{"CHORUS_DEVICE_DIRECT", 1,
                     "1: when every rank of a communicator is a thread of one process on one GPU, collectives read and "
                     "write the peers' buffers directly (no FIFO); 0: always through FIFOs.",
                     "performance"};
+IntParam kDevIpc{
+    "CHORUS_DEVICE_IPC", 1,
+    "1: an allreduce of at most CHORUS_DEVICE_IPC_MAX_BYTES among ranks on one host, when they are not all "
+    "threads of one process on one GPU, goes through inboxes in the peers' GPU memory (one-shot up to "
+    "CHORUS_DEVICE_ONESHOT_MAX_BYTES, two-shot above); 0: always through FIFOs.",
+    "performance"};
+IntParam kDevOneShotMax{"CHORUS_DEVICE_ONESHOT_MAX_BYTES", 65536,
+                        "Device path: largest allreduce through inboxes that is one-shot (every rank reduces the whole "
+                        "buffer); larger ones up to CHORUS_DEVICE_IPC_MAX_BYTES are two-shot.",
+                        "tuning"};
+IntParam kDevIpcMax{"CHORUS_DEVICE_IPC_MAX_BYTES", 1048576,
+                    "Device path: largest allreduce through inboxes. Each rank holds 2 x this x (ranks - 1) bytes of "
+                    "inboxes in its GPU memory once the first such allreduce runs.",
+                    "tuning"};
+IntParam kDevIpcBlocks{"CHORUS_DEVICE_IPC_BLOCKS", 4,
+                       "Device path: blocks of every allreduce through inboxes (at most the channel cap).", "tuning"};
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 4096,
                    "Largest message (count x element size) that uses LL by default on the device path (NCCL_PROTO "
                    "overrides).",
@@ -72,7 +88,9 @@ std::map<std::pair<int, uint64_t>, StreamUser> gStreamUsers;
 std::string deviceEnvKey() {
   return std::to_string(kDevChannels.get()) + "|" + std::to_string(kDevChannelBytes.get()) + "|" +
          std::to_string(kDevLLMax.get()) + "|" + std::to_string(p2pReadSetting()) + "|" +
-         std::to_string(kDevDirect.get());
+         std::to_string(kDevDirect.get()) + "|" + std::to_string(kDevIpc.get()) + "|" +
+         std::to_string(kDevOneShotMax.get()) + "|" + std::to_string(kDevIpcMax.get()) + "|" +
+         std::to_string(kDevIpcBlocks.get());
 }
 
 namespace {
@@ -144,6 +162,7 @@ DeviceEngine::~DeviceEngine() {
   if (conns_ && !failed) conns_->drainOwned();
   conns_.reset();
   if (scratch_) rt_->deviceFree(scratch_);
+  if (ipcEpochs_) rt_->deviceFree(ipcEpochs_);
   for (auto& p : outScratch_) rt_->deviceFree(p.first);
   if (statusHost_) rt_->hostFree(statusHost_);
   if (orderEvent_) rt_->eventDestroy(orderEvent_);
@@ -234,6 +253,20 @@ ncclResult_t DeviceEngine::checkStatus() {
                                              static_cast<int32_t>(st->got[2] >> 32));
     snprintf(msg, sizeof(msg), "rank %d: device operation #%lu does not match rank %d's call %s (channel %d, step %u)",
              comm_->rank, static_cast<unsigned long>(st->seq), peer, theirs.c_str(), st->channel, st->step);
+  } else if (st->what == kDevWaitIpc) {
+    // kError: the peer poisoned its inbox, naming a culprit (got[0] - 1).
+    int culprit = static_cast<int>(st->got[0]) - 1;
+    std::string why = reason == PoisonReason::kTimeout    ? "no progress before CHORUS_TIMEOUT_S"
+                      : reason == PoisonReason::kAborted  ? "the communicator was aborted"
+                      : reason == PoisonReason::kPeerDied ? "its process died"
+                      : culprit == comm_->rank            ? "it failed, having given up on this rank"
+                      : culprit >= 0 && culprit != peer   ? "it failed, reporting rank " + std::to_string(culprit)
+                                                          : "it failed";
+    snprintf(msg, sizeof(msg),
+             "rank %d: device operation #%lu (allreduce through IPC inboxes) stopped while waiting for rank %d's %s "
+             "(block %d): %s",
+             comm_->rank, static_cast<unsigned long>(st->seq), peer, st->step == 0 ? "input" : "reduced chunk",
+             st->channel, why.c_str());
   } else {
     const char* why = reason == PoisonReason::kTimeout    ? "no progress before CHORUS_TIMEOUT_S"
                       : reason == PoisonReason::kAborted  ? "the communicator was aborted"
@@ -476,6 +509,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
     gatePassed = true;
     if (directSafe(op, met)) return launchDirect(op, met);
   }
+  if (ipcEligible(op)) return launchIpc(op, gatePassed);
   CollPlan plan;
   bool empty = false;
   LaunchLimits limits{kDevMaxFifos, kDevMaxSteps};
@@ -561,6 +595,65 @@ ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<Laun
   for (int r = 0; r < comm_->nranks; r++) all[r] = r;
   std::string what = std::string(collName(op.coll)) + " (direct)";
   return launch(w, op.stream, what.c_str(), all, &op, true);
+}
+
+bool DeviceEngine::ipcEligible(const OpDesc& op) const {
+  // Every rank decides the same from the call's arguments, the shared settings and the peer table.
+  if (kDevIpc.get() == 0 || op.coll != Coll::kAllReduce || op.count == 0 || p2pReadSetting()) return false;
+  if (comm_->nranks < 2 || comm_->nranks > kDevMaxDirect) return false;
+  uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
+  if (bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevIpcMax.get()))) return false;
+  for (const PeerInfo& p : comm_->peers)
+    if (p.hostHash != comm_->peers[comm_->rank].hostHash || p.cudaDev < 0) return false;
+  return true;
+}
+
+ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
+  const int n = comm_->nranks, me = comm_->rank;
+  if (ipcEpochs_ == nullptr) {
+    // The inboxes (made once, kept until destroy) and this rank's launch counters, one line per block.
+    conns_->setInboxBytes(ipcInboxBytes(static_cast<size_t>(kDevIpcMax.get())));
+    void* p = nullptr;
+    if (rt_->deviceAlloc(kDevMaxChannels * kIpcLineBytes, &p) != ncclSuccess)
+      CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: allreduce inbox counters: %s", me, rt_->lastError().c_str());
+    ipcEpochs_ = static_cast<uint64_t*>(p);
+  }
+  std::vector<std::tuple<int, int, bool>> need;
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    need.emplace_back(kDevIpcChannel, q, true);
+    need.emplace_back(kDevIpcChannel, q, false);
+  }
+  std::vector<DevFifo> ends;
+  CHORUS_CHECK(conns_->get(need, &ends));
+  DevWork w{};  // unused entries stay zero or default
+  w.direct = kDevDirectIpc;
+  w.nDirect = static_cast<uint8_t>(n);
+  w.directColl = static_cast<uint8_t>(op.coll);
+  for (size_t i = 0; i < need.size(); i++) {
+    int q = std::get<1>(need[i]);
+    (std::get<2>(need[i]) ? w.ipcTo[q] : w.ipcFrom[q]) = ends[i].base;
+  }
+  w.ipcEpochs = ipcEpochs_;
+  w.ipcHalfBytes = static_cast<uint64_t>(kDevIpcMax.get());
+  uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
+  w.ipcTwoShot = bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) ? 1 : 0;
+  w.in = static_cast<const char*>(op.sendbuff);
+  w.out = static_cast<char*>(op.recvbuff);
+  w.esize = DType::size(op.dtype);
+  w.inTotal = w.outTotal = op.count;
+  w.reducing = 1;
+  w.red = planner_->redOpFor(op);
+  w.scalarDev = op.scalarOnDevice ? op.scalarPtr : nullptr;
+  // The same number of blocks for every inbox launch: each block's launch counter must advance with the others'.
+  w.nChannels = static_cast<uint8_t>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get())));
+  w.fp.seq = planner_->nextCollSeq();
+  w.fp.count = op.count;
+  w.fp.desc = packDesc(op.coll, op.dtype, op.op);
+  std::vector<int> all(n);
+  for (int r = 0; r < n; r++) all[r] = r;
+  std::string what = std::string(collName(op.coll)) + (w.ipcTwoShot ? " (two-shot" : " (one-shot") + " through IPC)";
+  return launch(w, op.stream, what.c_str(), all, &op, gatePassed);
 }
 
 ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {

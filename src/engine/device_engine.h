@@ -64,6 +64,10 @@ class DeviceEngine {
   /// ranks' buffers (kernels/device_direct.h); every rank decides the same from the same payloads.
   bool directSafe(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) const;
   ncclResult_t launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met);
+  /// Whether op is an allreduce that goes through inboxes in the peers' GPU memory (kernels/device_ipc.h): every
+  /// rank on this host with a GPU, and small enough. Every rank decides the same.
+  bool ipcEligible(const OpDesc& op) const;
+  ncclResult_t launchIpc(const OpDesc& op, bool gatePassed);
   /// Enqueues a device-to-device copy on stream, in this communicator's call order.
   ncclResult_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
   /// Call order across streams: makes work about to be enqueued on `stream` wait for this communicator's previous
@@ -103,6 +107,7 @@ class DeviceEngine {
   bool multiStream_ = false;   ///< more than one stream seen: orderEvent_ is recorded after every launch
   uint64_t gateColls_ = 0;     ///< collective launches through the gate (their number, in messages)
   uint64_t ticksPerMs_ = 1000000;
+  uint64_t* ipcEpochs_ = nullptr;  ///< device memory: per-block counters of the inbox launches (made on first use)
 };
 
 }  // namespace chorus

@@ -597,7 +597,11 @@ ncclResult_t EmuRuntime::memcpyAsync(void* dst, const void* src, size_t bytes, c
 
 namespace {
 thread_local int tDirectLaunches = 0;
-void countDirect(EmuRuntime* rt) {
+void countDirect(EmuRuntime* rt, const chorus::DevWork& w) {
+  if (w.direct == chorus::kDevDirectIpc) {
+    rt->ipcLaunches++;
+    return;
+  }
   rt->directLaunches++;
   tDirectLaunches++;
 }
@@ -612,14 +616,14 @@ ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   ncclResult_t res;
   if (captured(exec_, s, EmuGraph::Node{true, w, nullptr, nullptr, 0}, &res, mem_)) {
     if (res == ncclSuccess) launches++;
-    if (res == ncclSuccess && work.direct) countDirect(this);
+    if (res == ncclSuccess && work.direct) countDirect(this, work);
     return res;
   }
   Exec::Item it(Exec::Item::kKernel);
   it.work = std::move(w);
   enqueue(s, std::move(it));
   launches++;
-  if (work.direct) countDirect(this);
+  if (work.direct) countDirect(this, work);
   return ncclSuccess;
 }
 

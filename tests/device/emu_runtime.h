@@ -110,7 +110,8 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> copies{0};        ///< memcpyAsync calls (enqueued or captured)
   std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
-  std::atomic<int> directLaunches{0};  ///< launched kernels that were direct allreduces (DevWork::direct)
+  std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
+  std::atomic<int> ipcLaunches{0};     ///< launched kernels through inboxes (kDevDirectIpc), by this process
   /// Direct launches made by the calling thread (a thread rank's own).
   static int directLaunchesOfThisThread();
 

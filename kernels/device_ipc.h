@@ -1,0 +1,107 @@
+// Allreduce for ranks that are processes of one host (each its own GPU, or several under MPS on one), through
+// inboxes: for every ordered pair (q, r) an inbox in r's GPU memory that q writes through its IPC mapping and r
+// reads locally (DeviceConnections, kDevIpcChannel). No FIFO slots, no schedule steps: each block pushes its share
+// of the input into the peers' inboxes with plain stores, raises a flag in each, and waits for the peers' flags
+// in its own memory (remote writes are posted; polling stays local).
+//
+//   one-shot (small): every rank pushes its whole share to every peer, then reduces all n terms itself.
+//                     One flag exchange; each rank writes (n-1) S over the links and reads n S locally.
+//   two-shot (mid):   chunk q of the share goes to rank q only; rank q reduces chunk q and pushes the result to
+//                     every peer; everyone copies the chunks out. Two flag exchanges; (n-1)/n S each way twice.
+//
+// Every rank reduces in rank order, so one-shot results are bitwise the same on every rank (as a ring's are).
+//
+// An inbox holds two halves of data, used by alternate launches, a poison word (a failed rank poisons the inboxes
+// it writes, so that the peers waiting for it stop), and a flag line per (half, phase, block) with
+// the launch's count and description (a mismatched call is refused naming the peer). Reuse is safe without a
+// departure barrier: a rank that starts launch k+2 has seen every peer's flags of launch k+1, so every peer has
+// finished launch k, the last to use this half. Flags and counters only grow, and each block's launch counter lives
+// in device memory, so graph replays continue where the last launch left off. Every IPC launch of a communicator
+// uses the same number of blocks, so the blocks' counters stay equal.
+#pragma once
+
+#include "kernels/device_direct.h"
+#include "kernels/device_platform.h"
+#include "kernels/device_work.h"
+
+namespace chorus {
+
+/// Bytes of one flag line of an inbox (and between two launch counters).
+constexpr size_t kIpcLineBytes = 64;
+/// Header of an inbox: a FifoCtrl (its poison word; a pinned host inbox also records its ends there, as a FIFO
+/// does), then one flag line per (half, phase, block); data starts after it.
+constexpr size_t kIpcHeaderBytes = ((sizeof(FifoCtrl) + kIpcLineBytes * 4 * kDevMaxChannels) + 4095) / 4096 * 4096;
+
+/// Offset of the flag line of (half, phase, block) in an inbox.
+CHORUS_HOST_DEVICE inline size_t ipcFlagOffset(int half, int phase, int block) {
+  return sizeof(FifoCtrl) + kIpcLineBytes * static_cast<size_t>((half * 2 + phase) * kDevMaxChannels + block);
+}
+/// Bytes of an inbox whose halves hold `halfBytes` each.
+CHORUS_HOST_DEVICE inline size_t ipcInboxBytes(size_t halfBytes) { return kIpcHeaderBytes + 2 * halfBytes; }
+
+namespace detail {
+
+/// out[x0, x1) = post(pre(t_0) op pre(t_1) op ... op pre(t_{n-1})), in rank order, where t_r is this rank's input
+/// and t_q (q != r) is in q's inbox. The accumulator is out (rank 0) or the inbox of rank 0 (whose term is
+/// consumed first): never a term still to be read, even when out is this rank's input (in place).
+CHORUS_HOST_DEVICE inline void ipcReduceRange(DevicePlatform& p, const DevWork& w, size_t data, size_t x0, size_t x1) {
+  const int n = w.nDirect, r = w.rank;
+  if (x1 <= x0) return;
+  const size_t m = x1 - x0, off = x0 * w.esize;
+  const uint32_t pre = kExecPreLocal;
+  char* out = w.out + off;
+  auto term = [&](int q) -> const char* { return q == r ? w.in + off : w.ipcFrom[q] + data + off; };
+  char* acc = r == 0 ? out : w.ipcFrom[0] + data + off;
+  if (term(0) != acc || !p.identityCopy(pre)) p.copy(acc, term(0), m, pre);
+  for (int q = 1; q < n; q++) p.reduce(q == n - 1 ? out : acc, acc, term(q), m, pre | (q == n - 1 ? kExecPostOp : 0));
+}
+
+}  // namespace detail
+
+CHORUS_HOST_DEVICE inline ncclResult_t runIpc(DevicePlatform& p, const DevWork& w, int block) {
+  const int n = w.nDirect, r = w.rank, nb = w.nChannels;
+  const size_t count = w.inTotal, es = w.esize;
+  uint64_t* counter = w.ipcEpochs + static_cast<size_t>(block) * (kIpcLineBytes / sizeof(uint64_t));
+  const uint64_t epoch = loadRelaxed(counter) + 1;
+  const int half = static_cast<int>(epoch & 1);
+  const size_t data = kIpcHeaderBytes + static_cast<size_t>(half) * w.ipcHalfBytes;
+  // This block's share of the buffer, and (two-shot) chunk q of it, which rank q reduces.
+  const size_t s = directPart(count, block, nb), e = directPart(count, block + 1, nb);
+  auto chunk = [&](int q, size_t* c0, size_t* c1) {
+    *c0 = s + directPart(e - s, q, n);
+    *c1 = s + directPart(e - s, q + 1, n);
+  };
+  ncclResult_t res = ncclSuccess;
+  size_t c0 = s, c1 = e;
+  for (int k = 1; k < n; k++) {
+    const int q = (r + k) % n;  // peers in a rotated order, so that the ranks do not all write to one at once
+    if (w.ipcTwoShot) chunk(q, &c0, &c1);
+    if (c1 > c0) p.copy(w.ipcTo[q] + data + c0 * es, w.in + c0 * es, c1 - c0, 0);
+  }
+  p.ipcSignal(ipcFlagOffset(half, 0, block), epoch);
+  res = p.ipcWait(ipcFlagOffset(half, 0, block), epoch, 0);
+  if (res == ncclSuccess && !w.ipcTwoShot) detail::ipcReduceRange(p, w, data, s, e);
+  if (res == ncclSuccess && w.ipcTwoShot) {
+    chunk(r, &c0, &c1);
+    detail::ipcReduceRange(p, w, data, c0, c1);
+    for (int k = 1; k < n; k++) {
+      const int q = (r + k) % n;
+      if (c1 > c0) p.copy(w.ipcTo[q] + data + c0 * es, w.out + c0 * es, c1 - c0, 0);
+    }
+    p.ipcSignal(ipcFlagOffset(half, 1, block), epoch);
+    res = p.ipcWait(ipcFlagOffset(half, 1, block), epoch, 1);
+    for (int k = 1; k < n && res == ncclSuccess; k++) {
+      const int q = (r + k) % n;
+      chunk(q, &c0, &c1);
+      if (c1 > c0) p.copy(w.out + c0 * es, w.ipcFrom[q] + data + c0 * es, c1 - c0, 0);
+    }
+  }
+  if (res != ncclSuccess) {
+    p.ipcPoison();  // the peers waiting for this rank's flags stop too, naming the culprit
+    return res;
+  }
+  p.ipcDone(counter, epoch);
+  return ncclSuccess;
+}
+
+}  // namespace chorus
