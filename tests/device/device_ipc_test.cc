@@ -192,6 +192,44 @@ TEST_F(IpcAllReduce, GraphReplays) {
   });
 }
 
+// One process driving two GPUs (ncclCommInitAll, one thread, one group): the ranks are not threads of one GPU,
+// so the allreduce goes through inboxes, which they reach by pointer.
+TEST_F(IpcAllReduce, OneProcessTwoGpus) {
+  setenv("CHORUS_TIMEOUT_S", "20", 1);
+  chorus::paramsReload();
+  gEmu.devices = 2;
+  const int n = 2;
+  ncclComm_t comms[n];
+  int devs[n] = {0, 1};
+  ASSERT_EQ(ncclCommInitAll(comms, n, devs), ncclSuccess);
+  for (size_t count : {size_t(1000), size_t(100000)}) {
+    std::vector<std::unique_ptr<DevBuf>> bufs;
+    for (int r = 0; r < n; r++) {
+      ASSERT_EQ(gEmu.setDevice(r), ncclSuccess);
+      bufs.push_back(std::make_unique<DevBuf>(gEmu, count * sizeof(int32_t)));
+      for (size_t i = 0; i < count; i++) bufs[r]->as<int32_t>()[i] = int32_t(r * 3 + i);
+    }
+    int before = gEmu.ipcLaunches;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; r++)
+      ASSERT_EQ(ncclAllReduce(bufs[r]->as<int32_t>(), bufs[r]->as<int32_t>(), count, ncclInt32, ncclSum, comms[r],
+                              reinterpret_cast<cudaStream_t>(uintptr_t(r + 1))),
+                ncclSuccess)
+          << ncclGetLastError(comms[r]);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(gEmu.ipcLaunches.load(), before + n);
+    for (int r = 0; r < n; r++)
+      ASSERT_EQ(gEmu.streamSynchronize(reinterpret_cast<cudaStream_t>(uintptr_t(r + 1))), ncclSuccess);
+    for (int r = 0; r < n; r++) {
+      ASSERT_EQ(asyncErrorOf(comms[r]), ncclSuccess) << ncclGetLastError(comms[r]);
+      for (size_t i = 0; i < count; i++) ASSERT_EQ(bufs[r]->as<int32_t>()[i], int32_t(3 + 2 * i)) << r << " " << i;
+    }
+  }
+  for (int r = 0; r < n; r++) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+  gEmu.setDevice(0);
+  gEmu.devices = 1;
+}
+
 // Rank 1 calls with another count: both kernels refuse the other's call, naming it.
 TEST_F(IpcAllReduce, MismatchedCallIsNamed) {
   runRanks(2, Driver::kProcesses, [](RankCtx& c) {
