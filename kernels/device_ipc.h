@@ -41,16 +41,17 @@ CHORUS_HOST_DEVICE inline size_t ipcInboxBytes(size_t halfBytes) { return kIpcHe
 
 namespace detail {
 
-/// out[x0, x1) = post(pre(t_0) op pre(t_1) op ... op pre(t_{n-1})), in rank order, where t_r is this rank's input
+/// out[x0, x1) = post(pre(t_0) op pre(t_1) op ... op pre(t_{n-1})), in rank order, where t_r is this rank's `own`
 /// and t_q (q != r) is in q's inbox. The accumulator is out (rank 0) or the inbox of rank 0 (whose term is
-/// consumed first): never a term still to be read, even when out is this rank's input (in place).
-CHORUS_HOST_DEVICE inline void ipcReduceRange(DevicePlatform& p, const DevWork& w, size_t data, size_t x0, size_t x1) {
+/// consumed first): never a term still to be read, even when out is `own` (in place).
+CHORUS_HOST_DEVICE inline void ipcReduceRange(DevicePlatform& p, const DevWork& w, size_t data, const char* own,
+                                              char* out, size_t x0, size_t x1) {
   const int n = w.nDirect, r = w.rank;
   if (x1 <= x0) return;
   const size_t m = x1 - x0, off = x0 * w.esize;
   const uint32_t pre = kExecPreLocal;
-  char* out = w.out + off;
-  auto term = [&](int q) -> const char* { return q == r ? w.in + off : w.ipcFrom[q] + data + off; };
+  out += off;
+  auto term = [&](int q) -> const char* { return q == r ? own + off : w.ipcFrom[q] + data + off; };
   char* acc = r == 0 ? out : w.ipcFrom[0] + data + off;
   if (term(0) != acc || !p.identityCopy(pre)) p.copy(acc, term(0), m, pre);
   for (int q = 1; q < n; q++) p.reduce(q == n - 1 ? out : acc, acc, term(q), m, pre | (q == n - 1 ? kExecPostOp : 0));
@@ -58,32 +59,63 @@ CHORUS_HOST_DEVICE inline void ipcReduceRange(DevicePlatform& p, const DevWork& 
 
 }  // namespace detail
 
+/// Runs block `block` of an inbox launch. Every collective pushes, raises its flags in every peer's inbox (empty
+/// ones included: a rank that runs ahead must have seen every peer finish the launch before last), waits for every
+/// peer's, and collects:
+///   allreduce       one-shot: push the share to every peer; reduce all n terms. Two-shot: see the file comment.
+///   reduce          push the share to the root; the root reduces all n terms
+///   broadcast       the root pushes its share to every peer; they copy it out
+///   allgather       push the share of this rank's block to every peer; copy every peer's into its output block
+///   reduce-scatter  push the share of block q to rank q; reduce block r's n terms
+///   alltoall        push the share of block q to rank q; copy each peer's into its output block
 CHORUS_HOST_DEVICE inline ncclResult_t runIpc(DevicePlatform& p, const DevWork& w, int block) {
-  const int n = w.nDirect, r = w.rank, nb = w.nChannels;
-  const size_t count = w.inTotal, es = w.esize;
+  const int n = w.nDirect, r = w.rank, nb = w.nChannels, root = w.directRoot;
+  const size_t count = w.inTotal, es = w.esize, blk = count * es;
+  const auto coll = static_cast<Coll>(w.directColl);
   uint64_t* counter = w.ipcEpochs + static_cast<size_t>(block) * (kIpcLineBytes / sizeof(uint64_t));
   const uint64_t epoch = loadRelaxed(counter) + 1;
   const int half = static_cast<int>(epoch & 1);
   const size_t data = kIpcHeaderBytes + static_cast<size_t>(half) * w.ipcHalfBytes;
-  // This block's share of the buffer, and (two-shot) chunk q of it, which rank q reduces.
+  // This block's share of the count, and (two-shot) chunk q of it, which rank q reduces.
   const size_t s = directPart(count, block, nb), e = directPart(count, block + 1, nb);
   auto chunk = [&](int q, size_t* c0, size_t* c1) {
     *c0 = s + directPart(e - s, q, n);
     *c1 = s + directPart(e - s, q + 1, n);
   };
-  ncclResult_t res = ncclSuccess;
+  const bool perPeerBlock = coll == Coll::kReduceScatter || coll == Coll::kAllToAll;
   size_t c0 = s, c1 = e;
   for (int k = 1; k < n; k++) {
     const int q = (r + k) % n;  // peers in a rotated order, so that the ranks do not all write to one at once
+    if ((coll == Coll::kBroadcast && r != root) || (coll == Coll::kReduce && q != root)) continue;
     if (w.ipcTwoShot) chunk(q, &c0, &c1);
-    if (c1 > c0) p.copy(w.ipcTo[q] + data + c0 * es, w.in + c0 * es, c1 - c0, 0);
+    const char* src = w.in + (perPeerBlock ? static_cast<size_t>(q) * blk : 0) + c0 * es;
+    if (c1 > c0) p.copy(w.ipcTo[q] + data + c0 * es, src, c1 - c0, 0);
   }
   p.ipcSignal(ipcFlagOffset(half, 0, block), epoch);
-  res = p.ipcWait(ipcFlagOffset(half, 0, block), epoch, 0);
-  if (res == ncclSuccess && !w.ipcTwoShot) detail::ipcReduceRange(p, w, data, s, e);
-  if (res == ncclSuccess && w.ipcTwoShot) {
+  ncclResult_t res = p.ipcWait(ipcFlagOffset(half, 0, block), epoch, 0);
+  if (res == ncclSuccess) {
+    const size_t sb = s * es;
+    if (coll == Coll::kAllReduce && !w.ipcTwoShot) {
+      detail::ipcReduceRange(p, w, data, w.in, w.out, s, e);
+    } else if (coll == Coll::kReduce) {
+      if (r == root) detail::ipcReduceRange(p, w, data, w.in, w.out, s, e);
+    } else if (coll == Coll::kReduceScatter) {
+      detail::ipcReduceRange(p, w, data, w.in + static_cast<size_t>(r) * blk, w.out, s, e);
+    } else if (coll == Coll::kBroadcast) {
+      const char* src = r == root ? w.in + sb : w.ipcFrom[root] + data + sb;
+      if (e > s && src != w.out + sb) p.copy(w.out + sb, src, e - s, 0);
+    } else if (coll == Coll::kAllGather || coll == Coll::kAllToAll) {
+      for (int q = 0; q < n && e > s; q++) {
+        char* dst = w.out + static_cast<size_t>(q) * blk + sb;
+        const char* src =
+            q != r ? w.ipcFrom[q] + data + sb : w.in + (perPeerBlock ? static_cast<size_t>(r) * blk : 0) + sb;
+        if (dst != src) p.copy(dst, src, e - s, 0);
+      }
+    }
+  }
+  if (res == ncclSuccess && coll == Coll::kAllReduce && w.ipcTwoShot) {
     chunk(r, &c0, &c1);
-    detail::ipcReduceRange(p, w, data, c0, c1);
+    detail::ipcReduceRange(p, w, data, w.in, w.out, c0, c1);
     for (int k = 1; k < n; k++) {
       const int q = (r + k) % n;
       if (c1 > c0) p.copy(w.ipcTo[q] + data + c0 * es, w.out + c0 * es, c1 - c0, 0);

@@ -209,7 +209,7 @@ class DevicePlatform {
   }
 
   /// Inbox launches (kernels/device_ipc.h): once the block's writes are done and visible, thread 0 raises the flag
-  /// line at `off` in every peer's inbox to `epoch`, with the call's count, description and sequence number.
+  /// line at `off` in every peer's inbox to `epoch`, with the call's count, description, sequence number and root.
   CHORUS_HOST_DEVICE void ipcSignal(size_t off, uint64_t epoch) {
     blockSync();
     if (tid_ == 0) {
@@ -219,6 +219,7 @@ class DevicePlatform {
         storeRelaxed(line + 1, w_.fp.count);
         storeRelaxed(line + 2, w_.fp.desc);
         storeRelaxed(line + 3, w_.fp.seq);
+        storeRelaxed(line + 4, static_cast<uint64_t>(static_cast<uint32_t>(w_.fp.root)));
         storeRelease(line, epoch);
       }
     }
@@ -268,8 +269,8 @@ class DevicePlatform {
         got.count = loadRelaxed(line + 1);
         got.desc = static_cast<uint32_t>(loadRelaxed(line + 2));
         got.seq = loadRelaxed(line + 3);
-        got.root = -1;
-        if (got.count != w_.fp.count || got.desc != w_.fp.desc)
+        got.root = static_cast<int32_t>(static_cast<uint32_t>(loadRelaxed(line + 4)));
+        if (got.count != w_.fp.count || got.desc != w_.fp.desc || got.root != w_.fp.root)
           res = record(ncclInvalidUsage, PoisonReason::kMismatch, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, &got);
       }
       sh_.result = res;

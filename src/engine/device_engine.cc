@@ -263,7 +263,7 @@ ncclResult_t DeviceEngine::checkStatus() {
                       : culprit >= 0 && culprit != peer   ? "it failed, reporting rank " + std::to_string(culprit)
                                                           : "it failed";
     snprintf(msg, sizeof(msg),
-             "rank %d: device operation #%lu (allreduce through IPC inboxes) stopped while waiting for rank %d's %s "
+             "rank %d: device operation #%lu (a collective through IPC inboxes) stopped while waiting for rank %d's %s "
              "(block %d): %s",
              comm_->rank, static_cast<unsigned long>(st->seq), peer, st->step == 0 ? "input" : "reduced chunk",
              st->channel, why.c_str());
@@ -599,10 +599,25 @@ ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<Laun
 
 bool DeviceEngine::ipcEligible(const OpDesc& op) const {
   // Every rank decides the same from the call's arguments, the shared settings and the peer table.
-  if (kDevIpc.get() == 0 || op.coll != Coll::kAllReduce || op.count == 0 || p2pReadSetting()) return false;
+  if (kDevIpc.get() == 0 || op.count == 0 || p2pReadSetting()) return false;
   if (comm_->nranks < 2 || comm_->nranks > kDevMaxDirect) return false;
+  // Bytes one rank pushes to one peer: the count's (a rank's block for allgather, reduce-scatter and alltoall).
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
-  if (bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevIpcMax.get()))) return false;
+  uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get()));
+  switch (op.coll) {
+    case Coll::kAllReduce:
+      limit = static_cast<uint64_t>(std::max<int64_t>(0, kDevIpcMax.get()));
+      break;
+    case Coll::kReduce:
+    case Coll::kBroadcast:
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+    case Coll::kAllToAll:
+      break;
+    default:
+      return false;
+  }
+  if (bytes > std::min<uint64_t>(limit, static_cast<uint64_t>(std::max<int64_t>(0, kDevIpcMax.get())))) return false;
   for (const PeerInfo& p : comm_->peers)
     if (p.hostHash != comm_->peers[comm_->rank].hostHash || p.cudaDev < 0) return false;
   return true;
@@ -637,19 +652,23 @@ ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
   w.ipcEpochs = ipcEpochs_;
   w.ipcHalfBytes = static_cast<uint64_t>(kDevIpcMax.get());
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
-  w.ipcTwoShot = bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) ? 1 : 0;
+  w.ipcTwoShot =
+      op.coll == Coll::kAllReduce && bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) ? 1 : 0;
+  w.directRoot = op.root;
   w.in = static_cast<const char*>(op.sendbuff);
   w.out = static_cast<char*>(op.recvbuff);
   w.esize = DType::size(op.dtype);
   w.inTotal = w.outTotal = op.count;
-  w.reducing = 1;
-  w.red = planner_->redOpFor(op);
-  w.scalarDev = op.scalarOnDevice ? op.scalarPtr : nullptr;
+  w.reducing = collReducing(op.coll);
+  w.red = planner_->redOpFor(op);  // also the element type of the copies
+  w.scalarDev = w.reducing && op.scalarOnDevice ? op.scalarPtr : nullptr;
   // The same number of blocks for every inbox launch: each block's launch counter must advance with the others'.
   w.nChannels = static_cast<uint8_t>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get())));
   w.fp.seq = planner_->nextCollSeq();
   w.fp.count = op.count;
-  w.fp.desc = packDesc(op.coll, op.dtype, op.op);
+  w.fp.desc = packDesc(op.coll, op.dtype, w.reducing ? op.op : 0);
+  bool rooted = op.coll == Coll::kReduce || op.coll == Coll::kBroadcast;
+  w.fp.root = rooted ? op.root : -1;
   std::vector<int> all(n);
   for (int r = 0; r < n; r++) all[r] = r;
   std::string what = std::string(collName(op.coll)) + (w.ipcTwoShot ? " (two-shot" : " (one-shot") + " through IPC)";

@@ -157,6 +157,95 @@ TEST_F(IpcAllReduce, ManyCallsWithDelays) {
   gEmu.delayPercent = 0;
 }
 
+// Reduce, broadcast, allgather, reduce-scatter and alltoall through inboxes, out of place and at each collective's
+// in-place offset, with roots that move: int32 values whose sums are exact, a guard word past every buffer. Past
+// CHORUS_DEVICE_ONESHOT_MAX_BYTES a rank's block takes the FIFOs.
+void otherCollectives(RankCtx& c, size_t N) {
+  const int n = c.nranks, r = c.rank;
+  const int32_t kGuard = 0x7eadbeef;
+  const bool ipc = N * 4 <= 65536;
+  auto v = [](int rank, size_t i) { return int32_t(rank * 1000003 + int32_t(i % 100000) * 7 + 1); };
+  DevBuf inBuf(gEmu, (N * n + 1) * 4), outBuf(gEmu, (N * n + 1) * 4);
+  int32_t* in = inBuf.as<int32_t>();
+  int32_t* out = outBuf.as<int32_t>();
+  cudaStream_t s = streamOf(c);
+  for (bool inPlace : {false, true}) {
+    const int root = int((N + (inPlace ? 1 : 0)) % n);
+    SCOPED_TRACE(std::string(inPlace ? "in place" : "out of place") + " N=" + std::to_string(N));
+    int before = 0;
+    auto run = [&](ncclResult_t res) {
+      ASSERT_EQ(res, ncclSuccess) << ncclGetLastError(c.comm);
+      ASSERT_EQ(gEmu.streamSynchronize(s), ncclSuccess);
+      ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+      EXPECT_EQ(gEmu.ipcLaunches.load(), before + (ipc ? 1 : 0)) << "through inboxes: " << ipc;
+      EXPECT_EQ(in[N * n], kGuard);
+      EXPECT_EQ(out[N * n], kGuard);
+    };
+    in[N * n] = out[N * n] = kGuard;
+
+    int32_t* agIn = inPlace ? out + r * N : in;
+    for (size_t i = 0; i < N; i++) agIn[i] = v(r, i);
+    before = gEmu.ipcLaunches;
+    run(ncclAllGather(agIn, out, N, ncclInt32, c.comm, s));
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(out[q * N + i], v(q, i)) << "allgather q " << q << " i " << i;
+
+    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
+    int32_t* rsOut = inPlace ? in + r * N : out;
+    before = gEmu.ipcLaunches;
+    run(ncclReduceScatter(in, rsOut, N, ncclInt32, ncclSum, c.comm, s));
+    for (size_t i = 0; i < N; i++) {
+      int32_t want = 0;
+      for (int q = 0; q < n; q++) want += v(q, r * N + i);
+      ASSERT_EQ(rsOut[i], want) << "reduce-scatter i " << i;
+    }
+
+    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
+    int32_t* bcOut = inPlace ? in : out;
+    before = gEmu.ipcLaunches;
+    run(ncclBroadcast(in, bcOut, N, ncclInt32, root, c.comm, s));
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(bcOut[i], v(root, i)) << "broadcast i " << i;
+
+    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
+    int32_t* redOut = inPlace ? in : out;
+    before = gEmu.ipcLaunches;
+    run(ncclReduce(in, redOut, N, ncclInt32, ncclSum, root, c.comm, s));
+    if (r == root) {
+      for (size_t i = 0; i < N; i++) {
+        int32_t want = 0;
+        for (int q = 0; q < n; q++) want += v(q, i);
+        ASSERT_EQ(redOut[i], want) << "reduce i " << i;
+      }
+    }
+
+    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
+    int32_t* aaOut = inPlace ? in : out;
+    before = gEmu.ipcLaunches;
+    run(ncclAlltoAll(in, aaOut, N, ncclInt32, c.comm, s));
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(aaOut[q * N + i], v(q, r * N + i)) << "alltoall q " << q << " i " << i;
+  }
+}
+
+TEST_F(IpcAllReduce, OtherCollectives) {
+  runRanks(4, Driver::kProcesses, [](RankCtx& c) {
+    for (size_t N : {size_t(1), size_t(3), size_t(1001), size_t(16384), size_t(16385)}) otherCollectives(c, N);
+  });
+  runRanks(3, Driver::kProcesses, [](RankCtx& c) { otherCollectives(c, 5003); });
+}
+
+// The same on blocks of 4 threads with random delays, twice in a row.
+TEST_F(IpcAllReduce, OtherCollectivesWithDelays) {
+  gEmu.threadsPerBlock = 4;
+  gEmu.delayPercent = 10;
+  gEmu.delayMaxUs = 30;
+  runRanks(4, Driver::kProcesses, [](RankCtx& c) {
+    for (size_t N : {size_t(2500), size_t(777)}) otherCollectives(c, N);
+  });
+  gEmu.threadsPerBlock = 1;
+  gEmu.delayPercent = 0;
+}
+
 // Two ranks: the same calls with CHORUS_DEVICE_IPC=0 go through FIFOs; threads of one process on one GPU take their
 // own direct path, not the inboxes.
 TEST_F(IpcAllReduce, OnlyWhenEnabledAndNotForThreadsOfOneGpu) {
@@ -242,6 +331,19 @@ TEST_F(IpcAllReduce, MismatchedCallIsNamed) {
     std::string text = ncclGetLastError(c.comm);
     EXPECT_NE(text.find("does not match rank " + std::to_string(1 - c.rank)), std::string::npos) << text;
     EXPECT_NE(text.find(std::to_string(c.rank == 0 ? 200 : 100)), std::string::npos) << text;
+  });
+}
+
+// Rank 1 broadcasts from another root: both kernels refuse the other's call.
+TEST_F(IpcAllReduce, MismatchedRootIsNamed) {
+  runRanks(2, Driver::kProcesses, [](RankCtx& c) {
+    DevBuf b(gEmu, 4096);
+    ASSERT_EQ(ncclBroadcast(b.as<float>(), b.as<float>(), 100, ncclFloat32, c.rank, c.comm, streamOf(c)), ncclSuccess);
+    gEmu.streamSynchronize(streamOf(c));
+    EXPECT_EQ(asyncErrorOf(c.comm), ncclInvalidUsage);
+    std::string text = ncclGetLastError(c.comm);
+    EXPECT_NE(text.find("does not match rank " + std::to_string(1 - c.rank)), std::string::npos) << text;
+    EXPECT_NE(text.find("root " + std::to_string(1 - c.rank)), std::string::npos) << text;
   });
 }
 
