@@ -34,22 +34,25 @@ IntParam kDevDirect{"CHORUS_DEVICE_DIRECT", 1,
                     "1: when every rank of a communicator is a thread of one process on one GPU, collectives read and "
                     "write the peers' buffers directly (no FIFO); 0: always through FIFOs.",
                     "performance"};
-IntParam kDevIpc{
-    "CHORUS_DEVICE_IPC", 1,
-    "1: an allreduce of at most CHORUS_DEVICE_IPC_MAX_BYTES among ranks on one host, when they are not all "
-    "threads of one process on one GPU, goes through inboxes in the peers' GPU memory (one-shot up to "
-    "CHORUS_DEVICE_ONESHOT_MAX_BYTES, two-shot above); 0: always through FIFOs.",
-    "performance"};
+IntParam kDevIpc{"CHORUS_DEVICE_IPC", 1,
+                 "1: when every rank is on one host and they are not all threads of one process on one GPU, an "
+                 "allreduce of at most CHORUS_DEVICE_IPC_MAX_BYTES (one-shot up to CHORUS_DEVICE_ONESHOT_MAX_BYTES, "
+                 "two-shot above), and a reduce, broadcast, allgather, reduce-scatter or alltoall whose count is at "
+                 "most CHORUS_DEVICE_ONESHOT_MAX_BYTES, go through inboxes in the peers' GPU memory; 0: always through "
+                 "FIFOs.",
+                 "performance"};
 IntParam kDevOneShotMax{"CHORUS_DEVICE_ONESHOT_MAX_BYTES", 65536,
                         "Device path: largest allreduce through inboxes that is one-shot (every rank reduces the whole "
-                        "buffer); larger ones up to CHORUS_DEVICE_IPC_MAX_BYTES are two-shot.",
+                        "buffer; larger ones up to CHORUS_DEVICE_IPC_MAX_BYTES are two-shot), and largest count in "
+                        "bytes (a rank's block for allgather, reduce-scatter and alltoall) of the other collectives "
+                        "through inboxes.",
                         "tuning"};
 IntParam kDevIpcMax{"CHORUS_DEVICE_IPC_MAX_BYTES", 1048576,
                     "Device path: largest allreduce through inboxes. Each rank holds 2 x this x (ranks - 1) bytes of "
-                    "inboxes in its GPU memory once the first such allreduce runs.",
+                    "inboxes in its GPU memory once the first call through inboxes runs.",
                     "tuning"};
 IntParam kDevIpcBlocks{"CHORUS_DEVICE_IPC_BLOCKS", 4,
-                       "Device path: blocks of every allreduce through inboxes (at most the channel cap).", "tuning"};
+                       "Device path: blocks of every launch through inboxes (at most the channel cap).", "tuning"};
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 4096,
                    "Largest message (count x element size) that uses LL by default on the device path (NCCL_PROTO "
                    "overrides).",
