@@ -6,6 +6,8 @@
 #                                                               against NVIDIA's NCCL, PyTorch under LD_PRELOAD)
 #                 bash scripts/gpu_session.sh perf             (-g 2/4/8 sweeps of four collectives, 2 processes;
 #                                                               perf2, perf4, perf8 and procs run one part each)
+#                 bash scripts/gpu_session.sh mps              (2/4/8 processes under MPS, 8 B-4 MB, through the
+#                                                               IPC inboxes and through FIFOs)
 #                 bash scripts/gpu_session.sh                  (both)
 # Logs go to $LOGS (default out/gpu). When $OUT is set (the device tool), they are also packed into one file
 # $OUT/gpu-<phases>.tgz, because only a few files come back from a run.
@@ -111,6 +113,24 @@ procs() {
     --mem device
 }
 
+# mps: 2, 4 and 8 processes on the one GPU under MPS (so their kernels run side by side), small and mid sizes,
+# through the IPC inboxes (the default) and through FIFOs (CHORUS_DEVICE_IPC=0), back to back.
+mps() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/chorus-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/chorus-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d 2>> "$LOGS/session.log" || log "MPS did not start"
+  for np in 2 4 8; do
+    for ipc in 1 0; do
+      for t in all_reduce all_gather; do
+        log "$t, $np processes under MPS, CHORUS_DEVICE_IPC=$ipc"
+        run 60 "${t}_mps_n${np}_ipc${ipc}.log" env CHORUS_DEVICE_IPC=$ipc "$BUILD/perf/chorusrun" -n "$np" \
+          "$BUILD/perf/${t}_perf" -b 8 -e 4M -f 2 --mem device
+      done
+    done
+  done
+  echo quit | nvidia-cuda-mps-control
+}
+
 build
 for p in "${PHASES[@]}"; do
   case "$p" in
@@ -118,7 +138,8 @@ for p in "${PHASES[@]}"; do
     perf) perf 2 4 8 && procs ;;
     perf[0-9]*) perf "${p#perf}" ;;
     procs) procs ;;
-    *) log "unknown phase $p (core, perf, perfN, procs)" ;;
+    mps) mps ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps)" ;;
   esac
 done
 log "done"
