@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "coll/coll_util.h"
 #include "core/params.h"
+#include "device/device_checks.h"
 #include "device/emu_runtime.h"
 #include "harness/ranks.h"
 #include "nccl.h"
@@ -52,52 +52,15 @@ void withDelays() {
   gEmu.delayMaxUs = 30;
 }
 
-cudaStream_t streamOf(const RankCtx& c) { return reinterpret_cast<cudaStream_t>(uintptr_t(c.rank + 1)); }
+cudaStream_t streamOf(const RankCtx& c) { return rankStream(c); }
 void sync(const RankCtx& c) { ASSERT_EQ(gEmu.streamSynchronize(streamOf(c)), ncclSuccess) << gEmu.lastError(); }
+ncclResult_t asyncErrorOf(ncclComm_t comm) { return commAsyncError(comm); }
+int directCount() { return EmuRuntime::directLaunchesOfThisThread(); }
 
-ncclResult_t asyncErrorOf(ncclComm_t comm) {
-  ncclResult_t e = ncclSuccess;
-  EXPECT_EQ(ncclCommGetAsyncError(comm, &e), ncclSuccess);
-  return e;
-}
-
-// One allreduce of `count` elements of t with op (kPreMul2: premulsum by 2, the factor on the host or the device),
-// in place or not; checks every element and that the call took (or did not take) the direct path.
+// One allreduce, checked, and whether it took the direct path.
 void allReduceCheck(RankCtx& c, ncclDataType_t t, int op, size_t count, bool inPlace, bool expectDirect,
                     bool deviceScalar = false, int salt = 0) {
-  const size_t es = dtSize(t);
-  DevBuf send(gEmu, count * es + 1), recv(gEmu, count * es + 1), scalar(gEmu, 8);
-  char* in = send.as<char>();
-  char* out = inPlace ? in : recv.as<char>();
-  for (size_t i = 0; i < count; i++) putElem(in, t, i, inputValue(op, c.rank, i + salt));
-  if (!inPlace) std::memset(out, 0x5a, count * es);
-  out[count * es] = 0x3c;  // past the end: must stay
-  ncclRedOp_t rop = static_cast<ncclRedOp_t>(op == kPreMul2 ? ncclSum : op);
-  if (op == kPreMul2) {
-    putElem(scalar.as<char>(), t, 0, 2.0);
-    char host[8];
-    putElem(host, t, 0, 2.0);
-    ASSERT_EQ(ncclRedOpCreatePreMulSum(&rop, deviceScalar ? scalar.as<void>() : static_cast<void*>(host), t,
-                                       deviceScalar ? ncclScalarDevice : ncclScalarHostImmediate, c.comm),
-              ncclSuccess);
-  }
-  int direct = EmuRuntime::directLaunchesOfThisThread();
-  ASSERT_EQ(ncclAllReduce(in, out, count, t, rop, c.comm, streamOf(c)), ncclSuccess) << ncclGetLastError(c.comm);
-  if (op == kPreMul2) {
-    ASSERT_EQ(ncclRedOpDestroy(rop, c.comm), ncclSuccess);
-  }
-  EXPECT_EQ(EmuRuntime::directLaunchesOfThisThread(), direct + (expectDirect ? 1 : 0))
-      << "direct launch expected: " << expectDirect;
-  sync(c);
-  ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
-  std::vector<double> v(c.nranks);
-  for (size_t i = 0; i < count; i++) {
-    for (int q = 0; q < c.nranks; q++) v[q] = inputValue(op, q, i + salt);
-    double want = reduceRef(op, t, v), got = getElem(out, t, i);
-    ASSERT_LE(std::fabs(got - want), tolerance(op, t, want, c.nranks))
-        << dtName(t) << " op " << op << " count " << count << " i " << i << " got " << got << " want " << want;
-  }
-  EXPECT_EQ(out[count * es], 0x3c) << "written past the end";
+  checkAllReduce(gEmu, c, t, op, count, inPlace, directCount, expectDirect, deviceScalar, salt);
 }
 
 TEST_F(DirectCollectives, EveryTypeAndOperation) {
@@ -134,88 +97,11 @@ TEST_F(DirectCollectives, ManyCallsWithDelays) {
   });
 }
 
-// Every other collective, out of place and in place (at each collective's in-place offset), with roots that move,
-// on one block and on several: int32 values whose sums are exact, a guard word past every buffer. An alltoall in
-// place cannot run directly (a rank would overwrite what a peer still reads) and takes the FIFOs, on every rank.
+// Every other collective, out of place and in place, with roots that move, on one block and on several. An alltoall
+// in place cannot run directly (a rank would overwrite what a peer still reads) and takes the FIFOs, on every rank.
 void otherCollectives(RankCtx& c, size_t N) {
-  const int n = c.nranks, r = c.rank;
-  const int32_t kGuard = 0x7eadbeef;
-  auto v = [](int rank, size_t i) { return int32_t(rank * 1000003 + int32_t(i % 100000) * 7 + 1); };
-  DevBuf inBuf(gEmu, (N * n + 1) * 4), outBuf(gEmu, (N * n + 1) * 4);
-  int32_t* in = inBuf.as<int32_t>();
-  int32_t* out = outBuf.as<int32_t>();
-  cudaStream_t s = streamOf(c);
-  for (bool inPlace : {false, true}) {
-    const int root = int(N % n);
-    SCOPED_TRACE(std::string(inPlace ? "in place" : "out of place") + " N=" + std::to_string(N));
-    auto run = [&](ncclResult_t res, bool direct, int before) {
-      ASSERT_EQ(res, ncclSuccess) << ncclGetLastError(c.comm);
-      ASSERT_EQ(gEmu.streamSynchronize(s), ncclSuccess);
-      ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
-      EXPECT_EQ(EmuRuntime::directLaunchesOfThisThread(), before + (direct ? 1 : 0)) << "direct: " << direct;
-      EXPECT_EQ(in[N * n], kGuard);
-      EXPECT_EQ(out[N * n], kGuard);
-    };
-    in[N * n] = out[N * n] = kGuard;
-    int before = EmuRuntime::directLaunchesOfThisThread();
-
-    // allgather: in place, rank r's input is block r of its output.
-    int32_t* agIn = inPlace ? out + r * N : in;
-    for (size_t i = 0; i < N; i++) agIn[i] = v(r, i);
-    run(ncclAllGather(agIn, out, N, ncclInt32, c.comm, s), true, before);
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < N; i++) ASSERT_EQ(out[q * N + i], v(q, i)) << "allgather q " << q << " i " << i;
-
-    // reduce-scatter: in place, the output is block r of the input.
-    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
-    int32_t* rsOut = inPlace ? in + r * N : out;
-    before = EmuRuntime::directLaunchesOfThisThread();
-    run(ncclReduceScatter(in, rsOut, N, ncclInt32, ncclSum, c.comm, s), true, before);
-    for (size_t i = 0; i < N; i++) {
-      int32_t want = 0;
-      for (int q = 0; q < n; q++) want += v(q, r * N + i);
-      ASSERT_EQ(rsOut[i], want) << "reduce-scatter i " << i;
-    }
-
-    // broadcast and reduce from `root`.
-    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
-    int32_t* bcOut = inPlace ? in : out;
-    before = EmuRuntime::directLaunchesOfThisThread();
-    run(ncclBroadcast(in, bcOut, N, ncclInt32, root, c.comm, s), true, before);
-    for (size_t i = 0; i < N; i++) ASSERT_EQ(bcOut[i], v(root, i)) << "broadcast i " << i;
-    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
-    int32_t* redOut = inPlace ? in : out;
-    before = EmuRuntime::directLaunchesOfThisThread();
-    run(ncclReduce(in, redOut, N, ncclInt32, ncclMax, root, c.comm, s), true, before);
-    if (r == root) {
-      for (size_t i = 0; i < N; i++) ASSERT_EQ(redOut[i], v(n - 1, i)) << "reduce i " << i;
-    }
-
-    // gather and scatter at `root`: in place, the root's own block is its input / output.
-    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
-    int32_t* gIn = inPlace && r == root ? out + root * N : in;
-    if (gIn != in)
-      for (size_t i = 0; i < N; i++) gIn[i] = v(r, i);
-    before = EmuRuntime::directLaunchesOfThisThread();
-    run(ncclGather(gIn, out, N, ncclInt32, root, c.comm, s), true, before);
-    if (r == root) {
-      for (int q = 0; q < n; q++)
-        for (size_t i = 0; i < N; i++) ASSERT_EQ(out[q * N + i], v(q, i)) << "gather q " << q << " i " << i;
-    }
-    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
-    int32_t* scOut = inPlace && r == root ? in + root * N : out;
-    before = EmuRuntime::directLaunchesOfThisThread();
-    run(ncclScatter(in, scOut, N, ncclInt32, root, c.comm, s), true, before);
-    for (size_t i = 0; i < N; i++) ASSERT_EQ(scOut[i], v(root, r * N + i)) << "scatter i " << i;
-
-    // alltoall: block q of rank r's input goes to block r of rank q's output.
-    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
-    int32_t* aaOut = inPlace ? in : out;
-    before = EmuRuntime::directLaunchesOfThisThread();
-    run(ncclAlltoAll(in, aaOut, N, ncclInt32, c.comm, s), !inPlace, before);
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < N; i++) ASSERT_EQ(aaOut[q * N + i], v(q, r * N + i)) << "alltoall q " << q << " i " << i;
-  }
+  checkOtherCollectives(gEmu, c, N, directCount,
+                        [](const std::string& coll, bool inPlace) { return !(coll == "AlltoAll" && inPlace); });
 }
 
 TEST_F(DirectCollectives, EveryOtherCollective) {

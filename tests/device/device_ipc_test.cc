@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "coll/coll_util.h"
 #include "core/params.h"
+#include "device/device_checks.h"
 #include "device/emu_runtime.h"
 #include "harness/ranks.h"
 #include "nccl.h"
@@ -45,69 +45,14 @@ class IpcAllReduce : public ::testing::Test {
   }
 };
 
-cudaStream_t streamOf(const RankCtx& c) { return reinterpret_cast<cudaStream_t>(uintptr_t(c.rank + 1)); }
+cudaStream_t streamOf(const RankCtx& c) { return rankStream(c); }
+ncclResult_t asyncErrorOf(ncclComm_t comm) { return commAsyncError(comm); }
+int ipcCount() { return gEmu.ipcLaunches.load(); }
 
-ncclResult_t asyncErrorOf(ncclComm_t comm) {
-  ncclResult_t e = ncclSuccess;
-  EXPECT_EQ(ncclCommGetAsyncError(comm, &e), ncclSuccess);
-  return e;
-}
-
-// FNV-1a of n bytes.
-uint64_t hashBytes(const char* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ static_cast<uint8_t>(p[i])) * 1099511628211ull;
-  return h;
-}
-
-// Every rank's hash of its output, gathered (through FIFOs): all must be equal.
-void expectSameOnEveryRank(RankCtx& c, const char* out, size_t bytes) {
-  DevBuf h(gEmu, sizeof(uint64_t) * c.nranks);
-  h.as<uint64_t>()[c.rank] = hashBytes(out, bytes);
-  ASSERT_EQ(ncclAllGather(h.as<uint64_t>() + c.rank, h.as<uint64_t>(), 1, ncclUint64, c.comm, streamOf(c)),
-            ncclSuccess);
-  ASSERT_EQ(gEmu.streamSynchronize(streamOf(c)), ncclSuccess);
-  for (int q = 1; q < c.nranks; q++) EXPECT_EQ(h.as<uint64_t>()[q], h.as<uint64_t>()[0]) << "rank " << q << " differs";
-}
-
-// One allreduce of `count` elements of t with op (kPreMul2: premulsum by 2, the factor on the host or the device),
-// in place or not; checks every element against the reference, a guard byte past the end, and whether the call
-// went through the inboxes.
+// One allreduce, checked, and whether it went through the inboxes.
 void allReduceCheck(RankCtx& c, ncclDataType_t t, int op, size_t count, bool inPlace, bool expectIpc,
                     bool deviceScalar = false, int salt = 0, bool sameEverywhere = false) {
-  const size_t es = dtSize(t);
-  DevBuf send(gEmu, count * es + 1), recv(gEmu, count * es + 1), scalar(gEmu, 8);
-  char* in = send.as<char>();
-  char* out = inPlace ? in : recv.as<char>();
-  for (size_t i = 0; i < count; i++) putElem(in, t, i, inputValue(op, c.rank, i + salt));
-  if (!inPlace) std::memset(out, 0x5a, count * es);
-  out[count * es] = 0x3c;
-  ncclRedOp_t rop = static_cast<ncclRedOp_t>(op == kPreMul2 ? ncclSum : op);
-  if (op == kPreMul2) {
-    putElem(scalar.as<char>(), t, 0, 2.0);
-    char host[8];
-    putElem(host, t, 0, 2.0);
-    ASSERT_EQ(ncclRedOpCreatePreMulSum(&rop, deviceScalar ? scalar.as<void>() : static_cast<void*>(host), t,
-                                       deviceScalar ? ncclScalarDevice : ncclScalarHostImmediate, c.comm),
-              ncclSuccess);
-  }
-  int before = gEmu.ipcLaunches;
-  ASSERT_EQ(ncclAllReduce(in, out, count, t, rop, c.comm, streamOf(c)), ncclSuccess) << ncclGetLastError(c.comm);
-  if (op == kPreMul2) {
-    ASSERT_EQ(ncclRedOpDestroy(rop, c.comm), ncclSuccess);
-  }
-  EXPECT_EQ(gEmu.ipcLaunches.load(), before + (expectIpc ? 1 : 0)) << "through inboxes expected: " << expectIpc;
-  ASSERT_EQ(gEmu.streamSynchronize(streamOf(c)), ncclSuccess) << gEmu.lastError();
-  ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
-  std::vector<double> v(c.nranks);
-  for (size_t i = 0; i < count; i++) {
-    for (int q = 0; q < c.nranks; q++) v[q] = inputValue(op, q, i + salt);
-    double want = reduceRef(op, t, v), got = getElem(out, t, i);
-    ASSERT_LE(std::fabs(got - want), tolerance(op, t, want, c.nranks))
-        << dtName(t) << " op " << op << " count " << count << " i " << i << " got " << got << " want " << want;
-  }
-  EXPECT_EQ(out[count * es], 0x3c) << "written past the end";
-  if (sameEverywhere) expectSameOnEveryRank(c, out, count * es);
+  checkAllReduce(gEmu, c, t, op, count, inPlace, ipcCount, expectIpc, deviceScalar, salt, sameEverywhere);
 }
 
 // Every type and operation, one-shot and (with a lower one-shot limit) two-shot, in place every other call; float
@@ -157,74 +102,13 @@ TEST_F(IpcAllReduce, ManyCallsWithDelays) {
   gEmu.delayPercent = 0;
 }
 
-// Reduce, broadcast, allgather, reduce-scatter and alltoall through inboxes, out of place and at each collective's
-// in-place offset, with roots that move: int32 values whose sums are exact, a guard word past every buffer. Past
-// CHORUS_DEVICE_ONESHOT_MAX_BYTES a rank's block takes the FIFOs.
+// Reduce, broadcast, allgather, reduce-scatter and alltoall go through inboxes, out of place and at each
+// collective's in-place offset, up to CHORUS_DEVICE_ONESHOT_MAX_BYTES a rank's block; gather and scatter, and larger
+// blocks, take the FIFOs.
 void otherCollectives(RankCtx& c, size_t N) {
-  const int n = c.nranks, r = c.rank;
-  const int32_t kGuard = 0x7eadbeef;
-  const bool ipc = N * 4 <= 65536;
-  auto v = [](int rank, size_t i) { return int32_t(rank * 1000003 + int32_t(i % 100000) * 7 + 1); };
-  DevBuf inBuf(gEmu, (N * n + 1) * 4), outBuf(gEmu, (N * n + 1) * 4);
-  int32_t* in = inBuf.as<int32_t>();
-  int32_t* out = outBuf.as<int32_t>();
-  cudaStream_t s = streamOf(c);
-  for (bool inPlace : {false, true}) {
-    const int root = int((N + (inPlace ? 1 : 0)) % n);
-    SCOPED_TRACE(std::string(inPlace ? "in place" : "out of place") + " N=" + std::to_string(N));
-    int before = 0;
-    auto run = [&](ncclResult_t res) {
-      ASSERT_EQ(res, ncclSuccess) << ncclGetLastError(c.comm);
-      ASSERT_EQ(gEmu.streamSynchronize(s), ncclSuccess);
-      ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
-      EXPECT_EQ(gEmu.ipcLaunches.load(), before + (ipc ? 1 : 0)) << "through inboxes: " << ipc;
-      EXPECT_EQ(in[N * n], kGuard);
-      EXPECT_EQ(out[N * n], kGuard);
-    };
-    in[N * n] = out[N * n] = kGuard;
-
-    int32_t* agIn = inPlace ? out + r * N : in;
-    for (size_t i = 0; i < N; i++) agIn[i] = v(r, i);
-    before = gEmu.ipcLaunches;
-    run(ncclAllGather(agIn, out, N, ncclInt32, c.comm, s));
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < N; i++) ASSERT_EQ(out[q * N + i], v(q, i)) << "allgather q " << q << " i " << i;
-
-    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
-    int32_t* rsOut = inPlace ? in + r * N : out;
-    before = gEmu.ipcLaunches;
-    run(ncclReduceScatter(in, rsOut, N, ncclInt32, ncclSum, c.comm, s));
-    for (size_t i = 0; i < N; i++) {
-      int32_t want = 0;
-      for (int q = 0; q < n; q++) want += v(q, r * N + i);
-      ASSERT_EQ(rsOut[i], want) << "reduce-scatter i " << i;
-    }
-
-    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
-    int32_t* bcOut = inPlace ? in : out;
-    before = gEmu.ipcLaunches;
-    run(ncclBroadcast(in, bcOut, N, ncclInt32, root, c.comm, s));
-    for (size_t i = 0; i < N; i++) ASSERT_EQ(bcOut[i], v(root, i)) << "broadcast i " << i;
-
-    for (size_t i = 0; i < N; i++) in[i] = v(r, i);
-    int32_t* redOut = inPlace ? in : out;
-    before = gEmu.ipcLaunches;
-    run(ncclReduce(in, redOut, N, ncclInt32, ncclSum, root, c.comm, s));
-    if (r == root) {
-      for (size_t i = 0; i < N; i++) {
-        int32_t want = 0;
-        for (int q = 0; q < n; q++) want += v(q, i);
-        ASSERT_EQ(redOut[i], want) << "reduce i " << i;
-      }
-    }
-
-    for (size_t i = 0; i < N * n; i++) in[i] = v(r, i);
-    int32_t* aaOut = inPlace ? in : out;
-    before = gEmu.ipcLaunches;
-    run(ncclAlltoAll(in, aaOut, N, ncclInt32, c.comm, s));
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < N; i++) ASSERT_EQ(aaOut[q * N + i], v(q, r * N + i)) << "alltoall q " << q << " i " << i;
-  }
+  checkOtherCollectives(gEmu, c, N, ipcCount, [N](const std::string& coll, bool) {
+    return N * 4 <= 65536 && coll != "Gather" && coll != "Scatter";
+  });
 }
 
 TEST_F(IpcAllReduce, OtherCollectives) {
@@ -362,18 +246,7 @@ TEST_F(IpcAllReduce, DeadPeerIsNamed) {
     if (gEmu.streamSynchronize(s) != ncclSuccess || asyncErrorOf(comm) != ncclSuccess) return 12;
     if (gEmu.ipcLaunches != before + 1) return 13;
     if (rank == 1) _exit(0);
-    auto start = std::chrono::steady_clock::now();
-    ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), 4096, ncclFloat32, ncclSum, comm, s);
-    if (e == ncclSuccess) {
-      gEmu.streamSynchronize(s);
-      e = asyncErrorOf(comm);
-    }
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::string text = ncclGetLastError(comm);
-    EXPECT_EQ(e, ncclRemoteError) << text;
-    EXPECT_NE(text.find("rank 1's input"), std::string::npos) << text;
-    EXPECT_NE(text.find("died"), std::string::npos) << text;
-    EXPECT_LT(secs, 30.0) << text;
+    expectPeerDeathNamed(gEmu, comm, b.as<float>(), 4096, s, "rank 1's input");
     ncclCommDestroy(comm);
     return ::testing::Test::HasFailure() ? 1 : 0;
   });
