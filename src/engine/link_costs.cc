@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <sstream>
 
 #include "core/checks.h"
 #include "core/comm.h"
 #include "core/debug.h"
+#include "core/files.h"
 #include "core/hash.h"
 #include "core/params.h"
 #include "engine/engine.h"
@@ -56,13 +56,6 @@ std::string cacheFile() {
   if (xdg != nullptr && xdg[0] != 0) return std::string(xdg) + "/chorus/links";
   if (home != nullptr && home[0] != 0) return std::string(home) + "/.cache/chorus/links";
   return "";
-}
-
-std::string readWhole(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // Appends one line (O_APPEND: lines of ranks 0 of several jobs do not interleave), making the default folder.
@@ -262,7 +255,8 @@ ncclResult_t calibrateLinkCosts(ncclComm* comm) {
   if (me == 0 && mode == 1 && !path.empty()) {
     LinkCost ci, ce;
     bool hi = false, he = false;
-    if (findCalibration(readWhole(path), key, &ci, &hi, &ce, &he)) {
+    std::string cache, absent;  // no cache yet is no error
+    if (readFileText(path, &cache, &absent) && findCalibration(cache, key, &ci, &hi, &ce, &he)) {
       slots[0].hasIntra = hi, slots[0].intraUs = ci.latencyUs, slots[0].intraPerUs = ci.bytesPerUs;
       slots[0].hasInter = he, slots[0].interUs = ce.latencyUs, slots[0].interPerUs = ce.bytesPerUs;
     }

@@ -18,6 +18,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/files.h"
 #include "topo/topology.h"
 
 #if CHORUS_HAVE_HWLOC
@@ -31,26 +32,12 @@
 
 namespace chorus {
 
-namespace {
-
-// Reads a whole file; false + *err naming it and errno's text when it cannot be read.
-bool readWholeFile(const std::string& path, std::string* text, std::string* err) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    *err = "cannot read topology file " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  std::stringstream s;
-  s << f.rdbuf();
-  *text = s.str();
-  return true;
-}
-
-}  // namespace
-
 bool loadHostTopology(const std::string& path, HostTopology* out, std::string* err) {
   std::string xml;
-  if (!readWholeFile(path, &xml, err)) return false;
+  if (!readFileText(path, &xml, err)) {
+    *err = "cannot read topology file " + *err;
+    return false;
+  }
   return loadHostTopologyXml(xml, path, out, err);
 }
 
