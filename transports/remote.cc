@@ -62,7 +62,7 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   out->name = api->name;
   out->reason = reason;
   out->ndev = ndev;
-  out->hooks = api == socketNet() ? socketNetHooks() : nullptr;
+  out->hooks = api == socketNet() ? socketNetHooks() : (api == ucxNet() && api != nullptr) ? ucxNetHooks() : nullptr;
   // The socket net takes 32 requests a comm: a whole FIFO (8 slots) in flight. Others keep what a v6 plugin allows.
   out->inflightSlots = api == socketNet() ? kMaxInflightSlots : kInflightSlots;
   return true;

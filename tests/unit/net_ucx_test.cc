@@ -194,6 +194,52 @@ TEST(NetUcx, MessagesBothWays) {
   ba.close();
 }
 
+// An idle receiver's proxy sleeps on what ucxNetHooks()->pollFds names: with a receive posted and nothing sent, the
+// descriptor stays quiet; a message sent then makes it ready (the proxy would wake), and the receive completes.
+TEST(NetUcx, IdleWorkerDescriptorWakesForAMessage) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+  const NetProgressHooks* hooks = ucxNetHooks();
+  ASSERT_NE(hooks, nullptr);
+  {
+    Buffers buf(&c, 64);
+    void* data = buf.recvBuf.data();
+    size_t size = 64;
+    int tag = 3;
+    void* rreq = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &size, &tag, &buf.recvMr, nullptr, &rreq), ncclSuccess);
+    ASSERT_NE(rreq, nullptr);
+    // Quiet: the first calls may find connection traffic still coming (a ready descriptor); then it must arm.
+    pollfd fd{};
+    int quiet = 0;
+    for (int i = 0; i < 50 && quiet < 3; i++) {
+      ASSERT_EQ(hooks->pollFds(b.ctx, &fd, 1), 1);
+      quiet = poll(&fd, 1, 20) == 0 ? quiet + 1 : 0;
+    }
+    ASSERT_EQ(quiet, 3) << "the worker's descriptor never stayed quiet with nothing sent";
+    ASSERT_EQ(hooks->pollFds(b.ctx, &fd, 1), 1);
+    void* sreq = nullptr;
+    auto end = Clock::now() + kDeadline;
+    while (sreq == nullptr && Clock::now() < end)
+      ASSERT_EQ(net()->isend(c.send, buf.sendBuf.data(), 64, tag, buf.sendMr, nullptr, &sreq), ncclSuccess);
+    ASSERT_NE(sreq, nullptr);
+    bool woke = false;
+    int sent = 0;
+    while (!woke && Clock::now() < end) {
+      int sz = 0;
+      if (!sent) ASSERT_EQ(net()->test(sreq, &sent, &sz), ncclSuccess);  // the sender's own progress
+      woke = poll(&fd, 1, 10) > 0;
+    }
+    EXPECT_TRUE(woke) << "a message arrived but the receiver's descriptor never became ready";
+    std::vector<Outcome> out = sent ? waitAll({rreq}) : waitAll({rreq, sreq});
+    EXPECT_TRUE(out[0].done && (sent || out[1].done));
+    EXPECT_EQ(out[0].size, 64);
+  }
+  c.close();
+}
+
 TEST(NetUcx, ReceiveLargerThanMessageReportsTrueSize) {
   SKIP_WITHOUT_UCX();
   NetCtx a, b;

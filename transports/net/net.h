@@ -33,6 +33,8 @@ const NetProgressHooks* socketNetHooks();
 
 /// The UCX net (transports/ucx/ucx_net.cc), or null when chorus was built without UCX.
 const ncclNet_v11_t* ucxNet();
+/// Its hooks (null without UCX): an idle proxy sleeps on the worker's event descriptor.
+const NetProgressHooks* ucxNetHooks();
 /// The InfiniBand verbs net (transports/ib/ib_net.cc), or null when chorus was built without libibverbs.
 const ncclNet_v11_t* ibNet();
 

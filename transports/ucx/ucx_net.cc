@@ -19,13 +19,21 @@ StrParam kUcxTls{"UCX_TLS", "",
                  "link's goodput for allreduce, eager 98% (docs/perf/net.md).",
                  "network"};
 StrParam kUcxRndvThresh{"UCX_RNDV_THRESH", "", "Read by UCX (message size from which it uses rendezvous).", "network"};
+IntParam kUcxWakeup{"CHORUS_UCX_WAKEUP", 1,
+                    "1: the UCX net's worker has an event descriptor, and an idle proxy sleeps on it until UCX has "
+                    "something to progress; 0: an idle proxy polls the worker (up to 100 us apart, 1 ms after a quiet "
+                    "second).",
+                    "network"};
 
 }  // namespace chorus
 
 #if CHORUS_HAVE_UCX
 
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -45,8 +53,8 @@ namespace {
 // once, so they are serialized (not a hot path).
 std::mutex gInitMutex;
 
-/// Creates a UCP context with tag matching; the caller owns it.
-ncclResult_t createContext(ucp_context_h* out) {
+/// Creates a UCP context with tag matching (and wakeup: its worker gets an event descriptor); the caller owns it.
+ncclResult_t createContext(ucp_context_h* out, bool wakeup) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK)
@@ -59,7 +67,7 @@ ncclResult_t createContext(ucp_context_h* out) {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | (wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.name = "chorus";
   {
     std::lock_guard<std::mutex> lock(gInitMutex);
@@ -132,7 +140,7 @@ const Probe& probe() {
   static std::once_flag once;
   std::call_once(once, [] {
     ucp_context_h context = nullptr;
-    if (createContext(&context) != ncclSuccess) return;
+    if (createContext(&context, false) != ncclSuccess) return;
     p.usable = true;
     ucp_context_attr_t attr{};
     attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
@@ -155,7 +163,7 @@ ncclResult_t init(void** ctx, uint64_t /*commId*/, ncclNetCommConfig_v11_t* /*co
     CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : no interface to listen on: %s", why.c_str());
   }
   c->listenAddr.setPort(0);
-  ncclResult_t res = createContext(&c->context);
+  ncclResult_t res = createContext(&c->context, kUcxWakeup.get() != 0);
   if (res != ncclSuccess) {
     delete c;
     return res;
@@ -170,8 +178,21 @@ ncclResult_t init(void** ctx, uint64_t /*commId*/, ncclNetCommConfig_v11_t* /*co
     delete c;
     CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : ucp_worker_create failed: %s", ucs_status_string(st));
   }
-  INFO(kNet | kInit, "NET/UCX : context ready, listening on %s (%s)", c->ifName.c_str(),
-       c->listenAddr.hostStr().c_str());
+  if (kUcxWakeup.get() != 0) {
+    // The proxy sleeps on the worker's descriptor, or on busyFd when events are already waiting (ucxPollFds).
+    int efd = -1;
+    st = ucp_worker_get_efd(c->worker, &efd);
+    int busy = st == UCS_OK ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
+    if (st == UCS_OK && busy >= 0) {
+      c->efd = efd;
+      c->busyFd = busy;
+    } else {
+      INFO(kNet | kInit, "NET/UCX : the proxy polls the worker: %s",
+           st != UCS_OK ? ucs_status_string(st) : strerror(errno));
+    }
+  }
+  INFO(kNet | kInit, "NET/UCX : context ready, listening on %s (%s)%s", c->ifName.c_str(),
+       c->listenAddr.hostStr().c_str(), c->efd >= 0 ? ", an idle proxy sleeps on the worker's events" : "");
   *ctx = c;
   return ncclSuccess;
 }
@@ -188,6 +209,7 @@ ncclResult_t finalize(void* ctx) {
   if (c->openComms != 0) WARN("NET/UCX : finalize with %d comms still open", c->openComms);
   ucp_worker_destroy(c->worker);
   destroyContext(c->context);
+  if (c->busyFd >= 0) close(c->busyFd);
   delete c;
   return ncclSuccess;
 }
@@ -258,9 +280,32 @@ void progress(Context* ctx) {
   }
 }
 
+int pollFds(void* ctx, pollfd* fds, int max) {
+  auto* c = static_cast<Context*>(ctx);
+  if (c->efd < 0 || max < 1) return 0;
+  uint64_t drained = 0;
+  if (read(c->busyFd, &drained, sizeof(drained)) < 0) drained = 0;  // EAGAIN: it was not set
+  // UCX arms the descriptor only once the worker has nothing left to progress; events that came meanwhile make it
+  // busy, and then the proxy must not sleep: busyFd, set here, wakes it at once.
+  for (int i = 0; i < 1024 && ucp_worker_progress(c->worker) != 0; ++i) {
+  }
+  ucs_status_t st = ucp_worker_arm(c->worker);
+  if (st == UCS_OK) {
+    fds[0] = pollfd{c->efd, POLLIN, 0};
+    return 1;
+  }
+  uint64_t one = 1;
+  if (write(c->busyFd, &one, sizeof(one)) < 0) return 0;  // cannot happen short of 2^64 - 1 pending counts
+  fds[0] = pollfd{c->busyFd, POLLIN, 0};
+  return 1;
+}
+
+const NetProgressHooks kHooks = {pollFds, nullptr};
+
 }  // namespace ucx
 
 const ncclNet_v11_t* ucxNet() { return &ucx::kUcxNet; }
+const NetProgressHooks* ucxNetHooks() { return &ucx::kHooks; }
 
 }  // namespace chorus
 
@@ -268,6 +313,7 @@ const ncclNet_v11_t* ucxNet() { return &ucx::kUcxNet; }
 
 namespace chorus {
 const ncclNet_v11_t* ucxNet() { return nullptr; }
+const NetProgressHooks* ucxNetHooks() { return nullptr; }
 }  // namespace chorus
 
 #endif

@@ -49,6 +49,8 @@ struct Comm;
 struct Context {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
+  int efd = -1;         ///< the worker's event descriptor (CHORUS_UCX_WAKEUP), or -1: the proxy polls
+  int busyFd = -1;      ///< an eventfd set when the worker had events as the proxy was about to sleep
   SockAddr listenAddr;  ///< where listen() binds (port 0 until a listener picks one)
   std::string ifName;   ///< the interface of listenAddr, for logs
   int openComms = 0;    ///< listen/send/recv comms not yet closed, connecting ones included
@@ -116,6 +118,9 @@ struct MemHandle {
   ucp_mem_h memh = nullptr;
 };
 
+/// NetProgressHooks::pollFds: progresses the worker until it is idle, arms its event descriptor and names it; when
+/// events came in meanwhile, names a descriptor that is already ready instead.
+int pollFds(void* ctx, struct pollfd* fds, int max);
 /// Runs the worker's progress until it has nothing more to do (bounded, so a busy worker cannot trap the caller).
 void progress(Context* ctx);
 /// The 64-bit UCX tag of NCCL tag `tag` on connection `connId`.
