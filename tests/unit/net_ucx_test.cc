@@ -395,7 +395,10 @@ TEST(NetUcx, FullRequestPoolSaysTryAgainAndCloseCancelsPending) {
   c.close();
 }
 
-TEST(NetUcx, ConnectToAClosedListenerFails) {
+// A listener closed before it accepted lingers (destroying it races with a connection request on UCX's async
+// thread, which crashed a process now and then: openucx/ucx#11087): a connect to it is never accepted, nothing
+// crashes, and both contexts finalize.
+TEST(NetUcx, ConnectToAClosedListenerIsNeverAccepted) {
   SKIP_WITHOUT_UCX();
   NetCtx a, b;
   char handle[NCCL_NET_HANDLE_MAXSIZE];
@@ -404,11 +407,10 @@ TEST(NetUcx, ConnectToAClosedListenerFails) {
   ASSERT_EQ(net()->closeListen(listenComm), ncclSuccess);
   void* sendComm = nullptr;
   ncclResult_t res = ncclSuccess;
-  auto end = Clock::now() + kDeadline;
+  auto end = Clock::now() + std::chrono::seconds(1);
   while (res == ncclSuccess && sendComm == nullptr && Clock::now() < end)
     res = net()->connect(a.ctx, 0, handle, &sendComm, nullptr);
-  EXPECT_EQ(sendComm, nullptr);
-  EXPECT_EQ(res, ncclSystemError) << "connect to a closed listener neither failed nor finished in time";
+  EXPECT_EQ(sendComm, nullptr) << "a closed listener accepted a connection";
   // A handle of another net is refused, not misread.
   char garbage[NCCL_NET_HANDLE_MAXSIZE] = {1, 2, 3};
   EXPECT_NE(net()->connect(a.ctx, 0, garbage, &sendComm, nullptr), ncclSuccess);

@@ -28,6 +28,7 @@ std::atomic<uint32_t> gNextConnId{1};
 void onConnRequest(ucp_conn_request_h request, void* arg) {
   // Runs inside ucp_worker_progress on the thread that drives the listener's context.
   auto* lc = static_cast<ListenComm*>(arg);
+  if (lc->closed) return;  // a lingering listener (closeListen): the request is left unanswered
   if (lc->accepted || lc->connRequest != nullptr) {
     WARN("NET/UCX : listener %s (connection %u) got a second connection request; rejected", lc->addrText.c_str(),
          lc->connId);
@@ -343,8 +344,18 @@ ncclResult_t closeRecv(void* recvComm) { return closeComm(static_cast<Comm*>(rec
 ncclResult_t closeListen(void* listenComm) {
   auto* lc = static_cast<ListenComm*>(listenComm);
   if (lc == nullptr) return ncclSuccess;
-  if (lc->connRequest != nullptr) ucp_listener_reject(lc->listener, lc->connRequest);
   if (lc->accepting != nullptr) closeComm(lc->accepting);
+  lc->accepting = nullptr;
+  if (!lc->accepted) {
+    // Never accepted: a peer may still be connecting to it, and UCX's async thread can then run the connection
+    // request on a listener destroyed under it (a crash; openucx/ucx#11087). It lingers, unanswered, until the
+    // process exits (finalize leaves the context to it).
+    lc->closed = true;
+    lc->ctx->lingering.push_back(lc);
+    lc->ctx->openComms--;
+    return ncclSuccess;
+  }
+  if (lc->connRequest != nullptr) ucp_listener_reject(lc->listener, lc->connRequest);
   ucp_listener_destroy(lc->listener);
   lc->ctx->openComms--;
   delete lc;

@@ -207,6 +207,14 @@ ncclResult_t finalize(void* ctx) {
     closeSend(comm);
   }
   if (c->openComms != 0) WARN("NET/UCX : finalize with %d comms still open", c->openComms);
+  if (!c->lingering.empty()) {
+    // Destroying those listeners, or the worker under them, races with a peer still connecting (closeListen).
+    INFO(kNet,
+         "NET/UCX : %zu listener(s) closed before a peer connected: their UCX context stays until the process "
+         "exits",
+         c->lingering.size());
+    return ncclSuccess;
+  }
   ucp_worker_destroy(c->worker);
   destroyContext(c->context);
   if (c->busyFd >= 0) close(c->busyFd);

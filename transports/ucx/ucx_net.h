@@ -44,6 +44,7 @@ constexpr std::chrono::milliseconds kPeerGoneGrace{1000};
 constexpr std::chrono::milliseconds kCloseTimeout{2000};
 
 struct Comm;
+struct ListenComm;
 
 /// One init(): a UCP context and its worker. Owned by the thread that drives the communicator.
 struct Context {
@@ -57,6 +58,8 @@ struct Context {
   /// connect()s not finished yet, by the handle's listener address and connId ("1.2.3.4:5/7"): connect() is called
   /// again with the same handle until it returns a comm, and this finds the comm it started.
   std::map<std::string, Comm*> connecting;
+  /// Listeners closed before they accepted: kept, with this context, for the rest of the process (closeListen).
+  std::vector<ListenComm*> lingering;
 };
 
 /// Where a request is in its life. A request belongs to its comm's pool and is reused after test() frees it.
@@ -111,6 +114,7 @@ struct ListenComm {
   ucp_conn_request_h connRequest = nullptr;  ///< the first connection request, until accept() takes it
   Comm* accepting = nullptr;                 ///< the receive end while its hello has not arrived
   bool accepted = false;                     ///< accept() returned the comm (or failed): no second connection
+  bool closed = false;                       ///< closeListen left it lingering (never accepted)
 };
 
 /// A regMr(): the UCX mapping of a host buffer (memh null for an empty buffer).
