@@ -28,8 +28,9 @@ namespace {
 
 EmuRuntime gEmu;
 
-// Thread ranks sharing the GPU run collectives directly on each other's buffers by default; with
-// CHORUS_DEVICE_DIRECT=0 they go through FIFOs as process ranks do. Every test runs in the three ways.
+// Thread ranks sharing the GPU run collectives directly on each other's buffers by default, and process ranks small
+// collectives through IPC inboxes; with CHORUS_DEVICE_DIRECT=0 and CHORUS_DEVICE_IPC=0 (the "_fifo" cases) both go
+// through FIFOs. Every test runs in the four ways.
 struct PathCase {
   Driver driver;
   bool direct;
@@ -39,7 +40,10 @@ class DevicePath : public ::testing::TestWithParam<PathCase> {
  protected:
   void SetUp() override {
     gEmu.peerAccess = true;
-    if (!GetParam().direct) setenv("CHORUS_DEVICE_DIRECT", "0", 1);
+    if (!GetParam().direct) {
+      setenv("CHORUS_DEVICE_DIRECT", "0", 1);
+      setenv("CHORUS_DEVICE_IPC", "0", 1);
+    }
     chorus::paramsReload();
     chorus::setGpuRuntimeForTesting(&gEmu);
   }
@@ -48,6 +52,7 @@ class DevicePath : public ::testing::TestWithParam<PathCase> {
     unsetenv("CHORUS_P2P_READ");
     unsetenv("NCCL_PROTO");
     unsetenv("CHORUS_DEVICE_DIRECT");
+    unsetenv("CHORUS_DEVICE_IPC");
     chorus::paramsReload();
   }
   Driver driver() const { return GetParam().driver; }
@@ -283,10 +288,9 @@ TEST_P(DevicePath, MixedHostAndDeviceBuffersAreRefused) {
 
 INSTANTIATE_TEST_SUITE_P(Drivers, DevicePath,
                          ::testing::Values(PathCase{Driver::kThreads, true}, PathCase{Driver::kThreads, false},
-                                           PathCase{Driver::kProcesses, true}),
+                                           PathCase{Driver::kProcesses, true}, PathCase{Driver::kProcesses, false}),
                          [](const auto& info) {
-                           return std::string(driverName(info.param.driver)) +
-                                  (info.param.driver == Driver::kThreads && !info.param.direct ? "_fifo" : "");
+                           return std::string(driverName(info.param.driver)) + (!info.param.direct ? "_fifo" : "");
                          });
 
 // Several ranks on one GPU in one process: ncclCommInitAll with a repeated device, one thread, one group.

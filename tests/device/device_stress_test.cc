@@ -33,7 +33,8 @@ class DeviceStress : public ::testing::TestWithParam<const char*> {
     setenv("CHORUS_FIFO_SLOT_BYTES", std::to_string(kSlotBytes).c_str(), 1);
     setenv("CHORUS_LL_LINES", "64", 1);
     setenv("CHORUS_TIMEOUT_S", "60", 1);
-    setenv("CHORUS_DEVICE_DIRECT", "0", 1);  // the FIFOs are under test (device_direct_test.cc has the direct path)
+    setenv("CHORUS_DEVICE_DIRECT", "0", 1);  // the FIFOs are under test (device_direct_test.cc has the direct path,
+    setenv("CHORUS_DEVICE_IPC", "0", 1);     // device_ipc_test.cc the inboxes)
     chorus::paramsReload();
     gEmu.threadsPerBlock = 4;
     gEmu.delayPercent = 10;
@@ -43,7 +44,7 @@ class DeviceStress : public ::testing::TestWithParam<const char*> {
   void TearDown() override {
     chorus::setGpuRuntimeForTesting(nullptr);
     for (const char* v : {"NCCL_PROTO", "CHORUS_FIFO_SLOTS", "CHORUS_FIFO_SLOT_BYTES", "CHORUS_LL_LINES",
-                          "CHORUS_TIMEOUT_S", "CHORUS_DEVICE_DIRECT"})
+                          "CHORUS_TIMEOUT_S", "CHORUS_DEVICE_DIRECT", "CHORUS_DEVICE_IPC"})
       unsetenv(v);
     chorus::paramsReload();
   }
