@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/arch.h"
 #include "kernels/dtypes.h"
@@ -69,20 +70,34 @@ constexpr int kCopyUnroll = 8;
 #else
 constexpr int kCopyUnroll = 4;
 #endif
+constexpr int kHipFp8Unroll = 1;
 
-/// dst[i] = f(i) for i in [0, n) split over the block's threads: thread tid takes i = tid + k nt, grouped kCopyUnroll
-/// iterations at a time so that their loads (inside `load`) are all issued before any store.
+/// Loads in flight per thread for element type T: kCopyUnroll, except for the fp8 types in HIP's device code. gfx90a
+/// has no fp8 instructions, and the software fp8 conversions unrolled kCopyUnroll times in each reduction loop held
+/// hipcc (ROCm 5.2, clang 15) over the kernel for 9 to 11 minutes on the 2-core CI machine; unrolled once, under 4
+/// (docs/build.md). CUDA converts fp8 in hardware and keeps kCopyUnroll.
+template <typename T>
+CHORUS_HOST_DEVICE constexpr int copyUnroll() {
+#if CHORUS_ON_DEVICE && CHORUS_HIP
+  if (sizeof(T) == 1 && !std::is_integral<T>::value) return kHipFp8Unroll;
+#endif
+  return kCopyUnroll;
+}
+
+/// dst[i] = f(i) for i in [0, n) split over the block's threads: thread tid takes i = tid + k nt, grouped
+/// copyUnroll<T>() iterations at a time so that their loads (inside `load`) are all issued before any store.
 template <typename T, typename Load>
 CHORUS_HOST_DEVICE CHORUS_INLINE void blockStore(T* dst, size_t n, int tid, int nt, const Load& load) {
+  constexpr int kUnroll = copyUnroll<T>();
   const size_t step = static_cast<size_t>(nt);
-  const size_t group = step * kCopyUnroll;
+  const size_t group = step * kUnroll;
   const size_t full = n / group * group;
   for (size_t base = static_cast<size_t>(tid); base < full; base += group) {
-    T v[kCopyUnroll];
-CHORUS_UNROLL
-    for (int u = 0; u < kCopyUnroll; u++) v[u] = load(base + u * step);
-CHORUS_UNROLL
-    for (int u = 0; u < kCopyUnroll; u++) dst[base + u * step] = v[u];
+    T v[kUnroll];
+    CHORUS_UNROLL
+    for (int u = 0; u < kUnroll; u++) v[u] = load(base + u * step);
+    CHORUS_UNROLL
+    for (int u = 0; u < kUnroll; u++) dst[base + u * step] = v[u];
   }
   for (size_t i = full + static_cast<size_t>(tid); i < n; i += step) dst[i] = load(i);
 }
