@@ -6,7 +6,7 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-PKGS="build-essential cmake pkg-config libgtest-dev libhwloc-dev libucx-dev libibverbs-dev iproute2 python3 ${CHORUS_EXTRA_PKGS:-}"
+PKGS="build-essential cmake ninja-build pkg-config libgtest-dev libhwloc-dev libucx-dev libibverbs-dev iproute2 python3 ${CHORUS_EXTRA_PKGS:-}"
 if [ "${CHORUS_NO_HIP:-0}" != "1" ]; then PKGS="$PKGS hipcc libamdhip64-dev"; fi
 missing=""
 for p in $PKGS; do

@@ -13,13 +13,26 @@ NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 results=()
 failed=0
 
+# generator_for DIR: Ninja for a new build directory. With Makefiles a target's objects wait until the libraries it
+# links are built, so in the HIP build every test object waited for the one long hipcc compile of the kernel; Ninja
+# compiles them alongside it. A directory configured earlier keeps its generator (CMake refuses to change it).
+generator_for() {
+  if [ -f "$1/CMakeCache.txt" ]; then
+    sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$1/CMakeCache.txt"
+  elif command -v ninja > /dev/null; then
+    echo Ninja
+  else
+    echo "Unix Makefiles"
+  fi
+}
+
 # run_build NAME DIR CMAKE_ARGS...: configure, build and run the CPU suite; records the outcome and goes on.
 run_build() {
   local name=$1 dir=$2
   shift 2
   local start=$SECONDS status=0
   echo "=== $name build ($dir) ==="
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" || status=$?
+  cmake -S . -B "$dir" -G "$(generator_for "$dir")" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" || status=$?
   if [ "$status" = 0 ]; then cmake --build "$dir" -j"$JOBS" || status=$?; fi
   local built=$((SECONDS - start))
   if [ "$status" = 0 ]; then
