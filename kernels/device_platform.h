@@ -246,8 +246,8 @@ class DevicePlatform {
           if (*w_.abortFlag != 0) {
             res = record(ncclRemoteError, PoisonReason::kAborted, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr);
           } else if (poison != 0) {
-            auto reason = static_cast<PoisonReason>(poison >> 32);
-            int culprit = static_cast<int>(poison & 0xffffffffu) - 1;
+            int culprit;
+            PoisonReason reason = poisonReason(poison, &culprit);
             // Reported as kError: the peer stopped, for its own reason, naming culprit.
             res = record(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, PoisonReason::kError,
                          culprit, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr, q);
@@ -283,7 +283,7 @@ class DevicePlatform {
   CHORUS_HOST_DEVICE void ipcPoison() {
     blockSync();
     if (tid_ == 0 && sh_.failed != 0) {
-      uint64_t poison = (static_cast<uint64_t>(sh_.failed >> 16) << 32) | static_cast<uint32_t>(sh_.failed & 0xffff);
+      const uint64_t poison = poisonFor(sh_.failed);
       for (int q = 0; q < w_.nDirect; q++) {
         if (q == w_.rank) continue;
         uint64_t* word = &reinterpret_cast<FifoCtrl*>(w_.ipcTo[q])->poison;
@@ -310,8 +310,7 @@ class DevicePlatform {
       for (int i = 0; i < sh_.nFifos; i++) {
         const Fifo& f = sh_.fifos[i];
         if (failed != 0) {
-          uint64_t poison = (static_cast<uint64_t>(failed >> 16) << 32) | static_cast<uint32_t>(failed & 0xffff);
-          if (loadRelaxed(&f.ctrl->poison) == 0) storeRelease(&f.ctrl->poison, poison);
+          if (loadRelaxed(&f.ctrl->poison) == 0) storeRelease(&f.ctrl->poison, poisonFor(failed));
         } else {
           *w_.fifos[sh_.slot[i]].step = f.step;
         }
@@ -322,6 +321,16 @@ class DevicePlatform {
   }
 
  private:
+  /// The poison word peers read for sh_.failed's encoding (reason << 16 | culprit + 1): reason << 32 | culprit + 1.
+  static CHORUS_HOST_DEVICE uint64_t poisonFor(int failed) {
+    return (static_cast<uint64_t>(failed >> 16) << 32) | static_cast<uint32_t>(failed & 0xffff);
+  }
+  /// A peer's poison word: its reason, and the rank it names (0-based).
+  static CHORUS_HOST_DEVICE PoisonReason poisonReason(uint64_t poison, int* culprit) {
+    *culprit = static_cast<int>(poison & 0xffffffffu) - 1;
+    return static_cast<PoisonReason>(poison >> 32);
+  }
+
   CHORUS_HOST_DEVICE ncclResult_t find(bool isSend, int ch, int peer, bool ll, Fifo** f, bool* useLL) {
     for (int i = 0; i < sh_.nFifos; i++) {
       if (sh_.channel[i] == ch && sh_.fifos[i].peer == peer && (sh_.isSend[i] != 0) == isSend) {
@@ -371,8 +380,8 @@ class DevicePlatform {
                     static_cast<uint32_t>(f->step), nullptr);
     uint64_t poison = loadRelaxed(&f->ctrl->poison);
     if (poison != 0) {
-      PoisonReason reason = static_cast<PoisonReason>(poison >> 32);
-      int culprit = static_cast<int>(poison & 0xffffffffu) - 1;
+      int culprit;
+      PoisonReason reason = poisonReason(poison, &culprit);
       return record(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, what, f,
                     w_.fp.seq, static_cast<uint32_t>(f->step), nullptr);
     }

@@ -78,7 +78,7 @@ enum DevWait : uint32_t {
 enum DevDirectKind : uint8_t {
   kDevThroughFifos = 0,   ///< schedules over FIFOs (kernels/executor.h)
   kDevDirectThreads = 1,  ///< the peers' own buffers: ranks are threads of one process on one GPU (device_direct.h)
-  kDevDirectIpc = 2,      ///< allreduce through inboxes in the peers' memory: co-located processes (device_ipc.h)
+  kDevDirectIpc = 2,      ///< through inboxes in the peers' memory: co-located processes (device_ipc.h)
 };
 
 /// The collective kernel's argument.

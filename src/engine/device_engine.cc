@@ -235,6 +235,22 @@ void DeviceEngine::watchPeers() {
   });
 }
 
+namespace {
+
+// Why a wait stopped, for the reasons every kind of wait shares; nullptr for a peer's own failure.
+const char* stopText(PoisonReason reason) {
+  switch (reason) {
+    case PoisonReason::kTimeout:
+      return "no progress before CHORUS_TIMEOUT_S";
+    case PoisonReason::kAborted:
+      return "the communicator was aborted";
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
 ncclResult_t DeviceEngine::checkStatus() {
   if (statusHost_ == nullptr) return ncclSuccess;
   auto* st = static_cast<volatile DevStatus*>(statusHost_);
@@ -250,7 +266,7 @@ ncclResult_t DeviceEngine::checkStatus() {
              "(block %d): %s",
              comm_->rank, static_cast<unsigned long>(st->seq), peer,
              st->step == 0 ? "start" : "finish with this rank's buffers", st->channel,
-             reason == PoisonReason::kTimeout ? "no progress before CHORUS_TIMEOUT_S" : "the communicator was aborted");
+             stopText(reason) ? stopText(reason) : "it failed");
   } else if (reason == PoisonReason::kMismatch) {
     std::string theirs = describeFingerprint(st->got[0], st->got[1], static_cast<uint32_t>(st->got[2]),
                                              static_cast<int32_t>(st->got[2] >> 32));
@@ -259,8 +275,7 @@ ncclResult_t DeviceEngine::checkStatus() {
   } else if (st->what == kDevWaitIpc) {
     // kError: the peer poisoned its inbox, naming a culprit (got[0] - 1).
     int culprit = static_cast<int>(st->got[0]) - 1;
-    std::string why = reason == PoisonReason::kTimeout    ? "no progress before CHORUS_TIMEOUT_S"
-                      : reason == PoisonReason::kAborted  ? "the communicator was aborted"
+    std::string why = stopText(reason)                    ? stopText(reason)
                       : reason == PoisonReason::kPeerDied ? "its process died"
                       : culprit == comm_->rank            ? "it failed, having given up on this rank"
                       : culprit >= 0 && culprit != peer   ? "it failed, reporting rank " + std::to_string(culprit)
@@ -271,8 +286,7 @@ ncclResult_t DeviceEngine::checkStatus() {
              comm_->rank, static_cast<unsigned long>(st->seq), peer, st->step == 0 ? "input" : "reduced chunk",
              st->channel, why.c_str());
   } else {
-    const char* why = reason == PoisonReason::kTimeout    ? "no progress before CHORUS_TIMEOUT_S"
-                      : reason == PoisonReason::kAborted  ? "the communicator was aborted"
+    const char* why = stopText(reason)                    ? stopText(reason)
                       : reason == PoisonReason::kPeerDied ? "a peer process died"
                                                           : "a peer failed";
     int culprit = static_cast<int>(st->got[0]) - 1;
@@ -499,8 +513,7 @@ int DeviceEngine::channelsFor(const OpDesc& op) const {
 
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   if (comm_->nranks == 1 && !op.userOp) return copyColl(op);
-  std::vector<int> all(comm_->nranks);
-  for (int r = 0; r < comm_->nranks; r++) all[r] = r;  // a collective waits on every rank
+  const std::vector<int> all = allRanks();  // a collective waits on every rank
   // Every rank a thread of this process on this GPU: the calls meet at the gate first, and with every rank's
   // buffers known the collective may run directly on them.
   bool gatePassed = false;
@@ -571,33 +584,43 @@ bool DeviceEngine::directSafe(const OpDesc& op, const std::vector<LaunchGate::Pa
   return true;
 }
 
-ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) {
+DevWork DeviceEngine::peerWork(const OpDesc& op, uint8_t kind, int blocks) {
   DevWork w{};  // unused entries stay zero or default
-  w.direct = 1;
+  w.direct = kind;
   w.nDirect = static_cast<uint8_t>(comm_->nranks);
   w.directColl = static_cast<uint8_t>(op.coll);
   w.directRoot = op.root;
-  for (int q = 0; q < comm_->nranks; q++) {
-    w.directIn[q] = static_cast<const char*>(met[q].in);
-    w.directOut[q] = static_cast<char*>(met[q].out);
-  }
   w.esize = DType::size(op.dtype);
   w.inTotal = w.outTotal = op.count;
   w.reducing = collReducing(op.coll);
   w.red = planner_->redOpFor(op);  // also the element type of the copies
   w.scalarDev = w.reducing && op.scalarOnDevice ? op.scalarPtr : nullptr;
-  // As many blocks as the bytes warrant; each rank's share is split among them.
-  w.nChannels = static_cast<uint8_t>(channelsFor(op));
+  w.nChannels = static_cast<uint8_t>(blocks);
   w.fp.seq = planner_->nextCollSeq();
   w.fp.count = op.count;
   w.fp.desc = packDesc(op.coll, op.dtype, w.reducing ? op.op : 0);
+  w.fp.root = op.coll == Coll::kReduce || op.coll == Coll::kBroadcast ? op.root : -1;
+  return w;
+}
+
+std::vector<int> DeviceEngine::allRanks() const {
+  std::vector<int> all(comm_->nranks);
+  for (int r = 0; r < comm_->nranks; r++) all[r] = r;
+  return all;
+}
+
+ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) {
+  // As many blocks as the bytes warrant; each rank's share is split among them.
+  DevWork w = peerWork(op, kDevDirectThreads, channelsFor(op));
+  for (int q = 0; q < comm_->nranks; q++) {
+    w.directIn[q] = static_cast<const char*>(met[q].in);
+    w.directOut[q] = static_cast<char*>(met[q].out);
+  }
   if (gate_->syncMemory(rt_, &w.directSync) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: direct-launch counters: %s", comm_->rank,
                 rt_->lastError().c_str());
-  std::vector<int> all(comm_->nranks);
-  for (int r = 0; r < comm_->nranks; r++) all[r] = r;
   std::string what = std::string(collName(op.coll)) + " (direct)";
-  return launch(w, op.stream, what.c_str(), all, &op, true);
+  return launch(w, op.stream, what.c_str(), allRanks(), &op, true);
 }
 
 bool DeviceEngine::ipcEligible(const OpDesc& op) const {
@@ -644,10 +667,9 @@ ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
   }
   std::vector<DevFifo> ends;
   CHORUS_CHECK(conns_->get(need, &ends));
-  DevWork w{};  // unused entries stay zero or default
-  w.direct = kDevDirectIpc;
-  w.nDirect = static_cast<uint8_t>(n);
-  w.directColl = static_cast<uint8_t>(op.coll);
+  // The same number of blocks for every inbox launch: each block's launch counter must advance with the others'.
+  DevWork w = peerWork(op, kDevDirectIpc,
+                       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get()))));
   for (size_t i = 0; i < need.size(); i++) {
     int q = std::get<1>(need[i]);
     (std::get<2>(need[i]) ? w.ipcTo[q] : w.ipcFrom[q]) = ends[i].base;
@@ -657,25 +679,10 @@ ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
   w.ipcTwoShot =
       op.coll == Coll::kAllReduce && bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) ? 1 : 0;
-  w.directRoot = op.root;
   w.in = static_cast<const char*>(op.sendbuff);
   w.out = static_cast<char*>(op.recvbuff);
-  w.esize = DType::size(op.dtype);
-  w.inTotal = w.outTotal = op.count;
-  w.reducing = collReducing(op.coll);
-  w.red = planner_->redOpFor(op);  // also the element type of the copies
-  w.scalarDev = w.reducing && op.scalarOnDevice ? op.scalarPtr : nullptr;
-  // The same number of blocks for every inbox launch: each block's launch counter must advance with the others'.
-  w.nChannels = static_cast<uint8_t>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get())));
-  w.fp.seq = planner_->nextCollSeq();
-  w.fp.count = op.count;
-  w.fp.desc = packDesc(op.coll, op.dtype, w.reducing ? op.op : 0);
-  bool rooted = op.coll == Coll::kReduce || op.coll == Coll::kBroadcast;
-  w.fp.root = rooted ? op.root : -1;
-  std::vector<int> all(n);
-  for (int r = 0; r < n; r++) all[r] = r;
   std::string what = std::string(collName(op.coll)) + (w.ipcTwoShot ? " (two-shot" : " (one-shot") + " through IPC)";
-  return launch(w, op.stream, what.c_str(), all, &op, gatePassed);
+  return launch(w, op.stream, what.c_str(), allRanks(), &op, gatePassed);
 }
 
 ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {

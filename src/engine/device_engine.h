@@ -63,8 +63,13 @@ class DeviceEngine {
   /// Whether op, met at the gate by every rank (threads of this process on this GPU), may run directly on the
   /// ranks' buffers (kernels/device_direct.h); every rank decides the same from the same payloads.
   bool directSafe(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) const;
+  /// The DevWork fields shared by launches on peers' buffers (kind: kDevDirectThreads or kDevDirectIpc): the call,
+  /// its element type, reduction and fingerprint, run by `blocks` blocks.
+  DevWork peerWork(const OpDesc& op, uint8_t kind, int blocks);
+  /// 0 .. nranks-1: the ranks a collective waits on.
+  std::vector<int> allRanks() const;
   ncclResult_t launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met);
-  /// Whether op is an allreduce that goes through inboxes in the peers' GPU memory (kernels/device_ipc.h): every
+  /// Whether op goes through inboxes in the peers' GPU memory (kernels/device_ipc.h): every
   /// rank on this host with a GPU, and small enough. Every rank decides the same.
   bool ipcEligible(const OpDesc& op) const;
   ncclResult_t launchIpc(const OpDesc& op, bool gatePassed);
