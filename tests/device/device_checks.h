@@ -9,15 +9,34 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "coll/coll_util.h"
+#include "core/params.h"
 #include "device/emu_runtime.h"
 #include "harness/ranks.h"
 #include "nccl.h"
+#include "runtime/runtime.h"
 
 namespace chorus_test {
+
+/// A test's start on the emulated runtime: one thread a block, no injected delays, `emu` in use.
+inline void installEmu(EmuRuntime& emu) {
+  emu.threadsPerBlock = 1;
+  emu.delayPercent = 0;
+  chorus::setGpuRuntimeForTesting(&emu);
+}
+
+/// A test's end: no GPU runtime, emu's knobs back as installEmu set them, `vars` unset and the settings reloaded.
+inline void removeEmu(EmuRuntime& emu, std::initializer_list<const char*> vars) {
+  chorus::setGpuRuntimeForTesting(nullptr);
+  emu.threadsPerBlock = 1;
+  emu.delayPercent = 0;
+  for (const char* v : vars) unsetenv(v);
+  chorus::paramsReload();
+}
 
 /// Each rank launches on its own stream.
 inline cudaStream_t rankStream(const RankCtx& c) { return reinterpret_cast<cudaStream_t>(uintptr_t(c.rank + 1)); }

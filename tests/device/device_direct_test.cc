@@ -29,17 +29,9 @@ EmuRuntime gEmu;
 
 class DirectCollectives : public ::testing::Test {
  protected:
-  void SetUp() override {
-    gEmu.threadsPerBlock = 1;
-    gEmu.delayPercent = 0;
-    chorus::setGpuRuntimeForTesting(&gEmu);
-  }
+  void SetUp() override { installEmu(gEmu); }
   void TearDown() override {
-    chorus::setGpuRuntimeForTesting(nullptr);
-    gEmu.threadsPerBlock = 1;
-    gEmu.delayPercent = 0;
-    for (const char* v : {"CHORUS_DEVICE_DIRECT", "CHORUS_TIMEOUT_S", "CHORUS_DEVICE_CHANNEL_BYTES"}) unsetenv(v);
-    chorus::paramsReload();
+    removeEmu(gEmu, {"CHORUS_DEVICE_DIRECT", "CHORUS_TIMEOUT_S", "CHORUS_DEVICE_CHANNEL_BYTES"});
   }
 };
 

@@ -31,17 +31,10 @@ EmuRuntime gEmu;
 
 class IpcAllReduce : public ::testing::Test {
  protected:
-  void SetUp() override {
-    gEmu.threadsPerBlock = 1;
-    gEmu.delayPercent = 0;
-    chorus::setGpuRuntimeForTesting(&gEmu);
-  }
+  void SetUp() override { installEmu(gEmu); }
   void TearDown() override {
-    chorus::setGpuRuntimeForTesting(nullptr);
-    for (const char* v : {"CHORUS_DEVICE_IPC", "CHORUS_DEVICE_ONESHOT_MAX_BYTES", "CHORUS_DEVICE_IPC_MAX_BYTES",
-                          "CHORUS_DEVICE_IPC_BLOCKS", "CHORUS_TIMEOUT_S"})
-      unsetenv(v);
-    chorus::paramsReload();
+    removeEmu(gEmu, {"CHORUS_DEVICE_IPC", "CHORUS_DEVICE_ONESHOT_MAX_BYTES", "CHORUS_DEVICE_IPC_MAX_BYTES",
+                     "CHORUS_DEVICE_IPC_BLOCKS", "CHORUS_TIMEOUT_S"});
   }
 };
 
