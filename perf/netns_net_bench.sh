@@ -34,6 +34,8 @@ cleanup() {
   rm -rf /tmp/gloo-store-nb$$-*
 }
 trap cleanup EXIT
+trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TERM) still runs cleanup
+trap 'exit 143' TERM
 
 netns_hosts "$net" "$H" $subnet "$rate" || exit 1
 

@@ -35,6 +35,8 @@ cleanup() {
   netns_hosts_del "$net" $H
 }
 trap cleanup EXIT
+trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TERM) still runs cleanup
+trap 'exit 143' TERM
 
 netns_hosts "$net" $H 10.81.0 "$rate" || exit 1
 

@@ -24,6 +24,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TERM) still runs cleanup
+trap 'exit 143' TERM
 
 if ! ip netns add "${net}_probe" 2>"$work/err"; then
   echo "SKIP: cannot create network namespaces ($(cat "$work/err")); run as root"

@@ -28,6 +28,8 @@ cleanup() {
   rm -rf "$wd"
 }
 trap cleanup EXIT
+trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TERM) still runs cleanup
+trap 'exit 143' TERM
 
 if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
   echo "SKIP: iproute2 (ip, tc) is not installed"

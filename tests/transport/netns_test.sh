@@ -25,6 +25,8 @@ cleanup() {
   rm -rf "$workdir"
 }
 trap cleanup EXIT
+trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TERM) still runs cleanup
+trap 'exit 143' TERM
 
 if ! command -v ip >/dev/null 2>&1; then
   echo "SKIP: iproute2 (ip) is not installed"
