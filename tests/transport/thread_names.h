@@ -15,27 +15,39 @@ namespace chorus_test {
 /// counts taken together agree while threads come and go). A name matches a thread's whole name, or its start when it
 /// ends in '*' (a net proxy is "chorus-net-" and the first 4 characters of its net's name: "chorus-net-Sock"; any net
 /// proxy: "chorus-net-*"). Every count is -1 if /proc/self/task cannot be read.
+///
+/// A pass can miss a live thread: /proc lists tasks by position, so a thread that exits while the directory is read
+/// shifts the ones after it past the reader (a rank's proxy went uncounted while another rank's communicator was
+/// being destroyed). So passes repeat until two in a row see the same threads.
 inline std::vector<int> countThreadsNamed(const std::vector<const char*>& names) {
-  std::vector<int> n(names.size(), 0);
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return std::vector<int>(names.size(), -1);
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string path = std::string("/proc/self/task/") + e->d_name + "/comm";
-    FILE* f = fopen(path.c_str(), "r");
-    if (f == nullptr) continue;
-    char buf[64] = {0};
-    if (fgets(buf, sizeof(buf), f) != nullptr) {
-      buf[strcspn(buf, "\n")] = 0;
-      for (size_t i = 0; i < names.size(); i++) {
-        size_t len = strlen(names[i]);
-        bool prefix = len > 0 && names[i][len - 1] == '*';
-        if (prefix ? strncmp(buf, names[i], len - 1) == 0 : strcmp(buf, names[i]) == 0) n[i]++;
+  std::vector<std::string> prevTids;
+  std::vector<int> n;
+  for (int pass = 0; pass < 50; pass++) {
+    std::vector<std::string> tids;
+    n.assign(names.size(), 0);
+    DIR* d = opendir("/proc/self/task");
+    if (d == nullptr) return std::vector<int>(names.size(), -1);
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      tids.emplace_back(e->d_name);
+      std::string path = std::string("/proc/self/task/") + e->d_name + "/comm";
+      FILE* f = fopen(path.c_str(), "r");
+      if (f == nullptr) continue;
+      char buf[64] = {0};
+      if (fgets(buf, sizeof(buf), f) != nullptr) {
+        buf[strcspn(buf, "\n")] = 0;
+        for (size_t i = 0; i < names.size(); i++) {
+          size_t len = strlen(names[i]);
+          bool prefix = len > 0 && names[i][len - 1] == '*';
+          if (prefix ? strncmp(buf, names[i], len - 1) == 0 : strcmp(buf, names[i]) == 0) n[i]++;
+        }
       }
+      fclose(f);
     }
-    fclose(f);
+    closedir(d);
+    if (pass > 0 && tids == prevTids) break;
+    prevTids.swap(tids);
   }
-  closedir(d);
   return n;
 }
 
