@@ -323,12 +323,7 @@ class DevicePlatform {
  private:
   /// The poison word peers read for sh_.failed's encoding (reason << 16 | culprit + 1): reason << 32 | culprit + 1.
   static CHORUS_HOST_DEVICE uint64_t poisonFor(int failed) {
-    return (static_cast<uint64_t>(failed >> 16) << 32) | static_cast<uint32_t>(failed & 0xffff);
-  }
-  /// A peer's poison word: its reason, and the rank it names (0-based).
-  static CHORUS_HOST_DEVICE PoisonReason poisonReason(uint64_t poison, int* culprit) {
-    *culprit = static_cast<int>(poison & 0xffffffffu) - 1;
-    return static_cast<PoisonReason>(poison >> 32);
+    return makePoison(static_cast<PoisonReason>(failed >> 16), (failed & 0xffff) - 1);
   }
 
   CHORUS_HOST_DEVICE ncclResult_t find(bool isSend, int ch, int peer, bool ll, Fifo** f, bool* useLL) {

@@ -53,6 +53,17 @@ struct SlotHeader {
 /// Why a FIFO was poisoned.
 enum class PoisonReason : uint32_t { kNone = 0, kPeerDied = 1, kTimeout = 2, kMismatch = 3, kAborted = 4, kError = 5 };
 
+/// Packs a FIFO poison word: (reason << 32) | (culprit rank + 1).
+CHORUS_HOST_DEVICE inline uint64_t makePoison(PoisonReason reason, int culprit) {
+  return (static_cast<uint64_t>(reason) << 32) | static_cast<uint64_t>(static_cast<uint32_t>(culprit + 1));
+}
+
+/// Unpacks a poison word: its reason, and the rank it names (0-based) in *culprit.
+CHORUS_HOST_DEVICE inline PoisonReason poisonReason(uint64_t poison, int* culprit) {
+  *culprit = static_cast<int>(poison & 0xffffffffu) - 1;
+  return static_cast<PoisonReason>(poison >> 32);
+}
+
 /// Geometry of a FIFO.
 struct FifoGeometry {
   uint32_t nSlots = 8;

@@ -16,11 +16,6 @@ namespace chorus {
 /// sender's FIFO poison word.
 constexpr uint32_t kPoisonFrameBytes = 0xffffffffu;
 
-/// Packs a FIFO poison word: (reason << 32) | (culprit rank + 1).
-inline uint64_t makePoison(PoisonReason reason, int culprit) {
-  return (static_cast<uint64_t>(reason) << 32) | static_cast<uint64_t>(static_cast<uint32_t>(culprit + 1));
-}
-
 /// Whether a poison word received from a peer is well formed for a communicator of `nranks`.
 inline bool poisonWordValid(uint64_t word, int nranks) {
   uint32_t reason = static_cast<uint32_t>(word >> 32);

@@ -94,7 +94,7 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, b
 }
 
 void Connections::poisonAll(PoisonReason reason, int culprit, const uint64_t* calls) {
-  uint64_t word = (static_cast<uint64_t>(reason) << 32) | static_cast<uint64_t>(culprit + 1);
+  uint64_t word = makePoison(reason, culprit);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Connections are made lazily, so a peer may be waiting on a FIFO this rank never

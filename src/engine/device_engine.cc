@@ -259,14 +259,14 @@ ncclResult_t DeviceEngine::checkStatus() {
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
   auto reason = static_cast<PoisonReason>(st->reason);
   int peer = st->peer;
+  const char* stop = stopText(reason);  // nullptr: a peer's own failure
   char msg[600];
   if (st->what == kDevWaitDirect) {
     snprintf(msg, sizeof(msg),
              "rank %d: device operation #%lu (direct collective) stopped while waiting for rank %d's kernel to %s "
              "(block %d): %s",
              comm_->rank, static_cast<unsigned long>(st->seq), peer,
-             st->step == 0 ? "start" : "finish with this rank's buffers", st->channel,
-             stopText(reason) ? stopText(reason) : "it failed");
+             st->step == 0 ? "start" : "finish with this rank's buffers", st->channel, stop ? stop : "it failed");
   } else if (reason == PoisonReason::kMismatch) {
     std::string theirs = describeFingerprint(st->got[0], st->got[1], static_cast<uint32_t>(st->got[2]),
                                              static_cast<int32_t>(st->got[2] >> 32));
@@ -275,7 +275,7 @@ ncclResult_t DeviceEngine::checkStatus() {
   } else if (st->what == kDevWaitIpc) {
     // kError: the peer poisoned its inbox, naming a culprit (got[0] - 1).
     int culprit = static_cast<int>(st->got[0]) - 1;
-    std::string why = stopText(reason)                    ? stopText(reason)
+    std::string why = stop                                ? stop
                       : reason == PoisonReason::kPeerDied ? "its process died"
                       : culprit == comm_->rank            ? "it failed, having given up on this rank"
                       : culprit >= 0 && culprit != peer   ? "it failed, reporting rank " + std::to_string(culprit)
@@ -286,9 +286,7 @@ ncclResult_t DeviceEngine::checkStatus() {
              comm_->rank, static_cast<unsigned long>(st->seq), peer, st->step == 0 ? "input" : "reduced chunk",
              st->channel, why.c_str());
   } else {
-    const char* why = stopText(reason)                    ? stopText(reason)
-                      : reason == PoisonReason::kPeerDied ? "a peer process died"
-                                                          : "a peer failed";
+    const char* why = stop ? stop : reason == PoisonReason::kPeerDied ? "a peer process died" : "a peer failed";
     int culprit = static_cast<int>(st->got[0]) - 1;
     snprintf(msg, sizeof(msg),
              "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): "

@@ -111,8 +111,8 @@ ncclResult_t HostPlatform::fail(ncclResult_t res, PoisonReason reason, int culpr
 }
 
 ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where) {
-  auto reason = static_cast<PoisonReason>(poison >> 32);
-  int culprit = static_cast<int>(poison & 0xffffffff) - 1;
+  int culprit;
+  PoisonReason reason = poisonReason(poison, &culprit);
   char msg[600];
   if (reason == PoisonReason::kMismatch) {
     uint64_t a[3], b[3];
