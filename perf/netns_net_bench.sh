@@ -8,8 +8,14 @@
 # carries each way per second, so 100% is the link. A benchmark, not a test. Needs root, iperf3, python3, and for the
 # baselines gloo_perf and mpi_perf built (libgloo-dev, libopenmpi-dev openmpi-bin).
 #
+# With PER ranks a host (PER > 1), rank r sits on host r / PER (PLACE=host, the default) or on host r % HOSTS
+# (PLACE=cyclic, as srun --distribution=cyclic does). Ranks within a host then use each library's own path: chorus
+# shared memory, Open MPI the vader BTL, Gloo TCP over the host's own address. The table sets each time against the
+# bound the links impose: allreduce moves 2(H-1)/H x S through each host's link, allgather (H-1)/H x S_out (H
+# hosts); with one rank a host that share is busbw / goodput.
+#
 # Usage: perf/netns_net_bench.sh BUILD_DIR OUT_DIR [RATE (1gbit)] [HOSTS (2)] [MAX_BYTES (256M)]
-# Environment: MIN_BYTES (1M), ITERS (5), LIBS (default "Socket UCX Gloo MPI").
+# Environment: MIN_BYTES (1M), ITERS (5), LIBS (default "Socket UCX Gloo MPI"), PER (1), PLACE (host).
 set -u
 build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
 out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
@@ -17,6 +23,9 @@ rate=${3:-1gbit}
 H=${4:-2}
 maxb=${5:-256M}
 libs=${LIBS:-Socket UCX Gloo MPI}
+P=${PER:-1}
+place=${PLACE:-host}
+n=$((H * P))
 build=$(cd "$build" && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -47,28 +56,31 @@ import json,sys
 e=json.load(open(sys.argv[1]))["end"]
 print(min(e["sum_sent"]["bits_per_second"], e["sum_sent_bidir_reverse"]["bits_per_second"])/8)
 ' "$out/iperf3.json") || { echo "iperf3 failed: $(tail -3 "$out/iperf3.json")"; exit 1; }
-echo "link $rate, $H hosts: TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s)"
+echo "link $rate, $H hosts x $P ranks (placed by $place): TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s)"
 
-# mpirun's rsh agent: host $subnet.i is namespace ${net}_hi.
+# mpirun's rsh agent: host $subnet.i is namespace ${net}_hi, with a host name of its own (a UTS namespace), since
+# Open MPI names its shared-memory segments by host name and local rank.
 cat >"$agent" <<EOF
 #!/bin/bash
 host=\$1; shift
-exec ip netns exec ${net}_h\${host##*.} bash -c "\$*"
+exec ip netns exec ${net}_h\${host##*.} unshare --uts bash -c "hostname ${net}-h\${host##*.}; \$*"
 EOF
 chmod +x "$agent"
 
 port=29900
 flags() { echo "-b ${MIN_BYTES:-1M} -e $maxb -f 4 -n ${ITERS:-5} -w 1"; }
 
-# run LIB COLL: one rank a host, JSON to $out/LIB-COLL.json.
+# run LIB COLL: n ranks, JSON to $out/LIB-COLL.json.
 run() {
   local lib=$1 coll=$2 r rc=0 tool
   port=$((port + 2))
   if [ "$lib" = MPI ]; then
-    local hosts=""
-    for r in $(seq 1 "$H"); do hosts="$hosts${hosts:+,}$subnet.$r:1"; done
+    local hosts="" btl=tcp,self map=slot
+    for r in $(seq 1 "$H"); do hosts="$hosts${hosts:+,}$subnet.$r:$P"; done
+    if [ "$P" -gt 1 ]; then btl=vader,tcp,self; fi
+    if [ "$place" = cyclic ]; then map=node; fi
     ip netns exec "${net}_h1" mpirun --allow-run-as-root --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
-      --mca btl tcp,self --mca btl_tcp_if_include hx --mca oob_tcp_if_include hx --host "$hosts" -np "$H" \
+      --mca btl $btl --mca btl_tcp_if_include hx --mca oob_tcp_if_include hx --host "$hosts" -np "$n" --map-by $map \
       -x MASTER_ADDR=$subnet.1 -x MASTER_PORT=$port \
       "$build/perf/mpi_perf" -op "$coll" $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.log" 2>&1
     return $?
@@ -76,8 +88,10 @@ run() {
   case $coll in allreduce) tool=all_reduce_perf ;; allgather) tool=all_gather_perf ;; esac
   [ "$lib" = Gloo ] && tool="gloo_perf -op $coll"
   pids=()
-  for r in $(seq 0 $((H - 1))); do
-    ip netns exec "${net}_h$((r + 1))" env RANK=$r WORLD_SIZE=$H LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+  for r in $(seq 0 $((n - 1))); do
+    local h=$((r / P + 1)) lr=$((r % P))
+    if [ "$place" = cyclic ]; then h=$((r % H + 1)) lr=$((r / H)); fi
+    ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$P \
       MASTER_ADDR=$subnet.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx NCCL_NET="$lib" NCCL_NET_PLUGIN=none \
       UCX_TLS=tcp UCX_NET_DEVICES=hx GLOO_SOCKET_IFNAME=hx GLOO_STORE_DIR=/tmp/gloo-store-nb$$-$port \
       CHORUS_TIMEOUT_S=300 $build/perf/$tool $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.$r.log" 2>&1 &
@@ -94,11 +108,11 @@ for coll in allreduce allgather; do
   done
 done
 
-python3 - "$out" "$goodput" "$libs" <<'EOF'
+python3 - "$out" "$goodput" "$libs" "$H" <<'EOF'
 import json, os, sys
-out, goodput, libs = sys.argv[1], float(sys.argv[2]), sys.argv[3].split()
-name = {"Socket": "chorus, NCCL_NET=Socket", "UCX": "chorus, NCCL_NET=UCX", "Gloo": "Gloo (TCP)", "MPI": "Open MPI (BTL tcp)"}
-print("\n| collective | library | size (bytes) | time (ms) | busbw (MB/s) | busbw / goodput | #wrong |")
+out, goodput, libs, H = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
+name = {"Socket": "chorus, NCCL_NET=Socket", "UCX": "chorus, NCCL_NET=UCX", "Gloo": "Gloo (TCP)", "MPI": "Open MPI (BTL tcp; vader within a host)"}
+print("\n| collective | library | size (bytes) | time (ms) | busbw (MB/s) | share of link bound | #wrong |")
 print("|---|---|---|---|---|---|---|")
 for coll in ("allreduce", "allgather"):
     for lib in libs:
@@ -109,6 +123,9 @@ for coll in ("allreduce", "allgather"):
         for row in json.load(open(path))["results"]:
             o = row["out_of_place"]
             bw = o["bus_bw"] * 1e9
+            # bytes each host's link must carry each way; the size is allreduce's buffer, allgather's output
+            link = (2 if coll == "allreduce" else 1) * (H - 1) / H * row["size"]
+            share = link / goodput / (o["time"] / 1e6)
             print(f"| {coll} | {name[lib]} | {row['size']} | {o['time']/1e3:.1f} | {bw/1e6:.1f} | "
-                  f"{100*bw/goodput:.0f}% | {o.get('wrong', 0)} |")
+                  f"{100*share:.0f}% | {o.get('wrong', 0)} |")
 EOF
