@@ -51,7 +51,7 @@ bool p2pReadSetting() { return kP2PRead.get() != 0; }
 
 /// What the owner of a device FIFO publishes for the other end.
 struct DeviceConnections::Rendezvous {
-  uint64_t ready;  ///< kReady once the fields below are written
+  RendezvousHead head;  ///< head.ready: kReady once the fields below are written
   uint64_t ownerPid;
   int32_t ownerDev;
   int32_t mode;  ///< 0: GPU memory (ptr in-process, handle otherwise), 1: pinned shm segment hostName
@@ -105,7 +105,28 @@ void DeviceConnections::drainOwned() {
   }
 }
 
+bool rendezvousStale(const std::string& name) {
+  const auto* head = static_cast<const RendezvousHead*>(shmMapMine(name, sizeof(RendezvousHead)));
+  if (head == nullptr) return false;
+  uint64_t a = __atomic_load_n(&head->pids[0], __ATOMIC_ACQUIRE), b = __atomic_load_n(&head->pids[1], __ATOMIC_ACQUIRE);
+  munmap(const_cast<RendezvousHead*>(head), sizeof(RendezvousHead));
+  return (a != 0 || b != 0) && (a == 0 || shmPidGone(a)) && (b == 0 || shmPidGone(b));
+}
+
+int sweepStaleRendezvous() {
+  // "chorus-<16 hex digits>-d...", not the pinned FIFOs "...-h" that a record may name (shmSweepStale's).
+  return shmSweep(
+      [](const char* n) {
+        size_t len = strlen(n);
+        return len > 24 && n[24] == 'd' && strcmp(n + len - 2, "-h") != 0;
+      },
+      rendezvousStale);
+}
+
 ncclResult_t DeviceConnections::init() {
+  int swept = sweepStaleRendezvous();
+  if (swept > 0)
+    INFO(kShm, "rank %d: removed %d device-connection record(s) left by exited processes", comm_->rank, swept);
   size_t n = static_cast<size_t>(kDevMaxChannels + 1) * comm_->nranks * 2;  // and kDevIpcChannel's
   void* p = nullptr;
   if (rt_->deviceAlloc(n * sizeof(uint64_t), &p) != ncclSuccess)
@@ -163,6 +184,7 @@ ncclResult_t DeviceConnections::mapRendezvous(int ch, int peer, bool isSend, std
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: mapping %s for the device connection with rank %d: %s: %s",
                 comm_->rank, name->c_str(), peer, call, strerror(err));
   *out = static_cast<Rendezvous*>(p);
+  __atomic_store_n(&(*out)->head.pids[owns(isSend) ? 0 : 1], static_cast<uint64_t>(getpid()), __ATOMIC_RELEASE);
   return ncclSuccess;
 }
 
@@ -214,9 +236,10 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
     c->fifo.base = static_cast<char*>(dev);
     c->kind = "shm (pinned host memory)";
   }
-  std::memcpy(reinterpret_cast<char*>(rv) + sizeof(uint64_t), reinterpret_cast<const char*>(&r) + sizeof(uint64_t),
-              sizeof(Rendezvous) - sizeof(uint64_t));
-  __atomic_store_n(&rv->ready, kReady, __ATOMIC_RELEASE);
+  constexpr size_t kBody = sizeof(RendezvousHead);  // the head is written by each end itself
+  std::memcpy(reinterpret_cast<char*>(rv) + kBody, reinterpret_cast<const char*>(&r) + kBody,
+              sizeof(Rendezvous) - kBody);
+  __atomic_store_n(&rv->head.ready, kReady, __ATOMIC_RELEASE);
   munmap(rv, kRendezvousBytes);
   return ncclSuccess;
 }
@@ -246,7 +269,7 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
   Deadline deadline = Deadline::fromEnv();
   SlowWait slow;
   Backoff backoff;
-  while (__atomic_load_n(&rv->ready, __ATOMIC_ACQUIRE) != kReady) {
+  while (__atomic_load_n(&rv->head.ready, __ATOMIC_ACQUIRE) != kReady) {
     slow.check([&]() {
       return "device path: " + commLabel(comm_) + " has waited " + slow.elapsedText() + " s for " +
              (comm_->bootstrap ? comm_->bootstrap->describePeer(peer) : "rank " + std::to_string(peer)) +

@@ -34,6 +34,21 @@ bool p2pReadSetting();
 /// per ordered pair, in the receiver's memory (write mode), of DeviceConnections::setInboxBytes bytes.
 constexpr int kDevIpcChannel = kDevMaxChannels;
 
+/// The start of a device-connection rendezvous record (a named shm segment of one page): each end writes its
+/// process into `pids` when it maps the record ([0] the FIFO's owner, [1] the other end), so that a record both of
+/// whose processes have exited can be told from one still in use.
+struct RendezvousHead {
+  uint64_t ready;    ///< nonzero once the owner has published the rest of the record
+  uint64_t pids[2];  ///< 0: that end has not mapped it yet
+};
+
+/// Whether the rendezvous record `name` ("/chorus-...-d...") is garbage: an end has recorded itself and every end
+/// recorded has exited. One whose ends are unrecorded, or one of them alive, may still be in use.
+bool rendezvousStale(const std::string& name);
+/// Removes this user's stale rendezvous records (/dev/shm/chorus-<hash>-d...): what ranks killed between setting
+/// up a device connection and its other end opening it leave behind. Returns how many. Called at device-path init.
+int sweepStaleRendezvous();
+
 /// One end of one device connection.
 struct DevConn {
   DevFifo fifo{};

@@ -2,6 +2,7 @@
 // device engine (DevWork planning, device connections and rendezvous, the kernel body with the device
 // platform) and must give the closed-form results; failures must surface through ncclCommGetAsyncError with a
 // message naming the peer. Thread ranks and forked ranks (IPC through the emulated handles).
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,10 +20,12 @@
 #include "core/params.h"
 #include "device/device_checks.h"
 #include "device/emu_runtime.h"
+#include "engine/device_connections.h"
 #include "harness/ranks.h"
 #include "kernels/device_work.h"
 #include "nccl.h"
 #include "runtime/runtime.h"
+#include "transports/shm/shm.h"
 
 namespace chorus_test {
 namespace {
@@ -431,6 +435,63 @@ TEST(DevicePathFaults, PeerThatFinishedAndExitedIsNotAFailure) {
     return ::testing::Test::HasFailure() ? 1 : 0;
   });
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// The device-connection rendezvous records (/dev/shm, "chorus-<hash>-d...") that name this process.
+std::vector<std::string> recordsOfThisProcess() {
+  std::vector<std::string> names;
+  DIR* dir = opendir("/dev/shm");
+  while (dir != nullptr) {
+    struct dirent* e = readdir(dir);
+    if (e == nullptr) break;
+    std::string n = e->d_name;
+    if (n.rfind("chorus-", 0) != 0 || n.size() <= 24 || n[24] != 'd' || n.compare(n.size() - 2, 2, "-h") == 0) continue;
+    constexpr size_t kHead = sizeof(chorus::RendezvousHead);
+    const auto* head = static_cast<const chorus::RendezvousHead*>(chorus::shmMapMine("/" + n, kHead));
+    if (head == nullptr) continue;
+    if (head->pids[0] == uint64_t(getpid()) || head->pids[1] == uint64_t(getpid())) names.push_back("/" + n);
+    munmap(const_cast<chorus::RendezvousHead*>(head), kHead);
+  }
+  if (dir != nullptr) closedir(dir);
+  return names;
+}
+
+// A rank killed before it sets up its device connections leaves its peer's half-made rendezvous records behind
+// (the peer created them to wait for its records). Once both processes have exited, the next device-path init on
+// the host removes them.
+TEST(DevicePathFaults, RecordsLeftByExitedRanksAreSwept) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  const std::string list = "/tmp/chorus-records-" + std::to_string(getpid());
+  auto status = forkRanks(2, [&list](int rank, const ncclUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+    if (rank == 1) _exit(0);  // before any device connection
+    DevBuf b(gEmu, 1000 * sizeof(float));
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+    ncclResult_t res = ncclAllReduce(b.as<float>(), b.as<float>(), 1000, ncclFloat32, ncclSum, comm, s);
+    if (res == ncclSuccess) res = gEmu.streamSynchronize(s) == ncclSuccess ? asyncErrorOf(comm) : ncclInternalError;
+    EXPECT_NE(res, ncclSuccess) << "rank 1 never set up its connections";
+    ncclCommAbort(comm);
+    std::vector<std::string> left = recordsOfThisProcess();
+    EXPECT_FALSE(left.empty()) << "the records this rank created for rank 1's FIFOs outlive it";
+    std::ofstream out(list);
+    for (const std::string& n : left) out << n << "\n";
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  std::vector<std::string> left;
+  std::ifstream in(list);
+  for (std::string n; std::getline(in, n);) left.push_back(n);
+  std::remove(list.c_str());
+  ASSERT_FALSE(left.empty());
+  // (Another test's communicator on this host may sweep them first: either way they must be gone.)
+  chorus::sweepStaleRendezvous();  // what the next communicator's device path does at init
+  for (const std::string& n : left) {
+    const void* p = chorus::shmMapMine(n, 8);
+    EXPECT_EQ(p, nullptr) << n << " is still in /dev/shm";
+    if (p != nullptr) munmap(const_cast<void*>(p), 8), shm_unlink(n.c_str());
+  }
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 

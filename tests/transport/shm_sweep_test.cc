@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <string>
 
+#include "engine/device_connections.h"
 #include "transports/shm/shm.h"
 
 namespace chorus_test {
@@ -79,6 +80,61 @@ TEST(ShmSweep, RemovesSegmentsWhoseEndsHaveBothExited) {
   chorus::shmFifoClose(&mine, true);
   munmap(p, geo.totalBytes());
   for (const std::string& n : {fresh, waiting, dead, deadFifo}) shm_unlink(n.c_str());
+}
+
+// Writes a device-connection rendezvous record `name` whose head names these processes (0: not recorded), as the
+// two ends write it when they map it; the record itself stays in /dev/shm.
+void writeRecord(const std::string& name, uint64_t ownerPid, uint64_t otherPid) {
+  int err = 0;
+  const char* call = "";
+  void* p = chorus::shmMapNamed(name, 4096, true, &err, &call);
+  ASSERT_NE(p, nullptr) << call << ": " << strerror(err);
+  auto* head = static_cast<chorus::RendezvousHead*>(p);
+  head->pids[0] = ownerPid;
+  head->pids[1] = otherPid;
+  munmap(p, 4096);
+}
+
+// The pid of a child process that has exited and been reaped.
+uint64_t exitedPid() {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  return static_cast<uint64_t>(pid);
+}
+
+// A rendezvous record of a device connection whose ends have exited is removed; one that names a live process, or
+// none, stays (its other end may still open it).
+TEST(ShmSweep, RemovesRendezvousRecordsWhoseEndsHaveExited) {
+  const uint64_t gone = exitedPid(), me = static_cast<uint64_t>(getpid());
+  // Kind 'y': out of every sweep's reach, for the verdicts alone.
+  std::string bothGone = testName("both", 'y'), ownerOnly = testName("owner", 'y'), ownerLive = testName("live", 'y'),
+              otherLive = testName("other", 'y'), unrecorded = testName("none", 'y');
+  writeRecord(bothGone, gone, gone);
+  writeRecord(ownerOnly, gone, 0);  // the owner published and was killed; the other end never came
+  writeRecord(ownerLive, me, gone);
+  writeRecord(otherLive, gone, me);  // the other end, alive, may still open it and read the owner's record
+  writeRecord(unrecorded, 0, 0);     // just created: no end has written its process yet
+  EXPECT_TRUE(chorus::rendezvousStale(bothGone));
+  EXPECT_TRUE(chorus::rendezvousStale(ownerOnly));
+  EXPECT_FALSE(chorus::rendezvousStale(ownerLive));
+  EXPECT_FALSE(chorus::rendezvousStale(otherLive));
+  EXPECT_FALSE(chorus::rendezvousStale(unrecorded));
+  EXPECT_FALSE(chorus::rendezvousStale(testName("absent", 'y')));
+
+  // The sweep removes a dead record of the real kind ('d'), and leaves a live one and a pinned FIFO ("-h") alone.
+  std::string dead = testName("dead", 'd'), live = testName("live", 'd'), pinned = testName("x", 'd') + "-h";
+  writeRecord(dead, gone, gone);
+  writeRecord(live, gone, me);
+  writeRecord(pinned, gone, gone);
+  chorus::sweepStaleRendezvous();
+  EXPECT_FALSE(exists(dead)) << "a record whose ends exited must be removed by the sweep";
+  EXPECT_TRUE(exists(live)) << "a record a live process may still open must stay";
+  EXPECT_TRUE(exists(pinned)) << "the rendezvous sweep must leave pinned FIFOs to the FIFO sweep";
+  EXPECT_TRUE(exists(bothGone)) << "the sweep must leave segments of other kinds alone";
+  for (const std::string& n : {bothGone, ownerOnly, ownerLive, otherLive, unrecorded, dead, live, pinned})
+    shm_unlink(n.c_str());
 }
 
 }  // namespace

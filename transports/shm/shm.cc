@@ -74,35 +74,49 @@ void shmFifoClose(ShmSegment* seg, bool unlinkName) {
   seg->name.clear();
 }
 
-bool shmFifoStale(const std::string& name) {
+const void* shmMapMine(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return nullptr;
   struct stat st;
-  bool mine = fstat(fd, &st) == 0 && st.st_uid == geteuid() && static_cast<size_t>(st.st_size) >= sizeof(FifoCtrl);
-  void* p = mine ? mmap(nullptr, sizeof(FifoCtrl), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  bool mine = fstat(fd, &st) == 0 && st.st_uid == geteuid() && static_cast<size_t>(st.st_size) >= bytes;
+  void* p = mine ? mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
   close(fd);
-  if (p == MAP_FAILED) return false;
-  const auto* ctrl = static_cast<const FifoCtrl*>(p);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+bool shmPidGone(uint64_t pid) { return pid != 0 && processGone(static_cast<pid_t>(pid)); }
+
+bool shmFifoStale(const std::string& name) {
+  const auto* ctrl = static_cast<const FifoCtrl*>(shmMapMine(name, sizeof(FifoCtrl)));
+  if (ctrl == nullptr) return false;
   uint64_t a = __atomic_load_n(&ctrl->pids[0], __ATOMIC_ACQUIRE);  // 0: no end has recorded itself yet
   uint64_t b = __atomic_load_n(&ctrl->pids[1], __ATOMIC_RELAXED);
-  bool stale = a != 0 && b != 0 && processGone(static_cast<pid_t>(a)) && processGone(static_cast<pid_t>(b));
-  munmap(p, sizeof(FifoCtrl));
+  bool stale = shmPidGone(a) && shmPidGone(b);
+  munmap(const_cast<FifoCtrl*>(ctrl), sizeof(FifoCtrl));
   return stale;
 }
 
-int shmSweepStale() {
+int shmSweep(bool (*match)(const char* name), bool (*stale)(const std::string& name)) {
   DIR* dir = opendir("/dev/shm");
   if (dir == nullptr) return 0;
   int removed = 0;
   while (struct dirent* e = readdir(dir)) {
-    // FIFOs only: host-path FIFOs "chorus-<hash>-c..." and pinned device FIFOs "...-h" (not rendezvous records).
-    const char* n = e->d_name;
-    size_t len = strlen(n);
-    bool fifo = strncmp(n, "chorus-", 7) == 0 && len > 24 && (n[24] == 'c' || strcmp(n + len - 2, "-h") == 0);
-    if (fifo && shmFifoStale(std::string("/") + n) && shm_unlink((std::string("/") + n).c_str()) == 0) removed++;
+    if (strncmp(e->d_name, "chorus-", 7) != 0 || !match(e->d_name)) continue;
+    std::string name = std::string("/") + e->d_name;
+    if (stale(name) && shm_unlink(name.c_str()) == 0) removed++;
   }
   closedir(dir);
   return removed;
+}
+
+int shmSweepStale() {
+  // FIFOs only: host-path FIFOs "chorus-<hash>-c..." and pinned device FIFOs "...-h" (not rendezvous records).
+  return shmSweep(
+      [](const char* n) {
+        size_t len = strlen(n);
+        return len > 24 && (n[24] == 'c' || strcmp(n + len - 2, "-h") == 0);
+      },
+      shmFifoStale);
 }
 
 }  // namespace chorus

@@ -41,5 +41,13 @@ int shmSweepStale();
 /// Whether the FIFO segment `name` ("/chorus-...") is garbage: the processes of both its ends have exited (what
 /// shmSweepStale removes).
 bool shmFifoStale(const std::string& name);
+/// Removes this user's segments /dev/shm/chorus-* whose name (without the leading '/') `match` accepts and that
+/// `stale` ("/chorus-...") calls garbage; returns how many. shmSweepStale is this for FIFOs.
+int shmSweep(bool (*match)(const char* name), bool (*stale)(const std::string& name));
+/// Maps the first `bytes` of the segment `name` read-only if this user owns it and it is at least that long;
+/// null otherwise. munmap(p, bytes) when done.
+const void* shmMapMine(const std::string& name, size_t bytes);
+/// Whether the process `pid` has exited (or is a zombie); false for 0, which records no process.
+bool shmPidGone(uint64_t pid);
 
 }  // namespace chorus
