@@ -87,6 +87,7 @@ ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
   mine.envHash = engineEnvHash();
   mine.calibrate = calibrateSetting();
   mine.nicMbps = static_cast<uint32_t>(std::clamp<int64_t>(topologyNicMbps(processTopology()), 0, UINT32_MAX));
+  mine.gpuNuma = topologyGpuNuma(processTopology(), mine.busId);
   CHORUS_CHECK(Bootstrap::create(comm, id, comm->rank, comm->nranks, mine, &comm->abortFlag, &comm->bootstrap));
   comm->peers = comm->bootstrap->peers();
   comm->commHash = fnv1a64(id.internal, sizeof(id.internal));

@@ -32,6 +32,7 @@ struct PeerInfo {
   uint64_t envHash = 0;       ///< hash of environment settings that must agree across ranks
   uint32_t nicMbps = 0;       ///< its host's NIC speed from the topology (topologyNicMbps), 0: unknown
   int32_t calibrate = 0;      ///< its CHORUS_CALIBRATE (must agree; not in envHash, which keys the calibration cache)
+  int32_t gpuNuma = -1;       ///< NUMA node of its GPU in its host's topology (topologyGpuNuma), -1: unknown
   char hostname[64] = {0};
 };
 

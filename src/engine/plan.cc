@@ -125,8 +125,9 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
   recvSeq_.assign(comm->nranks, 0);
   if (ringByHostSetting()) {
     std::vector<uint64_t> hostOf(comm->nranks);
-    for (int r = 0; r < comm->nranks; r++) hostOf[r] = comm->peers[r].hostHash;
-    ringOrder_ = ringOrderByHost(hostOf);
+    std::vector<int> numaOf(comm->nranks);
+    for (int r = 0; r < comm->nranks; r++) hostOf[r] = comm->peers[r].hostHash, numaOf[r] = comm->peers[r].gpuNuma;
+    ringOrder_ = ringOrderByHost(hostOf, numaOf);
   }
   // Hierarchical allreduce, allgather and reduce-scatter: several hosts, the same number (2 or more) of ranks on each,
   // laid out host by host in the ring order.

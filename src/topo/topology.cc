@@ -46,6 +46,16 @@ int HostTopology::pciNics() const {
   return static_cast<int>(std::count_if(nics.begin(), nics.end(), [](const TopoNic& n) { return !n.isVirtual; }));
 }
 
+int topologyGpuNuma(const HostTopology& t, int64_t runtimeBusId) {
+  if (runtimeBusId < 0) return -1;
+  for (const TopoGpu& g : t.gpus) {
+    unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+    if (sscanf(g.busId.c_str(), "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) continue;
+    if ((static_cast<int64_t>(dom) << 32 | static_cast<int64_t>(bus) << 8 | dev) == runtimeBusId) return g.numa;
+  }
+  return -1;
+}
+
 int64_t topologyNicMbps(const HostTopology& t) {
   int64_t pci = 0, virt = 0;
   for (const TopoNic& nic : t.nics) {

@@ -111,6 +111,10 @@ struct HostTopology {
 /// says 10000), else 0 (unknown: a VM's virtio NIC reports none).
 int64_t topologyNicMbps(const HostTopology& t);
 
+/// The NUMA node of the GPU at `runtimeBusId` (GpuRuntime::busId numbering: domain << 32 | bus << 8 | device), -1
+/// when the topology has no such GPU or it is not on one node.
+int topologyGpuNuma(const HostTopology& t, int64_t runtimeBusId);
+
 /// What NVLink gives each pair of a host's GPUs in bytes a microsecond (MB/s): the fewest links between any pair at
 /// 20.5 GB/s a link (NCCL reaches about 370 GB/s over an H100's 18); 0 unless every pair has NVLink.
 double topologyNvlinkBytesPerUs(const HostTopology& t);

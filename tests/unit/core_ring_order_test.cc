@@ -28,6 +28,23 @@ TEST(RingOrder, GroupsEachHostsRanks) {
   EXPECT_TRUE(ringOrderByHost({}).empty());
 }
 
+TEST(RingOrder, GroupsEachHostsRanksByNumaNode) {
+  // One host whose GPUs alternate between two sockets (ranks on GPUs 0, 4, 1, 5, ...): each socket's ranks together.
+  EXPECT_EQ(ringOrderByHost({7, 7, 7, 7, 7, 7, 7, 7}, {0, 1, 0, 1, 0, 1, 0, 1}),
+            (std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7}));
+  // Nodes in the order of their lowest rank.
+  EXPECT_EQ(ringOrderByHost({7, 7, 7, 7}, {1, 0, 1, 0}), (std::vector<int>{0, 2, 1, 3}));
+  // Round-robin over two hosts, each with two sockets: hosts first, then nodes within each.
+  EXPECT_EQ(ringOrderByHost({1, 2, 1, 2, 1, 2, 1, 2}, {0, 0, 1, 1, 0, 0, 1, 1}),
+            (std::vector<int>{0, 4, 2, 6, 1, 5, 3, 7}));
+  // Unknown nodes (-1: no GPU, or no topology) and none given leave each host's ranks in rank order.
+  EXPECT_EQ(ringOrderByHost({1, 2, 1, 2}, {-1, -1, -1, -1}), ringOrderByHost({1, 2, 1, 2}));
+  EXPECT_EQ(ringOrderByHost({1, 2, 1, 2}, {-1, -1, -1, -1}), (std::vector<int>{0, 2, 1, 3}));
+  // Already grouped by host and node: rank order, said as an empty order.
+  EXPECT_TRUE(ringOrderByHost({7, 7, 7, 7}, {0, 0, 1, 1}).empty());
+  EXPECT_TRUE(ringOrderByHost({7, 7, 8, 8}, {0, 1, 0, 1}).empty());
+}
+
 // Hosts a ring in `order` crosses into: with ranks grouped, exactly the number of hosts (when more than one).
 int hostCrossings(const std::vector<int>& order, const std::vector<uint64_t>& hostOf) {
   int c = 0;

@@ -95,6 +95,20 @@ TEST_F(Topo, DgxH100) {
   EXPECT_EQ(t.summary(), "2 packages, 2 NUMA, 112 cores, 224 PUs, 8 GPUs, 8 NICs");
 }
 
+// A rank's GPU is found by the runtime's bus id (domain << 32 | bus << 8 | device) for its NUMA node, which orders a
+// host's ranks in rings (topo/ring_order.h).
+TEST_F(Topo, GpuNumaByRuntimeBusId) {
+  HostTopology t = load(node("dgx-h100.xml"));
+  EXPECT_EQ(topologyGpuNuma(t, 0x19 << 8), 0);  // 0000:19:00.0, GPU0
+  EXPECT_EQ(topologyGpuNuma(t, 0x45 << 8), 0);  // GPU3
+  EXPECT_EQ(topologyGpuNuma(t, 0x99 << 8), 1);  // GPU4
+  EXPECT_EQ(topologyGpuNuma(t, 0xc5 << 8), 1);  // GPU7
+  EXPECT_EQ(topologyGpuNuma(t, 0x18 << 8), -1) << "a NIC's bus id is no GPU";
+  EXPECT_EQ(topologyGpuNuma(t, (int64_t{1} << 32) | 0x19 << 8), -1) << "another PCI domain";
+  EXPECT_EQ(topologyGpuNuma(t, -1), -1) << "a rank without a GPU";
+  EXPECT_EQ(topologyGpuNuma(HostTopology{}, 0x19 << 8), -1) << "an empty view";
+}
+
 TEST_F(Topo, Mi300x) {
   HostTopology t = load(node("mi300x.xml"));
   EXPECT_EQ(t.packages, 2);
