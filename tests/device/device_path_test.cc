@@ -22,9 +22,11 @@
 #include "device/emu_runtime.h"
 #include "engine/device_connections.h"
 #include "harness/ranks.h"
+#include "harness/source_dir.h"
 #include "kernels/device_work.h"
 #include "nccl.h"
 #include "runtime/runtime.h"
+#include "topo/topology.h"
 #include "transports/shm/shm.h"
 
 namespace chorus_test {
@@ -493,6 +495,66 @@ TEST(DevicePathFaults, RecordsLeftByExitedRanksAreSwept) {
     if (p != nullptr) munmap(const_cast<void*>(p), 8), shm_unlink(n.c_str());
   }
   chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// Rings group a host's ranks by the NUMA node of their GPU (topo/ring_order.h). The DGX H100 topology file with four
+// of its GPUs renumbered to the emulated runtime's bus ids (device d at 0000:00:0d.0), alternating between the two
+// sockets: devices 0 and 2 on NUMA node 0, 1 and 3 on node 1. Four processes, rank r on device r, so the ring is
+// 0 2 1 3. (The topology is resolved once per process: ctest runs each test in its own.)
+TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
+  std::string xml = readFile(sourceDir() + "/topo/dgx-h100.xml");
+  ASSERT_FALSE(xml.empty());
+  const char* renumber[][2] = {{"0000:19:00.0", "0000:00:00.0"},
+                               {"0000:99:00.0", "0000:00:01.0"},
+                               {"0000:1b:00.0", "0000:00:02.0"},
+                               {"0000:9b:00.0", "0000:00:03.0"}};
+  for (const auto& r : renumber)
+    for (size_t at = xml.find(r[0]); at != std::string::npos; at = xml.find(r[0], at)) xml.replace(at, 12, r[1]);
+  const std::string topo = "/tmp/chorus-numa-topo-" + std::to_string(getpid()) + ".xml";
+  std::ofstream(topo) << xml;
+  chorus::HostTopology t;
+  std::string err;
+  ASSERT_TRUE(chorus::loadHostTopology(topo, &t, &err)) << err;
+  for (int d = 0; d < 4; d++) ASSERT_EQ(chorus::topologyGpuNuma(t, d), d % 2) << "device " << d;
+
+  gEmu.devices = 4;
+  gEmu.peerAccess = true;
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  const std::string log = "/tmp/chorus-numa-log-" + std::to_string(getpid());
+  std::string text = forkRanksForLog(
+      4,
+      [&](int rank, const ncclUniqueId& id) {
+        setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
+        setenv("NCCL_ALGO", "Ring", 1);
+        setenv("CHORUS_DEVICE_IPC", "0", 1);  // the ring's FIFOs, not the inboxes
+        if (rank == 0) {
+          setenv("NCCL_DEBUG", "INFO", 1);
+          setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
+          setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+        }
+        ncclResetDebugInit();
+        chorus::paramsReload();
+        if (gEmu.setDevice(rank) != ncclSuccess) return 9;
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+        const size_t N = 100000;
+        DevBuf b(gEmu, N * sizeof(float));
+        fill(b.as<float>(), N, [&](size_t i) { return float(rank + 1) * float(i % 97); });
+        cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+        EXPECT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), N, ncclFloat32, ncclSum, comm, s), ncclSuccess);
+        sync(s);
+        EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
+        size_t wrong = 0;
+        for (size_t i = 0; i < N; i++) wrong += b.as<float>()[i] != 10.0f * float(i % 97);
+        EXPECT_EQ(wrong, 0u) << "elements of the allreduce differ from the sum";
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      log);
+  EXPECT_NE(text.find("rings host by host (CHORUS_RING_BY_HOST): 0 2 1 3"), std::string::npos) << text;
+  chorus::setGpuRuntimeForTesting(nullptr);
+  gEmu.devices = 1;
+  std::remove(topo.c_str());
 }
 
 // The device path's settings decide channels, protocol and FIFO ownership: ranks that differ are refused at init,
