@@ -1,6 +1,8 @@
 #include "topo/ring_order.h"
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 #include "core/params.h"
@@ -17,27 +19,20 @@ IntParam kRingByHost{"CHORUS_RING_BY_HOST", 1,
 
 std::vector<int> ringOrderByHost(const std::vector<uint64_t>& hostOf, const std::vector<int>& numaOf) {
   const int n = static_cast<int>(hostOf.size());
-  // (host, NUMA node) -> its group, groups in order of first rank; a host's groups then sit together.
-  std::map<uint64_t, std::vector<int>> hostGroups;  // host -> its groups, in order of first rank
-  std::map<std::pair<uint64_t, int>, int> slot;
-  std::vector<uint64_t> hostOrder;
-  std::vector<std::vector<int>> groups;
+  auto numa = [&](int r) { return r < static_cast<int>(numaOf.size()) ? numaOf[r] : -1; };
+  // Each rank sorts by the lowest rank of its host, then by the lowest rank of its (host, NUMA node); the sort is
+  // stable, so rank order holds within a node.
+  std::map<uint64_t, int> hostFirst;
+  std::map<std::pair<uint64_t, int>, int> nodeFirst;
   for (int r = 0; r < n; r++) {
-    const int numa = r < static_cast<int>(numaOf.size()) ? numaOf[r] : -1;
-    auto key = std::make_pair(hostOf[r], numa);
-    auto it = slot.find(key);
-    if (it == slot.end()) {
-      it = slot.emplace(key, static_cast<int>(groups.size())).first;
-      groups.emplace_back();
-      if (hostGroups[hostOf[r]].empty()) hostOrder.push_back(hostOf[r]);
-      hostGroups[hostOf[r]].push_back(it->second);
-    }
-    groups[it->second].push_back(r);
+    hostFirst.emplace(hostOf[r], r);
+    nodeFirst.emplace(std::make_pair(hostOf[r], numa(r)), r);
   }
-  std::vector<int> order;
-  order.reserve(n);
-  for (uint64_t h : hostOrder)
-    for (int g : hostGroups[h]) order.insert(order.end(), groups[g].begin(), groups[g].end());
+  std::vector<std::pair<int, int>> key(n);
+  for (int r = 0; r < n; r++) key[r] = {hostFirst[hostOf[r]], nodeFirst[std::make_pair(hostOf[r], numa(r))]};
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key[a] < key[b]; });
   for (int p = 0; p < n; p++)
     if (order[p] != p) return order;
   return {};
