@@ -18,7 +18,7 @@ namespace {
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<ncclComm*, OpDesc>> ops;
-  std::vector<std::function<ncclResult_t()>> inits;
+  std::vector<std::pair<const ncclComm*, std::function<ncclResult_t()>>> inits;  ///< (serialOn, work)
   bool nonblocking = false;  ///< a nonblocking creation started in this group: ncclGroupEnd says ncclInProgress
 };
 thread_local GroupState tGroup;
@@ -55,6 +55,43 @@ ncclResult_t runAll(std::vector<std::function<ncclResult_t()>>& fns) {
   return ncclSuccess;
 }
 
+// The group's deferred inits as concurrent jobs: one per init, except that the inits serialized on one
+// communicator form one job, run in call order. A job runs all of its inits and returns the first failure.
+std::vector<std::function<ncclResult_t()>> initJobs(
+    std::vector<std::pair<const ncclComm*, std::function<ncclResult_t()>>>& inits) {
+  std::vector<std::pair<const ncclComm*, std::vector<std::function<ncclResult_t()>>>> lists;
+  for (auto& [key, fn] : inits) {
+    auto it = key == nullptr ? lists.end()
+                             : std::find_if(lists.begin(), lists.end(), [key = key](const auto& l) { return l.first == key; });
+    if (it == lists.end()) {
+      lists.push_back({key, {}});
+      it = lists.end() - 1;
+    }
+    it->second.push_back(std::move(fn));
+  }
+  std::vector<std::function<ncclResult_t()>> jobs;
+  for (auto& l : lists) {
+    if (l.second.size() == 1) {
+      jobs.push_back(std::move(l.second[0]));
+      continue;
+    }
+    jobs.push_back([fns = std::move(l.second)]() {
+      ncclResult_t first = ncclSuccess;
+      std::string why;
+      for (const auto& fn : fns) {
+        ncclResult_t r = fn();
+        if (r != ncclSuccess && first == ncclSuccess) {
+          first = r;
+          why = threadLastError();
+        }
+      }
+      if (first != ncclSuccess) setThreadLastError(why.c_str());
+      return first;
+    });
+  }
+  return jobs;
+}
+
 // Splits the group's operations by communicator, keeping each comm's call order.
 std::vector<std::pair<ncclComm*, std::vector<OpDesc>>> byComm(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   std::vector<std::pair<ncclComm*, std::vector<OpDesc>>> out;
@@ -70,8 +107,8 @@ std::vector<std::pair<ncclComm*, std::vector<OpDesc>>> byComm(const std::vector<
 }
 
 ncclResult_t launchGroup(GroupState& g) {
-  std::vector<std::function<ncclResult_t()>> inits;
-  inits.swap(g.inits);
+  std::vector<std::function<ncclResult_t()>> inits = initJobs(g.inits);
+  g.inits.clear();
   auto ops = byComm(g.ops);
   g.ops.clear();
   bool nonblocking = g.nonblocking;
@@ -114,9 +151,9 @@ void noteNonblockingInit() {
   if (tGroup.depth > 0) tGroup.nonblocking = true;
 }
 
-ncclResult_t enqueueInit(std::function<ncclResult_t()> init) {
+ncclResult_t enqueueInit(std::function<ncclResult_t()> init, const ncclComm* serialOn) {
   if (tGroup.depth > 0) {
-    tGroup.inits.push_back(std::move(init));
+    tGroup.inits.push_back({serialOn, std::move(init)});
     return ncclSuccess;
   }
   return init();
@@ -149,8 +186,8 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
     if (commValid(comm) && comm->engine) worst = std::max(worst, comm->engine->estimateUs(list));
   }
   tGroup.ops.clear();  // a simulated group launches no operation
-  std::vector<std::function<ncclResult_t()>> inits;
-  inits.swap(tGroup.inits);
+  std::vector<std::function<ncclResult_t()>> inits = initJobs(tGroup.inits);
+  tGroup.inits.clear();
   simInfo->estimatedTime = worst;
   return inits.empty() ? ncclSuccess : runAll(inits);  // deferred inits still happen
 }

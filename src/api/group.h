@@ -14,8 +14,11 @@ namespace chorus {
 bool inGroup();
 /// Adds a validated operation to this thread's group, or runs it at once (implicit group).
 ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op);
-/// Defers a communicator init to the group end when inside a group, else runs it now.
-ncclResult_t enqueueInit(std::function<ncclResult_t()> init);
+/// Defers a communicator init (a creation, split or window registration) to the group end when inside a group, else
+/// runs it now. Deferred work runs concurrently at the group end, except that work passing the same `serialOn`
+/// communicator (whose bootstrap it uses) runs in call order, one after the other; every item runs even if one
+/// before it failed, since the other ranks' items expect it, and the first failure is the group's.
+ncclResult_t enqueueInit(std::function<ncclResult_t()> init, const ncclComm* serialOn = nullptr);
 /// Records that a nonblocking communicator creation started inside this thread's group: ncclGroupEnd then
 /// returns ncclInProgress, as NCCL does (no-op outside a group).
 void noteNonblockingInit();

@@ -273,10 +273,12 @@ ncclResult_t startChildJob(ChildJob job) {
     return ncclInProgress;
   }
   if (inGroup()) {
-    return enqueueInit([job]() mutable {
-      ActiveCall active(job.parent);
-      return runChildJob(job);
-    });
+    return enqueueInit(
+        [job]() mutable {
+          ActiveCall active(job.parent);
+          return runChildJob(job);
+        },
+        job.parent);
   }
   ActiveCall active(parent);
   return runChildJob(job);
