@@ -51,7 +51,10 @@ class GpuRuntime {
   /// Pins existing host memory (a shared-memory segment) and maps it for the device.
   virtual ncclResult_t hostRegister(void* p, size_t bytes, void** dev) = 0;
   virtual void hostUnregister(void* p) = 0;
-  /// Exports a deviceAlloc allocation for another process.
+  /// The device allocation that holds p: its base and size (a user's buffer may start inside an allocation that
+  /// a caching allocator carved up; IPC exports whole allocations).
+  virtual ncclResult_t addressRange(const void* p, void** base, size_t* bytes) = 0;
+  /// Exports a device allocation (its base pointer) for another process.
   virtual ncclResult_t ipcGetHandle(void* p, IpcHandle* h) = 0;
   /// Maps another process's allocation (lazy peer access enabled).
   virtual ncclResult_t ipcOpenHandle(const IpcHandle& h, void** p) = 0;

@@ -433,6 +433,23 @@ size_t EmuRuntime::allocationCount() {
   return mem_->allocs.size();
 }
 
+ncclResult_t EmuRuntime::addressRange(const void* p, void** base, size_t* bytes) {
+  EMU_REFUSE("addressRange (cuMemGetAddressRange)", false, ncclUnhandledCudaError);
+  std::lock_guard<std::mutex> lock(mem_->mutex);
+  const char* c = static_cast<const char*>(p);
+  auto it = mem_->allocs.upper_bound(const_cast<char*>(c));
+  if (it != mem_->allocs.begin()) {
+    --it;
+    if (c < it->first + it->second.size) {
+      *base = it->first;
+      *bytes = it->second.size;
+      return ncclSuccess;
+    }
+  }
+  mem_->lastError = "emu: addressRange of a pointer that is not device memory";
+  return ncclUnhandledCudaError;
+}
+
 ncclResult_t EmuRuntime::ipcGetHandle(void* p, chorus::IpcHandle* h) {
   EMU_REFUSE("ipcGetHandle", false, ncclUnhandledCudaError);
   std::lock_guard<std::mutex> lock(mem_->mutex);

@@ -56,6 +56,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   /// Like cudaHostRegister: registering the same memory twice fails.
   ncclResult_t hostRegister(void* p, size_t bytes, void** dev) override;
   void hostUnregister(void* p) override;
+  ncclResult_t addressRange(const void* p, void** base, size_t* bytes) override;
   ncclResult_t ipcGetHandle(void* p, chorus::IpcHandle* h) override;
   ncclResult_t ipcOpenHandle(const chorus::IpcHandle& h, void** p) override;
   void ipcCloseHandle(void* p) override;

@@ -51,6 +51,25 @@ inline Error gpuHostRegister(void* p, size_t bytes) {
 }
 inline Error gpuHostUnregister(void* p) { return cudaHostUnregister(p); }
 inline Error gpuHostGetDevicePointer(void** dev, void* host) { return cudaHostGetDevicePointer(dev, host, 0); }
+/// The allocation holding p (cuMemGetAddressRange, reached through the runtime so that nothing links libcuda).
+inline Error gpuMemGetAddressRange(const void* p, void** base, size_t* bytes) {
+  using Fn = int (*)(unsigned long long* base, size_t* bytes, unsigned long long ptr);  // CUresult, CUdeviceptr
+  static Fn fn = []() -> Fn {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    Error e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &found);
+#else
+    Error e = cudaGetDriverEntryPoint("cuMemGetAddressRange", &f, cudaEnableDefault, &found);
+#endif
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(f) : nullptr;
+  }();
+  if (fn == nullptr) return cudaErrorNotSupported;
+  unsigned long long b = 0;
+  if (fn(&b, bytes, reinterpret_cast<uintptr_t>(p)) != 0) return cudaErrorInvalidValue;
+  *base = reinterpret_cast<void*>(static_cast<uintptr_t>(b));
+  return cudaSuccess;
+}
 inline Error gpuIpcGetMemHandle(IpcMemHandle* h, void* p) { return cudaIpcGetMemHandle(h, p); }
 inline Error gpuIpcOpenMemHandle(void** p, const IpcMemHandle& h) {
   return cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess);

@@ -147,6 +147,12 @@ class BuiltinGpuRuntime final : public GpuRuntime {
     if (p != nullptr) (void)check(gpu::gpuHostUnregister(p), "HostUnregister(%p)", p);
   }
 
+  ncclResult_t addressRange(const void* p, void** base, size_t* bytes) override {
+    *base = nullptr;
+    *bytes = 0;
+    return check(gpu::gpuMemGetAddressRange(p, base, bytes), "MemGetAddressRange(%p)", p);
+  }
+
   ncclResult_t ipcGetHandle(void* p, IpcHandle* h) override {
     gpu::IpcMemHandle mh;
     CHECK_GPU(gpu::gpuIpcGetMemHandle(&mh, p), "IpcGetMemHandle(%p)", p);

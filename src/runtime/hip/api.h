@@ -50,6 +50,10 @@ inline Error gpuHostRegister(void* p, size_t bytes) {
 }
 inline Error gpuHostUnregister(void* p) { return hipHostUnregister(p); }
 inline Error gpuHostGetDevicePointer(void** dev, void* host) { return hipHostGetDevicePointer(dev, host, 0); }
+/// The allocation holding p.
+inline Error gpuMemGetAddressRange(const void* p, void** base, size_t* bytes) {
+  return hipMemGetAddressRange(base, bytes, const_cast<void*>(p));
+}
 inline Error gpuIpcGetMemHandle(IpcMemHandle* h, void* p) { return hipIpcGetMemHandle(h, p); }
 inline Error gpuIpcOpenMemHandle(void** p, const IpcMemHandle& h) {
   return hipIpcOpenMemHandle(p, h, hipIpcMemLazyEnablePeerAccess);
