@@ -290,8 +290,13 @@ int runDriver(int argc, char** argv, const CollSpec& spec, Backend& be, const Op
         b.hostRecv.resize(bufBytes);
         b.result.resize(bufBytes);
       }
-      if (opts.localRegister && !be.registerBuffers(i, b.send, b.recv, maxBytes, opts.localRegister)) die(kExitLibrary);
     }
+    // Window registration (-R 2) is collective: the ranks this thread drives register in one group.
+    if (opts.localRegister == 0) return;
+    if (!be.groupStart()) die(kExitLibrary);
+    for (int i = first; i < first + n; i++)
+      if (!be.registerBuffers(i, bufs[i].send, bufs[i].recv, maxBytes, opts.localRegister)) die(kExitLibrary);
+    if (!be.groupEnd()) die(kExitLibrary);
   };
   int64_t rss1 = rss0, rss2 = rss0;
   if (!opts.parallelInit) {

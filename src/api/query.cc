@@ -5,9 +5,12 @@
 #include <mutex>
 
 #include "api/api.h"
+#include "api/group.h"
 #include "core/checks.h"
 #include "core/comm.h"
 #include "core/params.h"
+#include "engine/engine.h"
+#include "engine/windows.h"
 #include "runtime/runtime.h"
 
 using namespace chorus;
@@ -32,15 +35,6 @@ struct Registration {
 };
 
 }  // namespace
-
-/// A memory window (host path: a checked registration record).
-struct ncclWindow_vidmem {
-  uint64_t magic = 0x77696e646f772121ull;
-  const ncclComm* comm;
-  void* buff;
-  size_t size;
-  int flags;
-};
 
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
   CHORUS_CHECK(checkQuery(comm, count, "ncclCommCount"));
@@ -149,6 +143,7 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
          int winFlags) {
   CHORUS_CHECK(checkQuery(comm, win, "ncclCommWindowRegister"));
+  *win = nullptr;
   if (buff == nullptr || size == 0)
     CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowRegister: buff %p / size %zu must be non-null / non-zero",
                 buff, size);
@@ -158,16 +153,40 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
     CHORUS_FAIL(comm, ncclInvalidArgument,
                 "ncclCommWindowRegister: a symmetric window must be %d-byte aligned (buff %p)",
                 NCCL_WIN_REQUIRED_ALIGNMENT, buff);
-  *win = new ncclWindow_vidmem{0x77696e646f772121ull, comm, buff, size, winFlags};
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommWindowRegister"));
+  auto* w = new ncclWindow_vidmem;
+  w->magic = kWindowMagic;
+  w->comm = comm;
+  w->buff = static_cast<char*>(buff);
+  w->size = size;
+  w->flags = winFlags;
+  auto add = [comm, w]() {
+    ActiveCall active(comm);
+    return comm->engine->windows().add(w);
+  };
+  if (inGroup()) {
+    // Collective: the exchange runs at ncclGroupEnd, beside the other ranks' (one thread may drive several). The
+    // handle is valid now; collectives use the window once the group has ended.
+    *win = w;
+    return enqueueInit(add, comm);
+  }
+  ncclResult_t res = add();
+  if (res != ncclSuccess) {
+    w->magic = 0;
+    delete w;
+    return res;
+  }
+  *win = w;
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   if (comm == nullptr || !commValid(comm))
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommWindowDeregister: %p is not a valid communicator", (void*)comm);
-  if (win == nullptr || win->magic != 0x77696e646f772121ull || win->comm != comm)
+  if (win == nullptr || win->magic != kWindowMagic || win->comm != comm)
     CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowDeregister: %p is not a window of this communicator",
                 (void*)win);
+  if (comm->engine) comm->engine->windows().remove(win);
   win->magic = 0;
   delete win;
   return ncclSuccess;

@@ -8,6 +8,7 @@
 
 #include "core/comm.h"
 #include "engine/op.h"
+#include "engine/windows.h"
 
 namespace chorus {
 
@@ -31,6 +32,8 @@ class Engine {
   virtual void shutdown() = 0;
   /// The failure an asynchronous (device) operation recorded since the last call, or ncclSuccess.
   virtual ncclResult_t pollAsync() { return ncclSuccess; }
+  /// The communicator's registered windows (ncclCommWindowRegister).
+  virtual WindowTable& windows() = 0;
 };
 
 }  // namespace chorus

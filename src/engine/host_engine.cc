@@ -82,6 +82,8 @@ class HostEngine : public Engine {
 
   ncclResult_t pollAsync() override { return device_ ? device_->checkStatus() : ncclSuccess; }
 
+  WindowTable& windows() override { return windows_; }
+
  private:
   // Device buffers: the whole group becomes kernel launches (the device engine is made on first use).
   ncclResult_t runDevice(const std::vector<OpDesc>& ops, size_t nDevice) {
@@ -211,6 +213,7 @@ class HostEngine : public Engine {
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
   std::unique_ptr<Planner> planner_;
+  WindowTable windows_{comm_};            ///< outlives device_, whose kernels may reach the windows' mappings
   std::unique_ptr<DeviceEngine> device_;  ///< declared last: destroyed first (it waits for queued kernels)
   std::vector<char> scratch_;  ///< output stand-in for non-root ranks of ncclReduce
 };

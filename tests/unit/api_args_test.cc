@@ -218,9 +218,59 @@ TEST_F(ApiArgs, MemAllocAndRegistration) {
   ncclWindow_t win = nullptr;
   expectError(ncclCommWindowRegister(comms_[0], static_cast<char*>(p) + 8, 4096, &win, NCCL_WIN_COLL_SYMMETRIC),
               ncclInvalidArgument, comms_[0], "aligned");
-  EXPECT_EQ(ncclCommWindowRegister(comms_[0], p, 4096, &win, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
-  EXPECT_EQ(ncclCommWindowDeregister(comms_[0], win), ncclSuccess);
+  // Registration is collective: this thread drives both ranks, so it registers both in one group.
+  void* q = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&q, 4096), ncclSuccess);
+  ncclWindow_t wins[2] = {nullptr, nullptr};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowRegister(comms_[0], p, 4096, &wins[0], NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowRegister(comms_[1], q, 4096, &wins[1], NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_NE(wins[0], nullptr);
+  ASSERT_NE(wins[1], nullptr);
+  expectError(ncclCommWindowDeregister(comms_[1], wins[0]), ncclInvalidArgument, comms_[1], "not a window");
+  EXPECT_EQ(ncclCommWindowDeregister(comms_[0], wins[0]), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(comms_[1], wins[1]), ncclSuccess);
   EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(q), ncclSuccess);
+  expectWorks();
+}
+
+// One thread registers two windows on each of its two ranks in one group (as the perf tools' -R 2 does): a rank's
+// registrations run in call order at ncclGroupEnd, so each pairs with the other rank's of the same size. Run side by
+// side on one communicator, the exchanges could pair a rank's first window with the other's second.
+TEST_F(ApiArgs, SeveralWindowsPerRankInOneGroup) {
+  for (int round = 0; round < 5; round++) {
+    std::vector<char> a(3 << 12), b(3 << 12);
+    ncclWindow_t wins[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; r++) {
+      char* base = r == 0 ? a.data() : b.data();
+      EXPECT_EQ(ncclCommWindowRegister(comms_[r], base, 4096, &wins[r][0], NCCL_WIN_DEFAULT), ncclSuccess);
+      EXPECT_EQ(ncclCommWindowRegister(comms_[r], base + 4096, 8192, &wins[r][1], NCCL_WIN_DEFAULT), ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    for (int r = 0; r < 2; r++)
+      for (int k = 0; k < 2; k++) EXPECT_EQ(ncclCommWindowDeregister(comms_[r], wins[r][k]), ncclSuccess);
+  }
+  expectWorks();
+}
+
+// A window is one buffer of the same size on every rank: ranks that register different sizes are refused, naming
+// both sizes, and the communicators keep working.
+TEST_F(ApiArgs, WindowSizesMustAgree) {
+  std::vector<char> a(8192), b(8192);
+  ncclWindow_t wins[2] = {nullptr, nullptr};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowRegister(comms_[0], a.data(), 4096, &wins[0], NCCL_WIN_DEFAULT), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowRegister(comms_[1], b.data(), 8192, &wins[1], NCCL_WIN_DEFAULT), ncclSuccess);
+  expectError(ncclGroupEnd(), ncclInvalidUsage, nullptr, "the same size");
+  std::string text = ncclGetLastError(nullptr);
+  EXPECT_NE(text.find("4096"), std::string::npos) << text;
+  EXPECT_NE(text.find("8192"), std::string::npos) << text;
+  // The handles were given out in the group; they are released as usual.
+  EXPECT_EQ(ncclCommWindowDeregister(comms_[0], wins[0]), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(comms_[1], wins[1]), ncclSuccess);
   expectWorks();
 }
 
