@@ -30,7 +30,10 @@ CHORUS_HOST_DEVICE inline size_t directPart(size_t total, int i, int n) {
   return total * static_cast<size_t>(i) / static_cast<size_t>(n);
 }
 
-CHORUS_HOST_DEVICE inline ncclResult_t runDirect(DevicePlatform& p, const DevWork& w, int block) {
+/// Block `block`'s part of rank w.rank's share of a direct collective (one of nb = w.nChannels blocks), with every
+/// rank's input and output at in[q] and out[q]. The caller has met the peers first and meets them again after.
+CHORUS_HOST_DEVICE inline ncclResult_t directMoves(DevicePlatform& p, const DevWork& w, int block,
+                                                   const char* const* in, char* const* out) {
   const int n = w.nDirect, r = w.rank, nb = w.nChannels, root = w.directRoot;
   const size_t count = w.inTotal, es = w.esize;
   const auto coll = static_cast<Coll>(w.directColl);
@@ -38,13 +41,6 @@ CHORUS_HOST_DEVICE inline ncclResult_t runDirect(DevicePlatform& p, const DevWor
   const bool byChunk = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kBroadcast;
   const size_t c0 = byChunk ? directPart(count, r, n) : 0, c1 = byChunk ? directPart(count, r + 1, n) : count;
   const size_t s = c0 + directPart(c1 - c0, block, nb), e = c0 + directPart(c1 - c0, block + 1, nb);
-  uint64_t* arrive = w.directSync + (static_cast<size_t>(r) * kDevMaxChannels + block) * kDirectSyncStride;
-  uint64_t* depart =
-      w.directSync + (static_cast<size_t>(kDevMaxDirect + r) * kDevMaxChannels + block) * kDirectSyncStride;
-  const size_t stride = static_cast<size_t>(kDevMaxChannels) * kDirectSyncStride;  // from one rank's to the next's
-  const uint64_t epoch = loadRelaxed(arrive) + 1;
-  ncclResult_t res = p.meet(arrive, w.directSync + static_cast<size_t>(block) * kDirectSyncStride, stride, n, epoch, 0);
-  if (res != ncclSuccess) return res;
   const size_t tile = kDirectTileBytes / es > 0 ? kDirectTileBytes / es : 1;
   const uint32_t pre = w.reducing ? kExecPreLocal : 0;
   const size_t blk = count * es;  // bytes of one rank's block (allgather, reduce-scatter, alltoall, gather, scatter)
@@ -62,29 +58,29 @@ CHORUS_HOST_DEVICE inline ncclResult_t runDirect(DevicePlatform& p, const DevWor
       if (reducing && k < n) {
         // Reduction: the first term is the one whose input may be the accumulator itself (in place).
         const int first = coll == Coll::kReduce ? root : r, q = (first + k) % n;
-        dst = (coll == Coll::kReduce ? w.directOut[root] : w.directOut[r]) + xb;
-        src = w.directIn[q] + (coll == Coll::kReduceScatter ? static_cast<size_t>(r) * blk : 0) + xb;
+        dst = (coll == Coll::kReduce ? out[root] : out[r]) + xb;
+        src = in[q] + (coll == Coll::kReduceScatter ? static_cast<size_t>(r) * blk : 0) + xb;
         reduce = k > 0;
         flags = pre | (k == n - 1 ? kExecPostOp : 0);
       } else if (coll == Coll::kAllReduce) {  // the result, into the other ranks' outputs
-        src = w.directOut[r] + xb;
-        dst = w.directOut[(r + k - n + 1) % n] + xb;
+        src = out[r] + xb;
+        dst = out[(r + k - n + 1) % n] + xb;
       } else if (coll == Coll::kAllGather) {
-        src = w.directIn[r] + xb;
-        dst = w.directOut[(r + k) % n] + static_cast<size_t>(r) * blk + xb;
+        src = in[r] + xb;
+        dst = out[(r + k) % n] + static_cast<size_t>(r) * blk + xb;
       } else if (coll == Coll::kBroadcast) {
-        src = w.directIn[root] + xb;
-        dst = w.directOut[(r + k) % n] + xb;
+        src = in[root] + xb;
+        dst = out[(r + k) % n] + xb;
       } else if (coll == Coll::kAllToAll) {
         const int q = (r + k) % n;
-        src = w.directIn[q] + static_cast<size_t>(r) * blk + xb;
-        dst = w.directOut[r] + static_cast<size_t>(q) * blk + xb;
+        src = in[q] + static_cast<size_t>(r) * blk + xb;
+        dst = out[r] + static_cast<size_t>(q) * blk + xb;
       } else if (coll == Coll::kGather) {
-        src = w.directIn[r] + xb;
-        dst = w.directOut[root] + static_cast<size_t>(r) * blk + xb;
+        src = in[r] + xb;
+        dst = out[root] + static_cast<size_t>(r) * blk + xb;
       } else if (coll == Coll::kScatter) {
-        src = w.directIn[root] + static_cast<size_t>(r) * blk + xb;
-        dst = w.directOut[r] + xb;
+        src = in[root] + static_cast<size_t>(r) * blk + xb;
+        dst = out[r] + xb;
       } else {
         return p.internalError("direct launch of an unknown collective");
       }
@@ -95,6 +91,21 @@ CHORUS_HOST_DEVICE inline ncclResult_t runDirect(DevicePlatform& p, const DevWor
       }
     }
   }
+  return ncclSuccess;
+}
+
+/// Runs block `block` of a direct launch of thread ranks: the ranks' same blocks meet on counters in device memory
+/// before and after the moves.
+CHORUS_HOST_DEVICE inline ncclResult_t runDirect(DevicePlatform& p, const DevWork& w, int block) {
+  const int n = w.nDirect, r = w.rank;
+  uint64_t* arrive = w.directSync + (static_cast<size_t>(r) * kDevMaxChannels + block) * kDirectSyncStride;
+  uint64_t* depart =
+      w.directSync + (static_cast<size_t>(kDevMaxDirect + r) * kDevMaxChannels + block) * kDirectSyncStride;
+  const size_t stride = static_cast<size_t>(kDevMaxChannels) * kDirectSyncStride;  // from one rank's to the next's
+  const uint64_t epoch = loadRelaxed(arrive) + 1;
+  ncclResult_t res = p.meet(arrive, w.directSync + static_cast<size_t>(block) * kDirectSyncStride, stride, n, epoch, 0);
+  if (res == ncclSuccess) res = directMoves(p, w, block, w.directIn, w.directOut);
+  if (res != ncclSuccess) return res;
   return p.meet(depart,
                 w.directSync + static_cast<size_t>(kDevMaxDirect) * kDevMaxChannels * kDirectSyncStride +
                     block * kDirectSyncStride,
