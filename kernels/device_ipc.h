@@ -14,10 +14,12 @@
 // An inbox holds two halves of data, used by alternate launches, a poison word (a failed rank poisons the inboxes
 // it writes, so that the peers waiting for it stop), and a flag line per (half, phase, block) with
 // the launch's count and description (a mismatched call is refused naming the peer). Reuse is safe without a
-// departure barrier: a rank that starts launch k+2 has seen every peer's flags of launch k+1, so every peer has
-// finished launch k, the last to use this half. Flags and counters only grow, and each block's launch counter lives
-// in device memory, so graph replays continue where the last launch left off. Every IPC launch of a communicator
-// uses the same number of blocks, so the blocks' counters stay equal.
+// departure barrier: a rank that starts launch k+2 has seen every peer's flags of launch k+1 (in some block), so
+// every peer has started launch k+1 and, its launches running in call order, finished launch k, the last to use this
+// half. Flags and counters only grow, and each block's launch counter lives in device memory, so graph replays
+// continue where the last launch left off. Launches on registered windows (kernels/device_window.h) share these
+// flag lines and counters and count as launches here; they may use more blocks, and every launch moves all the
+// counters (ipcDone), so the counters stay equal.
 #pragma once
 
 #include "kernels/device_direct.h"
@@ -26,7 +28,7 @@
 
 namespace chorus {
 
-/// Bytes of one flag line of an inbox (and between two launch counters).
+/// Bytes of one flag line of an inbox.
 constexpr size_t kIpcLineBytes = 64;
 /// Header of an inbox: a FifoCtrl (its poison word; a pinned host inbox also records its ends there, as a FIFO
 /// does), then one flag line per (half, phase, block); data starts after it.
@@ -72,7 +74,7 @@ CHORUS_HOST_DEVICE inline ncclResult_t runIpc(DevicePlatform& p, const DevWork& 
   const int n = w.nDirect, r = w.rank, nb = w.nChannels, root = w.directRoot;
   const size_t count = w.inTotal, es = w.esize, blk = count * es;
   const auto coll = static_cast<Coll>(w.directColl);
-  uint64_t* counter = w.ipcEpochs + static_cast<size_t>(block) * (kIpcLineBytes / sizeof(uint64_t));
+  uint64_t* counter = w.ipcEpochs + static_cast<size_t>(block) * kDirectSyncStride;
   const uint64_t epoch = loadRelaxed(counter) + 1;
   const int half = static_cast<int>(epoch & 1);
   const size_t data = kIpcHeaderBytes + static_cast<size_t>(half) * w.ipcHalfBytes;
@@ -132,7 +134,7 @@ CHORUS_HOST_DEVICE inline ncclResult_t runIpc(DevicePlatform& p, const DevWork& 
     p.ipcPoison();  // the peers waiting for this rank's flags stop too, naming the culprit
     return res;
   }
-  p.ipcDone(counter, epoch);
+  p.ipcDone(w.ipcEpochs, nb, epoch);
   return ncclSuccess;
 }
 

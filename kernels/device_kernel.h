@@ -7,6 +7,7 @@
 #include "kernels/device_direct.h"
 #include "kernels/device_ipc.h"
 #include "kernels/device_platform.h"
+#include "kernels/device_window.h"
 #include "kernels/device_work.h"
 #include "kernels/executor.h"
 
@@ -44,6 +45,10 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
   }
   if (w.direct == kDevDirectIpc) {
     p.finish(runIpc(p, w, block));
+    return;
+  }
+  if (w.direct == kDevDirectWindows) {
+    p.finish(runWindows(p, w, block));
     return;
   }
   if (w.p2p || map.chanStart < map.chanEnd) {

@@ -32,6 +32,9 @@ struct DevShared {
   int32_t nFifos;
   int32_t result;  ///< a wait's result, broadcast from the waiting thread(s)
   int32_t failed;  ///< nonzero once this block failed: reason << 16 | (culprit + 1)
+  /// Window launches: every rank's input and output as this rank reaches them (ipcWindowPeers).
+  const char* winIn[kDevMaxDirect];
+  char* winOut[kDevMaxDirect];
 };
 
 /// Device implementation of the executor's Platform policy.
@@ -209,7 +212,8 @@ class DevicePlatform {
   }
 
   /// Inbox launches (kernels/device_ipc.h): once the block's writes are done and visible, thread 0 raises the flag
-  /// line at `off` in every peer's inbox to `epoch`, with the call's count, description, sequence number and root.
+  /// line at `off` in every peer's inbox to `epoch`, with the call's count, description, sequence number and root,
+  /// and (window launches) its buffers' windows and offsets.
   CHORUS_HOST_DEVICE void ipcSignal(size_t off, uint64_t epoch) {
     blockSync();
     if (tid_ == 0) {
@@ -220,6 +224,9 @@ class DevicePlatform {
         storeRelaxed(line + 2, w_.fp.desc);
         storeRelaxed(line + 3, w_.fp.seq);
         storeRelaxed(line + 4, static_cast<uint64_t>(static_cast<uint32_t>(w_.fp.root)));
+        storeRelaxed(line + 5, w_.winOff[0]);
+        storeRelaxed(line + 6, w_.winOff[1]);
+        storeRelaxed(line + 7, w_.winIds);
         storeRelease(line, epoch);
       }
     }
@@ -227,8 +234,8 @@ class DevicePlatform {
   }
 
   /// Thread 0 waits until every peer raised the flag line at `off` of its inbox here to `epoch`, and compares the
-  /// peer's call with this one. Bounded like every wait; also stops when the peer's process exited or the peer
-  /// poisoned its inbox. `phase` goes into the failure report.
+  /// peer's call with this one (and whether both run on windows). Bounded like every wait; also stops when the
+  /// peer's process exited or the peer poisoned its inbox. `phase` goes into the failure report.
   CHORUS_HOST_DEVICE ncclResult_t ipcWait(size_t off, uint64_t epoch, uint32_t phase) {
     blockSync();
     if (tid_ == 0) {
@@ -270,13 +277,56 @@ class DevicePlatform {
         got.desc = static_cast<uint32_t>(loadRelaxed(line + 2));
         got.seq = loadRelaxed(line + 3);
         got.root = static_cast<int32_t>(static_cast<uint32_t>(loadRelaxed(line + 4)));
-        if (got.count != w_.fp.count || got.desc != w_.fp.desc || got.root != w_.fp.root)
+        if (got.count != w_.fp.count || got.desc != w_.fp.desc || got.root != w_.fp.root) {
           res = record(ncclInvalidUsage, PoisonReason::kMismatch, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, &got);
+        } else {
+          const uint64_t ids = loadRelaxed(line + 7);
+          if ((ids != 0) != (w_.winIds != 0)) {
+            const uint64_t words[3] = {ids, w_.winIds, 2};
+            res = record(ncclInvalidUsage, PoisonReason::kMismatch, q, kDevWaitWindow, nullptr, w_.fp.seq, phase,
+                         nullptr, -1, words);
+          }
+        }
       }
       sh_.result = res;
     }
     return broadcastResult();
   }
+
+  /// Window launches, after ipcWait(off) succeeded: thread 0 works out where every rank's input (`needIn`) and
+  /// output (`needOut`) are, as this rank reaches them, into sh_.winIn/winOut: its own are w.in and w.out, a peer's
+  /// are its offsets (from its flag line at `off`) in its copy of this rank's windows. A peer whose buffer is in
+  /// another window than this rank's is refused, naming it. Every thread returns the result.
+  CHORUS_HOST_DEVICE ncclResult_t ipcWindowPeers(size_t off, bool needIn, bool needOut) {
+    if (tid_ == 0) {
+      int res = 0;
+      for (int q = 0; q < w_.nDirect && res == 0; q++) {
+        sh_.winIn[q] = q == w_.rank ? w_.in : nullptr;
+        sh_.winOut[q] = q == w_.rank ? w_.out : nullptr;
+        if (q == w_.rank) continue;
+        const uint64_t* line = reinterpret_cast<const uint64_t*>(w_.ipcFrom[q] + off);
+        const uint64_t ids = loadRelaxed(line + 7);
+        for (int which = 0; which < 2 && res == 0; which++) {
+          if (!(which == 0 ? needIn : needOut)) continue;
+          const uint32_t theirs = static_cast<uint32_t>(ids >> (32 * which));
+          if (theirs == 0 || theirs != static_cast<uint32_t>(w_.winIds >> (32 * which))) {
+            const uint64_t words[3] = {ids, w_.winIds, static_cast<uint64_t>(which)};
+            res = record(ncclInvalidUsage, PoisonReason::kMismatch, q, kDevWaitWindow, nullptr, w_.fp.seq, 0, nullptr,
+                         -1, words);
+          } else if (which == 0) {
+            sh_.winIn[q] = w_.directIn[q] + loadRelaxed(line + 5);
+          } else {
+            sh_.winOut[q] = w_.directOut[q] + loadRelaxed(line + 6);
+          }
+        }
+      }
+      sh_.result = res;
+    }
+    return broadcastResult();
+  }
+  /// What ipcWindowPeers worked out (the same on every thread after it returns).
+  CHORUS_HOST_DEVICE const char* const* windowIn() const { return sh_.winIn; }
+  CHORUS_HOST_DEVICE char* const* windowOut() const { return sh_.winOut; }
 
   /// After a failed inbox launch: thread 0 poisons every peer's inbox from this rank, so that peers waiting for its
   /// flags stop and name the culprit.
@@ -293,10 +343,15 @@ class DevicePlatform {
     blockSync();
   }
 
-  /// End of a successful inbox launch: the block's launch counter moves to `epoch` for the next launch.
-  CHORUS_HOST_DEVICE void ipcDone(uint64_t* counter, uint64_t epoch) {
+  /// End of a successful inbox-family launch run by `nb` blocks: the launch counters (kDevMaxChannels of them, one
+  /// line each from `counters`) move to `epoch`, block b storing those of blocks b, b + nb, ... So every counter
+  /// stays equal to the others whatever number of blocks each launch uses, and the next launch, which starts after
+  /// this one ends (stream order), reads the same epoch in every block.
+  CHORUS_HOST_DEVICE void ipcDone(uint64_t* counters, int nb, uint64_t epoch) {
     blockSync();
-    if (tid_ == 0) storeRelaxed(counter, epoch);
+    if (tid_ == 0)
+      for (int b = block_; b < kDevMaxChannels; b += nb)
+        storeRelaxed(counters + static_cast<size_t>(b) * kDirectSyncStride, epoch);
     blockSync();
   }
 
@@ -402,8 +457,10 @@ class DevicePlatform {
   // Records the first failure of the launch in DevStatus and marks the block failed. `step` is the FIFO slot
   // (waits) or the schedule step (a mismatch, whose offending header is `got`). `waitedFor`: the peer waited on
   // when that is not the culprit and there is no FIFO to name it (an inbox poisoned by a third rank's failure).
+  // `words`: DevStatus::got as it is, for a failure that is not about a header (kDevWaitWindow).
   CHORUS_HOST_DEVICE int record(ncclResult_t code, PoisonReason reason, int culprit, uint32_t what, const Fifo* f,
-                                uint64_t seq, uint32_t step, const SlotHeader* got, int waitedFor = -1) {
+                                uint64_t seq, uint32_t step, const SlotHeader* got, int waitedFor = -1,
+                                const uint64_t* words = nullptr) {
     DevStatus* st = w_.status;
     if (atomicCas32(&st->code, 0, static_cast<uint32_t>(code)) == 0) {
       st->reason = static_cast<uint32_t>(reason);
@@ -412,7 +469,10 @@ class DevicePlatform {
       st->step = step;
       st->what = what;
       st->seq = seq;
-      if (got) {
+      st->launch = w_.direct;
+      if (words) {
+        for (int i = 0; i < 3; i++) st->got[i] = words[i];
+      } else if (got) {
         st->got[0] = got->seq;
         st->got[1] = got->count;
         st->got[2] = got->desc | (static_cast<uint64_t>(static_cast<uint32_t>(got->root)) << 32);

@@ -31,7 +31,7 @@ constexpr size_t kDevWorkMaxBytes = 4096;
 #endif
 
 /// Most ranks a direct launch reaches: every rank of a communicator whose ranks are threads of one process on one
-/// GPU, each reading and writing the others' buffers (kernels/device_direct.h).
+/// GPU, or processes of one host, each reading and writing the others' buffers (kernels/device_direct.h).
 constexpr int kDevMaxDirect = 8;
 
 /// One connection end as the kernel sees it: FIFO memory mapped for this device and this end's step counter,
@@ -62,6 +62,8 @@ struct DevStatus {
   uint32_t what;    ///< DevWait: what the kernel was waiting for
   uint64_t seq;     ///< operation sequence number
   uint64_t got[3];  ///< for a mismatch: the peer's slot header {seq, count, desc | root << 32}
+  uint32_t launch;  ///< DevDirectKind of the launch that failed
+  uint32_t pad;
 };
 
 /// What a failed kernel was waiting for.
@@ -72,6 +74,10 @@ enum DevWait : uint32_t {
   kDevWaitLL = 3,
   kDevWaitDirect = 4,
   kDevWaitIpc = 5,  ///< an inbox flag of a peer process (kernels/device_ipc.h); DevStatus::step is the phase
+  /// A peer's call runs on windows and this one does not (or the reverse), or a peer's buffer is in another window
+  /// (kernels/device_window.h). DevStatus::got: {the peer's window ids, this rank's, which buffer: 0 in, 1 out, 2
+  /// whether the call is on windows at all}.
+  kDevWaitWindow = 6,
 };
 
 /// DevWork::direct: how a launch reaches its peers.
@@ -79,6 +85,7 @@ enum DevDirectKind : uint8_t {
   kDevThroughFifos = 0,   ///< schedules over FIFOs (kernels/executor.h)
   kDevDirectThreads = 1,  ///< the peers' own buffers: ranks are threads of one process on one GPU (device_direct.h)
   kDevDirectIpc = 2,      ///< through inboxes in the peers' memory: co-located processes (device_ipc.h)
+  kDevDirectWindows = 3,  ///< the peers' own buffers, in registered windows: co-located processes (device_window.h)
 };
 
 /// The collective kernel's argument.
@@ -127,9 +134,17 @@ struct DevWork {
   uint64_t* ipcEpochs;
   uint64_t ipcHalfBytes;
   uint8_t ipcTwoShot, pad3[7];
+  // Collectives on registered windows (direct == kDevDirectWindows; kernels/device_window.h), which also use the
+  // inboxes' flag lines and counters above. directIn[q] / directOut[q] are then rank q's copy of the window holding
+  // this rank's input / output, as mapped here; each peer's offset in it comes with its flag. Every inbox-family
+  // launch sends these in its flags: the ids of the windows holding this rank's input (low half) and output (high
+  // half), 0 for none (always 0 for an inbox launch), and the buffers' offsets in them.
+  uint64_t winIds;
+  uint64_t winOff[2];
 };
 
-/// uint64_t words between two direct-launch counters (one 64-byte line each).
+/// uint64_t words between two launch counters (one 64-byte line each): the direct launches' meeting counters and
+/// the inbox-family launches' per-block epochs.
 constexpr size_t kDirectSyncStride = 8;
 /// Bytes of a communicator's direct-launch counters.
 constexpr size_t kDirectSyncBytes = 2 * kDevMaxDirect * kDevMaxChannels * kDirectSyncStride * sizeof(uint64_t);

@@ -53,6 +53,12 @@ IntParam kDevIpcMax{"CHORUS_DEVICE_IPC_MAX_BYTES", 1048576,
                     "tuning"};
 IntParam kDevIpcBlocks{"CHORUS_DEVICE_IPC_BLOCKS", 4,
                        "Device path: blocks of every launch through inboxes (at most the channel cap).", "tuning"};
+IntParam kDevWindows{"CHORUS_DEVICE_WINDOWS", 1,
+                     "1: when every rank is on one host and the buffers of an allreduce, allgather, reduce-scatter or "
+                     "alltoall are in registered windows (ncclCommWindowRegister), the collective reads and writes the "
+                     "peers' buffers directly (no FIFO, no inbox copy), above the sizes that go one-shot through "
+                     "inboxes; 0: windows change no path.",
+                     "performance"};
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 4096,
                    "Largest message (count x element size) that uses LL by default on the device path (NCCL_PROTO "
                    "overrides).",
@@ -93,7 +99,7 @@ std::string deviceEnvKey() {
          std::to_string(kDevLLMax.get()) + "|" + std::to_string(p2pReadSetting()) + "|" +
          std::to_string(kDevDirect.get()) + "|" + std::to_string(kDevIpc.get()) + "|" +
          std::to_string(kDevOneShotMax.get()) + "|" + std::to_string(kDevIpcMax.get()) + "|" +
-         std::to_string(kDevIpcBlocks.get());
+         std::to_string(kDevIpcBlocks.get()) + "|" + std::to_string(kDevWindows.get());
 }
 
 namespace {
@@ -123,8 +129,9 @@ int residentChannelCap(const ncclComm* comm, int* tightestGpuRanks, uint32_t* ti
 
 }  // namespace
 
-DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host)
-    : comm_(comm), rt_(rt), planner_(planner), host_(host) {
+DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host,
+                           const WindowTable* windows)
+    : comm_(comm), rt_(rt), planner_(planner), host_(host), windows_(windows) {
   int64_t want = kDevChannels.get() > 0 ? kDevChannels.get() : kDevMaxChannels;
   nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, want)));
   int ranks = 0;
@@ -249,6 +256,26 @@ const char* stopText(PoisonReason reason) {
   }
 }
 
+// A window launch refused a peer's call (DevStatus::got of kDevWaitWindow: the peer's window ids, this rank's, and
+// which buffer: 0 input, 1 output, 2 whether the call is on windows at all).
+void windowMismatchText(const volatile uint64_t* got, int rank, int peer, unsigned long seq, char* msg, size_t size) {
+  const uint64_t theirs = got[0], mine = got[1];
+  const int which = static_cast<int>(got[2]);
+  const char* rule = "every rank's buffers of a collective on windows must be in the same registered windows";
+  if (which == 2) {
+    snprintf(msg, size, "rank %d: device operation #%lu has %s buffers in registered windows but rank %d's matching "
+             "call has %s (ncclCommWindowRegister): %s",
+             rank, seq, mine != 0 ? "its" : "none of its", peer, theirs != 0 ? "its there" : "none there", rule);
+    return;
+  }
+  const auto idOf = [which](uint64_t ids) { return static_cast<unsigned>(ids >> (32 * which)); };
+  char theirText[32] = "no window", mineText[32] = "no window";
+  if (idOf(theirs) != 0) snprintf(theirText, sizeof(theirText), "window #%u", idOf(theirs));
+  if (idOf(mine) != 0) snprintf(mineText, sizeof(mineText), "window #%u", idOf(mine));
+  snprintf(msg, size, "rank %d: device operation #%lu: rank %d's %s buffer is in %s but this rank's is in %s: %s", rank,
+           seq, peer, which == 0 ? "input" : "output", theirText, mineText, rule);
+}
+
 }  // namespace
 
 ncclResult_t DeviceEngine::checkStatus() {
@@ -267,6 +294,8 @@ ncclResult_t DeviceEngine::checkStatus() {
              "(block %d): %s",
              comm_->rank, static_cast<unsigned long>(st->seq), peer,
              st->step == 0 ? "start" : "finish with this rank's buffers", st->channel, stop ? stop : "it failed");
+  } else if (st->what == kDevWaitWindow) {
+    windowMismatchText(st->got, comm_->rank, peer, static_cast<unsigned long>(st->seq), msg, sizeof(msg));
   } else if (reason == PoisonReason::kMismatch) {
     std::string theirs = describeFingerprint(st->got[0], st->got[1], static_cast<uint32_t>(st->got[2]),
                                              static_cast<int32_t>(st->got[2] >> 32));
@@ -280,10 +309,13 @@ ncclResult_t DeviceEngine::checkStatus() {
                       : culprit == comm_->rank            ? "it failed, having given up on this rank"
                       : culprit >= 0 && culprit != peer   ? "it failed, reporting rank " + std::to_string(culprit)
                                                           : "it failed";
-    snprintf(msg, sizeof(msg),
-             "rank %d: device operation #%lu (a collective through IPC inboxes) stopped while waiting for rank %d's %s "
+    const bool windows = st->launch == kDevDirectWindows;
+    snprintf(msg, sizeof(msg), "rank %d: device operation #%lu (a collective %s) stopped while waiting for rank %d's %s "
              "(block %d): %s",
-             comm_->rank, static_cast<unsigned long>(st->seq), peer, st->step == 0 ? "input" : "reduced chunk",
+             comm_->rank, static_cast<unsigned long>(st->seq), windows ? "on registered windows" : "through IPC inboxes",
+             peer,
+             windows ? (st->step == 0 ? "kernel to start" : "kernel to finish with this rank's buffers")
+                     : (st->step == 0 ? "input" : "reduced chunk"),
              st->channel, why.c_str());
   } else {
     const char* why = stop ? stop : reason == PoisonReason::kPeerDied ? "a peer process died" : "a peer failed";
@@ -523,6 +555,8 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
     gatePassed = true;
     if (directSafe(op, met)) return launchDirect(op, met);
   }
+  WindowRef inWin, outWin;
+  if (windowsFor(op, &inWin, &outWin)) return launchWindows(op, inWin, outWin, gatePassed);
   if (ipcEligible(op)) return launchIpc(op, gatePassed);
   CollPlan plan;
   bool empty = false;
@@ -621,10 +655,16 @@ ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<Laun
   return launch(w, op.stream, what.c_str(), allRanks(), &op, true);
 }
 
+bool DeviceEngine::inboxesReachEveryRank() const {
+  if (p2pReadSetting() || comm_->nranks < 2 || comm_->nranks > kDevMaxDirect) return false;
+  for (const PeerInfo& p : comm_->peers)
+    if (p.hostHash != comm_->peers[comm_->rank].hostHash || p.cudaDev < 0) return false;
+  return true;
+}
+
 bool DeviceEngine::ipcEligible(const OpDesc& op) const {
   // Every rank decides the same from the call's arguments, the shared settings and the peer table.
-  if (kDevIpc.get() == 0 || op.count == 0 || p2pReadSetting()) return false;
-  if (comm_->nranks < 2 || comm_->nranks > kDevMaxDirect) return false;
+  if (kDevIpc.get() == 0 || op.count == 0 || !inboxesReachEveryRank()) return false;
   // Bytes one rank pushes to one peer: the count's (a rank's block for allgather, reduce-scatter and alltoall).
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
   uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get()));
@@ -641,20 +681,38 @@ bool DeviceEngine::ipcEligible(const OpDesc& op) const {
     default:
       return false;
   }
-  if (bytes > std::min<uint64_t>(limit, static_cast<uint64_t>(std::max<int64_t>(0, kDevIpcMax.get())))) return false;
-  for (const PeerInfo& p : comm_->peers)
-    if (p.hostHash != comm_->peers[comm_->rank].hostHash || p.cudaDev < 0) return false;
+  return bytes <= std::min<uint64_t>(limit, static_cast<uint64_t>(std::max<int64_t>(0, kDevIpcMax.get())));
+}
+
+bool DeviceEngine::windowsFor(const OpDesc& op, WindowRef* in, WindowRef* out) const {
+  // Each rank looks at its own buffers only: the peers' must be in the same windows (NCCL's contract for window
+  // buffers); a rank whose call is not is refused by the kernels, naming it. Calls small enough to go one-shot
+  // through inboxes still do: one flag exchange instead of two.
+  if (kDevWindows.get() == 0 || op.count == 0 || !inboxesReachEveryRank()) return false;
+  const Coll c = op.coll;
+  if (c != Coll::kAllReduce && c != Coll::kAllGather && c != Coll::kReduceScatter && c != Coll::kAllToAll) return false;
+  const uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
+  if (bytes <= static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) && ipcEligible(op)) return false;
+  const uint64_t n = static_cast<uint64_t>(comm_->nranks);
+  const uint64_t inBytes = bytes * (c == Coll::kReduceScatter || c == Coll::kAllToAll ? n : 1);
+  const uint64_t outBytes = bytes * (c == Coll::kAllGather || c == Coll::kAllToAll ? n : 1);
+  // An alltoall in place would have a rank overwrite blocks of its buffer that peers still read.
+  const char* s = static_cast<const char*>(op.sendbuff);
+  const char* r = static_cast<const char*>(op.recvbuff);
+  if (c == Coll::kAllToAll && s < r + outBytes && r < s + inBytes) return false;
+  if (windowReadsInputs(c) && (*in = windows_->find(op.sendbuff, inBytes)).win == nullptr) return false;
+  if (windowWritesOutputs(c) && (*out = windows_->find(op.recvbuff, outBytes)).win == nullptr) return false;
   return true;
 }
 
-ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
+ncclResult_t DeviceEngine::setInboxes(DevWork* w) {
   const int n = comm_->nranks, me = comm_->rank;
   if (ipcEpochs_ == nullptr) {
     // The inboxes (made once, kept until destroy) and this rank's launch counters, one line per block.
     conns_->setInboxBytes(ipcInboxBytes(static_cast<size_t>(kDevIpcMax.get())));
     void* p = nullptr;
     if (rt_->deviceAlloc(kDevMaxChannels * kIpcLineBytes, &p) != ncclSuccess)
-      CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: allreduce inbox counters: %s", me, rt_->lastError().c_str());
+      CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: inbox launch counters: %s", me, rt_->lastError().c_str());
     ipcEpochs_ = static_cast<uint64_t*>(p);
   }
   std::vector<std::tuple<int, int, bool>> need;
@@ -665,21 +723,43 @@ ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
   }
   std::vector<DevFifo> ends;
   CHORUS_CHECK(conns_->get(need, &ends));
-  // The same number of blocks for every inbox launch: each block's launch counter must advance with the others'.
-  DevWork w = peerWork(op, kDevDirectIpc,
-                       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get()))));
   for (size_t i = 0; i < need.size(); i++) {
     int q = std::get<1>(need[i]);
-    (std::get<2>(need[i]) ? w.ipcTo[q] : w.ipcFrom[q]) = ends[i].base;
+    (std::get<2>(need[i]) ? w->ipcTo[q] : w->ipcFrom[q]) = ends[i].base;
   }
-  w.ipcEpochs = ipcEpochs_;
-  w.ipcHalfBytes = static_cast<uint64_t>(kDevIpcMax.get());
+  w->ipcEpochs = ipcEpochs_;
+  w->ipcHalfBytes = static_cast<uint64_t>(kDevIpcMax.get());
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
+  DevWork w = peerWork(op, kDevDirectIpc,
+                       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get()))));
+  CHORUS_CHECK(setInboxes(&w));
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
   w.ipcTwoShot =
       op.coll == Coll::kAllReduce && bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) ? 1 : 0;
   w.in = static_cast<const char*>(op.sendbuff);
   w.out = static_cast<char*>(op.recvbuff);
   std::string what = std::string(collName(op.coll)) + (w.ipcTwoShot ? " (two-shot" : " (one-shot") + " through IPC)";
+  return launch(w, op.stream, what.c_str(), allRanks(), &op, gatePassed);
+}
+
+ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, const WindowRef& out,
+                                         bool gatePassed) {
+  // As many blocks as the bytes warrant, as for the thread ranks' direct launches.
+  DevWork w = peerWork(op, kDevDirectWindows, channelsFor(op));
+  CHORUS_CHECK(setInboxes(&w));
+  w.in = static_cast<const char*>(op.sendbuff);
+  w.out = static_cast<char*>(op.recvbuff);
+  for (int q = 0; q < comm_->nranks; q++) {
+    if (in.win) w.directIn[q] = in.win->peers[static_cast<size_t>(q)];
+    if (out.win) w.directOut[q] = out.win->peers[static_cast<size_t>(q)];
+  }
+  w.winIds = (in.win ? in.win->id : 0) | static_cast<uint64_t>(out.win ? out.win->id : 0) << 32;
+  w.winOff[0] = in.offset;
+  w.winOff[1] = out.offset;
+  std::string what = std::string(collName(op.coll)) + " (on registered windows)";
   return launch(w, op.stream, what.c_str(), allRanks(), &op, gatePassed);
 }
 

@@ -14,6 +14,7 @@
 #include "engine/launch_gate.h"
 #include "engine/op.h"
 #include "engine/plan.h"
+#include "engine/windows.h"
 #include "kernels/device_work.h"
 #include "runtime/runtime.h"
 
@@ -25,8 +26,9 @@ std::string deviceEnvKey();
 /// Launches a communicator's device operations.
 class DeviceEngine {
  public:
-  /// `host`: the host path's connections (network staging goes through its net transport).
-  DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host);
+  /// `host`: the host path's connections (network staging goes through its net transport); `windows`: the
+  /// communicator's registered windows.
+  DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host, const WindowTable* windows);
   ~DeviceEngine();
   /// Pinned status and abort words, scratch, step counters.
   ncclResult_t init();
@@ -69,10 +71,19 @@ class DeviceEngine {
   /// 0 .. nranks-1: the ranks a collective waits on.
   std::vector<int> allRanks() const;
   ncclResult_t launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met);
+  /// Whether every rank can be reached through inboxes in its GPU memory: all on this host, each with a GPU.
+  bool inboxesReachEveryRank() const;
   /// Whether op goes through inboxes in the peers' GPU memory (kernels/device_ipc.h): every
   /// rank on this host with a GPU, and small enough. Every rank decides the same.
   bool ipcEligible(const OpDesc& op) const;
+  /// Makes the inboxes (and launch counters) on first use and points w at them.
+  ncclResult_t setInboxes(DevWork* w);
   ncclResult_t launchIpc(const OpDesc& op, bool gatePassed);
+  /// Whether op runs on the ranks' buffers in registered windows (kernels/device_window.h): every rank on this host
+  /// with a GPU, this rank's buffers that peers reach in direct windows (*in, *out), and too large to go one-shot
+  /// through inboxes.
+  bool windowsFor(const OpDesc& op, WindowRef* in, WindowRef* out) const;
+  ncclResult_t launchWindows(const OpDesc& op, const WindowRef& in, const WindowRef& out, bool gatePassed);
   /// Enqueues a device-to-device copy on stream, in this communicator's call order.
   ncclResult_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
   /// Call order across streams: makes work about to be enqueued on `stream` wait for this communicator's previous
@@ -89,6 +100,7 @@ class DeviceEngine {
   GpuRuntime* rt_;
   Planner* planner_;
   Connections* host_;
+  const WindowTable* windows_;
   std::unique_ptr<DeviceConnections> conns_;
   int nChannels_ = 1;
   int64_t llMax_ = 0;

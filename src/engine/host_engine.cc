@@ -94,7 +94,7 @@ class HostEngine : public Engine {
       GpuRuntime* rt = gpuRuntime();
       if (rt == nullptr || comm_->cudaDev < 0)
         CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: GPU buffers on a communicator without a GPU", comm_->rank);
-      auto dev = std::make_unique<DeviceEngine>(comm_, rt, planner_.get(), conns_.get());
+      auto dev = std::make_unique<DeviceEngine>(comm_, rt, planner_.get(), conns_.get(), &windows_);
       CHORUS_CHECK(dev->init());
       device_ = std::move(dev);
     }

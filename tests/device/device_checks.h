@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,20 @@ inline ncclResult_t commAsyncError(ncclComm_t comm) {
 /// Launches of the path under test so far (a counter of the emulated runtime).
 using LaunchCount = std::function<int()>;
 
+/// Device memory a check runs its collective in: the caller's (carved from a registered window, say), or, where
+/// null, buffers the check allocates itself.
+struct CheckMem {
+  char* in = nullptr;
+  char* out = nullptr;
+};
+
+/// mem's pointer, or a buffer of `bytes` owned by *own.
+inline char* checkBuffer(EmuRuntime& emu, char* given, size_t bytes, std::unique_ptr<DevBuf>* own) {
+  if (given != nullptr) return given;
+  *own = std::make_unique<DevBuf>(emu, bytes);
+  return (*own)->as<char>();
+}
+
 /// Every rank's FNV-1a hash of its output, gathered (through FIFOs): all must be equal.
 inline void expectSameOnEveryRank(EmuRuntime& emu, RankCtx& c, const char* out, size_t bytes) {
   uint64_t h = 1469598103934665603ull;
@@ -64,15 +79,17 @@ inline void expectSameOnEveryRank(EmuRuntime& emu, RankCtx& c, const char* out, 
 }
 
 /// One allreduce of `count` elements of t with op (kPreMul2: premulsum by 2, the factor on the host or, with
-/// deviceScalar, the device), in place or not; checks every element, a guard byte past the end, whether the call
-/// took the path `launches` counts, and (sameEverywhere) that every rank got the same bytes.
+/// deviceScalar, the device), in place or not, in `mem` (count x size + 1 bytes each) or buffers of its own; checks
+/// every element, a guard byte past the end, whether the call took the path `launches` counts, and (sameEverywhere)
+/// that every rank got the same bytes.
 inline void checkAllReduce(EmuRuntime& emu, RankCtx& c, ncclDataType_t t, int op, size_t count, bool inPlace,
                            const LaunchCount& launches, bool expectPath, bool deviceScalar = false, int salt = 0,
-                           bool sameEverywhere = false) {
+                           bool sameEverywhere = false, const CheckMem& mem = {}) {
   const size_t es = dtSize(t);
-  DevBuf send(emu, count * es + 1), recv(emu, count * es + 1), scalar(emu, 8);
-  char* in = send.as<char>();
-  char* out = inPlace ? in : recv.as<char>();
+  std::unique_ptr<DevBuf> own[2];
+  DevBuf scalar(emu, 8);
+  char* in = checkBuffer(emu, mem.in, count * es + 1, &own[0]);
+  char* out = inPlace ? in : checkBuffer(emu, mem.out, count * es + 1, &own[1]);
   for (size_t i = 0; i < count; i++) putElem(in, t, i, inputValue(op, c.rank, i + salt));
   if (!inPlace) std::memset(out, 0x5a, count * es);
   out[count * es] = 0x3c;
@@ -108,16 +125,16 @@ inline void checkAllReduce(EmuRuntime& emu, RankCtx& c, ncclDataType_t t, int op
 using ExpectPath = std::function<bool(const std::string& coll, bool inPlace)>;
 
 /// Allgather, reduce-scatter, broadcast, reduce (max), gather, scatter and alltoall of N int32 per block, out of
-/// place and at each collective's in-place offset, the root at N mod ranks: every element, a guard word past every
-/// buffer, and the path each call took.
+/// place and at each collective's in-place offset, the root at N mod ranks, in `mem` ((N x ranks + 1) x 4 bytes
+/// each) or buffers of its own: every element, a guard word past every buffer, and the path each call took.
 inline void checkOtherCollectives(EmuRuntime& emu, RankCtx& c, size_t N, const LaunchCount& launches,
-                                  const ExpectPath& expect) {
+                                  const ExpectPath& expect, const CheckMem& mem = {}) {
   const int n = c.nranks, r = c.rank;
   const int32_t kGuard = 0x7eadbeef;
   auto v = [](int rank, size_t i) { return int32_t(rank * 1000003 + int32_t(i % 100000) * 7 + 1); };
-  DevBuf inBuf(emu, (N * n + 1) * 4), outBuf(emu, (N * n + 1) * 4);
-  int32_t* in = inBuf.as<int32_t>();
-  int32_t* out = outBuf.as<int32_t>();
+  std::unique_ptr<DevBuf> own[2];
+  int32_t* in = reinterpret_cast<int32_t*>(checkBuffer(emu, mem.in, (N * n + 1) * 4, &own[0]));
+  int32_t* out = reinterpret_cast<int32_t*>(checkBuffer(emu, mem.out, (N * n + 1) * 4, &own[1]));
   cudaStream_t s = rankStream(c);
   for (bool inPlace : {false, true}) {
     const int root = int(N % n);

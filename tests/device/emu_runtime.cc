@@ -619,6 +619,10 @@ void countDirect(EmuRuntime* rt, const chorus::DevWork& w) {
     rt->ipcLaunches++;
     return;
   }
+  if (w.direct == chorus::kDevDirectWindows) {
+    rt->windowLaunches++;
+    return;
+  }
   rt->directLaunches++;
   tDirectLaunches++;
 }

@@ -113,6 +113,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
   std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
   std::atomic<int> ipcLaunches{0};     ///< launched kernels through inboxes (kDevDirectIpc), by this process
+  std::atomic<int> windowLaunches{0};  ///< launched kernels on registered windows (kDevDirectWindows), by this process
   /// Direct launches made by the calling thread (a thread rank's own).
   static int directLaunchesOfThisThread();
 
