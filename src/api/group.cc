@@ -61,8 +61,9 @@ std::vector<std::function<ncclResult_t()>> initJobs(
     std::vector<std::pair<const ncclComm*, std::function<ncclResult_t()>>>& inits) {
   std::vector<std::pair<const ncclComm*, std::vector<std::function<ncclResult_t()>>>> lists;
   for (auto& [key, fn] : inits) {
-    auto it = key == nullptr ? lists.end()
-                             : std::find_if(lists.begin(), lists.end(), [key = key](const auto& l) { return l.first == key; });
+    auto it = key == nullptr
+                  ? lists.end()
+                  : std::find_if(lists.begin(), lists.end(), [key = key](const auto& l) { return l.first == key; });
     if (it == lists.end()) {
       lists.push_back({key, {}});
       it = lists.end() - 1;

@@ -263,7 +263,8 @@ void windowMismatchText(const volatile uint64_t* got, int rank, int peer, unsign
   const int which = static_cast<int>(got[2]);
   const char* rule = "every rank's buffers of a collective on windows must be in the same registered windows";
   if (which == 2) {
-    snprintf(msg, size, "rank %d: device operation #%lu has %s buffers in registered windows but rank %d's matching "
+    snprintf(msg, size,
+             "rank %d: device operation #%lu has %s buffers in registered windows but rank %d's matching "
              "call has %s (ncclCommWindowRegister): %s",
              rank, seq, mine != 0 ? "its" : "none of its", peer, theirs != 0 ? "its there" : "none there", rule);
     return;
@@ -310,10 +311,11 @@ ncclResult_t DeviceEngine::checkStatus() {
                       : culprit >= 0 && culprit != peer   ? "it failed, reporting rank " + std::to_string(culprit)
                                                           : "it failed";
     const bool windows = st->launch == kDevDirectWindows;
-    snprintf(msg, sizeof(msg), "rank %d: device operation #%lu (a collective %s) stopped while waiting for rank %d's %s "
+    snprintf(msg, sizeof(msg),
+             "rank %d: device operation #%lu (a collective %s) stopped while waiting for rank %d's %s "
              "(block %d): %s",
-             comm_->rank, static_cast<unsigned long>(st->seq), windows ? "on registered windows" : "through IPC inboxes",
-             peer,
+             comm_->rank, static_cast<unsigned long>(st->seq),
+             windows ? "on registered windows" : "through IPC inboxes", peer,
              windows ? (st->step == 0 ? "kernel to start" : "kernel to finish with this rank's buffers")
                      : (st->step == 0 ? "input" : "reduced chunk"),
              st->channel, why.c_str());
@@ -745,8 +747,7 @@ ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
   return launch(w, op.stream, what.c_str(), allRanks(), &op, gatePassed);
 }
 
-ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, const WindowRef& out,
-                                         bool gatePassed) {
+ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, const WindowRef& out, bool gatePassed) {
   // As many blocks as the bytes warrant, as for the thread ranks' direct launches.
   DevWork w = peerWork(op, kDevDirectWindows, channelsFor(op));
   CHORUS_CHECK(setInboxes(&w));

@@ -15,8 +15,8 @@ namespace chorus {
 /// What each rank tells the others about its part of a window.
 struct WindowTable::Entry {
   uint64_t size = 0;
-  uint64_t ptr = 0;     ///< the buffer in its own process (peers in the same process use it as it is)
-  uint64_t offset = 0;  ///< the buffer's offset in the device allocation that holds it
+  uint64_t ptr = 0;      ///< the buffer in its own process (peers in the same process use it as it is)
+  uint64_t offset = 0;   ///< the buffer's offset in the device allocation that holds it
   int32_t mappable = 0;  ///< device memory of its communicator's GPU, inside one allocation, exported if need be
   int32_t pad = 0;
   IpcHandle handle{};  ///< that allocation, exported
@@ -81,7 +81,8 @@ ncclResult_t WindowTable::add(ncclWindow_vidmem* win) {
     colocated = comm_->peers[q].hostHash == comm_->peers[me].hostHash;
     if (!all[static_cast<size_t>(q)].mappable && why == nullptr) why = "a peer's buffer cannot be mapped";
   }
-  if (!colocated && why == nullptr) why = n < 2 ? "one rank" : n > kDevMaxDirect ? "too many ranks" : "ranks on other hosts";
+  if (!colocated && why == nullptr)
+    why = n < 2 ? "one rank" : n > kDevMaxDirect ? "too many ranks" : "ranks on other hosts";
   // Every rank maps what it can; a second exchange makes the verdict the same everywhere.
   uint8_t ok = why == nullptr && mapPeers(win, all) ? 1 : 0;
   std::vector<uint8_t> oks(static_cast<size_t>(n));

@@ -27,7 +27,7 @@ struct ncclWindow_vidmem {
   char* buff = nullptr;
   size_t size = 0;
   int flags = 0;
-  uint32_t id = 0;     ///< its registration number on the communicator, the same on every rank; 0 until registered
+  uint32_t id = 0;      ///< its registration number on the communicator, the same on every rank; 0 until registered
   bool direct = false;  ///< every rank reaches every rank's buffer (the verdict is the same on every rank)
   std::vector<char*> peers;   ///< direct windows, by rank: that rank's buffer as this process reaches it
   std::vector<void*> opened;  ///< by rank: the IPC mapping of the allocation holding it, to close (null: none)

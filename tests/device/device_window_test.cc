@@ -32,8 +32,8 @@ class WindowCollectives : public ::testing::Test {
  protected:
   void SetUp() override { installEmu(gEmu); }
   void TearDown() override {
-    removeEmu(gEmu, {"CHORUS_DEVICE_WINDOWS", "CHORUS_DEVICE_ONESHOT_MAX_BYTES", "CHORUS_DEVICE_IPC",
-                     "CHORUS_TIMEOUT_S"});
+    removeEmu(gEmu,
+              {"CHORUS_DEVICE_WINDOWS", "CHORUS_DEVICE_ONESHOT_MAX_BYTES", "CHORUS_DEVICE_IPC", "CHORUS_TIMEOUT_S"});
   }
 };
 
@@ -138,8 +138,7 @@ TEST_F(WindowCollectives, OtherCollectives) {
 // `calls` allreduces in a row on `nranks` processes, on blocks of 4 threads with random delays (`percent` of the
 // barriers and kernel starts, up to `maxUs`), cycling through `counts`, int32 or (mixTypes) float32 and int64 in
 // turn, in place every fourth call if mixTypes: calls above 64 KB on windows, the others one-shot through inboxes.
-void callsWithDelays(int nranks, int percent, int maxUs, const std::vector<size_t>& counts, int calls,
-                     bool mixTypes) {
+void callsWithDelays(int nranks, int percent, int maxUs, const std::vector<size_t>& counts, int calls, bool mixTypes) {
   gEmu.threadsPerBlock = 4;
   gEmu.delayPercent = percent;
   gEmu.delayMaxUs = maxUs;
