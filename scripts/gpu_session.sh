@@ -8,6 +8,8 @@
 #                                                               perf2, perf4, perf8 and procs run one part each)
 #                 bash scripts/gpu_session.sh mps              (2/4/8 processes under MPS, 8 B-4 MB, through the
 #                                                               IPC inboxes and through FIFOs)
+#                 bash scripts/gpu_session.sh windows          (2/4/8 processes under MPS, 64 KB-256 MB, buffers in
+#                                                               registered windows (-R 2), and allreduce without)
 #                 bash scripts/gpu_session.sh                  (both)
 # Logs go to $LOGS (default out/gpu). When $OUT is set (the device tool), they are also packed into one file
 # $OUT/gpu-<phases>.tgz, because only a few files come back from a run.
@@ -113,12 +115,18 @@ procs() {
     --mem device
 }
 
-# mps: 2, 4 and 8 processes on the one GPU under MPS (so their kernels run side by side), small and mid sizes,
-# through the IPC inboxes (the default) and through FIFOs (CHORUS_DEVICE_IPC=0), back to back.
-mps() {
+# The MPS daemon, so that the processes' kernels run side by side rather than in time slices.
+startMps() {
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/chorus-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/chorus-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d 2>> "$LOGS/session.log" || log "MPS did not start"
+}
+stopMps() { echo quit | nvidia-cuda-mps-control; }
+
+# mps: 2, 4 and 8 processes on the one GPU under MPS (so their kernels run side by side), small and mid sizes,
+# through the IPC inboxes (the default) and through FIFOs (CHORUS_DEVICE_IPC=0), back to back.
+mps() {
+  startMps
   for np in 2 4 8; do
     for ipc in 1 0; do
       for t in all_reduce all_gather; do
@@ -128,7 +136,24 @@ mps() {
       done
     done
   done
-  echo quit | nvidia-cuda-mps-control
+  stopMps
+}
+
+# windows: 2, 4 and 8 processes under MPS with their buffers in registered windows (-R 2: collectives above 64 KB
+# run on the peers' own buffers, docs/device_path.md), and allreduce without (inboxes, then FIFOs), back to back.
+windows() {
+  startMps
+  for np in 2 4 8; do
+    for t in all_reduce all_gather reduce_scatter alltoall; do
+      log "$t, $np processes under MPS, buffers in windows"
+      run 60 "${t}_mps_n${np}_windows.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/${t}_perf" -b 64K -e 256M \
+        -f 4 --mem device -R 2
+    done
+    log "all_reduce, $np processes under MPS, buffers not registered"
+    run 60 "all_reduce_mps_n${np}_plain.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/all_reduce_perf" -b 64K \
+      -e 256M -f 4 --mem device
+  done
+  stopMps
 }
 
 build
@@ -139,7 +164,8 @@ for p in "${PHASES[@]}"; do
     perf[0-9]*) perf "${p#perf}" ;;
     procs) procs ;;
     mps) mps ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps)" ;;
+    windows) windows ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows)" ;;
   esac
 done
 log "done"
