@@ -250,7 +250,8 @@ bool NetProxy::takeNotice(int peer) {
     return false;
   const uint64_t word = notice[0];
   bool valid = poisonWordValid(word, comm_->nranks);
-  bool calls = valid && static_cast<PoisonReason>(word >> 32) == PoisonReason::kMismatch && notice[7] != 0;
+  int culprit = -1;
+  bool calls = valid && poisonReason(word, &culprit) == PoisonReason::kMismatch && notice[7] != 0;
   INFO(kNet, "rank %d: %s: rank %d reports a failure%s", rank_, name(), peer, valid ? "" : " (malformed)");
   poisonPeer(peer, valid ? word : makePoison(PoisonReason::kError, peer), calls ? notice + 1 : nullptr);
   return true;
