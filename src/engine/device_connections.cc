@@ -114,13 +114,8 @@ bool rendezvousStale(const std::string& name) {
 }
 
 int sweepStaleRendezvous() {
-  // "chorus-<16 hex digits>-d...", not the pinned FIFOs "...-h" that a record may name (shmSweepStale's).
-  return shmSweep(
-      [](const char* n) {
-        size_t len = strlen(n);
-        return len > 24 && n[24] == 'd' && strcmp(n + len - 2, "-h") != 0;
-      },
-      rendezvousStale);
+  // Records, not the pinned FIFOs a record may name (shmSweepStale's).
+  return shmSweep([](const char* n) { return shmKind(n) == ShmKind::kDeviceRecord; }, rendezvousStale);
 }
 
 ncclResult_t DeviceConnections::init() {

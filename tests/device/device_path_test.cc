@@ -448,7 +448,7 @@ std::vector<std::string> recordsOfThisProcess() {
     struct dirent* e = readdir(dir);
     if (e == nullptr) break;
     std::string n = e->d_name;
-    if (n.rfind("chorus-", 0) != 0 || n.size() <= 24 || n[24] != 'd' || n.compare(n.size() - 2, 2, "-h") == 0) continue;
+    if (chorus::shmKind(n.c_str()) != chorus::ShmKind::kDeviceRecord) continue;
     constexpr size_t kHead = sizeof(chorus::RendezvousHead);
     const auto* head = static_cast<const chorus::RendezvousHead*>(chorus::shmMapMine("/" + n, kHead));
     if (head == nullptr) continue;

@@ -46,6 +46,19 @@ void attachInExitedChild(const std::string& name, const chorus::FifoGeometry& ge
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// The sweeps tell the families of segments apart by name alone: the name shmFifoName makes for each kind, and a
+// pinned device FIFO (a record's name with "-h"), come back as their kind; other names are left alone.
+TEST(ShmSweep, KindsByName) {
+  auto kindOf = [](const std::string& name) { return chorus::shmKind(name.c_str() + 1); };  // without the '/'
+  const uint64_t hash = 0x0123456789abcdefull;
+  EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 3, 0, 1)), chorus::ShmKind::kHostFifo);
+  EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 16, 7, 2, 'd')), chorus::ShmKind::kDeviceRecord);
+  EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 16, 7, 2, 'd') + "-h"), chorus::ShmKind::kPinnedDeviceFifo);
+  EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 0, 0, 1, 'x')), chorus::ShmKind::kOther);
+  EXPECT_EQ(chorus::shmKind("chorus-0123"), chorus::ShmKind::kOther);
+  EXPECT_EQ(chorus::shmKind("other-0123456789abcdef-c0-0-1"), chorus::ShmKind::kOther);
+}
+
 TEST(ShmSweep, RemovesSegmentsWhoseEndsHaveBothExited) {
   chorus::FifoGeometry geo;
   geo.nSlots = 2;

@@ -22,6 +22,15 @@ std::string shmFifoName(uint64_t commHash, int channel, int from, int to, char k
   return buf;
 }
 
+ShmKind shmKind(const char* name) {
+  // "chorus-" and the communicator hash (16 hex digits) and '-': the family letter is at 24.
+  constexpr size_t kKindAt = 24;
+  const size_t len = strlen(name);
+  if (len <= kKindAt || strncmp(name, "chorus-", 7) != 0) return ShmKind::kOther;
+  if (strcmp(name + len - 2, "-h") == 0) return ShmKind::kPinnedDeviceFifo;
+  return name[kKindAt] == 'c' ? ShmKind::kHostFifo : name[kKindAt] == 'd' ? ShmKind::kDeviceRecord : ShmKind::kOther;
+}
+
 void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call) {
   int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT : 0), 0600);
   if (fd < 0) return *err = errno, *call = "shm_open", nullptr;
@@ -110,11 +119,11 @@ int shmSweep(bool (*match)(const char* name), bool (*stale)(const std::string& n
 }
 
 int shmSweepStale() {
-  // FIFOs only: host-path FIFOs "chorus-<hash>-c..." and pinned device FIFOs "...-h" (not rendezvous records).
+  // FIFOs only: host-path FIFOs and pinned device FIFOs (not rendezvous records).
   return shmSweep(
       [](const char* n) {
-        size_t len = strlen(n);
-        return len > 24 && (n[24] == 'c' || strcmp(n + len - 2, "-h") == 0);
+        ShmKind k = shmKind(n);
+        return k == ShmKind::kHostFifo || k == ShmKind::kPinnedDeviceFifo;
       },
       shmFifoStale);
 }
