@@ -308,8 +308,8 @@ class DevicePlatform {
         const uint64_t ids = loadRelaxed(line + 7);
         for (int which = 0; which < 2 && res == 0; which++) {
           if (!(which == 0 ? needIn : needOut)) continue;
-          const uint32_t theirs = static_cast<uint32_t>(ids >> (32 * which));
-          if (theirs == 0 || theirs != static_cast<uint32_t>(w_.winIds >> (32 * which))) {
+          const uint32_t theirs = windowId(ids, which);
+          if (theirs == 0 || theirs != windowId(w_.winIds, which)) {
             const uint64_t words[3] = {ids, w_.winIds, static_cast<uint64_t>(which)};
             res = record(ncclInvalidUsage, PoisonReason::kMismatch, q, kDevWaitWindow, nullptr, w_.fp.seq, 0, nullptr,
                          -1, words);

@@ -143,6 +143,15 @@ struct DevWork {
   uint64_t winOff[2];
 };
 
+/// DevWork::winIds from the ids of the windows holding a launch's input and output (0: none).
+CHORUS_HOST_DEVICE inline uint64_t packWindowIds(uint32_t in, uint32_t out) {
+  return in | static_cast<uint64_t>(out) << 32;
+}
+/// The id of the window holding the input (which = 0) or the output (which = 1) in a packWindowIds word.
+CHORUS_HOST_DEVICE inline uint32_t windowId(uint64_t ids, int which) {
+  return static_cast<uint32_t>(ids >> (32 * which));
+}
+
 /// uint64_t words between two launch counters (one 64-byte line each): the direct launches' meeting counters and
 /// the inbox-family launches' per-block epochs.
 constexpr size_t kDirectSyncStride = 8;

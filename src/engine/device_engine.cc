@@ -269,10 +269,9 @@ void windowMismatchText(const volatile uint64_t* got, int rank, int peer, unsign
              rank, seq, mine != 0 ? "its" : "none of its", peer, theirs != 0 ? "its there" : "none there", rule);
     return;
   }
-  const auto idOf = [which](uint64_t ids) { return static_cast<unsigned>(ids >> (32 * which)); };
   char theirText[32] = "no window", mineText[32] = "no window";
-  if (idOf(theirs) != 0) snprintf(theirText, sizeof(theirText), "window #%u", idOf(theirs));
-  if (idOf(mine) != 0) snprintf(mineText, sizeof(mineText), "window #%u", idOf(mine));
+  if (windowId(theirs, which) != 0) snprintf(theirText, sizeof(theirText), "window #%u", windowId(theirs, which));
+  if (windowId(mine, which) != 0) snprintf(mineText, sizeof(mineText), "window #%u", windowId(mine, which));
   snprintf(msg, size, "rank %d: device operation #%lu: rank %d's %s buffer is in %s but this rank's is in %s: %s", rank,
            seq, peer, which == 0 ? "input" : "output", theirText, mineText, rule);
 }
@@ -757,7 +756,7 @@ ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, 
     if (in.win) w.directIn[q] = in.win->peers[static_cast<size_t>(q)];
     if (out.win) w.directOut[q] = out.win->peers[static_cast<size_t>(q)];
   }
-  w.winIds = (in.win ? in.win->id : 0) | static_cast<uint64_t>(out.win ? out.win->id : 0) << 32;
+  w.winIds = packWindowIds(in.win ? in.win->id : 0, out.win ? out.win->id : 0);
   w.winOff[0] = in.offset;
   w.winOff[1] = out.offset;
   std::string what = std::string(collName(op.coll)) + " (on registered windows)";

@@ -39,7 +39,7 @@ TEST(KernelsIpc, EveryLaunchMovesEveryBlocksCounter) {
       w->abortFlag = &abortWord;
       w->in = reinterpret_cast<const char*>(in.data());
       w->out = reinterpret_cast<char*>(out.data());
-      w->winIds = kind == kDevDirectWindows ? (1ull | 1ull << 32) : 0;
+      w->winIds = kind == kDevDirectWindows ? packWindowIds(1, 1) : 0;
       for (int b = 0; b < nb; b++) {
         DevShared shared;
         runDevBlock(*w, b, shared, 0, 1);
