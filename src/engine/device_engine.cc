@@ -144,6 +144,7 @@ DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Con
     nChannels_ = cap;
   }
   llMax_ = kDevLLMax.get();
+  inboxesReachEveryRank_ = inboxesReachEveryRank();
 }
 
 DeviceEngine::~DeviceEngine() {
@@ -657,6 +658,7 @@ ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<Laun
 }
 
 bool DeviceEngine::inboxesReachEveryRank() const {
+  // Fixed for the engine's life, as the connections' read mode is (DeviceConnections).
   if (p2pReadSetting() || comm_->nranks < 2 || comm_->nranks > kDevMaxDirect) return false;
   for (const PeerInfo& p : comm_->peers)
     if (p.hostHash != comm_->peers[comm_->rank].hostHash || p.cudaDev < 0) return false;
@@ -665,7 +667,7 @@ bool DeviceEngine::inboxesReachEveryRank() const {
 
 bool DeviceEngine::ipcEligible(const OpDesc& op) const {
   // Every rank decides the same from the call's arguments, the shared settings and the peer table.
-  if (kDevIpc.get() == 0 || op.count == 0 || !inboxesReachEveryRank()) return false;
+  if (kDevIpc.get() == 0 || op.count == 0 || !inboxesReachEveryRank_) return false;
   // Bytes one rank pushes to one peer: the count's (a rank's block for allgather, reduce-scatter and alltoall).
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
   uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get()));
@@ -689,7 +691,7 @@ bool DeviceEngine::windowsFor(const OpDesc& op, WindowRef* in, WindowRef* out) c
   // Each rank looks at its own buffers only: the peers' must be in the same windows (NCCL's contract for window
   // buffers); a rank whose call is not is refused by the kernels, naming it. Calls small enough to go one-shot
   // through inboxes still do: one flag exchange instead of two.
-  if (kDevWindows.get() == 0 || op.count == 0 || !inboxesReachEveryRank()) return false;
+  if (kDevWindows.get() == 0 || op.count == 0 || !inboxesReachEveryRank_) return false;
   const Coll c = op.coll;
   if (c != Coll::kAllReduce && c != Coll::kAllGather && c != Coll::kReduceScatter && c != Coll::kAllToAll) return false;
   const uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);

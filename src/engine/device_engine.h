@@ -71,7 +71,8 @@ class DeviceEngine {
   /// 0 .. nranks-1: the ranks a collective waits on.
   std::vector<int> allRanks() const;
   ncclResult_t launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met);
-  /// Whether every rank can be reached through inboxes in its GPU memory: all on this host, each with a GPU.
+  /// Whether every rank can be reached through inboxes in its GPU memory: all on this host, each with a GPU
+  /// (worked out once, into inboxesReachEveryRank_).
   bool inboxesReachEveryRank() const;
   /// Whether op goes through inboxes in the peers' GPU memory (kernels/device_ipc.h): every
   /// rank on this host with a GPU, and small enough. Every rank decides the same.
@@ -104,6 +105,7 @@ class DeviceEngine {
   std::unique_ptr<DeviceConnections> conns_;
   int nChannels_ = 1;
   int64_t llMax_ = 0;
+  bool inboxesReachEveryRank_ = false;
   void* statusHost_ = nullptr;  ///< DevStatus followed by the abort word, pinned and mapped
   void* statusDev_ = nullptr;
   char* scratch_ = nullptr;  ///< kDevMaxChannels x 2 staging areas of scratchBytes_
