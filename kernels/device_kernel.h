@@ -1,6 +1,7 @@
-// Body of the collective kernel: block b runs channel b's steps of a DevWork with the executor over the device
-// platform. kernels/device_kernel.cu wraps it in a __global__ function for CUDA and HIP; g++ compiles it for the
-// host emulation the CPU tests use (a block of one thread).
+// Body of the collective kernel: on the FIFO path block b runs one lane of one channel's steps of a DevWork (its
+// tiles, through its FIFOs) with the executor over the device platform. kernels/device_kernel.cu wraps it in a
+// __global__ function for CUDA and HIP; g++ compiles it for the host emulation the CPU tests use (a block of one
+// thread).
 #pragma once
 
 #include "kernels/arch.h"
@@ -26,7 +27,9 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
   map.inTotal = w.inTotal;
   map.outTotal = w.outTotal;
   map.blockElems = w.blockElems;
-  map.chanStart = static_cast<size_t>(block) * w.chanElems;
+  // FIFO path: the block is lane `lane` of channel `ch` (kernels/device_work.h, DevWork::lanes).
+  const int ch = blockChannel(w, block), lane = blockLane(w, block);
+  map.chanStart = static_cast<size_t>(ch) * w.chanElems;
   map.chanEnd = map.chanStart + w.chanElems < w.blockElems ? map.chanStart + w.chanElems : w.blockElems;
   map.tileElems = w.tileElems;
   if (w.p2p) {
@@ -53,9 +56,11 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
   }
   if (w.p2p || map.chanStart < map.chanEnd) {
     Executor<DevicePlatform> exec(p, w.fp, w.reducing != 0, w.ll != 0, w.sliceBytes, false);
-    const Step* steps = w.steps + w.chanFirst[block];
-    size_t nSteps = static_cast<size_t>(w.chanFirst[block + 1] - w.chanFirst[block]);
-    for (uint64_t t = 0; t < w.nTiles && res == ncclSuccess; t++) res = exec.runTile(steps, nSteps, block, map, t);
+    const Step* steps = w.steps + w.chanFirst[ch];
+    size_t nSteps = static_cast<size_t>(w.chanFirst[ch + 1] - w.chanFirst[ch]);
+    const uint64_t stride = static_cast<uint64_t>(workLanes(w));
+    for (uint64_t t = static_cast<uint64_t>(lane); t < w.nTiles && res == ncclSuccess; t += stride)
+      res = exec.runTile(steps, nSteps, ch, map, t);
   }
   p.finish(res);
 }

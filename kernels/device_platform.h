@@ -23,11 +23,11 @@ namespace chorus {
 
 /// Per-block state in shared memory.
 struct DevShared {
-  Fifo fifos[kDevMaxFifos];
-  int16_t channel[kDevMaxFifos];
-  int16_t isSend[kDevMaxFifos];
-  int16_t slot[kDevMaxFifos];  ///< index into DevWork::fifos
-  int16_t flags[kDevMaxFifos];  ///< DevFifoFlags
+  Fifo fifos[kDevMaxBlockFifos];
+  int16_t channel[kDevMaxBlockFifos];
+  int16_t isSend[kDevMaxBlockFifos];
+  int16_t slot[kDevMaxBlockFifos];   ///< index into DevWork::fifos
+  int16_t flags[kDevMaxBlockFifos];  ///< DevFifoFlags
   RedOp red;                    ///< the launch's reduction, with a ncclScalarDevice factor loaded
   int32_t nFifos;
   int32_t result;  ///< a wait's result, broadcast from the waiting thread(s)
@@ -40,9 +40,10 @@ struct DevShared {
 /// Device implementation of the executor's Platform policy.
 class DevicePlatform {
  public:
-  /// Thread 0 loads this block's connection ends (and their step counters) into shared memory.
+  /// Thread 0 loads this block's connection ends (those of its channel and lane, and their step counters) into shared
+  /// memory.
   CHORUS_HOST_DEVICE DevicePlatform(const DevWork& w, int block, DevShared& sh, int tid, int nt)
-      : w_(w), sh_(sh), block_(block), tid_(tid), nt_(nt) {
+      : w_(w), sh_(sh), block_(block), channel_(blockChannel(w, block)), tid_(tid), nt_(nt) {
     if (tid == 0) {
       sh.red = w.red;
       if (w.scalarDev != nullptr) {  // ncclScalarDevice: the factor as it is when the kernel runs
@@ -59,9 +60,10 @@ class DevicePlatform {
         }
       }
       int n = 0;
-      for (int i = 0; i < w.nFifos; i++) {
+      const int lane = blockLane(w, block);
+      for (int i = 0; i < w.nFifos && n < kDevMaxBlockFifos; i++) {  // the engine keeps a block's ends in bounds
         const DevFifo& d = w.fifos[i];
-        if (d.channel != block) continue;
+        if (d.channel != channel_ || d.lane != lane) continue;
         Fifo& f = sh.fifos[n];
         f.attach(d.base, d.geo);
         f.step = *d.step;
@@ -464,7 +466,7 @@ class DevicePlatform {
     DevStatus* st = w_.status;
     if (atomicCas32(&st->code, 0, static_cast<uint32_t>(code)) == 0) {
       st->reason = static_cast<uint32_t>(reason);
-      st->channel = block_;
+      st->channel = channel_;
       st->peer = f ? f->peer : waitedFor >= 0 ? waitedFor : culprit;
       st->step = step;
       st->what = what;
@@ -497,7 +499,7 @@ class DevicePlatform {
 
   const DevWork& w_;
   DevShared& sh_;
-  int block_, tid_, nt_;
+  int block_, channel_, tid_, nt_;
 };
 
 }  // namespace chorus

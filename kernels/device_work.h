@@ -18,17 +18,26 @@ namespace chorus {
 /// stays under the 4 KiB every CUDA and HIP target accepts.
 #if defined(CHORUS_DEVWORK_LARGE)
 constexpr int kDevMaxSteps = 320;     ///< schedule steps over all channels (ring over 8 ranks, 16 channels: 240)
-constexpr int kDevMaxFifos = 128;     ///< connection ends one launch uses
-constexpr int kDevMaxChannels = 16;   ///< blocks of the kernel (one schedule each)
+constexpr int kDevMaxFifos = 256;     ///< connection ends one launch uses, over all its blocks
+constexpr int kDevMaxBlockFifos = 128;  ///< connection ends one block uses
+constexpr int kDevMaxChannels = 16;     ///< schedules of one launch (channels)
+constexpr int kDevMaxLanes = 4;         ///< blocks per channel on the FIFO path, each with its own FIFOs
 constexpr int kDevMaxP2P = 64;        ///< sends (and receives) in one point-to-point launch
 constexpr size_t kDevWorkMaxBytes = 32764;
 #else
 constexpr int kDevMaxSteps = 40;    ///< schedule steps over all channels (ring over 8 ranks, 2 channels: 30)
-constexpr int kDevMaxFifos = 24;    ///< connection ends one launch uses
-constexpr int kDevMaxChannels = 2;  ///< blocks of the kernel (one schedule each)
+constexpr int kDevMaxFifos = 24;    ///< connection ends one launch uses, over all its blocks
+constexpr int kDevMaxBlockFifos = 24;  ///< connection ends one block uses
+constexpr int kDevMaxChannels = 2;     ///< schedules of one launch (channels)
+constexpr int kDevMaxLanes = 2;        ///< blocks per channel on the FIFO path, each with its own FIFOs
 constexpr int kDevMaxP2P = 8;       ///< sends (and receives) in one point-to-point launch
 constexpr size_t kDevWorkMaxBytes = 4096;
 #endif
+
+/// Most blocks of one launch: every channel's lanes (FIFO path), or the blocks of a direct or inbox launch (at most
+/// kDevMaxChannels there: their counters are per block).
+constexpr int kDevMaxBlocks = kDevMaxChannels * kDevMaxLanes;
+static_assert(kDevMaxBlocks <= 255, "DevWork::nChannels counts blocks in a byte");
 
 /// Most ranks a direct launch reaches: every rank of a communicator whose ranks are threads of one process on one
 /// GPU, or processes of one host, each reading and writing the others' buffers (kernels/device_direct.h).
@@ -40,10 +49,11 @@ struct DevFifo {
   char* base;      ///< FIFO memory (kernels/fifo.h layout), local, peer (IPC) or pinned host
   uint64_t* step;  ///< this end's slots produced (send) or consumed (recv) so far
   FifoGeometry geo;
-  int16_t channel;
+  int16_t channel;  ///< the schedule's channel (the connection's own channel number differs for lanes past 0)
   int16_t peer;
   int16_t isSend;
   int16_t flags;  ///< DevFifoFlags
+  int16_t lane;   ///< which of the channel's blocks uses it (DevWork::lanes)
 };
 
 /// DevFifo::flags.
@@ -97,10 +107,15 @@ struct DevWork {
   RedOp red;
   const void* scalarDev;  ///< premulsum factor in GPU memory, read by every block at its start (null: red.scalar)
   Fingerprint fp;
+  /// nChannels: the blocks of the launch. On the FIFO path that is (schedule channels) x lanes: block b runs channel
+  /// b % (nChannels / lanes) as lane b / (nChannels / lanes), over that lane's own FIFOs, and takes tiles lane,
+  /// lane + lanes, ... of the channel's part. Point-to-point launches have one lane.
   uint8_t reducing, ll, p2p, nChannels;
+  uint8_t lanes, pad0[3];
   uint32_t sliceBytes;
   uint16_t chanFirst[kDevMaxChannels + 1];  ///< channel c runs steps [chanFirst[c], chanFirst[c + 1])
-  uint8_t nFifos, nSends, nRecvs, pad0;
+  uint16_t nFifos;
+  uint8_t nSends, nRecvs;
   Step steps[kDevMaxSteps];
   DevFifo fifos[kDevMaxFifos];
   // Point-to-point: send i / recv j (bytes), with their own fingerprints.
@@ -142,6 +157,12 @@ struct DevWork {
   uint64_t winIds;
   uint64_t winOff[2];
 };
+
+/// A launch's lanes (blocks per channel): 1 where the engine left it 0 (direct, inbox and point-to-point launches).
+CHORUS_HOST_DEVICE inline int workLanes(const DevWork& w) { return w.lanes > 0 ? w.lanes : 1; }
+/// The schedule channel block b runs, and its lane in that channel.
+CHORUS_HOST_DEVICE inline int blockChannel(const DevWork& w, int b) { return b % (w.nChannels / workLanes(w)); }
+CHORUS_HOST_DEVICE inline int blockLane(const DevWork& w, int b) { return b / (w.nChannels / workLanes(w)); }
 
 /// DevWork::winIds from the ids of the windows holding a launch's input and output (0: none).
 CHORUS_HOST_DEVICE inline uint64_t packWindowIds(uint32_t in, uint32_t out) {

@@ -49,6 +49,12 @@ void releaseShared(GpuRuntime* rt, void* p) {
 
 bool p2pReadSetting() { return kP2PRead.get() != 0; }
 
+std::string describeDevChannel(int ch) {
+  if (ch == kDevIpcChannel) return "inboxes";
+  std::string s = "channel " + std::to_string(ch % kDevMaxChannels);
+  return ch < kDevMaxChannels ? s : s + " lane " + std::to_string(ch / kDevMaxChannels);
+}
+
 /// What the owner of a device FIFO publishes for the other end.
 struct DeviceConnections::Rendezvous {
   RendezvousHead head;  ///< head.ready: kReady once the fields below are written
@@ -122,7 +128,7 @@ ncclResult_t DeviceConnections::init() {
   int swept = sweepStaleRendezvous();
   if (swept > 0)
     INFO(kShm, "rank %d: removed %d device-connection record(s) left by exited processes", comm_->rank, swept);
-  size_t n = static_cast<size_t>(kDevMaxChannels + 1) * comm_->nranks * 2;  // and kDevIpcChannel's
+  size_t n = static_cast<size_t>(kDevIpcChannel + 1) * comm_->nranks * 2;  // every lane's, and the inboxes'
   void* p = nullptr;
   if (rt_->deviceAlloc(n * sizeof(uint64_t), &p) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: allocating device step counters: %s", comm_->rank,
@@ -158,8 +164,8 @@ ncclResult_t DeviceConnections::get(const std::vector<std::tuple<int, int, bool>
                                       : open(ch, peer, isSend, &c);
       conns_.emplace(key, c);  // kept even on failure so the destructor releases what was made
       if (res != ncclSuccess) return res;
-      INFO(kP2P, "rank %d: device connection channel %d %s rank %d via %s", comm_->rank, ch, isSend ? "to" : "from",
-           peer, c.kind);
+      INFO(kP2P, "rank %d: device connection %s %s rank %d via %s", comm_->rank, describeDevChannel(ch).c_str(),
+           isSend ? "to" : "from", peer, c.kind);
     }
   }
   out->clear();
@@ -268,7 +274,7 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
     slow.check([&]() {
       return "device path: " + commLabel(comm_) + " has waited " + slow.elapsedText() + " s for " +
              (comm_->bootstrap ? comm_->bootstrap->describePeer(peer) : "rank " + std::to_string(peer)) +
-             " to set up its device connection on channel " + std::to_string(ch) + " (CHORUS_TIMEOUT_S " +
+             " to set up its device connection (" + describeDevChannel(ch) + ") (CHORUS_TIMEOUT_S " +
              secondsText(deadline.seconds()) + " s)";
     });
     const char* why = nullptr;
@@ -278,10 +284,8 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
     if (why == nullptr && deadline.expired()) why = "it did not call the same operation before CHORUS_TIMEOUT_S";
     if (why) {
       munmap(rv, kRendezvousBytes);
-      CHORUS_FAIL(comm_, ncclRemoteError,
-                  "rank %d: waiting for rank %d to set up the device connection on channel "
-                  "%d: %s",
-                  comm_->rank, peer, ch, why);
+      CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: waiting for rank %d to set up the device connection (%s): %s",
+                  comm_->rank, peer, describeDevChannel(ch).c_str(), why);
     }
     backoff.pause();
   }

@@ -32,7 +32,13 @@ bool p2pReadSetting();
 
 /// The pseudo-channel of the allreduce inboxes between co-located processes (kernels/device_ipc.h): a connection
 /// per ordered pair, in the receiver's memory (write mode), of DeviceConnections::setInboxBytes bytes.
-constexpr int kDevIpcChannel = kDevMaxChannels;
+constexpr int kDevIpcChannel = kDevMaxBlocks;
+
+/// The connection channel of lane `lane` of schedule channel `ch` (DevWork::lanes): each lane has FIFOs of its own,
+/// made the first time a launch uses that lane. Lane 0 is the channel itself. Below kDevIpcChannel.
+constexpr int devLaneChannel(int ch, int lane) { return ch + lane * kDevMaxChannels; }
+/// A connection channel in words: "channel 3", "channel 3 lane 1", "inboxes".
+std::string describeDevChannel(int ch);
 
 /// The start of a device-connection rendezvous record (a named shm segment of one page): each end writes its
 /// process into `pids` when it maps the record ([0] the FIFO's owner, [1] the other end), so that a record both of

@@ -25,8 +25,14 @@ IntParam kDevChannels{"CHORUS_DEVICE_NCHANNELS", 0,
                       "performance"};
 IntParam kDevChannelBytes{"CHORUS_DEVICE_CHANNEL_BYTES", 262144,
                           "Device path: an operation of B bytes (the larger of its input and output) uses "
-                          "ceil(B / this) channels, at most CHORUS_DEVICE_NCHANNELS.",
+                          "ceil(B / this) channels, at most CHORUS_DEVICE_NCHANNELS; past that, up to "
+                          "CHORUS_DEVICE_CHANNEL_BLOCKS blocks per channel, one per this many bytes.",
                           "performance"};
+IntParam kDevLanes{"CHORUS_DEVICE_CHANNEL_BLOCKS", 0,
+                   "Device path: most blocks per channel of a collective through FIFOs, each with its own FIFOs and "
+                   "its share of the channel's tiles (used once the channels are at CHORUS_DEVICE_NCHANNELS); 0: the "
+                   "build's limit, 4 in CUDA builds (large kernel arguments) and 2 otherwise.",
+                   "performance"};
 // From the H100 run of 2026-11-23 (2 processes, allreduce): LL took 43 us at 8 KB and 128 us at 32 KB while
 // Simple took 60 us at 128 KB, so LL up to 64 KB made time fall as size grew. At 4 KB and below LL stays under
 // what Simple costs at any size.
@@ -96,17 +102,19 @@ std::map<std::pair<int, uint64_t>, StreamUser> gStreamUsers;
 
 std::string deviceEnvKey() {
   return std::to_string(kDevChannels.get()) + "|" + std::to_string(kDevChannelBytes.get()) + "|" +
-         std::to_string(kDevLLMax.get()) + "|" + std::to_string(p2pReadSetting()) + "|" +
-         std::to_string(kDevDirect.get()) + "|" + std::to_string(kDevIpc.get()) + "|" +
-         std::to_string(kDevOneShotMax.get()) + "|" + std::to_string(kDevIpcMax.get()) + "|" +
-         std::to_string(kDevIpcBlocks.get()) + "|" + std::to_string(kDevWindows.get());
+         std::to_string(kDevLanes.get()) + "|" + std::to_string(kDevLLMax.get()) + "|" +
+         std::to_string(p2pReadSetting()) + "|" + std::to_string(kDevDirect.get()) + "|" +
+         std::to_string(kDevIpc.get()) + "|" + std::to_string(kDevOneShotMax.get()) + "|" +
+         std::to_string(kDevIpcMax.get()) + "|" + std::to_string(kDevIpcBlocks.get()) + "|" +
+         std::to_string(kDevWindows.get());
 }
 
 namespace {
 
-// Channels every rank can use: the kernels of the ranks sharing a GPU wait for each other, so their blocks must all
-// fit on it at once. Every rank computes the same value from the same peer table (channels pair up across ranks).
-int residentChannelCap(const ncclComm* comm, int* tightestGpuRanks, uint32_t* tightestBlocks) {
+// Blocks of one launch every rank can use: the kernels of the ranks sharing a GPU wait for each other, so their blocks
+// must all fit on it at once. Every rank computes the same value from the same peer table (blocks pair up across
+// ranks).
+int residentBlockCap(const ncclComm* comm, int* tightestGpuRanks, uint32_t* tightestBlocks) {
   std::map<std::pair<uint64_t, int64_t>, std::pair<int, uint32_t>> gpus;  // (host, bus id or device) -> ranks, blocks
   for (const PeerInfo& p : comm->peers) {
     if (p.cudaDev < 0) continue;
@@ -114,7 +122,7 @@ int residentChannelCap(const ncclComm* comm, int* tightestGpuRanks, uint32_t* ti
     g.first++;
     g.second = p.deviceBlocks;
   }
-  int cap = kDevMaxChannels;
+  int cap = kDevMaxBlocks;
   for (const auto& [key, g] : gpus) {
     if (g.second == 0) continue;  // unknown
     int fit = std::max(1, static_cast<int>(g.second) / g.first);
@@ -136,13 +144,13 @@ DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Con
   nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxChannels, want)));
   int ranks = 0;
   uint32_t blocks = 0;
-  int cap = residentChannelCap(comm, &ranks, &blocks);
-  if (cap < nChannels_) {
-    if (comm->rank == 0)
-      INFO(kInit, "comm %p: %d channel(s) at most: %d ranks share a GPU that runs %u blocks of the kernel at once",
-           (void*)comm, cap, ranks, blocks);
-    nChannels_ = cap;
-  }
+  blockCap_ = residentBlockCap(comm, &ranks, &blocks);
+  if (blockCap_ < kDevMaxBlocks && comm->rank == 0)
+    INFO(kInit, "comm %p: %d block(s) a launch at most: %d ranks share a GPU that runs %u blocks of the kernel at once",
+         (void*)comm, blockCap_, ranks, blocks);
+  nChannels_ = std::min(nChannels_, blockCap_);
+  int64_t lanes = kDevLanes.get() > 0 ? kDevLanes.get() : kDevMaxLanes;
+  maxLanes_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxLanes, lanes)));
   llMax_ = kDevLLMax.get();
   inboxesReachEveryRank_ = inboxesReachEveryRank();
 }
@@ -190,7 +198,7 @@ ncclResult_t DeviceEngine::init() {
   const FifoGeometry& geo = planner_->geometry();
   scratchBytes_ = roundUp(FifoGeometry::kLLHeaderLines * 4 + geo.llPayload() + 8, 256);
   void* p = nullptr;
-  if (rt_->deviceAlloc(scratchBytes_ * 2 * kDevMaxChannels, &p) != ncclSuccess)
+  if (rt_->deviceAlloc(scratchBytes_ * 2 * kDevMaxBlocks, &p) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device scratch: %s", comm_->rank, rt_->lastError().c_str());
   scratch_ = static_cast<char*>(p);
   ticksPerMs_ = rt_->clockTicksPerMs(comm_->cudaDev);
@@ -201,8 +209,8 @@ ncclResult_t DeviceEngine::init() {
   gate_ = LaunchGate::join(comm_);
   watchPeers();
   if (comm_->rank == 0)
-    INFO(kInit, "comm %p: device path on %s GPU %d, up to %d channel(s), LL up to %ld bytes", (void*)comm_, rt_->name(),
-         comm_->cudaDev, nChannels_, static_cast<long>(llMax_));
+    INFO(kInit, "comm %p: device path on %s GPU %d, up to %d channel(s) of up to %d block(s), LL up to %ld bytes",
+         (void*)comm_, rt_->name(), comm_->cudaDev, nChannels_, maxLanes_, static_cast<long>(llMax_));
   return ncclSuccess;
 }
 
@@ -389,7 +397,7 @@ std::vector<Step> copyEngineSteps(const Schedule* scheds, int nChannels, bool re
 }  // namespace
 
 ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int nChannels,
-                                        const std::vector<Step>& skip) {
+                                        const std::vector<Step>& skip, int lanes) {
   // Channel c's steps, then the connection ends they use (each once), in step order.
   size_t n = 0;
   for (int ch = 0; ch < nChannels; ch++) {
@@ -401,16 +409,33 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
     }
   }
   w->chanFirst[nChannels] = static_cast<uint16_t>(n);
+  // Every lane of a channel has FIFOs of its own: lane j of channel c is connection channel devLaneChannel(c, j).
   std::vector<LaunchEnd> unique = launchEnds(scheds, nChannels);
-  if (unique.size() > static_cast<size_t>(kDevMaxFifos))
+  size_t perBlock = 0;
+  for (int ch = 0; ch < nChannels; ch++) {
+    size_t mine = 0;
+    for (const LaunchEnd& e : unique) mine += std::get<0>(e) == ch ? 1 : 0;
+    perBlock = std::max(perBlock, mine);
+  }
+  if (unique.size() * static_cast<size_t>(lanes) > static_cast<size_t>(kDevMaxFifos) ||
+      perBlock > static_cast<size_t>(kDevMaxBlockFifos))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
-                "rank %d: this device operation needs %zu connections; one launch holds "
-                "at most %d (fewer ranks, or host buffers)",
-                comm_->rank, unique.size(), kDevMaxFifos);
+                "rank %d: this device operation needs %zu connections (%zu on one channel); one launch holds "
+                "at most %d, %d a channel (fewer ranks, or host buffers)",
+                comm_->rank, unique.size() * static_cast<size_t>(lanes), perBlock, kDevMaxFifos, kDevMaxBlockFifos);
+  std::vector<LaunchEnd> ends;
+  for (int lane = 0; lane < lanes; lane++)
+    for (const LaunchEnd& e : unique)
+      ends.emplace_back(devLaneChannel(std::get<0>(e), lane), std::get<1>(e), std::get<2>(e));
   std::vector<DevFifo> fifos;
-  CHORUS_CHECK(conns_->get(unique, &fifos));
-  w->nFifos = static_cast<uint8_t>(fifos.size());
-  for (size_t i = 0; i < fifos.size(); i++) w->fifos[i] = fifos[i];
+  CHORUS_CHECK(conns_->get(ends, &fifos));
+  w->nFifos = static_cast<uint16_t>(fifos.size());
+  w->lanes = static_cast<uint8_t>(lanes);
+  for (size_t i = 0; i < fifos.size(); i++) {
+    w->fifos[i] = fifos[i];
+    w->fifos[i].channel = static_cast<int16_t>(std::get<0>(unique[i % unique.size()]));
+    w->fifos[i].lane = static_cast<int16_t>(i / unique.size());
+  }
   return ncclSuccess;
 }
 
@@ -534,13 +559,26 @@ ncclResult_t DeviceEngine::copyColl(const OpDesc& op) {
   return copy(op.recvbuff, op.sendbuff, bytes, op.stream, collName(op.coll));
 }
 
-int DeviceEngine::channelsFor(const OpDesc& op) const {
-  // Every rank computes the same from the call's arguments.
+uint64_t DeviceEngine::opBytes(const OpDesc& op) const {
   bool perRank = op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter || op.coll == Coll::kAllToAll ||
                  op.coll == Coll::kGather || op.coll == Coll::kScatter;
-  uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype) * (perRank ? comm_->nranks : 1);
+  return static_cast<uint64_t>(op.count) * DType::size(op.dtype) * (perRank ? comm_->nranks : 1);
+}
+
+int DeviceEngine::channelsFor(const OpDesc& op) const {
+  // Every rank computes the same from the call's arguments.
   uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get()));
-  return static_cast<int>(std::min<uint64_t>(nChannels_, std::max<uint64_t>(1, (bytes + per - 1) / per)));
+  return static_cast<int>(std::min<uint64_t>(nChannels_, std::max<uint64_t>(1, (opBytes(op) + per - 1) / per)));
+}
+
+int DeviceEngine::lanesFor(const OpDesc& op, int channels, size_t ends) const {
+  // Every rank computes the same from the call's arguments and the plan (which is the same on every rank).
+  uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get())) * static_cast<uint64_t>(channels);
+  uint64_t want = std::max<uint64_t>(1, (opBytes(op) + per - 1) / per);
+  int lanes = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(maxLanes_), want));
+  lanes = std::min(lanes, blockCap_ / std::max(1, channels));
+  if (ends > 0) lanes = std::min(lanes, static_cast<int>(static_cast<size_t>(kDevMaxFifos) / ends));
+  return std::max(1, lanes);
 }
 
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
@@ -562,7 +600,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   if (ipcEligible(op)) return launchIpc(op, gatePassed);
   CollPlan plan;
   bool empty = false;
-  LaunchLimits limits{kDevMaxFifos, kDevMaxSteps};
+  LaunchLimits limits{kDevMaxBlockFifos, kDevMaxSteps};  // lanes multiply the ends (lanesFor keeps them in bounds)
   if (planner_->planColl(
           op, channelsFor(op), llMax_, [this](size_t b) { return outScratch(b); }, &plan, &empty, limits) !=
       ncclSuccess)
@@ -580,14 +618,19 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   w.outTotal = m.outTotal;
   w.blockElems = m.blockElems;
   w.chanElems = plan.chanElems;
+  // Several blocks per channel (lanes) share its tiles, so a channel gets at least one tile per lane: tiles shrink
+  // (to no less than the lane's share) when the channel's part is short of that.
+  const int lanes = lanesFor(op, plan.nChannels, launchEnds(plan.scheds->data(), plan.nChannels).size());
   w.tileElems = m.tileElems;
-  w.nTiles = plan.nTiles;
+  if (lanes > 1)
+    w.tileElems = std::min<uint64_t>(m.tileElems, roundUp((plan.chanElems + lanes - 1) / lanes, size_t(16)));
+  w.nTiles = (plan.chanElems + w.tileElems - 1) / w.tileElems;
   w.red = plan.red;
   w.scalarDev = op.scalarOnDevice ? op.scalarPtr : nullptr;
   w.fp = plan.fp;
   w.reducing = plan.reducing;
   w.ll = plan.choice.proto == Proto::kLL;
-  w.nChannels = static_cast<uint8_t>(plan.nChannels);
+  w.nChannels = static_cast<uint8_t>(plan.nChannels * lanes);  // blocks: every channel's lanes
   w.sliceBytes = plan.sliceBytes;
   if (launchSteps(*plan.scheds) > static_cast<size_t>(kDevMaxSteps))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
@@ -604,7 +647,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
     if (sn != dn) CHORUS_FAIL(comm_, ncclInternalError, "rank %d: a copy step between blocks of different sizes", comm_->rank);
     CHORUS_CHECK(copy(m.out + db * m.esize, m.in + sb * m.esize, sn * m.esize, op.stream, collName(op.coll)));
   }
-  CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels, copies));
+  CHORUS_CHECK(setSchedules(&w, plan.scheds->data(), plan.nChannels, copies, lanes));
   return launch(w, op.stream, collName(op.coll), all, &op, gatePassed);
 }
 

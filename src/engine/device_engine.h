@@ -48,12 +48,19 @@ class DeviceEngine {
   ncclResult_t launchColl(const OpDesc& op);
   /// A collective on one rank (not a premulsum): a device-to-device copy, or nothing in place.
   ncclResult_t copyColl(const OpDesc& op);
+  /// The bytes that size a collective's launch: the larger of its input and output.
+  uint64_t opBytes(const OpDesc& op) const;
   /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
   int channelsFor(const OpDesc& op) const;
+  /// Blocks per channel (lanes) for a collective through FIFOs planned on `channels` channels using `ends`
+  /// connection ends: one per CHORUS_DEVICE_CHANNEL_BYTES of a channel's part, at most maxLanes_, within the
+  /// launch's block cap and its connection ends.
+  int lanesFor(const OpDesc& op, int channels, size_t ends) const;
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
-  /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections. Steps equal
-  /// to one in `skip` are left out (the copy engine does them).
-  ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels, const std::vector<Step>& skip = {});
+  /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections, those of
+  /// every one of `lanes` lanes a channel. Steps equal to one in `skip` are left out (the copy engine does them).
+  ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels, const std::vector<Step>& skip = {},
+                            int lanes = 1);
   /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business). A collective
   /// passes `op`: ranks sharing the gate then compare their calls before any kernel runs, and a direct launch
   /// learns its peers' buffers.
@@ -103,12 +110,14 @@ class DeviceEngine {
   Connections* host_;
   const WindowTable* windows_;
   std::unique_ptr<DeviceConnections> conns_;
-  int nChannels_ = 1;
+  int nChannels_ = 1;  ///< most channels of a launch (and blocks of a direct or inbox launch)
+  int blockCap_ = 1;   ///< most blocks of a launch: what the ranks sharing a GPU can run at once
+  int maxLanes_ = 1;   ///< most blocks per channel on the FIFO path (CHORUS_DEVICE_CHANNEL_BLOCKS)
   int64_t llMax_ = 0;
   bool inboxesReachEveryRank_ = false;
   void* statusHost_ = nullptr;  ///< DevStatus followed by the abort word, pinned and mapped
   void* statusDev_ = nullptr;
-  char* scratch_ = nullptr;  ///< kDevMaxChannels x 2 staging areas of scratchBytes_
+  char* scratch_ = nullptr;  ///< kDevMaxBlocks x 2 staging areas of scratchBytes_
   size_t scratchBytes_ = 0;
   std::vector<std::pair<char*, size_t>> outScratch_;  ///< ncclReduce output stand-ins (kept until destroy)
   std::thread watchdog_;

@@ -23,10 +23,12 @@
 
 namespace chorus_test {
 
-/// A test's start on the emulated runtime: one thread a block, no injected delays, `emu` in use.
+/// A test's start on the emulated runtime: one thread a block, blocks one after the other, no injected delays, `emu`
+/// in use.
 inline void installEmu(EmuRuntime& emu) {
   emu.threadsPerBlock = 1;
   emu.delayPercent = 0;
+  emu.concurrentBlocks = false;
   chorus::setGpuRuntimeForTesting(&emu);
 }
 
@@ -35,6 +37,7 @@ inline void removeEmu(EmuRuntime& emu, std::initializer_list<const char*> vars) 
   chorus::setGpuRuntimeForTesting(nullptr);
   emu.threadsPerBlock = 1;
   emu.delayPercent = 0;
+  emu.concurrentBlocks = false;
   for (const char* v : vars) unsetenv(v);
   chorus::paramsReload();
 }

@@ -190,11 +190,14 @@ TEST_P(DevicePath, ChannelsShrinkToFitOneLaunch) {
     ASSERT_EQ(ncclAlltoAll(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
     sync(c);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
-    int ch = gEmu.lastChannels.load();
+    // Blocks are channels x lanes: the planner fits the channels to one lane's ends per block, and the lanes then
+    // multiply the ends up to the launch's limit.
+    const int lanes = gEmu.lastLanes.load(), ch = gEmu.lastChannels.load() / lanes;
     EXPECT_GE(ch, 2);
-    EXPECT_LE(ch * 2 * (n - 1), chorus::kDevMaxFifos);
-    EXPECT_GT((ch + 1) * 2 * (n - 1), std::min(chorus::kDevMaxFifos, chorus::kDevMaxChannels * 2 * (n - 1)))
+    EXPECT_LE(ch * 2 * (n - 1), chorus::kDevMaxBlockFifos);
+    EXPECT_GT((ch + 1) * 2 * (n - 1), std::min(chorus::kDevMaxBlockFifos, chorus::kDevMaxChannels * 2 * (n - 1)))
         << "fewer channels than one launch holds";
+    EXPECT_LE(lanes * ch * 2 * (n - 1), chorus::kDevMaxFifos);
     for (int q = 0; q < n; q++)
       for (size_t i = 0; i < N; i += 7) ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(q * 10000000 + r * N + i));
   });

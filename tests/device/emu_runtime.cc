@@ -290,7 +290,8 @@ Exec::Device* deviceOf(Exec* ex, int dev) {
 }
 
 // A kernel starts once all its blocks fit on the device; its blocks then run one after the other (each channel is
-// an independent schedule that every rank runs in the same order), each on threadsPerBlock threads.
+// an independent schedule that every rank runs in the same order), or side by side with concurrentBlocks, as on a
+// GPU, each on threadsPerBlock threads.
 void runKernel(EmuRuntime* rt, Exec* ex, const chorus::DevWork& w, int dev) {
   Exec::Device* d = deviceOf(ex, dev);
   int need = std::min<int>(w.nChannels, std::max(1, rt->residentBlocks));
@@ -301,11 +302,11 @@ void runKernel(EmuRuntime* rt, Exec* ex, const chorus::DevWork& w, int dev) {
   }
   maybeDelay(rt->delayPercent, rt->delayMaxUs);
   const int nt = std::max(1, rt->threadsPerBlock);
-  for (int b = 0; b < w.nChannels; b++) {
+  auto runBlock = [&](int b) {
     chorus::DevShared shared;
     if (nt == 1) {
       chorus::runDevBlock(w, b, shared, 0, 1);
-      continue;
+      return;
     }
     BlockBarrier barrier(nt, rt->delayPercent, rt->delayMaxUs);
     std::vector<std::thread> threads;
@@ -317,6 +318,13 @@ void runKernel(EmuRuntime* rt, Exec* ex, const chorus::DevWork& w, int dev) {
       });
     }
     for (auto& t : threads) t.join();
+  };
+  if (rt->concurrentBlocks && w.nChannels > 1) {
+    std::vector<std::thread> blocks;
+    for (int b = 0; b < w.nChannels; b++) blocks.emplace_back(runBlock, b);
+    for (auto& t : blocks) t.join();
+  } else {
+    for (int b = 0; b < w.nChannels; b++) runBlock(b);
   }
   {
     std::lock_guard<std::mutex> lock(d->m);
@@ -614,6 +622,7 @@ ncclResult_t EmuRuntime::memcpyAsync(void* dst, const void* src, size_t bytes, c
 
 namespace {
 thread_local int tDirectLaunches = 0;
+thread_local int tLaneLaunches = 0;
 void countDirect(EmuRuntime* rt, const chorus::DevWork& w) {
   if (w.direct == chorus::kDevDirectIpc) {
     rt->ipcLaunches++;
@@ -629,11 +638,14 @@ void countDirect(EmuRuntime* rt, const chorus::DevWork& w) {
 }  // namespace
 
 int EmuRuntime::directLaunchesOfThisThread() { return tDirectLaunches; }
+int EmuRuntime::laneLaunchesOfThisThread() { return tLaneLaunches; }
 
 ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   Exec::Stream* s = streamOf(this, exec_, h);
   auto w = std::make_shared<chorus::DevWork>(work);
   lastChannels = work.nChannels;
+  lastLanes = chorus::workLanes(work);
+  if (chorus::workLanes(work) > 1) tLaneLaunches++;
   ncclResult_t res;
   if (captured(exec_, s, EmuGraph::Node{true, w, nullptr, nullptr, 0}, &res, mem_)) {
     if (res == ncclSuccess) launches++;

@@ -104,6 +104,9 @@ class EmuRuntime : public chorus::GpuRuntime {
   bool peerAccess = true;        ///< false: device connections fall back to pinned shared memory
   int residentBlocks = 1024;     ///< blocks of the collective kernel one device runs at once (an H100 holds ~1000)
   int threadsPerBlock = 1;       ///< host threads per emulated block
+  /// Blocks of one kernel run side by side (a thread each), as on a GPU, rather than one after the other: what
+  /// blocks of one launch share (a FIFO, a counter) is then raced for.
+  bool concurrentBlocks = false;
   int delayPercent = 0;          ///< percent of block barriers and kernel starts delayed (stress)
   int delayMaxUs = 50;           ///< longest such delay
   std::atomic<int> launches{0};  ///< kernels launched (enqueued or captured), all threads
@@ -111,11 +114,14 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> copies{0};        ///< memcpyAsync calls (enqueued or captured)
   std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
+  std::atomic<int> lastLanes{0};     ///< blocks per channel of the last kernel launched (chorus::workLanes)
   std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
   std::atomic<int> ipcLaunches{0};     ///< launched kernels through inboxes (kDevDirectIpc), by this process
   std::atomic<int> windowLaunches{0};  ///< launched kernels on registered windows (kDevDirectWindows), by this process
   /// Direct launches made by the calling thread (a thread rank's own).
   static int directLaunchesOfThisThread();
+  /// Launches with several blocks per channel (DevWork::lanes > 1) made by the calling thread.
+  static int laneLaunchesOfThisThread();
 
   struct Mem;
   struct Exec;

@@ -1,0 +1,210 @@
+// Several blocks per channel on the FIFO path ("lanes", kernels/device_work.h DevWork::lanes) through the emulated
+// runtime. Once a collective's channels are at CHORUS_DEVICE_NCHANNELS, each channel runs on up to
+// CHORUS_DEVICE_CHANNEL_BLOCKS blocks, one per CHORUS_DEVICE_CHANNEL_BYTES of its part: lane j takes tiles j, j +
+// lanes, ... through FIFOs of its own. These tests make that happen at small sizes (2 channels, 4 KiB a block, FIFOs
+// of 4 slots of 4 KiB) and check the launch's shape, every collective and every type and operation on processes and
+// threads, sizes on each side of the lane and tile splits, many calls on blocks of several threads with random
+// delays, and that ranks with different settings are refused at init.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "core/params.h"
+#include "device/device_checks.h"
+#include "device/emu_runtime.h"
+#include "harness/ranks.h"
+#include "kernels/device_work.h"
+#include "nccl.h"
+#include "runtime/runtime.h"
+
+namespace chorus_test {
+namespace {
+
+EmuRuntime gEmu;
+
+constexpr size_t kChannelBytes = 4096;
+constexpr int kChannels = 2;
+
+const char* const kVars[] = {"CHORUS_DEVICE_DIRECT",         "CHORUS_DEVICE_IPC", "CHORUS_DEVICE_NCHANNELS",
+                             "CHORUS_DEVICE_CHANNEL_BYTES",  "CHORUS_FIFO_SLOTS", "CHORUS_FIFO_SLOT_BYTES",
+                             "CHORUS_DEVICE_CHANNEL_BLOCKS", "NCCL_PROTO",        "CHORUS_TIMEOUT_S"};
+
+class DeviceLanes : public ::testing::TestWithParam<Driver> {
+ protected:
+  void SetUp() override {
+    setenv("CHORUS_DEVICE_DIRECT", "0", 1);  // the FIFOs, for thread ranks too
+    setenv("CHORUS_DEVICE_IPC", "0", 1);     // and for small process calls
+    setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(kChannels).c_str(), 1);
+    setenv("CHORUS_DEVICE_CHANNEL_BYTES", std::to_string(kChannelBytes).c_str(), 1);
+    setenv("CHORUS_FIFO_SLOTS", "4", 1);
+    setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+    setenv("NCCL_PROTO", "Simple", 1);
+    chorus::paramsReload();
+    installEmu(gEmu);
+    gEmu.concurrentBlocks = true;  // lanes of a channel run side by side, as on a GPU
+  }
+  void TearDown() override {
+    removeEmu(gEmu, {});
+    for (const char* v : kVars) unsetenv(v);
+    chorus::paramsReload();
+  }
+};
+
+int laneLaunches() { return EmuRuntime::laneLaunchesOfThisThread(); }
+
+// Blocks per channel the engine gives a collective of `bytes` (its larger buffer) with the settings above and
+// the build's most lanes: one per kChannelBytes of a channel's part, once both channels are in use.
+int lanesFor(size_t bytes) {
+  size_t per = kChannelBytes * kChannels;
+  size_t want = (bytes + per - 1) / per;
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(chorus::kDevMaxLanes, want)));
+}
+
+bool usesLanes(size_t bytes) { return lanesFor(bytes) > 1; }
+
+// The launch's shape: channels x lanes blocks, as many lanes as the bytes warrant (up to the build's limit).
+TEST_P(DeviceLanes, BlocksGrowWithTheBytes) {
+  if (chorus::kDevMaxLanes < 2) GTEST_SKIP() << "this build runs one block per channel";
+  runRanks(2, GetParam(), [](RankCtx& c) {
+    for (size_t count : {size_t(1024), size_t(2048), size_t(2049), size_t(5000), size_t(100000)}) {
+      checkAllReduce(gEmu, c, ncclInt32, ncclSum, count, false, laneLaunches, usesLanes(count * 4));
+      const int lanes = lanesFor(count * 4);
+      // Two ranks: a ring of one channel per channel asked for (the planner keeps both at this size).
+      EXPECT_EQ(gEmu.lastLanes.load(), lanes) << count;
+      if (GetParam() == Driver::kProcesses)
+        EXPECT_EQ(gEmu.lastChannels.load(), (count * 4 > kChannelBytes ? kChannels : 1) * lanes) << count;
+    }
+  });
+}
+
+// CHORUS_DEVICE_CHANNEL_BLOCKS=1: one block per channel whatever the size.
+TEST_P(DeviceLanes, OneBlockPerChannelWhenAskedFor) {
+  setenv("CHORUS_DEVICE_CHANNEL_BLOCKS", "1", 1);
+  chorus::paramsReload();
+  runRanks(3, GetParam(), [](RankCtx& c) {
+    checkAllReduce(gEmu, c, ncclFloat32, ncclSum, 100000, false, laneLaunches, false);
+    EXPECT_EQ(gEmu.lastLanes.load(), 1);
+  });
+}
+
+// Every type and operation, in place every other call, across lanes and tiles; float sums the same on every rank.
+TEST_P(DeviceLanes, AllReduceEveryTypeAndOperation) {
+  runRanks(3, GetParam(), [](RankCtx& c) {
+    const size_t count = 7001;
+    int k = 0;
+    for (int t = 0; t < ncclNumTypes; t++)
+      for (int op : {int(ncclSum), int(ncclProd), int(ncclMax), int(ncclMin), int(ncclAvg), kPreMul2}) {
+        k++;
+        const ncclDataType_t type = static_cast<ncclDataType_t>(t);
+        bool floatSum = op == ncclSum && (t == ncclFloat32 || t == ncclFloat16 || t == ncclBfloat16);
+        checkAllReduce(gEmu, c, type, op, count, k % 2 == 0, laneLaunches, usesLanes(count * dtSize(type)),
+                       op == kPreMul2 && t % 2, k, floatSum);
+      }
+  });
+}
+
+// Counts on each side of the lane split (one lane per 8 KiB here), the tile split (tiles shrink to a lane's share,
+// at most 8 KiB: two slots) and the FIFO's wrap, in and out of place, on 2 to 4 ranks.
+TEST_P(DeviceLanes, AllReduceSizes) {
+  for (int n : {2, 3, 4}) {
+    runRanks(n, GetParam(), [](RankCtx& c) {
+      for (size_t count : {size_t(1), size_t(2047), size_t(2048), size_t(2049), size_t(4097), size_t(6143),
+                           size_t(8193), size_t(40001), size_t(262147)})
+        for (bool inPlace : {false, true})
+          checkAllReduce(gEmu, c, ncclInt32, ncclSum, count, inPlace, laneLaunches, usesLanes(count * 4), false,
+                         int(count));
+    });
+  }
+}
+
+// Allgather, reduce-scatter, broadcast, reduce, gather, scatter and alltoall, out of place and in place, with their
+// roots moving, on 4 and 3 ranks: each takes lanes when its larger buffer warrants them.
+TEST_P(DeviceLanes, OtherCollectives) {
+  for (int n : {4, 3}) {
+    runRanks(n, GetParam(), [](RankCtx& c) {
+      for (size_t N : {size_t(700), size_t(3001), size_t(9000)}) {
+        const int ranks = c.nranks;
+        checkOtherCollectives(gEmu, c, N, laneLaunches, [N, ranks](const std::string& coll, bool) {
+          const bool whole = coll == "Broadcast" || coll == "Reduce";
+          return usesLanes(N * 4 * (whole ? 1 : ranks));
+        });
+      }
+    });
+  }
+}
+
+// Many calls in a row on blocks of 4 threads with random delays: a lane's FIFO is its own, and its step counters carry
+// over from call to call whatever number of lanes each call used.
+TEST_P(DeviceLanes, ManyCallsOnBlocksOfThreadsWithDelays) {
+  gEmu.threadsPerBlock = 4;
+  gEmu.delayPercent = 10;
+  gEmu.delayMaxUs = 30;
+  runRanks(3, GetParam(), [](RankCtx& c) {
+    const size_t counts[] = {30001, 1500, 9000, 2049, 17000};
+    for (int i = 0; i < 15; i++) {
+      const size_t count = counts[i % 5];
+      checkAllReduce(gEmu, c, i % 2 ? ncclFloat32 : ncclInt32, ncclSum, count, i % 3 == 0, laneLaunches,
+                     usesLanes(count * 4), false, i);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, DeviceLanes, ::testing::Values(Driver::kThreads, Driver::kProcesses),
+                         [](const ::testing::TestParamInfo<Driver>& i) {
+                           return i.param == Driver::kThreads ? "threads" : "processes";
+                         });
+
+// Ranks on two hosts: a remote peer's lanes are network staging connections of their own (the net proxy carries
+// each lane's FIFO), beside IPC lanes to the local peer in the same launch.
+TEST(DeviceLanesStaging, AcrossHostsThroughTheNetProxy) {
+  for (const char* v : kVars) unsetenv(v);
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  gEmu.peerAccess = true;
+  auto status = forkRanks(3, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank == 1 ? "host-b" : "host-a", 1);
+    setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(kChannels).c_str(), 1);
+    setenv("CHORUS_DEVICE_CHANNEL_BYTES", std::to_string(kChannelBytes).c_str(), 1);
+    setenv("CHORUS_FIFO_SLOTS", "4", 1);
+    setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+    setenv("CHORUS_DEVICE_IPC", "0", 1);
+    setenv("CHORUS_TIMEOUT_S", "60", 1);
+    chorus::paramsReload();
+    gEmu.concurrentBlocks = true;
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 3, id, rank) != ncclSuccess) return 10;
+    RankCtx c{rank, 3, comm};
+    for (size_t count : {size_t(2049), size_t(40001)})
+      checkAllReduce(gEmu, c, ncclFloat32, ncclSum, count, false, laneLaunches, usesLanes(count * 4));
+    checkOtherCollectives(gEmu, c, 3001, laneLaunches, [](const std::string& coll, bool) {
+      return usesLanes(3001 * 4 * (coll == "Broadcast" || coll == "Reduce" ? 1 : 3));
+    });
+    EXPECT_GT(gEmu.registeredCount(), 0u) << "no staging connection was made";
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// Lanes pair up across ranks, so ranks with different CHORUS_DEVICE_CHANNEL_BLOCKS are refused at init.
+TEST(DeviceLanesSettings, RanksThatDisagreeAreRefusedAtInit) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    if (rank == 1) setenv("CHORUS_DEVICE_CHANNEL_BLOCKS", "2", 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
+    EXPECT_EQ(res, ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("device-path"), std::string::npos)
+        << ncclGetLastError(nullptr);
+    if (res == ncclSuccess) ncclCommDestroy(comm);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+}  // namespace
+}  // namespace chorus_test
