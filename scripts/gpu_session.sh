@@ -10,7 +10,9 @@
 #                                                               IPC inboxes and through FIFOs)
 #                 bash scripts/gpu_session.sh windows          (2/4/8 processes under MPS, 64 KB-256 MB, buffers in
 #                                                               registered windows (-R 2), and allreduce without)
-#                 bash scripts/gpu_session.sh                  (both)
+#                 bash scripts/gpu_session.sh lanes            (2 and 4 processes under MPS, 4 MB-256 MB through
+#                                                               FIFOs, 1, 2 and 4 blocks per channel)
+#                 bash scripts/gpu_session.sh                  (core and perf)
 # Logs go to $LOGS (default out/gpu). When $OUT is set (the device tool), they are also packed into one file
 # $OUT/gpu-<phases>.tgz, because only a few files come back from a run.
 set -uo pipefail
@@ -156,6 +158,22 @@ windows() {
   stopMps
 }
 
+# lanes: 2 and 4 processes under MPS, buffers not registered (so large calls go through FIFOs), with 1, 2 and 4
+# blocks per channel (CHORUS_DEVICE_CHANNEL_BLOCKS), back to back: which setting the default should be.
+lanes() {
+  startMps
+  for np in 2 4; do
+    for blocks in 1 2 4; do
+      for t in all_reduce all_gather; do
+        log "$t, $np processes under MPS, through FIFOs, $blocks block(s) per channel"
+        run 90 "${t}_mps_n${np}_lanes${blocks}.log" env CHORUS_DEVICE_CHANNEL_BLOCKS=$blocks \
+          "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/${t}_perf" -b 4M -e 256M -f 4 --mem device
+      done
+    done
+  done
+  stopMps
+}
+
 build
 for p in "${PHASES[@]}"; do
   case "$p" in
@@ -165,7 +183,8 @@ for p in "${PHASES[@]}"; do
     procs) procs ;;
     mps) mps ;;
     windows) windows ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows)" ;;
+    lanes) lanes ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes)" ;;
   esac
 done
 log "done"
