@@ -279,6 +279,26 @@ TEST_P(DevicePath, SendRecvRingShiftAndHostCallsOnTheSameComm) {
   });
 }
 
+// A send or receive of nothing uses no buffer, so it joins the group's GPU operations (an uneven all-to-all with
+// empty pairs): here each rank also sends nothing to the previous rank and receives nothing from the next.
+TEST_P(DevicePath, EmptySendsJoinTheGroupsGpuOperations) {
+  runRanks(3, driver(), [](RankCtx& c) {
+    const size_t N = 5000;
+    DevBuf s(gEmu, N), d(gEmu, N);
+    fill(s.as<uint8_t>(), N, [&](size_t i) { return uint8_t(i * 5 + c.rank); });
+    int next = (c.rank + 1) % c.nranks, prev = (c.rank + c.nranks - 1) % c.nranks;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclSend(s.as<uint8_t>(), N, ncclUint8, next, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(ncclSend(nullptr, 0, ncclUint8, prev, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(ncclRecv(d.as<uint8_t>(), N, ncclUint8, prev, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(ncclRecv(nullptr, 0, ncclUint8, next, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(c.comm);
+    sync(c);
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(d.as<uint8_t>()[i], uint8_t(i * 5 + prev));
+  });
+}
+
 TEST_P(DevicePath, MixedHostAndDeviceBuffersAreRefused) {
   runRanks(2, driver(), [](RankCtx& c) {
     DevBuf d(gEmu, 64);
