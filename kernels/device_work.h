@@ -109,7 +109,9 @@ struct DevWork {
   Fingerprint fp;
   /// nChannels: the blocks of the launch. On the FIFO path that is (schedule channels) x lanes: block b runs channel
   /// b % (nChannels / lanes) as lane b / (nChannels / lanes), over that lane's own FIFOs, and takes tiles lane,
-  /// lane + lanes, ... of the channel's part. Point-to-point launches have one lane.
+  /// lane + lanes, ... of the channel's part. A point-to-point launch (one channel) has as many lanes as its largest
+  /// message has tiles, at most a cap every rank shares, so both ends of a pair agree on each tile's lane: a message
+  /// of k tiles goes through lanes 0..k-1 on both ends when k is below the cap, and both ends have the cap otherwise.
   uint8_t reducing, ll, p2p, nChannels;
   uint8_t lanes, pad0[3];
   uint32_t sliceBytes;
@@ -158,7 +160,7 @@ struct DevWork {
   uint64_t winOff[2];
 };
 
-/// A launch's lanes (blocks per channel): 1 where the engine left it 0 (direct, inbox and point-to-point launches).
+/// A launch's lanes (blocks per channel): 1 where the engine left it 0 (direct and inbox launches).
 CHORUS_HOST_DEVICE inline int workLanes(const DevWork& w) { return w.lanes > 0 ? w.lanes : 1; }
 /// The schedule channel block b runs, and its lane in that channel.
 CHORUS_HOST_DEVICE inline int blockChannel(const DevWork& w, int b) { return b % (w.nChannels / workLanes(w)); }

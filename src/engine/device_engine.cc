@@ -397,7 +397,8 @@ std::vector<Step> copyEngineSteps(const Schedule* scheds, int nChannels, bool re
 }  // namespace
 
 ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int nChannels,
-                                        const std::vector<Step>& skip, int lanes) {
+                                        const std::vector<Step>& skip, int lanes,
+                                        const std::function<int(int, bool)>& endLanes) {
   // Channel c's steps, then the connection ends they use (each once), in step order.
   size_t n = 0;
   for (int ch = 0; ch < nChannels; ch++) {
@@ -417,24 +418,30 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
     for (const LaunchEnd& e : unique) mine += std::get<0>(e) == ch ? 1 : 0;
     perBlock = std::max(perBlock, mine);
   }
-  if (unique.size() * static_cast<size_t>(lanes) > static_cast<size_t>(kDevMaxFifos) ||
-      perBlock > static_cast<size_t>(kDevMaxBlockFifos))
+  std::vector<LaunchEnd> ends;
+  std::vector<std::pair<int16_t, int16_t>> where;  // (channel, lane) of each of `ends`
+  int most = 1;  // blocks: lanes of the end with the most (a launch has at least one block)
+  for (const LaunchEnd& e : unique) {
+    const int n = endLanes ? endLanes(std::get<1>(e), std::get<2>(e)) : lanes;
+    most = std::max(most, n);
+    for (int lane = 0; lane < n; lane++) {
+      ends.emplace_back(devLaneChannel(std::get<0>(e), lane), std::get<1>(e), std::get<2>(e));
+      where.emplace_back(static_cast<int16_t>(std::get<0>(e)), static_cast<int16_t>(lane));
+    }
+  }
+  if (ends.size() > static_cast<size_t>(kDevMaxFifos) || perBlock > static_cast<size_t>(kDevMaxBlockFifos))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
                 "rank %d: this device operation needs %zu connections (%zu on one channel); one launch holds "
                 "at most %d, %d a channel (fewer ranks, or host buffers)",
-                comm_->rank, unique.size() * static_cast<size_t>(lanes), perBlock, kDevMaxFifos, kDevMaxBlockFifos);
-  std::vector<LaunchEnd> ends;
-  for (int lane = 0; lane < lanes; lane++)
-    for (const LaunchEnd& e : unique)
-      ends.emplace_back(devLaneChannel(std::get<0>(e), lane), std::get<1>(e), std::get<2>(e));
+                comm_->rank, ends.size(), perBlock, kDevMaxFifos, kDevMaxBlockFifos);
   std::vector<DevFifo> fifos;
   CHORUS_CHECK(conns_->get(ends, &fifos));
   w->nFifos = static_cast<uint16_t>(fifos.size());
-  w->lanes = static_cast<uint8_t>(lanes);
+  w->lanes = static_cast<uint8_t>(endLanes ? most : lanes);
   for (size_t i = 0; i < fifos.size(); i++) {
     w->fifos[i] = fifos[i];
-    w->fifos[i].channel = static_cast<int16_t>(std::get<0>(unique[i % unique.size()]));
-    w->fifos[i].lane = static_cast<int16_t>(i / unique.size());
+    w->fifos[i].channel = where[i].first;
+    w->fifos[i].lane = where[i].second;
   }
   return ncclSuccess;
 }
@@ -808,6 +815,13 @@ ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, 
   return launch(w, op.stream, what.c_str(), allRanks(), &op, gatePassed);
 }
 
+int DeviceEngine::p2pLaneStride() const {
+  // A batch holds at most one send and one receive a peer, and kDevMaxP2P of each.
+  const size_t ends = std::min<size_t>(2 * static_cast<size_t>(comm_->nranks - 1), 2 * static_cast<size_t>(kDevMaxP2P));
+  const int fit = static_cast<int>(static_cast<size_t>(kDevMaxFifos) / std::max<size_t>(1, ends));
+  return std::max(1, std::min({maxLanes_, blockCap_, fit}));
+}
+
 ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
   P2PPlan plan;
   planner_->planP2P(batch, &plan);
@@ -826,7 +840,6 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
   w.nTiles = plan.nTiles;
   w.red = makeRedOp(ncclSum, ncclInt8, comm_->nranks);
   w.fp = plan.fp;
-  w.nChannels = 1;
   w.sliceBytes = plan.sliceBytes;
   w.nSends = static_cast<uint8_t>(plan.sendPtrs.size());
   w.nRecvs = static_cast<uint8_t>(plan.recvPtrs.size());
@@ -840,7 +853,22 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
     w.recvCounts[i] = plan.recvBytes[i];
     w.recvFps[i] = plan.recvFps[i];
   }
-  CHORUS_CHECK(setSchedules(&w, &plan.schedule, 1));
+  // Tile t of a send or receive goes through lane t mod lanes, where the launch's lanes are as many as its largest
+  // message has tiles, at most the shared cap. The peer's batch may hold other messages, yet both ends put each tile
+  // of the pair's message in the same lane: a message of k tiles uses lanes 0..k-1 on both ends when k is under the
+  // cap, and when it is not, both launches have the cap.
+  const int stride = p2pLaneStride();
+  // A message of nothing needs no connection (the peer may run it on the host path, where it uses none either).
+  std::map<std::pair<int, bool>, int> pairLanes;
+  for (const OpDesc* op : batch) {
+    const uint64_t tiles = (op->count * DType::size(op->dtype) + plan.tileBytes - 1) / plan.tileBytes;
+    pairLanes[{op->root, op->isSend}] = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(stride), tiles));
+  }
+  CHORUS_CHECK(setSchedules(&w, &plan.schedule, 1, {}, 1, [&pairLanes](int peer, bool isSend) {
+    auto it = pairLanes.find({peer, isSend});
+    return it == pairLanes.end() ? 1 : it->second;
+  }));
+  w.nChannels = w.lanes;  // one channel
   std::vector<int> peers;
   for (const OpDesc* op : batch) peers.push_back(op->root);
   return launch(w, batch[0]->stream, "ncclSend/ncclRecv", peers);

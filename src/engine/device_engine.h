@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,9 +59,14 @@ class DeviceEngine {
   int lanesFor(const OpDesc& op, int channels, size_t ends) const;
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
   /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections, those of
-  /// every one of `lanes` lanes a channel. Steps equal to one in `skip` are left out (the copy engine does them).
+  /// every one of `lanes` lanes a channel, or, where `endLanes` is given, the first endLanes(peer, isSend) lanes of
+  /// each end (w->lanes is then the most of those). Steps equal to one in `skip` are left out (the copy engine does
+  /// them).
   ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels, const std::vector<Step>& skip = {},
-                            int lanes = 1);
+                            int lanes = 1, const std::function<int(int, bool)>& endLanes = nullptr);
+  /// The most lanes of a point-to-point launch. The same on every rank (settings, peer table and size of the
+  /// communicator), and such that a batch's ends always fit one launch.
+  int p2pLaneStride() const;
   /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business). A collective
   /// passes `op`: ranks sharing the gate then compare their calls before any kernel runs, and a direct launch
   /// learns its peers' buffers.

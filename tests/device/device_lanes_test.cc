@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -147,6 +149,75 @@ TEST_P(DeviceLanes, ManyCallsOnBlocksOfThreadsWithDelays) {
       const size_t count = counts[i % 5];
       checkAllReduce(gEmu, c, i % 2 ? ncclFloat32 : ncclInt32, ncclSum, count, i % 3 == 0, laneLaunches,
                      usesLanes(count * 4), false, i);
+    }
+  });
+}
+
+// Point-to-point: tile t of a message (8 KiB tiles here: half the FIFO) goes through lane t mod the launch's lanes,
+// as many as its largest message has tiles (at most the build's lanes), so ranks' launches differ in blocks while
+// both ends of each pair agree on every tile's lane. An uneven all-to-all of sends and receives in one group,
+// messages of 0 to 50 KB that differ by pair and direction, five times with the sizes moving; each rank's launch has
+// as many blocks as its largest message takes tiles (at most the build's lanes).
+constexpr size_t kP2PTile = 8192;
+
+size_t unevenBytes(int from, int to, int round) {
+  return static_cast<size_t>(((from * 7 + to * 13 + round * 5) % 6) * 10000 + ((from + to + round) % 3) * 4);
+}
+
+TEST_P(DeviceLanes, UnevenSendsAndReceivesInOneGroup) {
+  runRanks(4, GetParam(), [](RankCtx& c) {
+    const int n = c.nranks, r = c.rank;
+    const size_t most = 50008;
+    DevBuf in(gEmu, most * n), out(gEmu, most * n);
+    for (int round = 0; round < 5; round++) {
+      size_t largest = 0;
+      for (int q = 0; q < n; q++) {
+        if (q == r) continue;
+        for (size_t i = 0; i < unevenBytes(r, q, round); i++) in.as<uint8_t>()[q * most + i] = uint8_t(r * 31 + q + i);
+        std::memset(out.as<char>() + q * most, 0, most);
+        largest = std::max({largest, unevenBytes(r, q, round), unevenBytes(q, r, round)});
+      }
+      const int before = laneLaunches();
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      for (int q = 0; q < n; q++) {
+        if (q == r) continue;
+        ASSERT_EQ(ncclSend(in.as<char>() + q * most, unevenBytes(r, q, round), ncclUint8, q, c.comm, rankStream(c)),
+                  ncclSuccess);
+        ASSERT_EQ(ncclRecv(out.as<char>() + q * most, unevenBytes(q, r, round), ncclUint8, q, c.comm, rankStream(c)),
+                  ncclSuccess);
+      }
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(c.comm);
+      ASSERT_EQ(gEmu.streamSynchronize(rankStream(c)), ncclSuccess);
+      ASSERT_EQ(commAsyncError(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+      const size_t tiles = (largest + kP2PTile - 1) / kP2PTile;
+      EXPECT_EQ(laneLaunches(), before + (chorus::kDevMaxLanes > 1 && tiles > 1 ? 1 : 0)) << "round " << round;
+      for (int q = 0; q < n; q++) {
+        if (q == r) continue;
+        for (size_t i = 0; i < unevenBytes(q, r, round); i++)
+          ASSERT_EQ(out.as<uint8_t>()[q * most + i], uint8_t(q * 31 + r + i)) << "from " << q << " i " << i;
+        for (size_t i = unevenBytes(q, r, round); i < most; i++)
+          ASSERT_EQ(out.as<uint8_t>()[q * most + i], 0) << "written past the message from " << q << " at " << i;
+      }
+    }
+  });
+}
+
+// A ring shift of one message a rank, sizes around the tile and lane splits.
+TEST_P(DeviceLanes, SendRecvSizes) {
+  runRanks(3, GetParam(), [](RankCtx& c) {
+    const int next = (c.rank + 1) % c.nranks, prev = (c.rank + c.nranks - 1) % c.nranks;
+    DevBuf in(gEmu, 70000 * 4), out(gEmu, 70000 * 4);
+    for (size_t count : {size_t(1), size_t(2048), size_t(2049), size_t(6145), size_t(16385), size_t(70000)}) {
+      for (size_t i = 0; i < count; i++) in.as<int32_t>()[i] = int32_t(c.rank * 1000003 + i);
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      ASSERT_EQ(ncclSend(in.as<int32_t>(), count, ncclInt32, next, c.comm, rankStream(c)), ncclSuccess);
+      ASSERT_EQ(ncclRecv(out.as<int32_t>(), count, ncclInt32, prev, c.comm, rankStream(c)), ncclSuccess);
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+      ASSERT_EQ(gEmu.streamSynchronize(rankStream(c)), ncclSuccess);
+      ASSERT_EQ(commAsyncError(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+      const size_t tiles = (count * 4 + kP2PTile - 1) / kP2PTile;
+      EXPECT_EQ(gEmu.lastLanes.load(), int(std::min<size_t>(chorus::kDevMaxLanes, tiles))) << count;
+      for (size_t i = 0; i < count; i++) ASSERT_EQ(out.as<int32_t>()[i], int32_t(prev * 1000003 + i)) << count;
     }
   });
 }
