@@ -422,9 +422,9 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
   std::vector<std::pair<int16_t, int16_t>> where;  // (channel, lane) of each of `ends`
   int most = 1;  // blocks: lanes of the end with the most (a launch has at least one block)
   for (const LaunchEnd& e : unique) {
-    const int n = endLanes ? endLanes(std::get<1>(e), std::get<2>(e)) : lanes;
-    most = std::max(most, n);
-    for (int lane = 0; lane < n; lane++) {
+    const int endLaneCount = endLanes ? endLanes(std::get<1>(e), std::get<2>(e)) : lanes;
+    most = std::max(most, endLaneCount);
+    for (int lane = 0; lane < endLaneCount; lane++) {
       ends.emplace_back(devLaneChannel(std::get<0>(e), lane), std::get<1>(e), std::get<2>(e));
       where.emplace_back(static_cast<int16_t>(std::get<0>(e)), static_cast<int16_t>(lane));
     }
@@ -815,7 +815,7 @@ ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, 
   return launch(w, op.stream, what.c_str(), allRanks(), &op, gatePassed);
 }
 
-int DeviceEngine::p2pLaneStride() const {
+int DeviceEngine::p2pMaxLanes() const {
   // A batch holds at most one send and one receive a peer, and kDevMaxP2P of each.
   const size_t ends = std::min<size_t>(2 * static_cast<size_t>(comm_->nranks - 1), 2 * static_cast<size_t>(kDevMaxP2P));
   const int fit = static_cast<int>(static_cast<size_t>(kDevMaxFifos) / std::max<size_t>(1, ends));
@@ -857,12 +857,12 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
   // message has tiles, at most the shared cap. The peer's batch may hold other messages, yet both ends put each tile
   // of the pair's message in the same lane: a message of k tiles uses lanes 0..k-1 on both ends when k is under the
   // cap, and when it is not, both launches have the cap.
-  const int stride = p2pLaneStride();
+  const int cap = p2pMaxLanes();
   // A message of nothing needs no connection (the peer may run it on the host path, where it uses none either).
   std::map<std::pair<int, bool>, int> pairLanes;
   for (const OpDesc* op : batch) {
     const uint64_t tiles = (op->count * DType::size(op->dtype) + plan.tileBytes - 1) / plan.tileBytes;
-    pairLanes[{op->root, op->isSend}] = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(stride), tiles));
+    pairLanes[{op->root, op->isSend}] = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(cap), tiles));
   }
   CHORUS_CHECK(setSchedules(&w, &plan.schedule, 1, {}, 1, [&pairLanes](int peer, bool isSend) {
     auto it = pairLanes.find({peer, isSend});

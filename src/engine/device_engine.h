@@ -66,7 +66,7 @@ class DeviceEngine {
                             int lanes = 1, const std::function<int(int, bool)>& endLanes = nullptr);
   /// The most lanes of a point-to-point launch. The same on every rank (settings, peer table and size of the
   /// communicator), and such that a batch's ends always fit one launch.
-  int p2pLaneStride() const;
+  int p2pMaxLanes() const;
   /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business). A collective
   /// passes `op`: ranks sharing the gate then compare their calls before any kernel runs, and a direct launch
   /// learns its peers' buffers.
