@@ -4,7 +4,8 @@
 // lanes, ... through FIFOs of its own. These tests make that happen at small sizes (2 channels, 4 KiB a block, FIFOs
 // of 4 slots of 4 KiB) and check the launch's shape, every collective and every type and operation on processes and
 // threads, sizes on each side of the lane and tile splits, many calls on blocks of several threads with random
-// delays, and that ranks with different settings are refused at init.
+// delays, sends and receives whose launches differ in blocks from rank to rank, and network staging (ranks with
+// different settings are refused at init: device_path_test.cc).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -256,24 +257,6 @@ TEST(DeviceLanesStaging, AcrossHostsThroughTheNetProxy) {
     return ::testing::Test::HasFailure() ? 1 : 0;
   });
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
-  chorus::setGpuRuntimeForTesting(nullptr);
-}
-
-// Lanes pair up across ranks, so ranks with different CHORUS_DEVICE_CHANNEL_BLOCKS are refused at init.
-TEST(DeviceLanesSettings, RanksThatDisagreeAreRefusedAtInit) {
-  chorus::setGpuRuntimeForTesting(&gEmu);
-  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
-    if (rank == 1) setenv("CHORUS_DEVICE_CHANNEL_BLOCKS", "2", 1);
-    chorus::paramsReload();
-    ncclComm_t comm = nullptr;
-    ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
-    EXPECT_EQ(res, ncclInvalidUsage);
-    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("device-path"), std::string::npos)
-        << ncclGetLastError(nullptr);
-    if (res == ncclSuccess) ncclCommDestroy(comm);
-    return ::testing::Test::HasFailure() ? 1 : 0;
-  });
-  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 

@@ -580,12 +580,11 @@ TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
   std::remove(topo.c_str());
 }
 
-// The device path's settings decide channels, protocol and FIFO ownership: ranks that differ are refused at init,
-// on every rank, rather than mismatching inside a kernel.
-TEST(DevicePathSettings, RanksThatDisagreeAreRefusedAtInit) {
+// A rank whose `var` differs from the other's is refused at init, on both ranks.
+void settingDisagreementIsRefused(const char* var) {
   chorus::setGpuRuntimeForTesting(&gEmu);
-  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
-    if (rank == 1) setenv("CHORUS_DEVICE_NCHANNELS", "1", 1);
+  auto status = forkRanks(2, [var](int rank, const ncclUniqueId& id) {
+    if (rank == 1) setenv(var, "1", 1);
     chorus::paramsReload();
     ncclComm_t comm = nullptr;
     ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
@@ -597,6 +596,15 @@ TEST(DevicePathSettings, RanksThatDisagreeAreRefusedAtInit) {
   });
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
   chorus::setGpuRuntimeForTesting(nullptr);
+}
+
+// The device path's settings decide channels, blocks per channel, protocol and FIFO ownership: ranks that differ are
+// refused at init, on every rank, rather than mismatching inside a kernel.
+TEST(DevicePathSettings, RanksThatDisagreeAreRefusedAtInit) {
+  for (const char* var : {"CHORUS_DEVICE_NCHANNELS", "CHORUS_DEVICE_CHANNEL_BLOCKS"}) {
+    SCOPED_TRACE(var);
+    settingDisagreementIsRefused(var);
+  }
 }
 
 // Two ranks of one communicator on one stream would wait for each other forever: the second launch is refused at
