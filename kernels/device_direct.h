@@ -98,16 +98,16 @@ CHORUS_HOST_DEVICE inline ncclResult_t directMoves(DevicePlatform& p, const DevW
 /// before and after the moves.
 CHORUS_HOST_DEVICE inline ncclResult_t runDirect(DevicePlatform& p, const DevWork& w, int block) {
   const int n = w.nDirect, r = w.rank;
-  uint64_t* arrive = w.directSync + (static_cast<size_t>(r) * kDevMaxChannels + block) * kDirectSyncStride;
+  uint64_t* arrive = w.directSync + (static_cast<size_t>(r) * kDevMaxBlocks + block) * kDirectSyncStride;
   uint64_t* depart =
-      w.directSync + (static_cast<size_t>(kDevMaxDirect + r) * kDevMaxChannels + block) * kDirectSyncStride;
-  const size_t stride = static_cast<size_t>(kDevMaxChannels) * kDirectSyncStride;  // from one rank's to the next's
+      w.directSync + (static_cast<size_t>(kDevMaxDirect + r) * kDevMaxBlocks + block) * kDirectSyncStride;
+  const size_t stride = static_cast<size_t>(kDevMaxBlocks) * kDirectSyncStride;  // from one rank's to the next's
   const uint64_t epoch = loadRelaxed(arrive) + 1;
   ncclResult_t res = p.meet(arrive, w.directSync + static_cast<size_t>(block) * kDirectSyncStride, stride, n, epoch, 0);
   if (res == ncclSuccess) res = directMoves(p, w, block, w.directIn, w.directOut);
   if (res != ncclSuccess) return res;
   return p.meet(depart,
-                w.directSync + static_cast<size_t>(kDevMaxDirect) * kDevMaxChannels * kDirectSyncStride +
+                w.directSync + static_cast<size_t>(kDevMaxDirect) * kDevMaxBlocks * kDirectSyncStride +
                     block * kDirectSyncStride,
                 stride, n, epoch, 1);
 }

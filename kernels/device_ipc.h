@@ -32,11 +32,11 @@ namespace chorus {
 constexpr size_t kIpcLineBytes = 64;
 /// Header of an inbox: a FifoCtrl (its poison word; a pinned host inbox also records its ends there, as a FIFO
 /// does), then one flag line per (half, phase, block); data starts after it.
-constexpr size_t kIpcHeaderBytes = ((sizeof(FifoCtrl) + kIpcLineBytes * 4 * kDevMaxChannels) + 4095) / 4096 * 4096;
+constexpr size_t kIpcHeaderBytes = ((sizeof(FifoCtrl) + kIpcLineBytes * 4 * kDevMaxBlocks) + 4095) / 4096 * 4096;
 
 /// Offset of the flag line of (half, phase, block) in an inbox.
 CHORUS_HOST_DEVICE inline size_t ipcFlagOffset(int half, int phase, int block) {
-  return sizeof(FifoCtrl) + kIpcLineBytes * static_cast<size_t>((half * 2 + phase) * kDevMaxChannels + block);
+  return sizeof(FifoCtrl) + kIpcLineBytes * static_cast<size_t>((half * 2 + phase) * kDevMaxBlocks + block);
 }
 /// Bytes of an inbox whose halves hold `halfBytes` each.
 CHORUS_HOST_DEVICE inline size_t ipcInboxBytes(size_t halfBytes) { return kIpcHeaderBytes + 2 * halfBytes; }

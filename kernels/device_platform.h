@@ -345,14 +345,14 @@ class DevicePlatform {
     blockSync();
   }
 
-  /// End of a successful inbox-family launch run by `nb` blocks: the launch counters (kDevMaxChannels of them, one
+  /// End of a successful inbox-family launch run by `nb` blocks: the launch counters (kDevMaxBlocks of them, one
   /// line each from `counters`) move to `epoch`, block b storing those of blocks b, b + nb, ... So every counter
   /// stays equal to the others whatever number of blocks each launch uses, and the next launch, which starts after
   /// this one ends (stream order), reads the same epoch in every block.
   CHORUS_HOST_DEVICE void ipcDone(uint64_t* counters, int nb, uint64_t epoch) {
     blockSync();
     if (tid_ == 0)
-      for (int b = block_; b < kDevMaxChannels; b += nb)
+      for (int b = block_; b < kDevMaxBlocks; b += nb)
         storeRelaxed(counters + static_cast<size_t>(b) * kDirectSyncStride, epoch);
     blockSync();
   }

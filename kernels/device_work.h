@@ -136,7 +136,7 @@ struct DevWork {
   int32_t rank;
   int32_t pad1;
   // Direct collectives (direct == kDevDirectThreads; kernels/device_direct.h): which (a Coll) and its root, every
-  // rank's buffers by rank, and the counters the ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxChannels
+  // rank's buffers by rank, and the counters the ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxBlocks
   // blocks], 64 bytes apart.
   uint8_t direct, nDirect, directColl, pad2;
   int32_t directRoot;
@@ -179,7 +179,7 @@ CHORUS_HOST_DEVICE inline uint32_t windowId(uint64_t ids, int which) {
 /// the inbox-family launches' per-block epochs.
 constexpr size_t kDirectSyncStride = 8;
 /// Bytes of a communicator's direct-launch counters.
-constexpr size_t kDirectSyncBytes = 2 * kDevMaxDirect * kDevMaxChannels * kDirectSyncStride * sizeof(uint64_t);
+constexpr size_t kDirectSyncBytes = 2 * kDevMaxDirect * kDevMaxBlocks * kDirectSyncStride * sizeof(uint64_t);
 
 static_assert(sizeof(DevWork) <= kDevWorkMaxBytes, "DevWork must fit the kernel argument limit of this build");
 

@@ -578,6 +578,13 @@ int DeviceEngine::channelsFor(const OpDesc& op) const {
   return static_cast<int>(std::min<uint64_t>(nChannels_, std::max<uint64_t>(1, (opBytes(op) + per - 1) / per)));
 }
 
+int DeviceEngine::peerBlocksFor(const OpDesc& op) const {
+  // As many blocks as a collective through FIFOs could have (channels x lanes), one per CHORUS_DEVICE_CHANNEL_BYTES.
+  uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get()));
+  uint64_t most = static_cast<uint64_t>(std::min(nChannels_ * maxLanes_, blockCap_));
+  return static_cast<int>(std::min<uint64_t>(most, std::max<uint64_t>(1, (opBytes(op) + per - 1) / per)));
+}
+
 int DeviceEngine::lanesFor(const OpDesc& op, int channels, size_t ends) const {
   // Every rank computes the same from the call's arguments and the plan (which is the same on every rank).
   uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get())) * static_cast<uint64_t>(channels);
@@ -695,7 +702,7 @@ std::vector<int> DeviceEngine::allRanks() const {
 
 ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) {
   // As many blocks as the bytes warrant; each rank's share is split among them.
-  DevWork w = peerWork(op, kDevDirectThreads, channelsFor(op));
+  DevWork w = peerWork(op, kDevDirectThreads, peerBlocksFor(op));
   for (int q = 0; q < comm_->nranks; q++) {
     w.directIn[q] = static_cast<const char*>(met[q].in);
     w.directOut[q] = static_cast<char*>(met[q].out);
@@ -764,7 +771,7 @@ ncclResult_t DeviceEngine::setInboxes(DevWork* w) {
     // The inboxes (made once, kept until destroy) and this rank's launch counters, one line per block.
     conns_->setInboxBytes(ipcInboxBytes(static_cast<size_t>(kDevIpcMax.get())));
     void* p = nullptr;
-    if (rt_->deviceAlloc(kDevMaxChannels * kIpcLineBytes, &p) != ncclSuccess)
+    if (rt_->deviceAlloc(kDevMaxBlocks * kIpcLineBytes, &p) != ncclSuccess)
       CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: inbox launch counters: %s", me, rt_->lastError().c_str());
     ipcEpochs_ = static_cast<uint64_t*>(p);
   }
@@ -800,7 +807,7 @@ ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
 
 ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, const WindowRef& out, bool gatePassed) {
   // As many blocks as the bytes warrant, as for the thread ranks' direct launches.
-  DevWork w = peerWork(op, kDevDirectWindows, channelsFor(op));
+  DevWork w = peerWork(op, kDevDirectWindows, peerBlocksFor(op));
   CHORUS_CHECK(setInboxes(&w));
   w.in = static_cast<const char*>(op.sendbuff);
   w.out = static_cast<char*>(op.recvbuff);

@@ -53,6 +53,9 @@ class DeviceEngine {
   uint64_t opBytes(const OpDesc& op) const;
   /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
   int channelsFor(const OpDesc& op) const;
+  /// Blocks of a launch on the peers' buffers (thread ranks' direct launches, registered windows): one per
+  /// CHORUS_DEVICE_CHANNEL_BYTES, as many as a collective through FIFOs could have (channels x lanes).
+  int peerBlocksFor(const OpDesc& op) const;
   /// Blocks per channel (lanes) for a collective through FIFOs planned on `channels` channels using `ends`
   /// connection ends: one per CHORUS_DEVICE_CHANNEL_BYTES of a channel's part, at most maxLanes_, within the
   /// launch's block cap and its connection ends.

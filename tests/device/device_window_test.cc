@@ -20,6 +20,7 @@
 #include "device/device_checks.h"
 #include "device/emu_runtime.h"
 #include "harness/ranks.h"
+#include "kernels/device_work.h"
 #include "nccl.h"
 #include "runtime/runtime.h"
 
@@ -32,8 +33,8 @@ class WindowCollectives : public ::testing::Test {
  protected:
   void SetUp() override { installEmu(gEmu); }
   void TearDown() override {
-    removeEmu(gEmu,
-              {"CHORUS_DEVICE_WINDOWS", "CHORUS_DEVICE_ONESHOT_MAX_BYTES", "CHORUS_DEVICE_IPC", "CHORUS_TIMEOUT_S"});
+    removeEmu(gEmu, {"CHORUS_DEVICE_WINDOWS", "CHORUS_DEVICE_ONESHOT_MAX_BYTES", "CHORUS_DEVICE_IPC", "CHORUS_TIMEOUT_S",
+                     "CHORUS_DEVICE_CHANNEL_BYTES"});
   }
 };
 
@@ -109,6 +110,22 @@ TEST_F(WindowCollectives, AllReduceSizes) {
           allReduceIn(w, c, ncclInt32, ncclSum, count, inPlace, count * 4 > 65536, int(count));
     });
   }
+}
+
+// As many blocks as the bytes warrant, up to what a launch through FIFOs could have (channels x lanes): 16 KiB a
+// block here, so the largest call takes every block the build allows, the blocks running side by side as on a GPU.
+TEST_F(WindowCollectives, AllReduceOnEveryBlock) {
+  setenv("CHORUS_DEVICE_CHANNEL_BYTES", "16384", 1);
+  chorus::paramsReload();
+  gEmu.concurrentBlocks = true;
+  runRanks(4, Driver::kProcesses, [](RankCtx& c) {
+    RankWindow w(c, 262147 * 4 + 4);
+    for (size_t count : {size_t(16385), size_t(100003), size_t(262147)}) {
+      allReduceIn(w, c, ncclInt32, ncclSum, count, count == 100003, true, int(count));
+      const size_t blocks = (count * 4 + 16383) / 16384;
+      EXPECT_EQ(size_t(gEmu.lastChannels.load()), std::min<size_t>(blocks, chorus::kDevMaxBlocks)) << count;
+    }
+  });
 }
 
 // Allgather, reduce-scatter and alltoall go on windows above the one-shot limit (alltoall not in place: a rank

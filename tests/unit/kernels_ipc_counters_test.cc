@@ -1,5 +1,5 @@
 // The launch counters of the inbox family (kernels/device_ipc.h, kernels/device_window.h), run here on the host as
-// the CPU tests run the kernel: every launch, inbox or window, moves the counters of all kDevMaxChannels blocks,
+// the CPU tests run the kernel: every launch, inbox or window, moves the counters of all kDevMaxBlocks blocks,
 // whatever number of blocks it runs. Inbox launches and window launches use different numbers of blocks, and an
 // inbox half is safe to reuse only while every block's counter is the same.
 #include <gtest/gtest.h>
@@ -15,11 +15,11 @@ namespace {
 
 TEST(KernelsIpc, EveryLaunchMovesEveryBlocksCounter) {
   for (uint8_t kind : {uint8_t(kDevDirectIpc), uint8_t(kDevDirectWindows)}) {
-    for (int nb : {1, 3, kDevMaxChannels}) {
+    for (int nb : {1, 3, kDevMaxBlocks}) {
       SCOPED_TRACE(std::string(kind == kDevDirectIpc ? "inbox" : "window") + " launch of " + std::to_string(nb) +
                    " block(s)");
-      std::vector<uint64_t> counters(kDevMaxChannels * kDirectSyncStride, 0);
-      for (int b = 0; b < kDevMaxChannels; b++) counters[b * kDirectSyncStride] = 41;
+      std::vector<uint64_t> counters(kDevMaxBlocks * kDirectSyncStride, 0);
+      for (int b = 0; b < kDevMaxBlocks; b++) counters[b * kDirectSyncStride] = 41;
       DevStatus status{};
       int32_t abortWord = 0;
       std::vector<int32_t> in(64), out(64, 0);
@@ -45,7 +45,7 @@ TEST(KernelsIpc, EveryLaunchMovesEveryBlocksCounter) {
         runDevBlock(*w, b, shared, 0, 1);
       }
       EXPECT_EQ(status.code, 0u);
-      for (int b = 0; b < kDevMaxChannels; b++) EXPECT_EQ(counters[b * kDirectSyncStride], 42u) << "block " << b;
+      for (int b = 0; b < kDevMaxBlocks; b++) EXPECT_EQ(counters[b * kDirectSyncStride], 42u) << "block " << b;
       EXPECT_EQ(out, in);
     }
   }
