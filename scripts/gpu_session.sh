@@ -12,6 +12,8 @@
 #                                                               registered windows (-R 2), and allreduce without)
 #                 bash scripts/gpu_session.sh lanes            (2 and 4 processes under MPS, 4 MB-256 MB through
 #                                                               FIFOs, 1, 2 and 4 blocks per channel)
+#                 bash scripts/gpu_session.sh channels         (2 and 4 processes under MPS, allreduce 64 MB-256 MB
+#                                                               through FIFOs, 2-16 channels x 1-4 blocks each)
 #                 bash scripts/gpu_session.sh                  (core and perf)
 # Logs go to $LOGS (default out/gpu). When $OUT is set (the device tool), they are also packed into one file
 # $OUT/gpu-<phases>.tgz, because only a few files come back from a run.
@@ -174,6 +176,23 @@ lanes() {
   stopMps
 }
 
+# channels: the sweep that sets the defaults (fewest blocks within 90% of the best busbw from 64 MB up): allreduce
+# through FIFOs on 2 and 4 processes under MPS, CHORUS_DEVICE_NCHANNELS 2 to 16 and 1 to 4 blocks per channel.
+channels() {
+  startMps
+  for np in 2 4; do
+    for ch in 2 4 8 16; do
+      for blocks in 1 2 4; do
+        log "all_reduce, $np processes under MPS, through FIFOs, $ch channels x $blocks block(s)"
+        run 60 "all_reduce_mps_n${np}_ch${ch}x${blocks}.log" env CHORUS_DEVICE_NCHANNELS=$ch \
+          CHORUS_DEVICE_CHANNEL_BLOCKS=$blocks "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/all_reduce_perf" \
+          -b 64M -e 256M -f 2 --mem device
+      done
+    done
+  done
+  stopMps
+}
+
 build
 for p in "${PHASES[@]}"; do
   case "$p" in
@@ -184,7 +203,8 @@ for p in "${PHASES[@]}"; do
     mps) mps ;;
     windows) windows ;;
     lanes) lanes ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes)" ;;
+    channels) channels ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels)" ;;
   esac
 done
 log "done"
