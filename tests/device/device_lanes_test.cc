@@ -76,8 +76,7 @@ TEST_P(DeviceLanes, BlocksGrowWithTheBytes) {
       const int lanes = lanesFor(count * 4);
       // Two ranks: a ring of one channel per channel asked for (the planner keeps both at this size).
       EXPECT_EQ(gEmu.lastLanes.load(), lanes) << count;
-      if (GetParam() == Driver::kProcesses)
-        EXPECT_EQ(gEmu.lastChannels.load(), (count * 4 > kChannelBytes ? kChannels : 1) * lanes) << count;
+      EXPECT_EQ(gEmu.lastChannels.load(), (count * 4 > kChannelBytes ? kChannels : 1) * lanes) << count;
     }
   });
 }

@@ -61,7 +61,9 @@ class RankWindow {
         << ncclGetLastError(comm_);
   }
   ~RankWindow() {
-    if (win_ != nullptr) EXPECT_EQ(ncclCommWindowDeregister(comm_, win_), ncclSuccess);
+    if (win_ != nullptr) {
+      EXPECT_EQ(ncclCommWindowDeregister(comm_, win_), ncclSuccess);
+    }
   }
   const CheckMem& mem() const { return mem_; }
 
