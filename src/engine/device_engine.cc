@@ -596,6 +596,12 @@ int DeviceEngine::lanesFor(const OpDesc& op, int channels, size_t ends) const {
 }
 
 ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
+  // A collective of nothing moves nothing (it may run on the host path on another rank, in a group of host buffers);
+  // it still takes its place in the sequence of collectives, as it does there.
+  if (op.count == 0) {
+    planner_->nextCollSeq();
+    return ncclSuccess;
+  }
   if (comm_->nranks == 1 && !op.userOp) return copyColl(op);
   const std::vector<int> all = allRanks();  // a collective waits on every rank
   // Every rank a thread of this process on this GPU: the calls meet at the gate first, and with every rank's

@@ -54,12 +54,12 @@ class HostEngine : public Engine {
   }
 
   ncclResult_t run(const std::vector<OpDesc>& ops) override {
-    // A send or receive of nothing uses no buffer, so it runs on either path: with the group's GPU operations when
-    // there are any (an uneven all-to-all with empty pairs, say).
+    // An operation of nothing uses no buffer, so it runs on either path: with the group's GPU operations when there
+    // are any (an uneven all-to-all with empty pairs, an empty shard's collective).
     size_t nDevice = 0, nEmpty = 0;
     for (const OpDesc& op : ops) {
       nDevice += op.device;
-      nEmpty += !op.device && op.coll == Coll::kSendRecv && op.count == 0;
+      nEmpty += !op.device && op.count == 0;
     }
     if (nDevice > 0) return runDevice(ops, nDevice + nEmpty);
     std::vector<OpDesc> p2p;

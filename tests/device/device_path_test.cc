@@ -279,8 +279,9 @@ TEST_P(DevicePath, SendRecvRingShiftAndHostCallsOnTheSameComm) {
   });
 }
 
-// A send or receive of nothing uses no buffer, so it joins the group's GPU operations (an uneven all-to-all with
-// empty pairs): here each rank also sends nothing to the previous rank and receives nothing from the next.
+// An operation of nothing uses no buffer, so it joins the group's GPU operations (an uneven all-to-all with empty
+// pairs): here each rank also sends nothing to the previous rank and receives nothing from the next, and then makes
+// a collective of nothing, grouped with a GPU collective or not.
 TEST_P(DevicePath, EmptySendsJoinTheGroupsGpuOperations) {
   runRanks(3, driver(), [](RankCtx& c) {
     const size_t N = 5000;
@@ -296,6 +297,27 @@ TEST_P(DevicePath, EmptySendsJoinTheGroupsGpuOperations) {
     sync(c);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
     for (size_t i = 0; i < N; i++) ASSERT_EQ(d.as<uint8_t>()[i], uint8_t(i * 5 + prev));
+    // A collective of nothing keeps its place in the sequence on either path: rank 0 makes it alone (host path, it
+    // uses no buffer), the others in a group with a GPU allreduce (device path), and the allreduce after it matches.
+    DevBuf g(gEmu, 64 * sizeof(float));
+    for (int round = 0; round < 2; round++) {
+      fill(g.as<float>(), 64, [](size_t) { return 1.0f; });
+      const bool grouped = c.rank != 0 && round == 0;
+      if (grouped) {
+        ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      }
+      ASSERT_EQ(ncclAllReduce(g.as<float>(), g.as<float>(), 64, ncclFloat32, ncclSum, c.comm, streamOf(c)),
+                ncclSuccess);
+      if (round == 0) {
+        ASSERT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
+      }
+      if (grouped) {
+        ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(c.comm);
+      }
+      sync(c);
+      ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+      for (int k = 0; k < 64; k++) ASSERT_EQ(g.as<float>()[k], 3.0f) << "round " << round;
+    }
   });
 }
 
