@@ -7,6 +7,18 @@
 #   netns_reshape PREFIX I RATE: changes host I's link rate, both ways.
 #   netns_hosts_del PREFIX N: deletes them (the veth pairs go with their namespaces).
 
+# ip netns add NAME, tried again a few times: namespaces made at the same moment by another process (another test
+# of the suite, say) can race on the shared mount of /run/netns, and one of them then fails once.
+netns_add() {
+  local try
+  for try in 1 2 3 4 5; do
+    ip netns add "$1" 2>/dev/null && return 0
+    ip netns del "$1" 2>/dev/null
+    sleep 0.2
+  done
+  ip netns add "$1"
+}
+
 netns_shape() {  # NS DEV RATE
   ip netns exec "$1" tc qdisc add dev "$2" root handle 1: htb default 10 r2q 1000 || return 1
   ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$3" ceil "$3" || return 1
@@ -14,12 +26,12 @@ netns_shape() {  # NS DEV RATE
 
 netns_hosts() {
   local prefix=$1 n=$2 subnet=$3 rate=$4 sw=${1}_sw i ns
-  ip netns add "$sw" || return 1
+  netns_add "$sw" || return 1
   ip -n "$sw" link add br0 type bridge || return 1
   ip -n "$sw" link set br0 up || return 1
   for i in $(seq 1 "$n"); do
     ns=${prefix}_h$i
-    ip netns add "$ns" || return 1
+    netns_add "$ns" || return 1
     # Interface names stay under 16 characters: the pid-based prefix is short.
     ip link add "h$i$prefix" type veth peer name "s$i$prefix" || return 1
     ip link set "h$i$prefix" netns "$ns" || return 1

@@ -32,11 +32,12 @@ if ! command -v ip >/dev/null 2>&1; then
   echo "SKIP: iproute2 (ip) is not installed"
   exit 77
 fi
-if ! ip netns add "$ns1" 2>"$workdir/err"; then
+. "$(cd "$(dirname "$0")" && pwd)/../../scripts/netns_hosts.sh"  # netns_add: retried namespace creation
+if ! netns_add "$ns1" 2>"$workdir/err"; then
   echo "SKIP: cannot create network namespaces ($(cat "$workdir/err")); run as root"
   exit 77
 fi
-ip netns add "$ns2" || exit 1
+netns_add "$ns2" || exit 1
 if ! ip link add "$veth1" type veth peer name "$veth2" 2>"$workdir/err"; then
   echo "SKIP: cannot create a veth pair ($(cat "$workdir/err"))"
   exit 77
