@@ -572,26 +572,27 @@ uint64_t DeviceEngine::opBytes(const OpDesc& op) const {
   return static_cast<uint64_t>(op.count) * DType::size(op.dtype) * (perRank ? comm_->nranks : 1);
 }
 
-int DeviceEngine::channelsFor(const OpDesc& op) const {
+int DeviceEngine::unitsFor(const OpDesc& op, int per, int most) const {
   // Every rank computes the same from the call's arguments.
-  uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get()));
-  return static_cast<int>(std::min<uint64_t>(nChannels_, std::max<uint64_t>(1, (opBytes(op) + per - 1) / per)));
+  const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get())) * static_cast<uint64_t>(per);
+  return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(std::max(1, most)),
+                                             std::max<uint64_t>(1, (opBytes(op) + bytes - 1) / bytes)));
 }
+
+int DeviceEngine::channelsFor(const OpDesc& op) const { return unitsFor(op, 1, nChannels_); }
 
 int DeviceEngine::peerBlocksFor(const OpDesc& op) const {
-  // As many blocks as a collective through FIFOs could have (channels x lanes), one per CHORUS_DEVICE_CHANNEL_BYTES.
-  uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get()));
-  uint64_t most = static_cast<uint64_t>(std::min(nChannels_ * maxLanes_, blockCap_));
-  return static_cast<int>(std::min<uint64_t>(most, std::max<uint64_t>(1, (opBytes(op) + per - 1) / per)));
+  // As many blocks as a collective through FIFOs could have (channels x lanes).
+  return unitsFor(op, 1, std::min(nChannels_ * maxLanes_, blockCap_));
 }
 
-int DeviceEngine::lanesFor(const OpDesc& op, int channels, size_t ends) const {
+int DeviceEngine::lanesFor(const OpDesc& op, const CollPlan& plan) const {
   // Every rank computes the same from the call's arguments and the plan (which is the same on every rank).
-  uint64_t per = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get())) * static_cast<uint64_t>(channels);
-  uint64_t want = std::max<uint64_t>(1, (opBytes(op) + per - 1) / per);
-  int lanes = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(maxLanes_), want));
-  lanes = std::min(lanes, blockCap_ / std::max(1, channels));
-  if (ends > 0) lanes = std::min(lanes, static_cast<int>(static_cast<size_t>(kDevMaxFifos) / ends));
+  int lanes = unitsFor(op, plan.nChannels, std::min(maxLanes_, blockCap_ / std::max(1, plan.nChannels)));
+  if (lanes > 1) {  // the ends, only for calls that may have lanes (small calls skip the walk)
+    const size_t ends = launchEnds(plan.scheds->data(), plan.nChannels).size();
+    if (ends > 0) lanes = std::min(lanes, static_cast<int>(static_cast<size_t>(kDevMaxFifos) / ends));
+  }
   return std::max(1, lanes);
 }
 
@@ -640,7 +641,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   w.chanElems = plan.chanElems;
   // Several blocks per channel (lanes) share its tiles, so a channel gets at least one tile per lane: tiles shrink
   // (to no less than the lane's share) when the channel's part is short of that.
-  const int lanes = lanesFor(op, plan.nChannels, launchEnds(plan.scheds->data(), plan.nChannels).size());
+  const int lanes = lanesFor(op, plan);
   w.tileElems = m.tileElems;
   if (lanes > 1)
     w.tileElems = std::min<uint64_t>(m.tileElems, roundUp((plan.chanElems + lanes - 1) / lanes, size_t(16)));

@@ -51,15 +51,17 @@ class DeviceEngine {
   ncclResult_t copyColl(const OpDesc& op);
   /// The bytes that size a collective's launch: the larger of its input and output.
   uint64_t opBytes(const OpDesc& op) const;
+  /// One unit (channel, block, lane) per `per` x CHORUS_DEVICE_CHANNEL_BYTES of op, at least 1, at most `most`.
+  int unitsFor(const OpDesc& op, int per, int most) const;
   /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
   int channelsFor(const OpDesc& op) const;
   /// Blocks of a launch on the peers' buffers (thread ranks' direct launches, registered windows): one per
   /// CHORUS_DEVICE_CHANNEL_BYTES, as many as a collective through FIFOs could have (channels x lanes).
   int peerBlocksFor(const OpDesc& op) const;
-  /// Blocks per channel (lanes) for a collective through FIFOs planned on `channels` channels using `ends`
-  /// connection ends: one per CHORUS_DEVICE_CHANNEL_BYTES of a channel's part, at most maxLanes_, within the
-  /// launch's block cap and its connection ends.
-  int lanesFor(const OpDesc& op, int channels, size_t ends) const;
+  /// Blocks per channel (lanes) for a collective through FIFOs planned as `plan`: one per
+  /// CHORUS_DEVICE_CHANNEL_BYTES of a channel's part, at most maxLanes_, within the launch's block cap and its
+  /// connection ends.
+  int lanesFor(const OpDesc& op, const CollPlan& plan) const;
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
   /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections, those of
   /// every one of `lanes` lanes a channel, or, where `endLanes` is given, the first endLanes(peer, isSend) lanes of
