@@ -35,7 +35,8 @@ bool p2pReadSetting();
 constexpr int kDevIpcChannel = kDevMaxBlocks;
 
 /// The connection channel of lane `lane` of schedule channel `ch` (DevWork::lanes): each lane has FIFOs of its own,
-/// made the first time a launch uses that lane. Lane 0 is the channel itself. Below kDevIpcChannel.
+/// made the first time a launch uses that lane. Lane 0 is the channel itself. Below kDevIpcChannel; channel and lane
+/// are its remainder and quotient by kDevMaxChannels.
 constexpr int devLaneChannel(int ch, int lane) { return ch + lane * kDevMaxChannels; }
 /// A connection channel in words: "channel 3", "channel 3 lane 1", "inboxes".
 std::string describeDevChannel(int ch);

@@ -412,36 +412,29 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
   w->chanFirst[nChannels] = static_cast<uint16_t>(n);
   // Every lane of a channel has FIFOs of its own: lane j of channel c is connection channel devLaneChannel(c, j).
   std::vector<LaunchEnd> unique = launchEnds(scheds, nChannels);
-  size_t perBlock = 0;
-  for (int ch = 0; ch < nChannels; ch++) {
-    size_t mine = 0;
-    for (const LaunchEnd& e : unique) mine += std::get<0>(e) == ch ? 1 : 0;
-    perBlock = std::max(perBlock, mine);
-  }
   std::vector<LaunchEnd> ends;
-  std::vector<std::pair<int16_t, int16_t>> where;  // (channel, lane) of each of `ends`
   int most = 1;  // blocks: lanes of the end with the most (a launch has at least one block)
   for (const LaunchEnd& e : unique) {
     const int endLaneCount = endLanes ? endLanes(std::get<1>(e), std::get<2>(e)) : lanes;
     most = std::max(most, endLaneCount);
-    for (int lane = 0; lane < endLaneCount; lane++) {
+    for (int lane = 0; lane < endLaneCount; lane++)
       ends.emplace_back(devLaneChannel(std::get<0>(e), lane), std::get<1>(e), std::get<2>(e));
-      where.emplace_back(static_cast<int16_t>(std::get<0>(e)), static_cast<int16_t>(lane));
-    }
   }
-  if (ends.size() > static_cast<size_t>(kDevMaxFifos) || perBlock > static_cast<size_t>(kDevMaxBlockFifos))
+  // One lane's ends over every channel bound what any one block uses (the planner keeps them within that).
+  if (ends.size() > static_cast<size_t>(kDevMaxFifos) || unique.size() > static_cast<size_t>(kDevMaxBlockFifos))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
-                "rank %d: this device operation needs %zu connections (%zu on one channel); one launch holds "
-                "at most %d, %d a channel (fewer ranks, or host buffers)",
-                comm_->rank, ends.size(), perBlock, kDevMaxFifos, kDevMaxBlockFifos);
+                "rank %d: this device operation needs %zu connections (%zu a lane); one launch holds "
+                "at most %d, %d a lane (fewer ranks, or host buffers)",
+                comm_->rank, ends.size(), unique.size(), kDevMaxFifos, kDevMaxBlockFifos);
   std::vector<DevFifo> fifos;
   CHORUS_CHECK(conns_->get(ends, &fifos));
   w->nFifos = static_cast<uint16_t>(fifos.size());
   w->lanes = static_cast<uint8_t>(endLanes ? most : lanes);
   for (size_t i = 0; i < fifos.size(); i++) {
+    const int conn = std::get<0>(ends[i]);  // devLaneChannel(channel, lane)
     w->fifos[i] = fifos[i];
-    w->fifos[i].channel = where[i].first;
-    w->fifos[i].lane = where[i].second;
+    w->fifos[i].channel = static_cast<int16_t>(conn % kDevMaxChannels);
+    w->fifos[i].lane = static_cast<int16_t>(conn / kDevMaxChannels);
   }
   return ncclSuccess;
 }
