@@ -56,11 +56,11 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
   }
   if (w.p2p || map.chanStart < map.chanEnd) {
     Executor<DevicePlatform> exec(p, w.fp, w.reducing != 0, w.ll != 0, w.sliceBytes, false);
-    const Step* steps = w.steps + w.chanFirst[ch];
-    size_t nSteps = static_cast<size_t>(w.chanFirst[ch + 1] - w.chanFirst[ch]);
+    const StepRun* runs = w.runs + w.chanFirst[ch];
+    size_t nRuns = static_cast<size_t>(w.chanFirst[ch + 1] - w.chanFirst[ch]);
     const uint64_t stride = static_cast<uint64_t>(workLanes(w));
     for (uint64_t t = static_cast<uint64_t>(lane); t < w.nTiles && res == ncclSuccess; t += stride)
-      res = exec.runTile(steps, nSteps, ch, map, t);
+      res = exec.runTile(runs, nRuns, ch, map, t);
   }
   p.finish(res);
 }

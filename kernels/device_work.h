@@ -17,7 +17,7 @@ namespace chorus {
 /// newer (the build defines CHORUS_DEVWORK_LARGE then, for every target, so all agree on the layout); elsewhere it
 /// stays under the 4 KiB every CUDA and HIP target accepts.
 #if defined(CHORUS_DEVWORK_LARGE)
-constexpr int kDevMaxSteps = 320;     ///< schedule steps over all channels (ring over 8 ranks, 16 channels: 240)
+constexpr int kDevMaxRuns = 320;      ///< step runs over all channels (a ring: at most 7 a channel, whatever the ranks)
 constexpr int kDevMaxFifos = 256;     ///< connection ends one launch uses, over all its blocks
 constexpr int kDevMaxBlockFifos = 128;  ///< connection ends one block uses
 constexpr int kDevMaxChannels = 16;     ///< schedules of one launch (channels)
@@ -25,7 +25,7 @@ constexpr int kDevMaxLanes = 4;         ///< blocks per channel on the FIFO path
 constexpr int kDevMaxP2P = 64;        ///< sends (and receives) in one point-to-point launch
 constexpr size_t kDevWorkMaxBytes = 32764;
 #else
-constexpr int kDevMaxSteps = 40;    ///< schedule steps over all channels (ring over 8 ranks, 2 channels: 30)
+constexpr int kDevMaxRuns = 40;     ///< step runs over all channels (a ring: at most 7 a channel, whatever the ranks)
 constexpr int kDevMaxFifos = 24;    ///< connection ends one launch uses, over all its blocks
 constexpr int kDevMaxBlockFifos = 24;  ///< connection ends one block uses
 constexpr int kDevMaxChannels = 2;     ///< schedules of one launch (channels)
@@ -115,10 +115,10 @@ struct DevWork {
   uint8_t reducing, ll, p2p, nChannels;
   uint8_t lanes, pad0[3];
   uint32_t sliceBytes;
-  uint16_t chanFirst[kDevMaxChannels + 1];  ///< channel c runs steps [chanFirst[c], chanFirst[c + 1])
+  uint16_t chanFirst[kDevMaxChannels + 1];  ///< channel c runs the steps of runs [chanFirst[c], chanFirst[c + 1])
   uint16_t nFifos;
   uint8_t nSends, nRecvs;
-  Step steps[kDevMaxSteps];
+  StepRun runs[kDevMaxRuns];  ///< the channels' schedules as runs of steps (kernels/executor.h)
   DevFifo fifos[kDevMaxFifos];
   // Point-to-point: send i / recv j (bytes), with their own fingerprints.
   const char* sendPtrs[kDevMaxP2P];

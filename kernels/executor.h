@@ -96,6 +96,34 @@ CHORUS_HOST_DEVICE inline bool execSends(StepOp op) {
          op == StepOp::kRecvCopySend;
 }
 
+/// A run of schedule steps that are alike but for their peers and blocks, each of which moves by a fixed amount from
+/// one step to the next. A launch descriptor holds a schedule as runs: a ring over n ranks is a few runs whatever n
+/// is (its steps differ only in the block, one apart), so the descriptor's size does not bound the ranks.
+struct StepRun {
+  StepOp op;
+  Buf srcBuf, dstBuf;
+  uint8_t final;
+  int32_t sendPeer, recvPeer, srcBlock, dstBlock;  ///< the first step's
+  uint16_t repeat;                                 ///< steps in the run, at least 1
+  int16_t dSendPeer, dRecvPeer, dSrcBlock, dDstBlock;
+  uint16_t pad;
+
+  /// Step k of the run.
+  CHORUS_HOST_DEVICE Step at(uint32_t k) const {
+    Step st;
+    const int32_t i = static_cast<int32_t>(k);
+    st.op = op;
+    st.sendPeer = sendPeer + i * dSendPeer;
+    st.recvPeer = recvPeer + i * dRecvPeer;
+    st.src.buf = srcBuf;
+    st.src.block = srcBlock + i * dSrcBlock;
+    st.dst.buf = dstBuf;
+    st.dst.block = dstBlock + i * dDstBlock;
+    st.final = final != 0;
+    return st;
+  }
+};
+
 /// Runs schedules over a Platform.
 template <class Platform>
 class Executor {
@@ -118,20 +146,33 @@ class Executor {
   /// Runs steps[0, nSteps) of channel `channel` for tile `tile` of the blocks in `map`.
   CHORUS_HOST_DEVICE ncclResult_t runTile(const Step* steps, size_t nSteps, int channel, const BlockMap& map,
                                           size_t tile) {
-    for (size_t i = 0; i < nSteps; i++) {
-      const Step& st = steps[i];
-      BufRef ref = execRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
-      if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
-      size_t n = 0;
-      map.range(ref.buf, ref.block, tile, &n);
-      if (n == 0) continue;
-      ncclResult_t res = runStep(channel, st, static_cast<uint32_t>(i), map, tile, n);
-      if (res != ncclSuccess) return res;
-    }
+    for (size_t i = 0; i < nSteps; i++)
+      CHORUS_EXEC_CHECK(runTileStep(channel, steps[i], static_cast<uint32_t>(i), map, tile));
+    return ncclSuccess;
+  }
+
+  /// Runs the steps of runs[0, nRuns), in order, for tile `tile` (device launches hold schedules as runs).
+  CHORUS_HOST_DEVICE ncclResult_t runTile(const StepRun* runs, size_t nRuns, int channel, const BlockMap& map,
+                                          size_t tile) {
+    uint32_t idx = 0;  // the step's index in the schedule, as on the host path
+    for (size_t i = 0; i < nRuns; i++)
+      for (uint32_t k = 0; k < runs[i].repeat; k++)
+        CHORUS_EXEC_CHECK(runTileStep(channel, runs[i].at(k), idx++, map, tile));
     return ncclSuccess;
   }
 
  private:
+  /// Step `idx` of the schedule for tile `tile`, unless the tile is past the end of the blocks it moves.
+  CHORUS_HOST_DEVICE ncclResult_t runTileStep(int channel, const Step& st, uint32_t idx, const BlockMap& map,
+                                              size_t tile) {
+    BufRef ref = execRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
+    if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
+    size_t n = 0;
+    map.range(ref.buf, ref.block, tile, &n);
+    if (n == 0) return ncclSuccess;
+    return runStep(channel, st, idx, map, tile, n);
+  }
+
   CHORUS_HOST_DEVICE ncclResult_t runStep(int channel, const Step& st, uint32_t idx, const BlockMap& map, size_t tile,
                                           size_t n) {
     // Point-to-point steps carry the fingerprint of their own send/recv; collectives one for all.

@@ -399,17 +399,26 @@ std::vector<Step> copyEngineSteps(const Schedule* scheds, int nChannels, bool re
 ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int nChannels,
                                         const std::vector<Step>& skip, int lanes,
                                         const std::function<int(int, bool)>& endLanes) {
-  // Channel c's steps, then the connection ends they use (each once), in step order.
-  size_t n = 0;
+  // Channel c's steps as runs, then the connection ends they use (each once), in step order.
+  std::vector<StepRun> runs;
+  std::vector<Step> kept;
   for (int ch = 0; ch < nChannels; ch++) {
-    w->chanFirst[ch] = static_cast<uint16_t>(n);
+    w->chanFirst[ch] = static_cast<uint16_t>(std::min<size_t>(runs.size(), kDevMaxRuns));
+    kept.clear();
     for (const Step& st : scheds[ch].steps) {
       bool skipped = false;
       for (const Step& k : skip) skipped |= sameStep(st, k);
-      if (!skipped) w->steps[n++] = st;
+      if (!skipped) kept.push_back(st);
     }
+    packStepRuns(kept.data(), kept.size(), &runs);
   }
-  w->chanFirst[nChannels] = static_cast<uint16_t>(n);
+  if (runs.size() > static_cast<size_t>(kDevMaxRuns))
+    CHORUS_FAIL(comm_, ncclInvalidUsage,
+                "rank %d: this device operation's schedule is %zu runs of steps over %d channel(s); one launch holds "
+                "at most %d (set NCCL_ALGO, or use host buffers)",
+                comm_->rank, runs.size(), nChannels, kDevMaxRuns);
+  std::copy(runs.begin(), runs.end(), w->runs);
+  w->chanFirst[nChannels] = static_cast<uint16_t>(runs.size());
   // Every lane of a channel has FIFOs of its own: lane j of channel c is connection channel devLaneChannel(c, j).
   std::vector<LaunchEnd> unique = launchEnds(scheds, nChannels);
   std::vector<LaunchEnd> ends;
@@ -614,7 +623,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   if (ipcEligible(op)) return launchIpc(op, gatePassed);
   CollPlan plan;
   bool empty = false;
-  LaunchLimits limits{kDevMaxBlockFifos, kDevMaxSteps};  // lanes multiply the ends (lanesFor keeps them in bounds)
+  LaunchLimits limits{kDevMaxBlockFifos, kDevMaxRuns};  // lanes multiply the ends (lanesFor keeps them in bounds)
   if (planner_->planColl(
           op, channelsFor(op), llMax_, [this](size_t b) { return outScratch(b); }, &plan, &empty, limits) !=
       ncclSuccess)
@@ -646,11 +655,6 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   w.ll = plan.choice.proto == Proto::kLL;
   w.nChannels = static_cast<uint8_t>(plan.nChannels * lanes);  // blocks: every channel's lanes
   w.sliceBytes = plan.sliceBytes;
-  if (launchSteps(*plan.scheds) > static_cast<size_t>(kDevMaxSteps))
-    CHORUS_FAIL(comm_, ncclInvalidUsage,
-                "rank %d: %s over %d ranks needs more than the %d schedule steps one "
-                "device launch holds, even on one channel (set NCCL_ALGO, or use host buffers)",
-                comm_->rank, collName(op.coll), comm_->nranks, kDevMaxSteps);
   // Plain copies from the input to the output (the local block of an out-of-place allgather, a broadcast root's
   // own copy) go to the copy engine, before the kernel, which then leaves them out.
   std::vector<Step> copies = copyEngineSteps(plan.scheds->data(), plan.nChannels, plan.reducing);
@@ -833,9 +837,7 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
   P2PPlan plan;
   planner_->planP2P(batch, &plan);
   if (plan.maxBytes == 0) return ncclSuccess;
-  if (plan.sendPtrs.size() > static_cast<size_t>(kDevMaxP2P) ||
-      plan.recvPtrs.size() > static_cast<size_t>(kDevMaxP2P) ||
-      plan.schedule.steps.size() > static_cast<size_t>(kDevMaxSteps))
+  if (plan.sendPtrs.size() > static_cast<size_t>(kDevMaxP2P) || plan.recvPtrs.size() > static_cast<size_t>(kDevMaxP2P))
     CHORUS_FAIL(comm_, ncclInvalidUsage,
                 "rank %d: a group of %zu sends and %zu receives on device buffers exceeds "
                 "the %d of each one launch holds; split the group",

@@ -63,8 +63,8 @@ class DeviceEngine {
   /// connection ends.
   int lanesFor(const OpDesc& op, const CollPlan& plan) const;
   ncclResult_t launchP2P(const std::vector<const OpDesc*>& batch);
-  /// Copies the channels' schedules into w (callers check kDevMaxSteps) and sets up their connections, those of
-  /// every one of `lanes` lanes a channel, or, where `endLanes` is given, the first endLanes(peer, isSend) lanes of
+  /// Packs the channels' schedules into w as runs of steps (at most kDevMaxRuns) and sets up their connections, those
+  /// of every one of `lanes` lanes a channel, or, where `endLanes` is given, the first endLanes(peer, isSend) lanes of
   /// each end (w->lanes is then the most of those). Steps equal to one in `skip` are left out (the copy engine does
   /// them).
   ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels, const std::vector<Step>& skip = {},

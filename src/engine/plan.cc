@@ -1,6 +1,7 @@
 #include "engine/plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -168,6 +169,35 @@ const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, 
   return cache_.emplace(key, std::move(list)).first->second;
 }
 
+bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const LaunchLimits& limits) {
+  auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root);
+  auto it = loads_.find(key);
+  if (it == loads_.end()) {
+    ChannelLoad most{};
+    std::vector<StepRun> runs;
+    bool built = true;
+    for (int r = 0; r < comm_->nranks && built; r++) {
+      for (int parity = 0; parity < 2 && built; parity++) {
+        ScheduleRequest req{coll, algo, comm_->nranks, r, parity, 2, root, &ringOrder_, localRanks_};
+        Schedule s;
+        std::string err;
+        built = buildSchedule(req, &s, &err);
+        runs.clear();
+        packStepRuns(s.steps.data(), s.steps.size(), &runs);
+        most.runs[parity] = std::max(most.runs[parity], runs.size());
+        most.ends[parity] = std::max(most.ends[parity], launchEnds(&s, 1).size());
+      }
+    }
+    if (!built) most.runs[0] = most.runs[1] = SIZE_MAX / 32;  // never fits
+    it = loads_.emplace(key, most).first;
+  }
+  // The most of any rank on each parity: what no rank exceeds, the same on every rank.
+  const ChannelLoad& l = it->second;
+  const size_t even = static_cast<size_t>((nch + 1) / 2), odd = static_cast<size_t>(nch / 2);
+  if (limits.maxRuns != 0 && even * l.runs[0] + odd * l.runs[1] > static_cast<size_t>(limits.maxRuns)) return false;
+  return limits.maxFifos == 0 || even * l.ends[0] + odd * l.ends[1] <= static_cast<size_t>(limits.maxFifos);
+}
+
 RedOp Planner::redOpFor(const OpDesc& op) const {
   if (op.userOp) {
     // A ncclScalarDevice scalar in host memory is read now, when the operation starts; one in GPU memory is read
@@ -212,9 +242,59 @@ std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels) {
   return ends;
 }
 
-size_t launchSteps(const std::vector<Schedule>& scheds) {
+namespace {
+
+bool sameStepExactly(const Step& a, const Step& b) {
+  return a.op == b.op && a.sendPeer == b.sendPeer && a.recvPeer == b.recvPeer && a.src.buf == b.src.buf &&
+         a.src.block == b.src.block && a.dst.buf == b.dst.buf && a.dst.block == b.dst.block && a.final == b.final;
+}
+
+// The amount a field moves by from step a to step b, when it fits a run's delta.
+bool deltaOf(int32_t a, int32_t b, int16_t* d) {
+  const int64_t v = static_cast<int64_t>(b) - a;
+  if (v < INT16_MIN || v > INT16_MAX) return false;
+  *d = static_cast<int16_t>(v);
+  return true;
+}
+
+}  // namespace
+
+void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs) {
+  for (size_t i = 0; i < n;) {
+    const Step& a = steps[i];
+    StepRun r{};
+    r.op = a.op;
+    r.srcBuf = a.src.buf;
+    r.dstBuf = a.dst.buf;
+    r.final = a.final ? 1 : 0;
+    r.sendPeer = a.sendPeer;
+    r.recvPeer = a.recvPeer;
+    r.srcBlock = a.src.block;
+    r.dstBlock = a.dst.block;
+    r.repeat = 1;
+    if (i + 1 < n) {
+      const Step& b = steps[i + 1];
+      if (deltaOf(a.sendPeer, b.sendPeer, &r.dSendPeer) && deltaOf(a.recvPeer, b.recvPeer, &r.dRecvPeer) &&
+          deltaOf(a.src.block, b.src.block, &r.dSrcBlock) && deltaOf(a.dst.block, b.dst.block, &r.dDstBlock)) {
+        // Each further step must be exactly what the run decodes to (the op, buffers and final flag included).
+        while (i + r.repeat < n && r.repeat < UINT16_MAX && sameStepExactly(r.at(r.repeat), steps[i + r.repeat]))
+          r.repeat++;
+      }
+      if (r.repeat == 1) r.dSendPeer = r.dRecvPeer = r.dSrcBlock = r.dDstBlock = 0;
+    }
+    runs->push_back(r);
+    i += r.repeat;
+  }
+}
+
+size_t launchRuns(const std::vector<Schedule>& scheds) {
   size_t n = 0;
-  for (const Schedule& s : scheds) n += s.steps.size();
+  std::vector<StepRun> runs;
+  for (const Schedule& s : scheds) {
+    runs.clear();
+    packStepRuns(s.steps.data(), s.steps.size(), &runs);
+    n += runs.size();
+  }
   return n;
 }
 
@@ -237,14 +317,20 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
   if ((*p.scheds)[0].nranks < 0) return ncclInternalError;
-  // Channels are alike (or alternate, for trees), so fewer channels mean proportionally fewer ends and steps.
-  while (nch > minCh) {
-    size_t fifos = limits.maxFifos == 0 ? 0 : launchEnds(p.scheds->data(), nch).size();
-    size_t steps = launchSteps(*p.scheds);
-    if (fifos <= static_cast<size_t>(limits.maxFifos) &&
-        (limits.maxSteps == 0 || steps <= static_cast<size_t>(limits.maxSteps)))
-      break;
-    p.scheds = &schedules(op.coll, p.choice.algo, op.root, --nch);
+  // Channels are alike (or alternate, for trees), so fewer channels mean proportionally fewer ends and step runs.
+  if (limits.maxFifos != 0 || limits.maxRuns != 0) {
+    while (nch > minCh && !fitsEveryRank(op.coll, p.choice.algo, op.root, nch, limits)) nch--;
+    // A schedule too long even on the fewest channels (a hierarchical or rail ring over hundreds of ranks is a run
+    // or two a host): the ring, which is a few runs a channel in rank order.
+    if (!fitsEveryRank(op.coll, p.choice.algo, op.root, nch, limits) && p.choice.algo != Algo::kRing &&
+        algoSupported(op.coll, Algo::kRing, n)) {
+      INFO(kColl, "%s %s over %d ranks does not fit one device launch; the ring runs it", collName(op.coll),
+           algoName(p.choice.algo), n);
+      p.choice.algo = Algo::kRing;
+      nch = std::max(nChannels, 1);
+      while (nch > 1 && !fitsEveryRank(op.coll, Algo::kRing, op.root, nch, limits)) nch--;
+    }
+    p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
   }
   p.nChannels = nch;
 

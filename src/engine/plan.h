@@ -56,19 +56,22 @@ inline size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 /// Whether a collective combines values.
 inline bool collReducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 
-/// Most connection ends and schedule steps one launch may hold (0: no limit). The planner uses fewer channels
-/// than asked for when the schedules would not fit (the device path's kernel argument).
+/// Most connection ends and step runs one launch may hold (0: no limit). The planner uses fewer channels than asked
+/// for when the schedules would not fit (the device path's kernel argument).
 struct LaunchLimits {
   int maxFifos = 0;
-  int maxSteps = 0;
+  int maxRuns = 0;
 };
 
 /// One connection end of a launch: (channel, peer, isSend).
 using LaunchEnd = std::tuple<int, int, bool>;
 /// The connection ends the per-channel schedules scheds[0..nChannels) use, each once, in step order.
 std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels);
-/// Schedule steps over all channels.
-size_t launchSteps(const std::vector<Schedule>& scheds);
+/// Appends steps[0, n) to `runs` as runs of steps (kernels/executor.h, StepRun), each as long as its steps stay
+/// alike and their peers and blocks keep moving by the same amounts.
+void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs);
+/// Step runs of a launch's channels, as packStepRuns packs each channel's schedule.
+size_t launchRuns(const std::vector<Schedule>& scheds);
 
 /// Per-communicator planning state: the schedule cache and the sequence numbers every fingerprint carries.
 class Planner {
@@ -107,11 +110,20 @@ class Planner {
   ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty,
                     LaunchLimits limits);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
+  /// Whether (coll, algo, root) on nch channels fits `limits` on every rank, not only this one: the ranks must agree
+  /// on a launch's channels, and their schedules differ in step runs (and, for trees, in connection ends).
+  bool fitsEveryRank(Coll coll, Algo algo, int root, int nch, const LaunchLimits& limits);
   bool isInPlaceOffset(const OpDesc& op) const;
 
   ncclComm* comm_;
   FifoGeometry geo_;
   std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
+  /// Per (coll, algo, root): the most step runs and connection ends any rank's schedule has on a channel of each
+  /// parity (channels differ only in parity: trees alternate), for fitsEveryRank.
+  struct ChannelLoad {
+    size_t runs[2], ends[2];
+  };
+  std::map<std::tuple<int, int, int>, ChannelLoad> loads_;
   uint64_t collSeq_ = 0;
   std::vector<int> ringOrder_;  ///< ranks in ring order (topo/ring_order.h); empty: rank order
   /// The cost model's view of this communicator (hosts, ranks a host, CHORUS_COST_* links).

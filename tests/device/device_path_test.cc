@@ -337,6 +337,32 @@ TEST_P(DevicePath, MixedHostAndDeviceBuffersAreRefused) {
   });
 }
 
+// A launch holds a schedule as runs of steps, so a ring over more ranks than a launch has room for steps (40 in the
+// 4 KiB layout of host and HIP builds: a ring allreduce over 21 ranks is 41 steps) still runs, on several channels.
+TEST_P(DevicePath, RingsOverMoreRanksThanALaunchHasStepsFor) {
+  if (GetParam().driver != Driver::kThreads || GetParam().direct) GTEST_SKIP() << "one case is enough: 24 threads";
+  runRanks(24, driver(), [](RankCtx& c) {
+    allReduceCase(c, 1001);    // LL
+    allReduceCase(c, 300000);  // Simple, on more than one channel (1.2 MB: 5 in the large layout, 2 in this one)
+    EXPECT_GE(gEmu.lastChannels.load() / std::max(1, gEmu.lastLanes.load()), 2);
+    const int n = c.nranks, r = c.rank;
+    const size_t N = 3000;
+    DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
+    int32_t* ip = in.as<int32_t>();
+    int32_t* op = out.as<int32_t>();
+    fill(ip, N, [&](size_t i) { return int32_t(r * 100000 + int32_t(i)); });
+    ASSERT_EQ(ncclAllGather(ip, op, N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], int32_t(q * 100000 + int32_t(i))) << q << " " << i;
+    fill(ip, N * n, [&](size_t i) { return int32_t(r + int32_t(i)); });
+    ASSERT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], int32_t(n * (r * N + i) + n * (n - 1) / 2)) << i;
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Drivers, DevicePath,
                          ::testing::Values(PathCase{Driver::kThreads, true}, PathCase{Driver::kThreads, false},
                                            PathCase{Driver::kProcesses, true}, PathCase{Driver::kProcesses, false}),
