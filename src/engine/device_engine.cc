@@ -838,9 +838,9 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
   planner_->planP2P(batch, &plan);
   if (plan.maxBytes == 0) return ncclSuccess;
   if (plan.sendPtrs.size() > static_cast<size_t>(kDevMaxP2P) || plan.recvPtrs.size() > static_cast<size_t>(kDevMaxP2P))
-    CHORUS_FAIL(comm_, ncclInvalidUsage,
-                "rank %d: a group of %zu sends and %zu receives on device buffers exceeds "
-                "the %d of each one launch holds; split the group",
+    CHORUS_FAIL(comm_, ncclInternalError,
+                "rank %d: a launch of %zu sends and %zu receives exceeds the %d of each one launch holds "
+                "(p2pLaunches splits batches)",
                 comm_->rank, plan.sendPtrs.size(), plan.recvPtrs.size(), kDevMaxP2P);
   DevWork w{};  // unused entries stay zero or default
   w.p2p = 1;
@@ -923,7 +923,11 @@ ncclResult_t DeviceEngine::runOps(const std::vector<OpDesc>& ops) {
                   comm_->rank, sb, rb);
     CHORUS_CHECK(copy(r.recvbuff, s.sendbuff, sb, r.stream, "ncclSend/ncclRecv to itself"));
   }
-  for (auto& batch : Planner::p2pBatches(p2p)) CHORUS_CHECK(launchP2P(batch));
+  // A batch holds one send and one receive a peer; one launch holds kDevMaxP2P of each, so a larger batch (an
+  // all-to-all of sends and receives over more ranks) runs as several launches that meet their peers' in order.
+  for (auto& batch : Planner::p2pBatches(p2p))
+    for (auto& launch : Planner::p2pLaunches(batch, comm_->nranks, comm_->rank, kDevMaxP2P))
+      CHORUS_CHECK(launchP2P(launch));
   return ncclSuccess;
 }
 

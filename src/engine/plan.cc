@@ -397,6 +397,21 @@ std::vector<std::vector<const OpDesc*>> Planner::p2pBatches(const std::vector<Op
   return batches;
 }
 
+std::vector<std::vector<const OpDesc*>> Planner::p2pLaunches(const std::vector<const OpDesc*>& batch, int n, int rank,
+                                                             int most) {
+  size_t sends = 0;
+  for (const OpDesc* op : batch) sends += op->isSend ? 1 : 0;
+  if (sends <= static_cast<size_t>(most) && batch.size() - sends <= static_cast<size_t>(most)) return {batch};
+  std::vector<std::vector<const OpDesc*>> launches(static_cast<size_t>((n - 2) / most + 1));
+  for (const OpDesc* op : batch) {
+    const int distance = op->isSend ? op->root - rank : rank - op->root;  // 1 .. n-1 around the ring
+    launches[static_cast<size_t>((((distance % n) + n) % n - 1) / most)].push_back(op);
+  }
+  launches.erase(std::remove_if(launches.begin(), launches.end(), [](const auto& l) { return l.empty(); }),
+                 launches.end());
+  return launches;
+}
+
 void Planner::planP2P(const std::vector<const OpDesc*>& ops, P2PPlan* out) {
   P2PPlan& p = *out;
   std::vector<int> sendPeers, recvPeers;

@@ -94,6 +94,12 @@ class Planner {
   /// Splits a group's sends and receives into batches: batch k holds the k-th operation of each (peer,
   /// direction), so that a schedule never queues two operations behind each other.
   static std::vector<std::vector<const OpDesc*>> p2pBatches(const std::vector<OpDesc>& ops);
+  /// Splits a batch of rank `rank` (of n) into launches of at most `most` sends and `most` receives: a send to peer
+  /// p goes into launch (p - rank - 1 mod n) / most, a receive from p into (rank - p - 1 mod n) / most. Both ends of
+  /// a pair thus put it in the launch of the same index, so each launch meets its peers' launch of that index, and
+  /// ranks running their launches in order cannot wait on each other in a cycle. Empty launches are left out.
+  static std::vector<std::vector<const OpDesc*>> p2pLaunches(const std::vector<const OpDesc*>& batch, int n, int rank,
+                                                             int most);
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
   const FifoGeometry& geometry() const { return geo_; }

@@ -363,6 +363,43 @@ TEST_P(DevicePath, RingsOverMoreRanksThanALaunchHasStepsFor) {
   });
 }
 
+// An all-to-all written as one group of sends and receives (as PyTorch's all_to_all_single is) over more peers than
+// one launch holds (8 sends and 8 receives in this build's layout, which HIP builds share): the group runs as several
+// launches, each meeting its peers' launch of the same index. Every pair has its own size, some none, and rank r
+// sends twice to r+1, so the group is two batches, the first of them split.
+TEST_P(DevicePath, SendsToMorePeersThanALaunchHolds) {
+  if (!GetParam().direct) GTEST_SKIP() << "sends and receives take FIFOs either way";
+  runRanks(12, driver(), [](RankCtx& c) {
+    const int n = c.nranks, r = c.rank;
+    auto bytesOf = [n](int from, int to) { return size_t(((from * 7 + to * 3) % 5) * 9000 + (from + to) % 3); };
+    auto value = [](int from, int to, size_t i) { return uint8_t(from * 31 + to * 7 + i); };
+    std::vector<std::unique_ptr<DevBuf>> sends, recvs;
+    for (int q = 0; q < n; q++) {
+      sends.push_back(std::make_unique<DevBuf>(gEmu, bytesOf(r, q) + 1));
+      recvs.push_back(std::make_unique<DevBuf>(gEmu, bytesOf(q, r) + 1));
+      fill(sends[q]->as<uint8_t>(), bytesOf(r, q), [&](size_t i) { return value(r, q, i); });
+    }
+    DevBuf again(gEmu, 5000), gotAgain(gEmu, 5000);
+    fill(again.as<uint8_t>(), 5000, [&](size_t i) { return uint8_t(i * 13 + r); });
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    const int launches = gEmu.launches;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int q = 0; q < n; q++) {
+      ASSERT_EQ(ncclSend(sends[q]->as<uint8_t>(), bytesOf(r, q), ncclUint8, q, c.comm, streamOf(c)), ncclSuccess);
+      ASSERT_EQ(ncclRecv(recvs[q]->as<uint8_t>(), bytesOf(q, r), ncclUint8, q, c.comm, streamOf(c)), ncclSuccess);
+    }
+    ASSERT_EQ(ncclSend(again.as<uint8_t>(), 5000, ncclUint8, next, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(ncclRecv(gotAgain.as<uint8_t>(), 5000, ncclUint8, prev, c.comm, streamOf(c)), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    sync(c);
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < bytesOf(q, r); i++) ASSERT_EQ(recvs[q]->as<uint8_t>()[i], value(q, r, i)) << q << " " << i;
+    for (size_t i = 0; i < 5000; i++) ASSERT_EQ(gotAgain.as<uint8_t>()[i], uint8_t(i * 13 + prev)) << i;
+    if (chorus::kDevMaxP2P < n - 1) EXPECT_GE(gEmu.launches - launches, 3) << "the first batch was not split";
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Drivers, DevicePath,
                          ::testing::Values(PathCase{Driver::kThreads, true}, PathCase{Driver::kThreads, false},
                                            PathCase{Driver::kProcesses, true}, PathCase{Driver::kProcesses, false}),
