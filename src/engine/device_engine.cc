@@ -621,9 +621,14 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   WindowRef inWin, outWin;
   if (windowsFor(op, &inWin, &outWin)) return launchWindows(op, inWin, outWin, gatePassed);
   if (ipcEligible(op)) return launchIpc(op, gatePassed);
+  LaunchLimits limits{kDevMaxBlockFifos, kDevMaxRuns};  // lanes multiply the ends (lanesFor keeps them in bounds)
+  // The direct schedule of an all-to-all has 2(n-1) connection ends a channel (a gather's root and a scatter's n-1):
+  // past what one launch holds, it runs as its sends and receives, which split into launches of the same index.
+  if ((op.coll == Coll::kAllToAll || op.coll == Coll::kGather || op.coll == Coll::kScatter) &&
+      !planner_->fitsEveryRank(op.coll, Algo::kDirect, op.root, 1, limits))
+    return collAsSendRecvs(op);
   CollPlan plan;
   bool empty = false;
-  LaunchLimits limits{kDevMaxBlockFifos, kDevMaxRuns};  // lanes multiply the ends (lanesFor keeps them in bounds)
   if (planner_->planColl(
           op, channelsFor(op), llMax_, [this](size_t b) { return outScratch(b); }, &plan, &empty, limits) !=
       ncclSuccess)
@@ -892,16 +897,63 @@ ncclResult_t DeviceEngine::run(const std::vector<OpDesc>& ops) {
   return res;
 }
 
+ncclResult_t DeviceEngine::collAsSendRecvs(const OpDesc& op) {
+  const int n = comm_->nranks, me = comm_->rank;
+  const size_t bytes = op.count * DType::size(op.dtype);
+  const char* in = static_cast<const char*>(op.sendbuff);
+  char* out = static_cast<char*>(op.recvbuff);
+  // Its sends could go in another launch than the receives into the same block (they meet different peers).
+  if (op.coll == Coll::kAllToAll && in < out + bytes * n && out < in + bytes * n)
+    CHORUS_FAIL(comm_, ncclInvalidUsage,
+                "rank %d: an ncclAlltoAll over %d ranks whose buffers overlap needs more connections than one device "
+                "launch holds (%d); give it separate send and receive buffers",
+                me, n, kDevMaxBlockFifos);
+  planner_->nextCollSeq();  // it keeps its place among the collectives, on every rank alike
+  INFO(kColl,
+       "rank %d: %s over %d ranks as sends and receives (its direct schedule needs more connections than one "
+       "launch holds)",
+       me, collName(op.coll), n);
+  std::vector<OpDesc> ops;
+  auto add = [&](bool isSend, int peer, const void* buf) {
+    OpDesc o = op;
+    o.coll = Coll::kSendRecv;
+    o.isSend = isSend;
+    o.root = peer;
+    o.sendbuff = isSend ? buf : nullptr;
+    o.recvbuff = isSend ? nullptr : const_cast<void*>(buf);
+    o.userOp = false;
+    ops.push_back(o);
+  };
+  for (int q = 0; q < n; q++) {
+    const size_t at = bytes * static_cast<size_t>(q);
+    const bool sends = op.coll == Coll::kAllToAll || (op.coll == Coll::kGather ? q == op.root : me == op.root);
+    const bool recvs = op.coll == Coll::kAllToAll || (op.coll == Coll::kGather ? me == op.root : q == op.root);
+    if (sends) add(true, q, op.coll == Coll::kGather ? in : in + at);
+    if (recvs) add(false, q, op.coll == Coll::kScatter ? out : out + at);
+  }
+  return runSendRecvs(ops);
+}
+
 ncclResult_t DeviceEngine::runOps(const std::vector<OpDesc>& ops) {
   if (rt_->setDevice(comm_->cudaDev) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: selecting GPU %d: %s", comm_->rank, comm_->cudaDev,
                 rt_->lastError().c_str());
-  std::vector<OpDesc> p2p;
-  std::vector<const OpDesc*> selfSends, selfRecvs;
+  std::vector<OpDesc> sendRecvs;
   for (const OpDesc& op : ops) {
     if (op.coll != Coll::kSendRecv) {
       CHORUS_CHECK(launchColl(op));
-    } else if (op.root == comm_->rank) {
+    } else {
+      sendRecvs.push_back(op);
+    }
+  }
+  return runSendRecvs(sendRecvs);
+}
+
+ncclResult_t DeviceEngine::runSendRecvs(const std::vector<OpDesc>& ops) {
+  std::vector<OpDesc> p2p;
+  std::vector<const OpDesc*> selfSends, selfRecvs;
+  for (const OpDesc& op : ops) {
+    if (op.root == comm_->rank) {
       (op.isSend ? selfSends : selfRecvs).push_back(&op);
     } else {
       p2p.push_back(op);

@@ -46,7 +46,12 @@ class DeviceEngine {
   void watchPeers();
   uint8_t* deadPeers() const;
   ncclResult_t runOps(const std::vector<OpDesc>& ops);
+  /// Sends and receives: those to itself as copies, the others in batches of launches (Planner::p2pLaunches).
+  ncclResult_t runSendRecvs(const std::vector<OpDesc>& ops);
   ncclResult_t launchColl(const OpDesc& op);
+  /// An all-to-all, gather or scatter as the sends and receives it is made of (when its direct schedule needs more
+  /// connection ends than one launch holds).
+  ncclResult_t collAsSendRecvs(const OpDesc& op);
   /// A collective on one rank (not a premulsum): a device-to-device copy, or nothing in place.
   ncclResult_t copyColl(const OpDesc& op);
   /// The bytes that size a collective's launch: the larger of its input and output.

@@ -109,6 +109,9 @@ class Planner {
   ~Planner();
   /// The reduction an operation applies (premulsum factor, average), as the kernels take it.
   RedOp redOpFor(const OpDesc& op) const;
+  /// Whether (coll, algo, root) on nch channels fits `limits` on every rank, not only this one: the ranks must agree
+  /// on a launch's channels, and their schedules differ in step runs (and, for trees, in connection ends).
+  bool fitsEveryRank(Coll coll, Algo algo, int root, int nch, const LaunchLimits& limits);
   /// Numbers a collective that runs without a plan (a direct launch), in the same sequence as planned ones.
   uint64_t nextCollSeq() { return ++collSeq_; }
 
@@ -116,9 +119,6 @@ class Planner {
   ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty,
                     LaunchLimits limits);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
-  /// Whether (coll, algo, root) on nch channels fits `limits` on every rank, not only this one: the ranks must agree
-  /// on a launch's channels, and their schedules differ in step runs (and, for trees, in connection ends).
-  bool fitsEveryRank(Coll coll, Algo algo, int root, int nch, const LaunchLimits& limits);
   bool isInPlaceOffset(const OpDesc& op) const;
 
   ncclComm* comm_;

@@ -400,6 +400,48 @@ TEST_P(DevicePath, SendsToMorePeersThanALaunchHolds) {
   });
 }
 
+// ncclAlltoAll's direct schedule needs 2(n-1) connection ends on a channel, a gather's root and a scatter's n-1; past
+// what one launch holds (24 in the 4 KiB layout of host and HIP builds, 128 in the large one) the collective runs as
+// its sends and receives, split into launches as a group of them is.
+TEST_P(DevicePath, AllToAllGatherAndScatterPastTheConnectionsOfALaunch) {
+  if (GetParam().driver != Driver::kThreads || GetParam().direct) GTEST_SKIP() << "one case is enough: 26 threads";
+  runRanks(26, driver(), [](RankCtx& c) {
+    const int n = c.nranks, r = c.rank;
+    const size_t N = 1500;
+    DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
+    int32_t* ip = in.as<int32_t>();
+    int32_t* op = out.as<int32_t>();
+    auto v = [](int rank, size_t i) { return int32_t(rank * 1000000 + int32_t(i)); };
+    fill(ip, N * n, [&](size_t i) { return v(r, i); });
+    ASSERT_EQ(ncclAlltoAll(ip, op, N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
+    sync(c);
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, r * N + i)) << q << " " << i;
+    for (int root : {0, 17}) {
+      fill(op, N * n, [](size_t) { return int32_t(-1); });
+      ASSERT_EQ(ncclGather(ip, op, N, ncclInt32, root, c.comm, streamOf(c)), ncclSuccess);
+      sync(c);
+      if (r == root)
+        for (int q = 0; q < n; q++)
+          for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, i)) << q << " " << i;
+      ASSERT_EQ(ncclScatter(ip, op, N, ncclInt32, root, c.comm, streamOf(c)), ncclSuccess);
+      sync(c);
+      for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(root, r * N + i)) << i;
+    }
+    // In place, its sends and receives could meet different launches: refused, saying why, where it would split.
+    const ncclResult_t inPlace = ncclAlltoAll(ip, ip, N, ncclInt32, c.comm, streamOf(c));
+    if (2 * (n - 1) > chorus::kDevMaxBlockFifos) {
+      EXPECT_EQ(inPlace, ncclInvalidUsage);
+      EXPECT_NE(std::string(ncclGetLastError(c.comm)).find("separate send and receive buffers"), std::string::npos)
+          << ncclGetLastError(c.comm);
+    } else {
+      EXPECT_EQ(inPlace, ncclSuccess);
+      sync(c);
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Drivers, DevicePath,
                          ::testing::Values(PathCase{Driver::kThreads, true}, PathCase{Driver::kThreads, false},
                                            PathCase{Driver::kProcesses, true}, PathCase{Driver::kProcesses, false}),
