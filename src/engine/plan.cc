@@ -287,17 +287,6 @@ void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs) {
   }
 }
 
-size_t launchRuns(const std::vector<Schedule>& scheds) {
-  size_t n = 0;
-  std::vector<StepRun> runs;
-  for (const Schedule& s : scheds) {
-    runs.clear();
-    packStepRuns(s.steps.data(), s.steps.size(), &runs);
-    n += runs.size();
-  }
-  return n;
-}
-
 ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out,
                            bool* empty, LaunchLimits limits) {
   uint64_t seq = ++collSeq_;

@@ -70,8 +70,6 @@ std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels);
 /// Appends steps[0, n) to `runs` as runs of steps (kernels/executor.h, StepRun), each as long as its steps stay
 /// alike and their peers and blocks keep moving by the same amounts.
 void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs);
-/// Step runs of a launch's channels, as packStepRuns packs each channel's schedule.
-size_t launchRuns(const std::vector<Schedule>& scheds);
 
 /// Per-communicator planning state: the schedule cache and the sequence numbers every fingerprint carries.
 class Planner {

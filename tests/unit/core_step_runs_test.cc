@@ -137,6 +137,13 @@ std::unique_ptr<ncclComm> fakeComm(int n, int rank, HostOf hostOf) {
   return c;
 }
 
+// Step runs of a plan's channels, as a launch holds them.
+size_t runsOf(const std::vector<Schedule>& scheds) {
+  std::vector<StepRun> runs;
+  for (const Schedule& s : scheds) packStepRuns(s.steps.data(), s.steps.size(), &runs);
+  return runs.size();
+}
+
 struct Planned {
   int channels;
   Algo algo;
@@ -161,7 +168,7 @@ std::vector<Planned> planEveryRank(int n, HostOf hostOf, Coll coll, LaunchLimits
     EXPECT_EQ(planner.planColl(
                   op, 16, -1, [&](size_t) { return buf.data(); }, &plan, &empty, limits),
               ncclSuccess);
-    out.push_back({plan.nChannels, plan.choice.algo, launchRuns(*plan.scheds)});
+    out.push_back({plan.nChannels, plan.choice.algo, runsOf(*plan.scheds)});
   }
   return out;
 }
