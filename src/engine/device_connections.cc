@@ -282,6 +282,14 @@ ncclResult_t DeviceConnections::open(int ch, int peer, bool isSend, DevConn* c) 
     if (far.pid != comm_->peers[comm_->rank].pid && processGone(static_cast<pid_t>(far.pid)))
       why = "that rank's process died";
     if (why == nullptr && deadline.expired()) why = "it did not call the same operation before CHORUS_TIMEOUT_S";
+    if (why == nullptr && stopCheck_) {
+      std::string mismatch = stopCheck_();
+      if (!mismatch.empty()) {
+        munmap(rv, kRendezvousBytes);
+        CHORUS_FAIL(comm_, ncclInvalidUsage, "%s (found while waiting for its device connection, %s)", mismatch.c_str(),
+                    describeDevChannel(ch).c_str());
+      }
+    }
     if (why) {
       munmap(rv, kRendezvousBytes);
       CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: waiting for rank %d to set up the device connection (%s): %s",

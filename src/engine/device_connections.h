@@ -14,6 +14,7 @@
 // Thread ownership: used by the thread that launches the communicator's operations.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -86,6 +87,9 @@ class DeviceConnections {
   /// has read what this rank produced into FIFOs it owns (read mode), so that freeing them cannot pull memory
   /// from under a peer's kernel. Skipped after a failure or an abort.
   void drainOwned();
+  /// Called while a connection waits for its peer: a nonempty answer (a mismatched call found meanwhile) ends the
+  /// wait with ncclInvalidUsage and that text.
+  void setStopCheck(std::function<std::string()> check) { stopCheck_ = std::move(check); }
 
  private:
   bool owns(bool isSend) const { return isSend == readMode_; }
@@ -109,6 +113,7 @@ class DeviceConnections {
   uint64_t* steps_ = nullptr;  ///< device memory: one counter per (channel, peer, direction)
   std::map<std::tuple<int, int, bool>, DevConn> conns_;
   std::vector<std::string> rendezvous_;  ///< names this end created and must unlink if never opened
+  std::function<std::string()> stopCheck_;
 };
 
 }  // namespace chorus

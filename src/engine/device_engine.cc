@@ -207,6 +207,36 @@ ncclResult_t DeviceEngine::init() {
   if (rt_->eventCreate(&orderEvent_) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device path event: %s", comm_->rank, rt_->lastError().c_str());
   gate_ = LaunchGate::join(comm_);
+  std::vector<int> onHost;  // the ranks whose calls this rank's are compared with on the call board
+  std::vector<uint64_t> onHostPids;
+  for (int p = 0; p < comm_->nranks; p++)
+    if (p != comm_->rank && comm_->peers[p].hostHash == comm_->peers[comm_->rank].hostHash) {
+      onHost.push_back(p);
+      onHostPids.push_back(comm_->peers[p].pid);
+    }
+  if (!onHost.empty()) {
+    static std::once_flag swept;
+    std::call_once(swept, [this] {
+      int n = CallBoard::sweepStale();
+      if (n > 0) INFO(kShm, "rank %d: removed %d call board(s) left by exited processes", comm_->rank, n);
+    });
+    board_ = std::make_unique<CallBoard>(comm_->commHash, comm_->rank, onHost, onHostPids);
+    std::string why;
+    if (board_->open(&why)) {
+      // A host wait for a peer's connection looks at the board too (every 10 ms): a peer that called something
+      // else never makes that connection.
+      conns_->setStopCheck([this] {
+        auto now = std::chrono::steady_clock::now();
+        if (!boardFailed_.load() && now - lastBoardCheck_ < std::chrono::milliseconds(10)) return std::string();
+        lastBoardCheck_ = now;
+        return checkBoard();
+      });
+    } else {
+      INFO(kInit, "rank %d: no call board (%s): a peer's call that takes another path is found at CHORUS_TIMEOUT_S",
+           comm_->rank, why.c_str());
+      board_.reset();
+    }
+  }
   watchPeers();
   if (comm_->rank == 0)
     INFO(kInit, "comm %p: device path on %s GPU %d, up to %d channel(s) of up to %d block(s), LL up to %ld bytes",
@@ -223,16 +253,43 @@ void DeviceEngine::abort() {
 
 uint8_t* DeviceEngine::deadPeers() const { return static_cast<uint8_t*>(statusHost_) + kDeadPeersOffset; }
 
+void DeviceEngine::postCall(uint64_t seq, const OpDesc& op, CallPath path) {
+  if (!board_) return;
+  CallRecord r;
+  r.seq = seq;
+  r.count = op.count;
+  r.desc = packDesc(op.coll, op.dtype, collReducing(op.coll) ? op.op : 0);
+  r.root = collRooted(op.coll) ? op.root : -1;
+  r.path = path;
+  board_->post(r);
+}
+
+std::string DeviceEngine::checkBoard() {
+  if (!board_) return std::string();
+  std::string text = board_->check();
+  if (text.empty() || boardFailed_.exchange(true)) return text;
+  // The first to find it: the communicator fails, and this rank's kernels (waiting for the peer's part, which
+  // never comes) stop. The peer finds the same records and stops its own.
+  setLastError(comm_, "%s", text.c_str());
+  comm_->state.store(static_cast<int>(CommState::kFailed));
+  int expected = ncclSuccess;
+  comm_->asyncError.compare_exchange_strong(expected, static_cast<int>(ncclInvalidUsage));
+  abort();
+  if (gate_) gate_->fail(comm_->rank, text);
+  return text;
+}
+
 void DeviceEngine::watchPeers() {
   std::vector<int> local;  // ranks in other processes of this host: the kernel waits on them through IPC
   const PeerInfo& me = comm_->peers[comm_->rank];
   for (int p = 0; p < comm_->nranks; p++)
     if (comm_->peers[p].hostHash == me.hostHash && comm_->peers[p].pid != me.pid) local.push_back(p);
-  if (local.empty()) return;
+  if (local.empty() && !board_) return;
   watchdog_ = std::thread([this, local]() mutable {
     pthread_setname_np(pthread_self(), "chorus-devwatch");
     std::unique_lock<std::mutex> lock(watchMutex_);
-    while (!watchStop_ && !local.empty()) {
+    while (!watchStop_ && (!local.empty() || (board_ && !boardFailed_.load()))) {
+      if (board_) checkBoard();
       for (size_t i = 0; i < local.size();) {
         int p = local[i];
         if (!processGone(static_cast<pid_t>(comm_->peers[p].pid))) {
@@ -291,6 +348,14 @@ ncclResult_t DeviceEngine::checkStatus() {
   if (statusHost_ == nullptr) return ncclSuccess;
   auto* st = static_cast<volatile DevStatus*>(statusHost_);
   uint32_t code = st->code;
+  if (code == 0 && !boardFailed_.load()) return ncclSuccess;
+  // A kernel that stopped because the ranks' calls differ (or that the peer, having found that, stopped): the
+  // mismatch is the cause, whatever the kernel saw.
+  const std::string mismatch = checkBoard();
+  if (!mismatch.empty()) {
+    if (commLastError(comm_).find(mismatch) == std::string::npos) setLastError(comm_, "%s", mismatch.c_str());
+    return ncclInvalidUsage;
+  }
   if (code == 0) return ncclSuccess;
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
   auto reason = static_cast<PoisonReason>(st->reason);
@@ -602,7 +667,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   // A collective of nothing moves nothing (it may run on the host path on another rank, in a group of host buffers);
   // it still takes its place in the sequence of collectives, as it does there.
   if (op.count == 0) {
-    planner_->nextCollSeq();
+    postCall(planner_->nextCollSeq(), op, CallPath::kNothing);
     return ncclSuccess;
   }
   if (comm_->nranks == 1 && !op.userOp) return copyColl(op);
@@ -634,6 +699,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
       ncclSuccess)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no schedule for %s", comm_->rank, collName(op.coll));
   if (empty) return ncclSuccess;
+  postCall(plan.fp.seq, op, CallPath::kFifos);  // before any wait for a connection
   if (plan.nChannels > kDevMaxChannels)
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: %d channels exceed the kernel's %d", comm_->rank, plan.nChannels,
                 kDevMaxChannels);
@@ -712,6 +778,7 @@ std::vector<int> DeviceEngine::allRanks() const {
 ncclResult_t DeviceEngine::launchDirect(const OpDesc& op, const std::vector<LaunchGate::Payload>& met) {
   // As many blocks as the bytes warrant; each rank's share is split among them.
   DevWork w = peerWork(op, kDevDirectThreads, peerBlocksFor(op));
+  postCall(w.fp.seq, op, CallPath::kDirect);
   for (int q = 0; q < comm_->nranks; q++) {
     w.directIn[q] = static_cast<const char*>(met[q].in);
     w.directOut[q] = static_cast<char*>(met[q].out);
@@ -804,10 +871,11 @@ ncclResult_t DeviceEngine::setInboxes(DevWork* w) {
 ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
   DevWork w = peerWork(op, kDevDirectIpc,
                        static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get()))));
-  CHORUS_CHECK(setInboxes(&w));
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
   w.ipcTwoShot =
       op.coll == Coll::kAllReduce && bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) ? 1 : 0;
+  postCall(w.fp.seq, op, w.ipcTwoShot ? CallPath::kTwoShot : CallPath::kOneShot);
+  CHORUS_CHECK(setInboxes(&w));
   w.in = static_cast<const char*>(op.sendbuff);
   w.out = static_cast<char*>(op.recvbuff);
   std::string what = std::string(collName(op.coll)) + (w.ipcTwoShot ? " (two-shot" : " (one-shot") + " through IPC)";
@@ -817,6 +885,7 @@ ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
 ncclResult_t DeviceEngine::launchWindows(const OpDesc& op, const WindowRef& in, const WindowRef& out, bool gatePassed) {
   // As many blocks as the bytes warrant, as for the thread ranks' direct launches.
   DevWork w = peerWork(op, kDevDirectWindows, peerBlocksFor(op));
+  postCall(w.fp.seq, op, CallPath::kWindows);
   CHORUS_CHECK(setInboxes(&w));
   w.in = static_cast<const char*>(op.sendbuff);
   w.out = static_cast<char*>(op.recvbuff);
@@ -893,6 +962,15 @@ ncclResult_t DeviceEngine::run(const std::vector<OpDesc>& ops) {
   // The user's stream may be under capture: setup runs in relaxed mode (runtime.h, SetupScope).
   SetupScope setup(rt_);
   ncclResult_t res = runOps(ops);
+  if (res != ncclSuccess && res != ncclInProgress && board_) {
+    // A peer that found the ranks' calls differ fails and may leave before this rank sees that on the board: what
+    // this rank then meets (its process gone, its FIFO unmappable) follows from the mismatch, which is the cause.
+    const std::string mismatch = checkBoard();
+    if (!mismatch.empty()) {
+      if (commLastError(comm_).find(mismatch) == std::string::npos) setLastError(comm_, "%s", mismatch.c_str());
+      res = ncclInvalidUsage;
+    }
+  }
   if (res != ncclSuccess && gate_) gate_->fail(comm_->rank, commLastError(comm_));
   return res;
 }
@@ -908,7 +986,8 @@ ncclResult_t DeviceEngine::collAsSendRecvs(const OpDesc& op) {
                 "rank %d: an ncclAlltoAll over %d ranks whose buffers overlap needs more connections than one device "
                 "launch holds (%d); give it separate send and receive buffers",
                 me, n, kDevMaxBlockFifos);
-  planner_->nextCollSeq();  // it keeps its place among the collectives, on every rank alike
+  // It keeps its place among the collectives, on every rank alike.
+  postCall(planner_->nextCollSeq(), op, CallPath::kSendRecvs);
   INFO(kColl,
        "rank %d: %s over %d ranks as sends and receives (its direct schedule needs more connections than one "
        "launch holds)",

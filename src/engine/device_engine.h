@@ -2,6 +2,8 @@
 // caller's stream (asynchronous, stream-ordered, capturable), planned by the same Planner as the host path.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "core/comm.h"
+#include "engine/call_board.h"
 #include "engine/device_connections.h"
 #include "engine/launch_gate.h"
 #include "engine/op.h"
@@ -41,9 +44,15 @@ class DeviceEngine {
   void abort();
 
  private:
-  /// Starts the watchdog when peers live in other processes of this host: it marks a peer whose process has
-  /// exited, and a kernel waiting for data that peer never wrote then fails at once, naming it.
+  /// Starts the watchdog when peers live on this host: it marks a peer in another process whose process has exited
+  /// (a kernel waiting for data that peer never wrote then fails at once, naming it), and compares this rank's
+  /// calls with the peers' on the call board.
   void watchPeers();
+  /// Posts this rank's record of collective `seq` (op, taken by `path`) on the call board.
+  void postCall(uint64_t seq, const OpDesc& op, CallPath path);
+  /// Compares the call board; on the first mismatch found, fails the communicator with its text (ncclInvalidUsage)
+  /// and makes this rank's kernels stop. Returns the text ("" when none).
+  std::string checkBoard();
   uint8_t* deadPeers() const;
   ncclResult_t runOps(const std::vector<OpDesc>& ops);
   /// Sends and receives: those to itself as copies, the others in batches of launches (Planner::p2pLaunches).
@@ -140,6 +149,9 @@ class DeviceEngine {
   std::mutex watchMutex_;
   std::condition_variable watchCv_;
   bool watchStop_ = false;  ///< guarded by watchMutex_
+  std::unique_ptr<CallBoard> board_;  ///< null without peers on this host
+  std::atomic<bool> boardFailed_{false};
+  std::chrono::steady_clock::time_point lastBoardCheck_;  ///< of the launching thread's checks while it waits
   bool launched_ = false;  ///< a kernel was enqueued: destroy waits for the device (user streams may be gone)
   std::shared_ptr<LaunchGate> gate_;  ///< ranks of this communicator that are threads of this process on this GPU
   // Call order (orderBefore/orderAfter), used by the calling thread only.

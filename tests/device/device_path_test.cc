@@ -833,5 +833,64 @@ TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// Two processes whose calls at one point take different paths: each waits for what the other never writes (inbox
+// flags, FIFO data, or a connection of a channel the peer does not have). The call board finds it: both ranks fail
+// with ncclInvalidUsage naming both calls, long before CHORUS_TIMEOUT_S (30 s here; a failure at the timeout says
+// so, and these checks refuse that text).
+TEST(DevicePathFaults, CallsThatTakeDifferentPathsAreNamed) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  setenv("CHORUS_TIMEOUT_S", "30", 1);
+  struct Case {
+    const char* what;
+    bool fifosOnly;       // CHORUS_DEVICE_IPC=0
+    bool broadcast[2];    // rank 0's, rank 1's call: ncclBroadcast from rank 0, or ncclAllReduce
+    size_t count[2];      // floats
+    const char* path[2];  // as the text names them
+  };
+  const Case cases[] = {
+      // 4 KB goes one-shot through inboxes; 1.6 MB is past CHORUS_DEVICE_IPC_MAX_BYTES.
+      {"inboxes against FIFOs",
+       false,
+       {false, false},
+       {1000, 400000},
+       {"through IPC inboxes (one-shot)", "through FIFOs"}},
+      // 4 MB takes two channels, 4 KB one: the first waits for a channel-1 connection the second never makes.
+      {"another shape on FIFOs", true, {false, false}, {1 << 20, 1000}, {"through FIFOs", "through FIFOs"}},
+      {"another collective", false, {false, true}, {1000, 400000}, {"through IPC inboxes (one-shot)", "through FIFOs"}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    if (k.fifosOnly) setenv("CHORUS_DEVICE_IPC", "0", 1);
+    chorus::paramsReload();
+    runRanks(2, Driver::kProcesses, [&k](RankCtx& c) {
+      const int me = c.rank, peer = 1 - c.rank;
+      DevBuf b(gEmu, (1 << 20) * sizeof(float));
+      ncclResult_t e =
+          k.broadcast[me]
+              ? ncclBroadcast(b.as<float>(), b.as<float>(), k.count[me], ncclFloat32, 0, c.comm, streamOf(c))
+              : ncclAllReduce(b.as<float>(), b.as<float>(), k.count[me], ncclFloat32, ncclSum, c.comm, streamOf(c));
+      // A rank waiting on the host for a connection fails the call itself; one whose kernel waits, asynchronously.
+      if (e == ncclSuccess) {
+        gEmu.streamSynchronize(streamOf(c));
+        e = asyncErrorOf(c.comm);
+      }
+      EXPECT_EQ(e, ncclInvalidUsage);
+      const std::string text = ncclGetLastError(c.comm);
+      EXPECT_NE(text.find("does not match rank " + std::to_string(peer) + "'s call"), std::string::npos) << text;
+      EXPECT_NE(text.find("count " + std::to_string(k.count[peer]) + ", ncclFloat32"), std::string::npos) << text;
+      EXPECT_NE(text.find(std::string("rank ") + std::to_string(peer) + " called " +
+                          (k.broadcast[peer] ? "ncclBroadcast" : "ncclAllReduce")),
+                std::string::npos)
+          << text;
+      EXPECT_NE(text.find(k.path[peer]), std::string::npos) << text;
+      EXPECT_EQ(text.find("CHORUS_TIMEOUT_S"), std::string::npos) << text;
+    });
+    unsetenv("CHORUS_DEVICE_IPC");
+  }
+  unsetenv("CHORUS_TIMEOUT_S");
+  chorus::paramsReload();
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
 }  // namespace
 }  // namespace chorus_test

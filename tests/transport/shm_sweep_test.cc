@@ -54,6 +54,7 @@ TEST(ShmSweep, KindsByName) {
   EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 3, 0, 1)), chorus::ShmKind::kHostFifo);
   EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 16, 7, 2, 'd')), chorus::ShmKind::kDeviceRecord);
   EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 16, 7, 2, 'd') + "-h"), chorus::ShmKind::kPinnedDeviceFifo);
+  EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 0, 5, 5, 'b')), chorus::ShmKind::kCallBoard);
   EXPECT_EQ(kindOf(chorus::shmFifoName(hash, 0, 0, 1, 'x')), chorus::ShmKind::kOther);
   EXPECT_EQ(chorus::shmKind("chorus-0123"), chorus::ShmKind::kOther);
   EXPECT_EQ(chorus::shmKind("other-0123456789abcdef-c0-0-1"), chorus::ShmKind::kOther);

@@ -28,7 +28,16 @@ ShmKind shmKind(const char* name) {
   const size_t len = strlen(name);
   if (len <= kKindAt || strncmp(name, "chorus-", 7) != 0) return ShmKind::kOther;
   if (strcmp(name + len - 2, "-h") == 0) return ShmKind::kPinnedDeviceFifo;
-  return name[kKindAt] == 'c' ? ShmKind::kHostFifo : name[kKindAt] == 'd' ? ShmKind::kDeviceRecord : ShmKind::kOther;
+  switch (name[kKindAt]) {
+    case 'c':
+      return ShmKind::kHostFifo;
+    case 'd':
+      return ShmKind::kDeviceRecord;
+    case 'b':
+      return ShmKind::kCallBoard;
+    default:
+      return ShmKind::kOther;
+  }
 }
 
 void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call) {

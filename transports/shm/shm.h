@@ -18,11 +18,11 @@ struct ShmSegment {
 };
 
 /// Name of the segment for (comm, channel, sender, receiver): both ends derive it alone. `kind` keeps the
-/// families apart: 'c' host-path FIFOs, 'd' device-connection rendezvous records.
+/// families apart: 'c' host-path FIFOs, 'd' device-connection rendezvous records, 'b' call boards.
 std::string shmFifoName(uint64_t commHash, int channel, int from, int to, char kind = 'c');
 /// What a segment of /dev/shm is, from its name (without the leading '/'): one of shmFifoName's families, or a pinned
 /// device FIFO (a device-connection record's name with "-h" appended).
-enum class ShmKind { kOther, kHostFifo, kDeviceRecord, kPinnedDeviceFifo };
+enum class ShmKind { kOther, kHostFifo, kDeviceRecord, kPinnedDeviceFifo, kCallBoard };
 ShmKind shmKind(const char* name);
 /// Opens the named segment (creating it when `create`), grows it to at least `size` (zero-filled) and maps it.
 /// On failure returns null with errno in *err and the failing call ("shm_open", "ftruncate", "mmap") in *call.
