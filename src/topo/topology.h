@@ -155,7 +155,8 @@ bool dumpHostTopology(const HostTopology& t, const std::string& path, std::strin
 HostTopology resolveHostTopology(const std::string& file, const std::vector<int64_t>& runtimeBusIds,
                                  std::string* warning);
 
-/// The process's topology, resolved once on first use (thread-safe) from the parameters and the GPU runtime.
+/// The process's topology, resolved on first use for each value of CHORUS_TOPO_FILE / NCCL_TOPO_FILE (thread-safe)
+/// from the parameters and the GPU runtime.
 const HostTopology& processTopology();
 
 /// Communicator init's hook: resolves the process topology (logging its summary once, at INFO INIT, and any

@@ -1,5 +1,8 @@
-// The process's topology: resolved once, at the first communicator init, from a file or a probe, and dumped by one
-// rank when asked. Nothing here may fail an init: problems are logged once and the view is left empty.
+// The process's topology: resolved once per topology file setting, at the first communicator init, from a file or a
+// probe, and dumped by one rank when asked. Nothing here may fail an init: problems are logged once and the view is
+// left empty.
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -63,19 +66,22 @@ HostTopology resolveHostTopology(const std::string& file, const std::vector<int6
 }
 
 const HostTopology& processTopology() {
-  static HostTopology topo;
-  static std::once_flag once;
-  std::call_once(once, []() {
-    std::string file = kTopoFile.isSet() ? kTopoFile.get() : kNcclTopoFile.get();
-    std::string warning;
-    topo = resolveHostTopology(file, runtimeBusIds(), &warning);
-    if (!warning.empty()) WARN("%s", warning.c_str());
-    std::string from = topo.source == "probe"               ? "probed"
-                       : topo.source.rfind("file ", 0) == 0 ? "from " + topo.source
-                                                            : topo.source;
-    INFO(kInit, "topology: %s (%s)", topo.summary().c_str(), from.c_str());
-  });
-  return topo;
+  // Once per topology file setting: a process whose environment names another file (or none) before a later init
+  // gets that file's view. Views are kept for the process's life, so references handed out stay valid.
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<HostTopology>> views;
+  const std::string file = kTopoFile.isSet() ? kTopoFile.get() : kNcclTopoFile.get();
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<HostTopology>& topo = views[file];
+  if (topo) return *topo;
+  std::string warning;
+  topo = std::make_unique<HostTopology>(resolveHostTopology(file, runtimeBusIds(), &warning));
+  if (!warning.empty()) WARN("%s", warning.c_str());
+  std::string from = topo->source == "probe"               ? "probed"
+                     : topo->source.rfind("file ", 0) == 0 ? "from " + topo->source
+                                                           : topo->source;
+  INFO(kInit, "topology: %s (%s)", topo->summary().c_str(), from.c_str());
+  return *topo;
 }
 
 void topologyAtCommInit(int rank) {
