@@ -980,12 +980,17 @@ ncclResult_t DeviceEngine::collAsSendRecvs(const OpDesc& op) {
   const size_t bytes = op.count * DType::size(op.dtype);
   const char* in = static_cast<const char*>(op.sendbuff);
   char* out = static_cast<char*>(op.recvbuff);
-  // Its sends could go in another launch than the receives into the same block (they meet different peers).
-  if (op.coll == Coll::kAllToAll && in < out + bytes * n && out < in + bytes * n)
-    CHORUS_FAIL(comm_, ncclInvalidUsage,
-                "rank %d: an ncclAlltoAll over %d ranks whose buffers overlap needs more connections than one device "
-                "launch holds (%d); give it separate send and receive buffers",
-                me, n, kDevMaxBlockFifos);
+  // A block's send and the receive into its place meet different peers, so they may fall in different launches: an
+  // alltoall whose buffers overlap sends from a copy of its input, made first on the same stream.
+  if (op.coll == Coll::kAllToAll && in < out + bytes * n && out < in + bytes * n) {
+    char* saved = outScratch(bytes * n);
+    if (saved == nullptr)
+      CHORUS_FAIL(comm_, ncclUnhandledCudaError,
+                  "rank %d: a copy of the input of an in-place ncclAlltoAll (%zu bytes): %s", me, bytes * n,
+                  rt_->lastError().c_str());
+    CHORUS_CHECK(copy(saved, in, bytes * n, op.stream, "ncclAlltoAll (a copy of its input, in place)"));
+    in = saved;
+  }
   // It keeps its place among the collectives, on every rank alike.
   postCall(planner_->nextCollSeq(), op, CallPath::kSendRecvs);
   INFO(kColl,
