@@ -279,6 +279,13 @@ std::string DeviceEngine::checkBoard() {
   return text;
 }
 
+bool DeviceEngine::boardMismatch() {
+  const std::string mismatch = checkBoard();
+  if (mismatch.empty()) return false;
+  if (commLastError(comm_).find(mismatch) == std::string::npos) setLastError(comm_, "%s", mismatch.c_str());
+  return true;
+}
+
 void DeviceEngine::watchPeers() {
   std::vector<int> local;  // ranks in other processes of this host: the kernel waits on them through IPC
   const PeerInfo& me = comm_->peers[comm_->rank];
@@ -351,11 +358,7 @@ ncclResult_t DeviceEngine::checkStatus() {
   if (code == 0 && !boardFailed_.load()) return ncclSuccess;
   // A kernel that stopped because the ranks' calls differ (or that the peer, having found that, stopped): the
   // mismatch is the cause, whatever the kernel saw.
-  const std::string mismatch = checkBoard();
-  if (!mismatch.empty()) {
-    if (commLastError(comm_).find(mismatch) == std::string::npos) setLastError(comm_, "%s", mismatch.c_str());
-    return ncclInvalidUsage;
-  }
+  if (boardMismatch()) return ncclInvalidUsage;
   if (code == 0) return ncclSuccess;
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
   auto reason = static_cast<PoisonReason>(st->reason);
@@ -965,11 +968,7 @@ ncclResult_t DeviceEngine::run(const std::vector<OpDesc>& ops) {
   if (res != ncclSuccess && res != ncclInProgress && board_) {
     // A peer that found the ranks' calls differ fails and may leave before this rank sees that on the board: what
     // this rank then meets (its process gone, its FIFO unmappable) follows from the mismatch, which is the cause.
-    const std::string mismatch = checkBoard();
-    if (!mismatch.empty()) {
-      if (commLastError(comm_).find(mismatch) == std::string::npos) setLastError(comm_, "%s", mismatch.c_str());
-      res = ncclInvalidUsage;
-    }
+    if (boardMismatch()) res = ncclInvalidUsage;
   }
   if (res != ncclSuccess && gate_) gate_->fail(comm_->rank, commLastError(comm_));
   return res;

@@ -53,6 +53,8 @@ class DeviceEngine {
   /// Compares the call board; on the first mismatch found, fails the communicator with its text (ncclInvalidUsage)
   /// and makes this rank's kernels stop. Returns the text ("" when none).
   std::string checkBoard();
+  /// checkBoard, for a failure being reported: whether the ranks' calls differ (then the last error names them).
+  bool boardMismatch();
   uint8_t* deadPeers() const;
   ncclResult_t runOps(const std::vector<OpDesc>& ops);
   /// Sends and receives: those to itself as copies, the others in batches of launches (Planner::p2pLaunches).
