@@ -255,11 +255,12 @@ uint8_t* DeviceEngine::deadPeers() const { return static_cast<uint8_t*>(statusHo
 
 void DeviceEngine::postCall(uint64_t seq, const OpDesc& op, CallPath path) {
   if (!board_) return;
+  const Fingerprint fp = collFingerprint(seq, op);  // what the FIFO slot headers carry
   CallRecord r;
-  r.seq = seq;
-  r.count = op.count;
-  r.desc = packDesc(op.coll, op.dtype, collReducing(op.coll) ? op.op : 0);
-  r.root = collRooted(op.coll) ? op.root : -1;
+  r.seq = fp.seq;
+  r.count = fp.count;
+  r.desc = fp.desc;
+  r.root = fp.root;
   r.path = path;
   board_->post(r);
 }

@@ -287,6 +287,11 @@ void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs) {
   }
 }
 
+Fingerprint collFingerprint(uint64_t seq, const OpDesc& op) {
+  return Fingerprint{seq, op.count, packDesc(op.coll, op.dtype, collReducing(op.coll) ? op.op : 0),
+                     collRooted(op.coll) ? op.root : -1};
+}
+
 ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out,
                            bool* empty, LaunchLimits limits) {
   uint64_t seq = ++collSeq_;
@@ -367,8 +372,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   map.tileElems = std::max<size_t>(1, (static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2) / es);
   p.nTiles = (p.chanElems + map.tileElems - 1) / map.tileElems;
   p.reducing = collReducing(op.coll);
-  p.fp = Fingerprint{seq, op.count, packDesc(op.coll, op.dtype, p.reducing ? op.op : 0),
-                     collRooted(op.coll) ? op.root : -1};
+  p.fp = collFingerprint(seq, op);
   p.red = redOpFor(op);
   p.label = OpLabel{collName(op.coll), seq, op.count, op.dtype};
   return ncclSuccess;

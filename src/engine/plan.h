@@ -56,6 +56,10 @@ inline size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 /// Whether a collective combines values.
 inline bool collReducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 
+/// What ranks compare to match their calls: the collective's number, count, (coll, dtype, op) and root (-1 where it
+/// has none). The FIFO slot headers and the call board carry it.
+Fingerprint collFingerprint(uint64_t seq, const OpDesc& op);
+
 /// Most connection ends and step runs one launch may hold (0: no limit). The planner uses fewer channels than asked
 /// for when the schedules would not fit (the device path's kernel argument).
 struct LaunchLimits {
