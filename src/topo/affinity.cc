@@ -8,29 +8,20 @@
 
 namespace chorus {
 
-namespace {
-
-// Whether a NIC is the device a net names: by RDMA device or interface name, or by the bus id its PCI path ends in.
-bool isNic(const TopoNic& nic, const std::string& name, const std::string& path) {
-  if (!name.empty() && (nic.name == name || nic.netdev == name)) return true;
-  if (nic.busId.empty() || path.size() < nic.busId.size()) return false;
-  return path.compare(path.size() - nic.busId.size(), nic.busId.size(), nic.busId) == 0 &&
-         (path.size() == nic.busId.size() || path[path.size() - nic.busId.size() - 1] == '/');
-}
-
-}  // namespace
-
 std::string cpusNearNics(const HostTopology& t, const std::vector<std::pair<std::string, std::string>>& namesAndPaths) {
   cpu_set_t all;
   CPU_ZERO(&all);
   bool any = false;
-  for (const auto& [name, path] : namesAndPaths)
-    for (const TopoNic& nic : t.nics) {
-      cpu_set_t near;
-      if (nic.cpus.empty() || !isNic(nic, name, path) || !parseCpuList(nic.cpus, &near)) continue;
-      CPU_OR(&all, &all, &near);
-      any = true;
+  for (const auto& [name, path] : namesAndPaths) {
+    const int n = topologyNicIndex(t, name, path);
+    cpu_set_t near;
+    if (n < 0 || t.nics[static_cast<size_t>(n)].cpus.empty() ||
+        !parseCpuList(t.nics[static_cast<size_t>(n)].cpus, &near)) {
+      continue;
     }
+    CPU_OR(&all, &all, &near);
+    any = true;
+  }
   return any ? formatCpuList(all) : "";
 }
 

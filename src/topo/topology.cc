@@ -46,14 +46,35 @@ int HostTopology::pciNics() const {
   return static_cast<int>(std::count_if(nics.begin(), nics.end(), [](const TopoNic& n) { return !n.isVirtual; }));
 }
 
-int topologyGpuNuma(const HostTopology& t, int64_t runtimeBusId) {
+int topologyGpuIndex(const HostTopology& t, int64_t runtimeBusId) {
   if (runtimeBusId < 0) return -1;
-  for (const TopoGpu& g : t.gpus) {
+  for (size_t i = 0; i < t.gpus.size(); i++) {
     unsigned dom = 0, bus = 0, dev = 0, fn = 0;
-    if (sscanf(g.busId.c_str(), "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) continue;
-    if ((static_cast<int64_t>(dom) << 32 | static_cast<int64_t>(bus) << 8 | dev) == runtimeBusId) return g.numa;
+    if (sscanf(t.gpus[i].busId.c_str(), "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) continue;
+    if ((static_cast<int64_t>(dom) << 32 | static_cast<int64_t>(bus) << 8 | dev) == runtimeBusId) {
+      return static_cast<int>(i);
+    }
   }
   return -1;
+}
+
+int topologyNicIndex(const HostTopology& t, const std::string& name, const std::string& pciPath) {
+  for (size_t i = 0; i < t.nics.size(); i++) {
+    const TopoNic& nic = t.nics[i];
+    if (!name.empty() && (nic.name == name || nic.netdev == name)) return static_cast<int>(i);
+    const std::string& id = nic.busId;
+    if (id.empty() || pciPath.size() < id.size()) continue;
+    if (pciPath.compare(pciPath.size() - id.size(), id.size(), id) == 0 &&
+        (pciPath.size() == id.size() || pciPath[pciPath.size() - id.size() - 1] == '/')) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+int topologyGpuNuma(const HostTopology& t, int64_t runtimeBusId) {
+  const int g = topologyGpuIndex(t, runtimeBusId);
+  return g < 0 ? -1 : t.gpus[static_cast<size_t>(g)].numa;
 }
 
 int64_t topologyNicMbps(const HostTopology& t) {

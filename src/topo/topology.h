@@ -111,6 +111,14 @@ struct HostTopology {
 /// says 10000), else 0 (unknown: a VM's virtio NIC reports none).
 int64_t topologyNicMbps(const HostTopology& t);
 
+/// The index in t.gpus of the GPU at `runtimeBusId` (GpuRuntime::busId numbering: domain << 32 | bus << 8 | device),
+/// -1 when the topology has no such GPU (or the id is negative: a rank without a GPU).
+int topologyGpuIndex(const HostTopology& t, int64_t runtimeBusId);
+
+/// The index in t.nics of the NIC a net names by its device or interface name ("mlx5_0", "eth0"), or by its PCI path
+/// (a sysfs path ending in the NIC's bus id, as a net's properties give it); -1 when the topology places neither.
+int topologyNicIndex(const HostTopology& t, const std::string& name, const std::string& pciPath);
+
 /// The NUMA node of the GPU at `runtimeBusId` (GpuRuntime::busId numbering: domain << 32 | bus << 8 | device), -1
 /// when the topology has no such GPU or it is not on one node.
 int topologyGpuNuma(const HostTopology& t, int64_t runtimeBusId);
