@@ -650,17 +650,25 @@ TEST(DevicePathFaults, RecordsLeftByExitedRanksAreSwept) {
 // of its GPUs renumbered to the emulated runtime's bus ids (device d at 0000:00:0d.0), alternating between the two
 // sockets: devices 0 and 2 on NUMA node 0, 1 and 3 on node 1. Four processes, rank r on device r, so the ring is
 // 0 2 1 3. (The topology is resolved once per process: ctest runs each test in its own.)
-TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
+// Writes the DGX H100 topology file with the GPUs at the given bus ids moved to the emulated runtime's (device d at
+// 0000:00:0d.0, the d-th id given) and returns its path (under /tmp, named after `what` and this process).
+std::string dgxWithEmulatedGpus(const std::vector<std::string>& busIds, const char* what) {
   std::string xml = readFile(sourceDir() + "/topo/dgx-h100.xml");
-  ASSERT_FALSE(xml.empty());
-  const char* renumber[][2] = {{"0000:19:00.0", "0000:00:00.0"},
-                               {"0000:99:00.0", "0000:00:01.0"},
-                               {"0000:1b:00.0", "0000:00:02.0"},
-                               {"0000:9b:00.0", "0000:00:03.0"}};
-  for (const auto& r : renumber)
-    for (size_t at = xml.find(r[0]); at != std::string::npos; at = xml.find(r[0], at)) xml.replace(at, 12, r[1]);
-  const std::string topo = "/tmp/chorus-numa-topo-" + std::to_string(getpid()) + ".xml";
+  EXPECT_FALSE(xml.empty());
+  for (size_t d = 0; d < busIds.size(); d++) {
+    char emu[32];
+    snprintf(emu, sizeof(emu), "0000:00:%02x.0", static_cast<unsigned>(d));
+    for (size_t at = xml.find(busIds[d]); at != std::string::npos; at = xml.find(busIds[d], at))
+      xml.replace(at, 12, emu);
+  }
+  const std::string topo = std::string("/tmp/chorus-") + what + "-topo-" + std::to_string(getpid()) + ".xml";
   std::ofstream(topo) << xml;
+  return topo;
+}
+
+TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
+  const std::string topo =
+      dgxWithEmulatedGpus({"0000:19:00.0", "0000:99:00.0", "0000:1b:00.0", "0000:9b:00.0"}, "numa");
   chorus::HostTopology t;
   std::string err;
   ASSERT_TRUE(chorus::loadHostTopology(topo, &t, &err)) << err;
@@ -705,6 +713,76 @@ TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
   gEmu.devices = 1;
   std::remove(topo.c_str());
 }
+
+#ifdef CHORUS_TEST_NET_V11
+// Net connections between hosts leave through the NICs nearest each rank's GPU (topo/nic_choice.h). Two DGX H100-like
+// hosts (the topology file, with GPU0, GPU1 and GPU4 renumbered to emulated devices 0, 1 and 2, keeping their PCI
+// order), the test net plugin offering the node's eight HCAs by name (all over one TCP interface; it logs the device
+// each listen and connect is given). Rank 0 runs on GPU1, which shares mlx5_0 and mlx5_1 under its switch with GPU0:
+// it starts at mlx5_1. Rank 1 runs on GPU4, on the other socket: mlx5_4, then mlx5_5. Two channels, so both of each
+// rank's NICs carry connections.
+TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
+  const std::string topo = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:99:00.0"}, "nic");
+  gEmu.devices = 3;
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  const std::string log = "/tmp/chorus-nic-log-" + std::to_string(getpid());
+  std::vector<std::string> logs(2);
+  forkRanksForLog(
+      2,
+      [&](int rank, const ncclUniqueId& id) {
+        setenv("NCCL_HOSTID", rank == 0 ? "dgx-a" : "dgx-b", 1);
+        setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
+        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+        setenv("NCCL_NET", "ChorusTestNet", 1);
+        setenv("CHORUS_TEST_NET_DEVICES", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", 1);
+        setenv("CHORUS_DEVICE_NCHANNELS", "2", 1);
+        setenv("NCCL_DEBUG", "INFO", 1);
+        setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
+        setenv("NCCL_DEBUG_FILE", (log + "." + std::to_string(rank)).c_str(), 1);
+        ncclResetDebugInit();
+        chorus::paramsReload();
+        if (gEmu.setDevice(rank + 1) != ncclSuccess) return 9;
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        const size_t N = 300000;  // both channels carry data
+        DevBuf b(gEmu, N * sizeof(float));
+        fill(b.as<float>(), N, [&](size_t i) { return float(rank + 1) * float(i % 97); });
+        cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+        EXPECT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), N, ncclFloat32, ncclSum, comm, s), ncclSuccess);
+        sync(s);
+        EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
+        size_t wrong = 0;
+        for (size_t i = 0; i < N; i++) wrong += b.as<float>()[i] != 3.0f * float(i % 97);
+        EXPECT_EQ(wrong, 0u) << "elements of the allreduce differ from the sum";
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      log);
+  for (int r = 0; r < 2; r++) {
+    logs[r] = readFile(log + "." + std::to_string(r));
+    std::remove((log + "." + std::to_string(r)).c_str());
+  }
+  EXPECT_NE(logs[0].find("devices by channel: 1 (mlx5_1, PIX), 0 (mlx5_0, PIX)"), std::string::npos) << logs[0];
+  EXPECT_NE(logs[1].find("devices by channel: 4 (mlx5_4, PIX), 5 (mlx5_5, PIX)"), std::string::npos) << logs[1];
+  // What the plugin was asked for: each rank's own two NICs, both used, and no other.
+  const char* own[2][2] = {{"mlx5_0", "mlx5_1"}, {"mlx5_4", "mlx5_5"}};
+  for (int r = 0; r < 2; r++) {
+    std::vector<std::string> used;
+    for (size_t at = logs[r].find(" on device "); at != std::string::npos; at = logs[r].find(" on device ", at + 1)) {
+      const size_t open = logs[r].find('(', at), close = logs[r].find(')', at);
+      if (open != std::string::npos && close != std::string::npos)
+        used.push_back(logs[r].substr(open + 1, close - open - 1));
+    }
+    EXPECT_GE(used.size(), 4u) << "rank " << r << ": a listen and a connect per channel\n" << logs[r];
+    for (const char* nic : own[r])
+      EXPECT_NE(std::count(used.begin(), used.end(), nic), 0) << "rank " << r << " " << nic;
+    for (const std::string& u : used) EXPECT_TRUE(u == own[r][0] || u == own[r][1]) << "rank " << r << " used " << u;
+  }
+  chorus::setGpuRuntimeForTesting(nullptr);
+  gEmu.devices = 1;
+  std::remove(topo.c_str());
+}
+#endif
 
 // A rank whose `var` differs from the other's is refused at init, on both ranks.
 void settingDisagreementIsRefused(const char* var) {

@@ -2,9 +2,12 @@
  * ncclNetPlugin_v<NET_VERSION> (11 by default; 6 to 10 for the older layouts chorus adapts; 5 exports a symbol of
  * a version chorus does not load, with v6's layout, to test that it is refused). Its name is "ChorusTestNet".
  *
- * - One device. listen() binds 0.0.0.0 and puts a reachable address in the handle: the address of the interface
- *   NCCL_SOCKET_IFNAME selects (comma-separated name prefixes, a leading ^ excludes, = asks for exact names), else
- *   the first non-loopback IPv4 interface that is up, else 127.0.0.1; so it works across network namespaces.
+ * - One device, named after its interface. listen() binds 0.0.0.0 and puts a reachable address in the handle: the
+ *   address of the interface NCCL_SOCKET_IFNAME selects (comma-separated name prefixes, a leading ^ excludes, =
+ *   asks for exact names), else the first non-loopback IPv4 interface that is up, else 127.0.0.1; so it works across
+ *   network namespaces.
+ * - CHORUS_TEST_NET_DEVICES=name,name,... (at most 16) offers that many devices of those names instead, all over
+ *   that one interface: a test's stand-in for a node's NICs. listen and connect log at INFO the device they got.
  * - Nothing blocks. connect() starts a non-blocking connect and keeps its progress in the caller's handle (as NCCL's
  *   own nets do), so the caller passes the same handle again until a comm comes back. isend()/irecv() queue a
  *   request (null when the comm's queue is full); test(), isend() and irecv() move bytes as far as the socket lets
@@ -221,6 +224,10 @@ typedef struct {
 static Logger gLog;
 static int gInits;
 static char gIfName[IF_NAMESIZE + 1] = "lo";
+enum { kMaxDevs = 16 };
+static char gDevNames[kMaxDevs][32]; /* CHORUS_TEST_NET_DEVICES's names; none: one device named gIfName */
+static int gNdevs = 1;
+static int gNamedDevs = 0;
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -371,6 +378,15 @@ static int inRegion(void* mhandle, const void* data, size_t size) {
 
 /* ---- The entry points, in their widest form (the exported table wraps them for its layout). ---- */
 
+static const char* devName(int dev) { return gNamedDevs > 0 ? gDevNames[dev] : gIfName; }
+
+static int badDev(int dev) { return dev < 0 || dev >= gNdevs; }
+
+/* With named devices, which one a listen or connect was given (tests read it in the log). */
+static void sayDevice(const char* what, int dev) {
+  if (gNamedDevs > 0) say(kLogInfo, __LINE__, "%s on device %d (%s)", what, dev, devName(dev));
+}
+
 /* Initializes the plugin; `again` says whether a second call is allowed (v11) or refused (older layouts). */
 static ncclResult_t netInit(Logger log, int again) {
   const char* failWhat = getenv("CHORUS_TEST_NET_FAIL");
@@ -386,18 +402,27 @@ static ncclResult_t netInit(Logger log, int again) {
   char text[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &a, text, sizeof(text));
   say(kLogInfo, __LINE__, "init (v%d): device %s, address %s", NET_VERSION, gIfName, text);
+  const char* names = getenv("CHORUS_TEST_NET_DEVICES");
+  gNdevs = 1;
+  gNamedDevs = 0;
+  for (const char* p = names; p != NULL && *p != '\0' && gNamedDevs < kMaxDevs;) {
+    size_t n = strcspn(p, ",");
+    snprintf(gDevNames[gNamedDevs++], sizeof(gDevNames[0]), "%.*s", (int)n, p);
+    p += n + (p[n] == ',');
+  }
+  if (gNamedDevs > 0) gNdevs = gNamedDevs;
   return ncclSuccess;
 }
 
 static ncclResult_t netDevices(int* ndev) {
-  *ndev = 1;
+  *ndev = gNdevs;
   return ncclSuccess;
 }
 
 static ncclResult_t netGetProperties(int dev, Props* props) {
-  if (dev != 0) return ncclInvalidArgument;
+  if (badDev(dev)) return ncclInvalidArgument;
   memset(props, 0, sizeof(*props));
-  props->name = gIfName;
+  props->name = (char*)devName(dev);
   props->pciPath = NULL;
   props->guid = 0xC0DE0000u + NET_VERSION; /* tells tests which build they reached */
   props->ptrSupport = kPtrHost;
@@ -427,7 +452,8 @@ static ncclResult_t netListen(int dev, void* handle, void** listenComm) {
   socklen_t len = sizeof(any);
   const int one = 1;
   *listenComm = NULL;
-  if (dev != 0) return ncclInvalidArgument;
+  if (badDev(dev)) return ncclInvalidArgument;
+  sayDevice("listen", dev);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return ncclSystemError;
   memset(&any, 0, sizeof(any));
@@ -469,8 +495,9 @@ static Comm* newComm(int fd, int isSend) {
 static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
   Handle* h = (Handle*)handle;
   *sendComm = NULL;
-  if (dev != 0 || h->magic != kHandleMagic) return ncclInvalidArgument;
+  if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
   if (h->stage == 0) {
+    sayDevice("connect", dev);
     h->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (h->fd < 0) return ncclSystemError;
     if (connect(h->fd, (struct sockaddr*)&h->addr, sizeof(h->addr)) != 0 && errno != EINPROGRESS) {

@@ -16,6 +16,7 @@
 #include "core/params.h"
 #include "core/timeout.h"
 #include "topo/affinity.h"
+#include "topo/nic_choice.h"
 
 namespace chorus {
 namespace {
@@ -31,17 +32,39 @@ IntParam kProxyBind{"CHORUS_PROXY_BIND", 1,
                     "thread that created the communicator may run.",
                     "transports"};
 
+IntParam kNetNearGpu{"CHORUS_NET_NEAR_GPU", 1,
+                     "1: a rank's connections between hosts use the net devices the host topology places nearest its "
+                     "GPU (GPUs sharing those devices start at different ones; channels take them in turn), as NCCL "
+                     "picks a NIC by PCI distance; every device when the rank has no GPU or the topology places none "
+                     "of them. 0: channel c uses device c mod ndev.",
+                     "transports"};
+
 }  // namespace
+
+void NetProxy::chooseDevices() {
+  deviceNames_.clear();
+  for (int d = 0; d < net_.ndev; d++) {
+    ncclNetProperties_v11_t props{};
+    if (net_.api->getProperties(d, &props) != ncclSuccess) props = ncclNetProperties_v11_t{};
+    deviceNames_.emplace_back(props.name != nullptr ? props.name : "", props.pciPath != nullptr ? props.pciPath : "");
+  }
+  const int64_t gpu = comm_->peers.empty() ? -1 : comm_->peers[rank_].busId;
+  NicChoice choice = kNetNearGpu.get() != 0 ? chooseNics(processTopology(), gpu, deviceNames_)
+                                            : chooseNics(HostTopology{}, -1, deviceNames_);
+  if (kNetNearGpu.get() == 0) choice.why = "CHORUS_NET_NEAR_GPU=0";
+  devices_ = choice.order;
+  if (devices_.empty()) devices_.push_back(0);  // a net reports at least one device (selectNet checks)
+  if (net_.ndev > 1 || choice.byTopology)
+    INFO(kNet | kInit, "rank %d: %s devices by channel: %s (%s)", rank_, name(),
+         describeNicChoice(choice, deviceNames_).c_str(), choice.why.c_str());
+}
 
 void NetProxy::bindNearDevices() {
   if (kProxyBind.get() == 0) return;
-  std::vector<std::pair<std::string, std::string>> devices;
-  for (int d = 0; d < net_.ndev; d++) {
-    ncclNetProperties_v11_t props{};
-    if (net_.api->getProperties(d, &props) != ncclSuccess) continue;
-    devices.emplace_back(props.name != nullptr ? props.name : "", props.pciPath != nullptr ? props.pciPath : "");
-  }
-  const std::string cpus = cpusNearNics(processTopology(), devices);
+  std::vector<std::pair<std::string, std::string>> used;
+  for (int d : devices_)
+    if (d >= 0 && d < static_cast<int>(deviceNames_.size())) used.push_back(deviceNames_[static_cast<size_t>(d)]);
+  const std::string cpus = cpusNearNics(processTopology(), used);
   if (cpus.empty()) return;  // the topology places none of them (virtual interfaces): nothing to be near
   std::string result;
   if (bindThreadNear(cpus, &result)) {
@@ -61,6 +84,7 @@ NetProxy::~NetProxy() {
 }
 
 ncclResult_t NetProxy::start() {
+  chooseDevices();
   if (!wake_.open())
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: eventfd failed: %s", rank_, name(), strerror(errno));
   if (net_.hooks != nullptr && net_.hooks->setWaker != nullptr)
@@ -94,7 +118,8 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
   c->isSend = isSend;
   c->channel = channel;
   c->peer = peer;
-  c->dev = channel % net_.ndev;  // both ends pick by channel, so a channel's two directions share a device index
+  // Each end picks its own device (a net connects any two of its devices); channels take this rank's in turn.
+  c->dev = devices_[static_cast<size_t>(channel) % devices_.size()];
   c->mem = mem;
   c->fifo.attach(mem, geo);
   c->fifo.peer = peer;

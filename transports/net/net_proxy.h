@@ -103,7 +103,9 @@ class NetProxy : public RemoteTransport {
   ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out);
   // ---- proxy thread ----
   void run();
-  /// CHORUS_PROXY_BIND: the proxy thread moves to the CPUs near its net's devices.
+  /// Picks the devices this rank's channels use (devices_, CHORUS_NET_NEAR_GPU) and logs them at INFO NET.
+  void chooseDevices();
+  /// CHORUS_PROXY_BIND: the proxy thread moves to the CPUs near the devices it uses.
   void bindNearDevices();
   void adopt();
   /// One step of one connection; true if it made progress.
@@ -137,6 +139,8 @@ class NetProxy : public RemoteTransport {
   int rank_;
   NetChoice net_;
   std::string label_;  ///< "net NAME"
+  std::vector<std::pair<std::string, std::string>> deviceNames_;  ///< each device's name and PCI path
+  std::vector<int> devices_;  ///< the devices channels use: channel c's connections use devices_[c % size]
   ProxyWake wake_;
 
   std::vector<std::unique_ptr<NetConn>> conns_;  ///< the proxy's (the caller's after the join)

@@ -1,0 +1,37 @@
+// Which of a net's devices a rank's connections use: the NICs nearest its GPU, as NCCL picks a NIC by its PCI
+// distance to the GPU. On a node with a NIC per GPU (or per pair of GPUs under one PCI switch) each GPU's traffic
+// then leaves through its own NIC and never crosses the CPUs' interconnect, and GPU i of every host uses the same
+// rail.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "topo/topology.h"
+
+namespace chorus {
+
+/// A rank's net devices in the order its channels take them: channel c's connections use order[c % order.size()].
+struct NicChoice {
+  std::vector<int> order;          ///< device indices of the net
+  std::vector<PathClass> classes;  ///< each one's distance to the GPU (kNone when not by topology)
+  bool byTopology = false;         ///< false: every device, in index order (`channel mod ndev`)
+  std::string why;                 ///< one phrase for INFO: the GPU and its devices, or why the topology was not used
+};
+
+/// The devices of a net (each named by device name and PCI path, as its properties give them) that the GPU at
+/// `gpuBusId` (GpuRuntime::busId numbering, -1 for a rank without a GPU) uses. By topology: the devices at the
+/// GPU's nearest PCI distance class (PIX, then PXB, PHB, SYS), in the topology's NIC order; GPUs that share that
+/// same set of NICs start at different ones (the i-th of them, in PCI order, at the i-th), so two GPUs under one switch
+/// with two NICs each start on their own. Every device in index order when the GPU is unknown, not in the topology, or
+/// the topology places none of the devices (virtual interfaces, an empty view).
+NicChoice chooseNics(const HostTopology& t, int64_t gpuBusId,
+                     const std::vector<std::pair<std::string, std::string>>& namesAndPaths);
+
+/// "0 (mlx5_0, PIX), 1 (mlx5_1, PIX)": the chosen devices with their names (from namesAndPaths) and classes.
+std::string describeNicChoice(const NicChoice& c,
+                              const std::vector<std::pair<std::string, std::string>>& namesAndPaths);
+
+}  // namespace chorus
