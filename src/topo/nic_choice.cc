@@ -1,6 +1,7 @@
 #include "topo/nic_choice.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace chorus {
 
@@ -74,6 +75,27 @@ std::string describeNicChoice(const NicChoice& c,
     } else if (!name.empty()) {
       out += " (" + name + ")";
     }
+  }
+  return out;
+}
+
+std::string formatNicChoices(const HostTopology& t) {
+  std::vector<std::pair<std::string, std::string>> devices;
+  for (const TopoNic& nic : t.nics)
+    if (!nic.isVirtual) devices.emplace_back(nic.name, nic.busId);
+  if (t.gpus.empty() || devices.empty()) return "";
+  std::string out = "NICs by GPU (a net offering every PCI NIC; channels take them in turn, CHORUS_NET_NEAR_GPU):\n";
+  for (size_t g = 0; g < t.gpus.size(); g++) {
+    unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+    sscanf(t.gpus[g].busId.c_str(), "%x:%x:%x.%x", &dom, &bus, &dev, &fn);
+    const NicChoice c = chooseNics(t, static_cast<int64_t>(dom) << 32 | static_cast<int64_t>(bus) << 8 | dev, devices);
+    std::string line = "  GPU" + std::to_string(g) + "   " + t.gpus[g].busId + "  ";
+    for (size_t i = 0; i < c.order.size(); i++) {
+      if (i > 0) line += ", ";
+      line += devices[static_cast<size_t>(c.order[i])].first;
+      if (c.byTopology) line += std::string(" (") + pathClassName(c.classes[i]) + ")";
+    }
+    out += line + "\n";
   }
   return out;
 }

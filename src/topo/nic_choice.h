@@ -34,4 +34,9 @@ NicChoice chooseNics(const HostTopology& t, int64_t gpuBusId,
 std::string describeNicChoice(const NicChoice& c,
                               const std::vector<std::pair<std::string, std::string>>& namesAndPaths);
 
+/// chorus-topo's section on NIC choice: for each GPU of the host, the NICs its channels take in turn, supposing a
+/// net that offers every PCI NIC of the topology (as IB does with an HCA port each). "" when the host has no GPU or
+/// no PCI NIC.
+std::string formatNicChoices(const HostTopology& t);
+
 }  // namespace chorus

@@ -108,5 +108,14 @@ TEST(NicChoice, EveryDeviceWhenTheTopologyCannotTell) {
   EXPECT_EQ(empty.order, all);
 }
 
+// chorus-topo's section: a line a GPU, nothing for a host without GPUs.
+TEST(NicChoice, ChorusTopoListsEachGpusNics) {
+  if (!topologyHasHwloc()) GTEST_SKIP() << "built without hwloc";
+  const std::string mi = formatNicChoices(load("mi300x.xml"));
+  EXPECT_NE(mi.find("  GPU7   0000:a9:00.0  mlx5_7 (PIX)\n"), std::string::npos) << mi;
+  EXPECT_EQ(formatNicChoices(load("cpu-2socket.xml")), "");
+  EXPECT_EQ(formatNicChoices(HostTopology{}), "");
+}
+
 }  // namespace
 }  // namespace chorus

@@ -1,5 +1,6 @@
 // chorus-topo: the host topology as chorus sees it (docs/topology.md).
-//   chorus-topo                 probes this host and prints its view: counts, GPUs, NICs, the distance matrix
+//   chorus-topo                 probes this host and prints its view: counts, GPUs, NICs, the distance matrix, and
+//                               the NICs each GPU's connections between hosts use
 //   chorus-topo --file F        prints the view of topology file F (a dump, a synthetic node, `lstopo --of xml`)
 //   chorus-topo --dump OUT      also writes the view (probed, or --file's) to OUT, as NCCL_TOPO_DUMP_FILE does
 // Exit status: 0, 1 when the probe or file fails (the message says why), 2 for bad arguments.
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "topo/nic_choice.h"
 #include "topo/topology.h"
 
 namespace {
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fputs(chorus::formatTopology(topo).c_str(), stdout);
+  if (const std::string nics = chorus::formatNicChoices(topo); !nics.empty()) std::printf("\n%s", nics.c_str());
   if (!dump.empty()) {
     if (!chorus::dumpHostTopology(topo, dump, &err)) {
       std::fprintf(stderr, "chorus-topo: %s\n", err.c_str());
