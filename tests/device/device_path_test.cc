@@ -666,6 +666,26 @@ std::string dgxWithEmulatedGpus(const std::vector<std::string>& busIds, const ch
   return topo;
 }
 
+// A rank process of the topology tests: on emulated device `device`, one float allreduce of `count` elements
+// checked against the sum, then destroy. Returns the exit status for forkRanks.
+int allReduceOnDevice(int rank, int nranks, int device, const ncclUniqueId& id, size_t count) {
+  if (gEmu.setDevice(device) != ncclSuccess) return 9;
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;
+  DevBuf b(gEmu, count * sizeof(float));
+  fill(b.as<float>(), count, [&](size_t i) { return float(rank + 1) * float(i % 97); });
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+  EXPECT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, comm, s), ncclSuccess);
+  sync(s);
+  EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
+  const float ranksSum = float(nranks * (nranks + 1) / 2);
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) wrong += b.as<float>()[i] != ranksSum * float(i % 97);
+  EXPECT_EQ(wrong, 0u) << "elements of the allreduce differ from the sum";
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  return ::testing::Test::HasFailure() ? 1 : 0;
+}
+
 TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
   const std::string topo =
       dgxWithEmulatedGpus({"0000:19:00.0", "0000:99:00.0", "0000:1b:00.0", "0000:9b:00.0"}, "numa");
@@ -691,21 +711,7 @@ TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
         }
         ncclResetDebugInit();
         chorus::paramsReload();
-        if (gEmu.setDevice(rank) != ncclSuccess) return 9;
-        ncclComm_t comm = nullptr;
-        if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
-        const size_t N = 100000;
-        DevBuf b(gEmu, N * sizeof(float));
-        fill(b.as<float>(), N, [&](size_t i) { return float(rank + 1) * float(i % 97); });
-        cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
-        EXPECT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), N, ncclFloat32, ncclSum, comm, s), ncclSuccess);
-        sync(s);
-        EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
-        size_t wrong = 0;
-        for (size_t i = 0; i < N; i++) wrong += b.as<float>()[i] != 10.0f * float(i % 97);
-        EXPECT_EQ(wrong, 0u) << "elements of the allreduce differ from the sum";
-        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
-        return ::testing::Test::HasFailure() ? 1 : 0;
+        return allReduceOnDevice(rank, 4, rank, id, 100000);
       },
       log);
   EXPECT_NE(text.find("rings host by host (CHORUS_RING_BY_HOST): 0 2 1 3"), std::string::npos) << text;
@@ -741,21 +747,7 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
         setenv("NCCL_DEBUG_FILE", (log + "." + std::to_string(rank)).c_str(), 1);
         ncclResetDebugInit();
         chorus::paramsReload();
-        if (gEmu.setDevice(rank + 1) != ncclSuccess) return 9;
-        ncclComm_t comm = nullptr;
-        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
-        const size_t N = 300000;  // both channels carry data
-        DevBuf b(gEmu, N * sizeof(float));
-        fill(b.as<float>(), N, [&](size_t i) { return float(rank + 1) * float(i % 97); });
-        cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
-        EXPECT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), N, ncclFloat32, ncclSum, comm, s), ncclSuccess);
-        sync(s);
-        EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
-        size_t wrong = 0;
-        for (size_t i = 0; i < N; i++) wrong += b.as<float>()[i] != 3.0f * float(i % 97);
-        EXPECT_EQ(wrong, 0u) << "elements of the allreduce differ from the sum";
-        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
-        return ::testing::Test::HasFailure() ? 1 : 0;
+        return allReduceOnDevice(rank, 2, rank + 1, id, 300000);  // enough that both channels carry data
       },
       log);
   for (int r = 0; r < 2; r++) {
