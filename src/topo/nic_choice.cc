@@ -1,7 +1,6 @@
 #include "topo/nic_choice.h"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace chorus {
 
@@ -31,19 +30,15 @@ NicChoice everyDevice(size_t ndev, std::string why) {
   return c;
 }
 
-}  // namespace
-
-NicChoice chooseNics(const HostTopology& t, int64_t gpuBusId,
-                     const std::vector<std::pair<std::string, std::string>>& namesAndPaths) {
-  const size_t ndev = namesAndPaths.size();
-  if (gpuBusId < 0) return everyDevice(ndev, "no GPU");
-  const int g = topologyGpuIndex(t, gpuBusId);
-  if (g < 0) return everyDevice(ndev, "its GPU is not in the host topology (" + t.source + ")");
+// chooseNics for the GPU at index g of the topology.
+NicChoice chooseNicsOfGpu(const HostTopology& t, int g,
+                          const std::vector<std::pair<std::string, std::string>>& namesAndPaths) {
   std::vector<int> nicOf;
   for (const auto& [name, path] : namesAndPaths) nicOf.push_back(topologyNicIndex(t, name, path));
   PathClass best = PathClass::kNone;
   const std::vector<int> near = nearestDevices(t, g, nicOf, &best);
-  if (near.empty()) return everyDevice(ndev, "the host topology places none of the net's devices on PCI");
+  if (near.empty())
+    return everyDevice(namesAndPaths.size(), "the host topology places none of the net's devices on PCI");
 
   // GPUs whose nearest devices are these same ones take turns: the k-th of them starts at the k-th device.
   int before = 0;
@@ -59,6 +54,16 @@ NicChoice chooseNics(const HostTopology& t, int64_t gpuBusId,
   }
   c.why = "GPU " + t.gpus[static_cast<size_t>(g)].busId + ", the devices nearest it (" + pathClassName(best) + ")";
   return c;
+}
+
+}  // namespace
+
+NicChoice chooseNics(const HostTopology& t, int64_t gpuBusId,
+                     const std::vector<std::pair<std::string, std::string>>& namesAndPaths) {
+  if (gpuBusId < 0) return everyDevice(namesAndPaths.size(), "no GPU");
+  const int g = topologyGpuIndex(t, gpuBusId);
+  if (g < 0) return everyDevice(namesAndPaths.size(), "its GPU is not in the host topology (" + t.source + ")");
+  return chooseNicsOfGpu(t, g, namesAndPaths);
 }
 
 std::string describeNicChoice(const NicChoice& c,
@@ -86,9 +91,7 @@ std::string formatNicChoices(const HostTopology& t) {
   if (t.gpus.empty() || devices.empty()) return "";
   std::string out = "NICs by GPU (a net offering every PCI NIC; channels take them in turn, CHORUS_NET_NEAR_GPU):\n";
   for (size_t g = 0; g < t.gpus.size(); g++) {
-    unsigned dom = 0, bus = 0, dev = 0, fn = 0;
-    sscanf(t.gpus[g].busId.c_str(), "%x:%x:%x.%x", &dom, &bus, &dev, &fn);
-    const NicChoice c = chooseNics(t, static_cast<int64_t>(dom) << 32 | static_cast<int64_t>(bus) << 8 | dev, devices);
+    const NicChoice c = chooseNicsOfGpu(t, static_cast<int>(g), devices);
     std::string line = "  GPU" + std::to_string(g) + "   " + t.gpus[g].busId + "  ";
     for (size_t i = 0; i < c.order.size(); i++) {
       if (i > 0) line += ", ";
