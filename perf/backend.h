@@ -96,6 +96,19 @@ class Backend {
   virtual bool groupEnd() = 0;
   /// Issues one call for one local rank.
   virtual bool run(int local, const CallArgs& call) = 0;
+  /// Whether -G can capture this backend's calls into CUDA graphs (device memory selected, graph API present).
+  virtual bool graphsAvailable() const { return false; }
+  /// -G: starts capturing a local rank's stream (thread-local mode) before its timed calls are issued.
+  virtual bool beginCapture(int local) { return false; }
+  /// Ends the capture of the calls issued since beginCapture.
+  virtual bool endCapture(int local) { return false; }
+  /// Instantiates the ended capture's graph. A thread instantiates only once all its captures have ended: in
+  /// thread-local mode its own capture still running forbids instantiation.
+  virtual bool instantiateGraph(int local) { return false; }
+  /// Launches a local rank's instantiated graph on its stream once.
+  virtual bool launchGraph(int local) { return false; }
+  /// Destroys a local rank's graph (no-op without one).
+  virtual void dropGraph(int local) {}
   /// Waits until a local rank's issued work is complete.
   virtual bool sync(int local) = 0;
   /// The library's last error text, for the trailer (may be empty).

@@ -86,6 +86,7 @@ class NcclBackend : public Backend {
     comms_.assign(L, nullptr);
     streams_.assign(L, nullptr);
     regs_.assign(L, {});
+    graphs_.assign(L, Graph{});
     if (device_) {
       for (int i = 0; i < L; i++) {
         if (!cudaOk(cuda_.setDevice(gpuOf(i, topo)), "cudaSetDevice", i)) return false;
@@ -223,6 +224,28 @@ class NcclBackend : public Backend {
     return cudaOk(cuda_.streamSynchronize(streams_[local]), "cudaStreamSynchronize", local);
   }
 
+  bool graphsAvailable() const override { return device_ && cuda_.hasGraphs(); }
+  bool beginCapture(int local) override {
+    return cudaOk(cuda_.streamBeginCapture(streams_[local], kCudaStreamCaptureModeThreadLocal),
+                  "cudaStreamBeginCapture", local);
+  }
+  bool endCapture(int local) override {
+    return cudaOk(cuda_.streamEndCapture(streams_[local], &graphs_[local].graph), "cudaStreamEndCapture", local);
+  }
+  bool instantiateGraph(int local) override {
+    Graph& g = graphs_[local];
+    return cudaOk(cuda_.graphInstantiateWithFlags(&g.exec, g.graph, 0), "cudaGraphInstantiateWithFlags", local);
+  }
+  bool launchGraph(int local) override {
+    return cudaOk(cuda_.graphLaunch(graphs_[local].exec, streams_[local]), "cudaGraphLaunch", local);
+  }
+  void dropGraph(int local) override {
+    Graph& g = graphs_[local];
+    if (g.exec != nullptr) cuda_.graphExecDestroy(g.exec);
+    if (g.graph != nullptr) cuda_.graphDestroy(g.graph);
+    g = Graph{};
+  }
+
   std::string lastError() const override {
     const char* e = ncclGetLastError(nullptr);
     return e ? e : "";
@@ -309,6 +332,12 @@ class NcclBackend : public Backend {
   std::vector<ncclComm_t> comms_;
   std::vector<cudaStream_t> streams_;
   std::vector<std::vector<void*>> regs_;
+  // -G: a local rank's captured graph (cudaGraph_t) and its instance (cudaGraphExec_t).
+  struct Graph {
+    void* graph = nullptr;
+    void* exec = nullptr;
+  };
+  std::vector<Graph> graphs_;
 };
 
 }  // namespace

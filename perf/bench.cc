@@ -114,9 +114,14 @@ void Bench::setupArgs(Shape& sh, size_t size, ncclDataType_t type) const {
   sh.recvInplaceOffset = sh.elems.recvInplaceOffset * w;
 }
 
-void Bench::syncAll(ThreadState& st) {
+template <typename F>
+void Bench::forLocal(ThreadState& st, F&& f) {
   for (int i = 0; i < topo_.nGpus; i++)
-    if (!be_.sync(st.thread * topo_.nGpus + i)) die(kExitLibrary);
+    if (!f(st.thread * topo_.nGpus + i)) die(kExitLibrary);
+}
+
+void Bench::syncAll(ThreadState& st) {
+  forLocal(st, [&](int local) { return be_.sync(local); });
 }
 
 void Bench::startColl(ThreadState& st, const Shape& sh, ncclDataType_t type, int op, int root, bool inPlace, int iter) {
@@ -203,6 +208,10 @@ void Bench::benchTime(ThreadState& st, Shape& sh, ncclDataType_t type, int op, i
   completeColl(st);
   team_.barrier(st.thread);
 
+  // -G: the timed calls are captured into one graph per rank, and the clock times that graph's launches instead.
+  const int graphLaunches = opts_.cudaGraph;
+  if (graphLaunches > 0) forLocal(st, [&](int local) { return be_.beginCapture(local); });
+
   std::vector<double> iterTimes(opts_.perIterTiming ? iters : 0);
   double collOnly = 0;
   auto t0 = Clock::now();
@@ -223,9 +232,18 @@ void Bench::benchTime(ThreadState& st, Shape& sh, ncclDataType_t type, int op, i
       iterTimes[iter] = secondsSince(i0) / agg;
     }
   }
-  double cpuSec = (opts_.blocking == 3 ? collOnly : secondsSince(t0)) / (iters * agg);
+  if (graphLaunches > 0) {
+    forLocal(st, [&](int local) { return be_.endCapture(local); });
+    forLocal(st, [&](int local) { return be_.instantiateGraph(local); });
+    team_.barrier(st.thread);
+    t0 = Clock::now();
+    for (int l = 0; l < graphLaunches; l++) forLocal(st, [&](int local) { return be_.launchGraph(local); });
+  }
+  const int calls = iters * agg * std::max(1, graphLaunches);
+  double cpuSec = (opts_.blocking == 3 ? collOnly : secondsSince(t0)) / calls;
   completeColl(st);
-  std::vector<double> delta(1, (opts_.blocking == 3 ? collOnly : secondsSince(t0)) / (iters * agg));
+  std::vector<double> delta(1, (opts_.blocking == 3 ? collOnly : secondsSince(t0)) / calls);
+  if (graphLaunches > 0) forLocal(st, [&](int local) { return be_.dropGraph(local), true; });
 
   // -a: 0 rank 0's time, 1 the average, 2 the minimum, 3 the maximum over threads and processes.
   Reduce how = opts_.average == 0   ? Reduce::kFirst

@@ -106,6 +106,9 @@ class Bench {
   void startColl(ThreadState& st, const Shape& sh, ncclDataType_t type, int op, int root, bool inPlace, int iter);
   void completeColl(ThreadState& st);
   void syncAll(ThreadState& st);
+  /// Calls f(local) for each local rank of the calling thread; dies on the first false (f printed why).
+  template <typename F>
+  void forLocal(ThreadState& st, F&& f);
   void initData(ThreadState& st, const Shape& sh, ncclDataType_t type, int op, int root, uint64_t rep, bool inPlace);
   int64_t checkData(ThreadState& st, const Shape& sh, ncclDataType_t type, int op, bool inPlace);
   bool printer(const ThreadState& st) const { return st.thread == 0 && report_.main(); }

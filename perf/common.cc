@@ -211,6 +211,12 @@ int runDriver(int argc, char** argv, const CollSpec& spec, Backend& be, const Op
   }
   if (!be.selectMemory(device)) return kExitLibrary;
 
+  // -G captures the timed calls into a CUDA graph per rank and times its launches, where that can run; elsewhere it
+  // is a note. Blocking calls (-z) synchronise inside the loop, which a capture forbids.
+  if (opts.cudaGraph > 0 && (!be.graphsAvailable() || opts.blocking != 0)) {
+    opts.ignored.push_back(be.graphsAvailable() ? "-G (with -z)" : "-G");
+    opts.cudaGraph = 0;
+  }
   Reporter report(topo.proc == 0, opts, spec, be.name());
   std::vector<std::string> notes;
   if (device) {

@@ -23,6 +23,13 @@ bool CudaRuntime::load() {
   deviceGetPCIBusId = reinterpret_cast<int (*)(char*, int, int)>(sym("cudaDeviceGetPCIBusId"));
   getErrorString = reinterpret_cast<const char* (*)(int)>(sym("cudaGetErrorString"));
   pointerGetAttributes = reinterpret_cast<int (*)(void*, const void*)>(sym("cudaPointerGetAttributes"));
+  streamBeginCapture = reinterpret_cast<int (*)(void*, int)>(sym("cudaStreamBeginCapture"));
+  streamEndCapture = reinterpret_cast<int (*)(void*, void**)>(sym("cudaStreamEndCapture"));
+  graphInstantiateWithFlags =
+      reinterpret_cast<int (*)(void**, void*, unsigned long long)>(sym("cudaGraphInstantiateWithFlags"));
+  graphLaunch = reinterpret_cast<int (*)(void*, void*)>(sym("cudaGraphLaunch"));
+  graphExecDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaGraphExecDestroy"));
+  graphDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaGraphDestroy"));
   auto count = reinterpret_cast<int (*)(int*)>(sym("cudaGetDeviceCount"));
   if (!setDevice || !memcpy || !streamCreateWithFlags || !streamDestroy || !streamSynchronize || !deviceGetPCIBusId ||
       !getErrorString || !pointerGetAttributes || !count) {
@@ -40,12 +47,15 @@ int CudaRuntime::deviceCount() {
 }
 
 bool CudaRuntime::isDevicePointer(const void* p) {
-  // struct cudaPointerAttributes since CUDA 11: type, device, devicePointer, hostPointer.
+  // struct cudaPointerAttributes since CUDA 11: type, device, devicePointer, hostPointer, and from CUDA 13 on
+  // reserved words after them. The runtime writes the whole struct of its own version, so the buffer is larger
+  // than any version's (CUDA 13's is 64 bytes) and only the leading fields are read.
   struct {
     int type;
     int device;
     void* devicePointer;
     void* hostPointer;
+    long reserved[24];
   } attr{};
   constexpr int kCudaMemoryTypeDevice = 2;
   return load() && pointerGetAttributes(&attr, p) == 0 && attr.type == kCudaMemoryTypeDevice;

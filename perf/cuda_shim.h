@@ -19,6 +19,13 @@ struct CudaRuntime {
   int (*deviceGetPCIBusId)(char*, int, int) = nullptr;
   const char* (*getErrorString)(int) = nullptr;
   int (*pointerGetAttributes)(void*, const void*) = nullptr;
+  // CUDA graphs (-G); optional: null where the runtime lacks them.
+  int (*streamBeginCapture)(void*, int) = nullptr;
+  int (*streamEndCapture)(void*, void**) = nullptr;
+  int (*graphInstantiateWithFlags)(void**, void*, unsigned long long) = nullptr;
+  int (*graphLaunch)(void*, void*) = nullptr;
+  int (*graphExecDestroy)(void*) = nullptr;
+  int (*graphDestroy)(void*) = nullptr;
 
   /// Loads libcudart once; false when it is absent or incomplete.
   bool load();
@@ -26,6 +33,11 @@ struct CudaRuntime {
   int deviceCount();
   /// Text of a cudaError_t.
   std::string errorText(int err) const;
+  /// Whether every graph entry point loaded (capture, instantiate, launch, destroy).
+  bool hasGraphs() const {
+    return streamBeginCapture && streamEndCapture && graphInstantiateWithFlags && graphLaunch && graphExecDestroy &&
+           graphDestroy;
+  }
   /// Whether p is device memory (cudaPointerGetAttributes says cudaMemoryTypeDevice).
   bool isDevicePointer(const void* p);
 };
@@ -34,6 +46,8 @@ struct CudaRuntime {
 constexpr int kCudaMemcpyDefault = 4;
 /// cudaStreamNonBlocking, as nccl-tests creates its streams.
 constexpr unsigned kCudaStreamNonBlocking = 1;
+/// cudaStreamCaptureModeThreadLocal, the mode nccl-tests captures in: other threads' calls stay unaffected.
+constexpr int kCudaStreamCaptureModeThreadLocal = 1;
 
 }  // namespace perf
 }  // namespace chorus

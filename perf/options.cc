@@ -202,7 +202,6 @@ int parseOptions(int argc, char** argv, const CollSpec& spec, Options* o) {
         break;
       case 'G':
         o->cudaGraph = toInt(optarg);
-        o->ignored.push_back("-G");
         break;
       case 'C':
         o->reportCpuTime = toInt(optarg);
