@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Prints a Markdown table comparing two perf JSON runs size by size.
+"""Prints a Markdown table comparing two perf runs size by size: their JSON, or the text table nccl-tests (and
+chorus's perf tools) print.
 
     perf/compare.py chorus.json mpi.json [--placement out_of_place|in_place] [--names chorus "Open MPI"]
     perf/compare.py c1.json,c2.json,c3.json m1.json,m2.json,m3.json     # medians of repeated runs
@@ -15,12 +16,48 @@ import statistics
 import sys
 
 
+def parse_text(text):
+    """The results of a run's printed table (nccl-tests' format) in the JSON layout: {"tool", "results": [...]}.
+
+    Rows are: size count type redop root, then time algbw busbw #wrong out of place and again in place. A run
+    that stopped half-way keeps the rows it completed."""
+    doc = {"results": []}
+    for line in text.splitlines():
+        f = line.split()
+        if line.startswith("# Collective test starting:"):
+            doc["tool"] = f[-1]
+        if len(f) < 13 or line.startswith("#") or not f[0].isdigit():
+            continue
+        try:
+            oop = {"time": float(f[5]), "alg_bw": float(f[6]), "bus_bw": float(f[7])}
+            ip = {"time": float(f[9]), "alg_bw": float(f[10]), "bus_bw": float(f[11])}
+        except ValueError:
+            continue
+        doc["results"].append({"size": int(f[0]), "out_of_place": oop, "in_place": ip})
+    if not doc["results"]:
+        raise ValueError("no result rows")
+    return doc
+
+
+def read_doc(path):
+    """A run from a JSON file, or from a log holding the printed table."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return parse_text(text)
+        except ValueError as e:
+            raise ValueError(f"{path}: neither JSON nor a results table ({e})")
+
+
 def load(paths, placement):
-    """Reads one JSON file or a comma-separated list of them; returns (first doc, {size: (time_us, busbw)})."""
+    """Reads one run (JSON or a printed table) or a comma-separated list of them; returns (first doc,
+    {size: (time_us, busbw)})."""
     docs, samples = [], {}
     for path in paths.split(","):
-        with open(path) as f:
-            doc = json.load(f)
+        doc = read_doc(path)
         docs.append(doc)
         for r in doc.get("results", []):
             p = r.get(placement)

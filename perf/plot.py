@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Plots bus bandwidth and latency against message size from perf JSON files.
+"""Plots bus bandwidth and latency against message size from perf runs.
 
-Reads the JSON of one or more runs (all_reduce_perf --json/-J, mpi_perf --json, or nccl-tests' own -J output)
+Reads one or more runs: their JSON (all_reduce_perf --json/-J, mpi_perf --json, or nccl-tests' own -J output) or
+the logs holding the table they print (nccl-tests' format, compare.py's parse_text)
 and writes one PNG with two panels: busbw (GB/s) and time (us) against size (bytes), one line per run,
 out-of-place solid and in-place dashed. A comma-separated list of files is one series: the median of repeated
 runs (see compare.py).
@@ -44,7 +45,7 @@ def human_size(n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", nargs="+", help="JSON files written by --json or -J")
+    ap.add_argument("json", nargs="+", help="JSON files written by --json or -J, or logs of the printed table")
     ap.add_argument("-o", "--output", default="perf.png", help="PNG to write (default perf.png)")
     ap.add_argument("--label", action="append", help="legend label per file, in order")
     ap.add_argument("--title", default=None, help="figure title")
