@@ -518,6 +518,12 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
 }
 
 ncclResult_t DeviceEngine::claimStream(cudaStream_t stream) {
+  // A stream under capture is not asked for its id: on the H100, cudaStreamGetId on a capturing stream invalidated
+  // the capture (every later launch then failed "due to a previous error during capture"). Its claim is made by
+  // the launches outside a capture, which a communicator's first uses normally are.
+  bool capturing = false;
+  uint64_t captureId = 0;
+  if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess || capturing) return ncclSuccess;
   uint64_t id = 0;
   if (!rt_->streamId(stream, &id)) return ncclSuccess;  // no way to tell streams apart over time
   std::lock_guard<std::mutex> lock(gStreamMutex);

@@ -104,8 +104,10 @@ class GpuRuntime {
 };
 
 /// Runs the runtime calls of its lifetime as setup (GpuRuntime::beginSetup). Every runtime call other than the
-/// capture-safe ones (getDevice, setDevice, streamCaptureInfo, streamId, eventRecord, streamWaitEvent, memcpyAsync,
-/// launch) is made inside one: the user's stream may be under capture at any call. A null runtime is allowed.
+/// capture-safe ones (getDevice, setDevice, streamCaptureInfo, eventRecord, streamWaitEvent, memcpyAsync, launch)
+/// is made inside one: the user's stream may be under capture at any call. streamId is never asked of a stream
+/// under capture: cudaStreamGetId refuses it and invalidates the capture, relaxed mode or not (H100, CUDA 13). A
+/// null runtime is allowed.
 class SetupScope {
  public:
   explicit SetupScope(GpuRuntime* rt) : rt_(rt) {

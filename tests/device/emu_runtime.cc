@@ -532,6 +532,21 @@ ncclResult_t EmuRuntime::streamCaptureInfo(cudaStream_t h, bool* capturing, uint
   return ncclSuccess;
 }
 
+bool EmuRuntime::streamId(cudaStream_t h, uint64_t* id) {
+  Exec::Stream* s = streamOf(this, exec_, h);
+  {
+    std::lock_guard<std::mutex> lock(exec_->mutex);
+    if (s->capturing) {
+      s->invalidated = true;
+    } else {
+      *id = reinterpret_cast<uintptr_t>(h);
+      return true;
+    }
+  }
+  mem_->fail("emu: streamId (cudaStreamGetId) of a stream that is being captured (the capture is invalidated)");
+  return false;
+}
+
 ncclResult_t EmuRuntime::eventCreate(void** ev) {
   EMU_REFUSE("eventCreate", false, ncclUnhandledCudaError);
   *ev = new Exec::Event();

@@ -63,11 +63,9 @@ class EmuRuntime : public chorus::GpuRuntime {
   bool canAccessPeer(int dev, int peerDev) override;
   ncclResult_t enablePeerAccess(int peerDev) override;
   ncclResult_t streamCaptureInfo(cudaStream_t s, bool* capturing, uint64_t* id) override;
-  /// Emulated streams are never created or destroyed: the handle is the id.
-  bool streamId(cudaStream_t s, uint64_t* id) override {
-    *id = reinterpret_cast<uintptr_t>(s);
-    return true;
-  }
+  /// Emulated streams are never created or destroyed: the handle is the id. Asked of a stream under capture it
+  /// fails and invalidates the capture, as cudaStreamGetId did on the H100 (CUDA 13).
+  bool streamId(cudaStream_t s, uint64_t* id) override;
   ncclResult_t eventCreate(void** ev) override;
   void eventDestroy(void* ev) override;
   ncclResult_t eventRecord(void* ev, cudaStream_t s) override;
