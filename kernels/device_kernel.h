@@ -67,6 +67,9 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
 
 /// Launches the collective kernel (GPU builds only); returns the runtime's error code (0 on success).
 int launchCollKernel(const DevWork& work, int threads, void* stream);
+/// Launches the copy kernel (GPU builds only): dst = src over `blocks` blocks of `threads` threads; returns the
+/// runtime's error code.
+int launchCopyKernel(void* dst, const void* src, size_t bytes, int blocks, int threads, void* stream);
 /// Blocks of `threads` threads of the collective kernel one multiprocessor runs at once (GPU builds only); 0 when
 /// the runtime cannot say.
 int collKernelBlocksPerSM(int threads);

@@ -28,6 +28,12 @@ IntParam kDevChannelBytes{"CHORUS_DEVICE_CHANNEL_BYTES", 262144,
                           "ceil(B / this) channels, at most CHORUS_DEVICE_NCHANNELS; past that, up to "
                           "CHORUS_DEVICE_CHANNEL_BLOCKS blocks per channel, one per this many bytes.",
                           "performance"};
+IntParam kDevCopyKernelMax{"CHORUS_DEVICE_COPY_KERNEL_MAX_BYTES", 4 << 20,
+                           "Device path: a stream-ordered copy (a 1-rank collective, a send to self, an own block "
+                           "copied before the kernel) of at most this many bytes runs as a small kernel, larger ones "
+                           "on the copy engine (a kernel is cheaper to issue; the copy engine takes no SMs). 0: always "
+                           "the copy engine.",
+                           "performance"};
 IntParam kDevLanes{"CHORUS_DEVICE_CHANNEL_BLOCKS", 0,
                    "Device path: most blocks per channel of a collective through FIFOs, each with its own FIFOs and "
                    "its share of the channel's tiles (used once the channels are at CHORUS_DEVICE_NCHANNELS); 0: the "
@@ -631,7 +637,9 @@ ncclResult_t DeviceEngine::copy(void* dst, const void* src, size_t bytes, cudaSt
   if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
   CHORUS_CHECK(orderBefore(stream, captureId, what));
-  if (rt_->memcpyAsync(dst, src, bytes, stream) != ncclSuccess)
+  const bool byKernel = bytes <= static_cast<uint64_t>(std::max<int64_t>(0, kDevCopyKernelMax.get()));
+  if ((byKernel ? rt_->copyKernelAsync(dst, src, bytes, stream) : rt_->memcpyAsync(dst, src, bytes, stream)) !=
+      ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
   launched_ = true;
   return orderAfter(stream, captureId, what);

@@ -75,6 +75,9 @@ class GpuRuntime {
   virtual ncclResult_t streamWaitEvent(cudaStream_t s, void* ev) = 0;
   /// Asynchronous copy between device buffers on the stream (the copy engine). Capture-safe.
   virtual ncclResult_t memcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) = 0;
+  /// The same copy by a small kernel on the stream (cheaper to issue than the copy engine for small and mid sizes,
+  /// but it takes SMs). Capture-safe.
+  virtual ncclResult_t copyKernelAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) = 0;
   /// Blocks of the collective kernel that device dev runs at once (SMs x blocks per SM): the kernels of ranks
   /// sharing a GPU wait for each other, so together they must fit.
   virtual int maxResidentBlocks(int dev) = 0;
@@ -104,10 +107,10 @@ class GpuRuntime {
 };
 
 /// Runs the runtime calls of its lifetime as setup (GpuRuntime::beginSetup). Every runtime call other than the
-/// capture-safe ones (getDevice, setDevice, streamCaptureInfo, eventRecord, streamWaitEvent, memcpyAsync, launch)
-/// is made inside one: the user's stream may be under capture at any call. streamId is never asked of a stream
-/// under capture: cudaStreamGetId refuses it and invalidates the capture, relaxed mode or not (H100, CUDA 13). A
-/// null runtime is allowed.
+/// capture-safe ones (getDevice, setDevice, streamCaptureInfo, eventRecord, streamWaitEvent, memcpyAsync,
+/// copyKernelAsync, launch) is made inside one: the user's stream may be under capture at any call. streamId is
+/// never asked of a stream under capture: cudaStreamGetId refuses it and invalidates the capture, relaxed mode or
+/// not (H100, CUDA 13). A null runtime is allowed.
 class SetupScope {
  public:
   explicit SetupScope(GpuRuntime* rt) : rt_(rt) {

@@ -255,14 +255,27 @@ TEST_F(Emulated, EmulatorRefusesWhatCudaRefusesUnderCapture) {
   EXPECT_NE(gEmu.endCapture(s, &g), ncclSuccess);
 }
 
-// One rank: every collective is a copy on the copy engine (or nothing, in place); a premulsum, which scales, still
-// runs the kernel. Sends to self are copies too, beside the kernel for the other peers.
+// One rank: every collective is a copy (or nothing, in place): by the copy kernel up to
+// CHORUS_DEVICE_COPY_KERNEL_MAX_BYTES, by the copy engine above; a premulsum, which scales, still runs the collective
+// kernel. Sends to self are copies too, beside the kernel for the other peers.
 TEST_F(Emulated, OneRankAndSelfSendsAreCopies) {
   runRanks(1, Driver::kThreads, [](RankCtx& c) {
     const size_t N = 10000;
     DevBuf a(gEmu, N * 4), b(gEmu, N * 4);
     for (size_t i = 0; i < N; i++) a.as<float>()[i] = float(i);
     cudaStream_t s = rankStream(c, 1);
+    // At the limit a copy is the kernel's; one byte under, the copy engine's.
+    for (size_t limit : {N * 4, N * 4 - 1}) {
+      setenv("CHORUS_DEVICE_COPY_KERNEL_MAX_BYTES", std::to_string(limit).c_str(), 1);
+      chorus::paramsReload();
+      int kernels = gEmu.copyKernels, copies = gEmu.copies;
+      ASSERT_EQ(ncclAllGather(a.as<float>(), b.as<float>(), N, ncclFloat32, c.comm, s), ncclSuccess);
+      sync(s);
+      EXPECT_EQ(gEmu.copies - copies, 1);
+      EXPECT_EQ(gEmu.copyKernels - kernels, limit == N * 4 ? 1 : 0) << "limit " << limit;
+    }
+    unsetenv("CHORUS_DEVICE_COPY_KERNEL_MAX_BYTES");
+    chorus::paramsReload();
     int launches = gEmu.launches, copies = gEmu.copies;
     ASSERT_EQ(ncclAllReduce(a.as<float>(), b.as<float>(), N, ncclFloat32, ncclSum, c.comm, s), ncclSuccess);
     ASSERT_EQ(ncclAllGather(a.as<float>(), b.as<float>(), N, ncclFloat32, c.comm, s), ncclSuccess);

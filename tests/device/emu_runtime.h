@@ -71,6 +71,11 @@ class EmuRuntime : public chorus::GpuRuntime {
   ncclResult_t eventRecord(void* ev, cudaStream_t s) override;
   ncclResult_t streamWaitEvent(cudaStream_t s, void* ev) override;
   ncclResult_t memcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) override;
+  /// A copy like memcpyAsync (counted in copies too, and in copyKernels).
+  ncclResult_t copyKernelAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) override {
+    copyKernels++;
+    return memcpyAsync(dst, src, bytes, s);
+  }
   int maxResidentBlocks(int dev) override;
   void beginSetup() override;
   void endSetup() override;
@@ -109,7 +114,8 @@ class EmuRuntime : public chorus::GpuRuntime {
   int delayMaxUs = 50;           ///< longest such delay
   std::atomic<int> launches{0};  ///< kernels launched (enqueued or captured), all threads
   std::atomic<int> kernelsRun{0};    ///< kernels that ran to the end
-  std::atomic<int> copies{0};        ///< memcpyAsync calls (enqueued or captured)
+  std::atomic<int> copies{0};        ///< memcpyAsync and copyKernelAsync calls (enqueued or captured)
+  std::atomic<int> copyKernels{0};   ///< copyKernelAsync calls
   std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
   std::atomic<int> lastLanes{0};     ///< blocks per channel of the last kernel launched (chorus::workLanes)

@@ -12,6 +12,7 @@
 #error "gpu_runtime.cc is compiled only by GPU builds (CHORUS_HAVE_CUDA or CHORUS_HAVE_HIP)"
 #endif
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -216,6 +217,14 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   ncclResult_t memcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) override {
     return check(gpu::gpuMemcpyAsync(dst, src, bytes, gpu::toStream(s)), "MemcpyAsync(%p <- %p, %zu bytes, stream %p)",
                  dst, src, bytes, static_cast<void*>(s));
+  }
+
+  ncclResult_t copyKernelAsync(void* dst, const void* src, size_t bytes, cudaStream_t s) override {
+    // One block per 64 KiB, at most 64: a copy this small is issue-bound, not bandwidth-bound.
+    int blocks = static_cast<int>(std::min<size_t>(64, std::max<size_t>(1, (bytes + 65535) / 65536)));
+    int code = launchCopyKernel(dst, src, bytes, blocks, kDevThreads, static_cast<void*>(gpu::toStream(s)));
+    return check(static_cast<gpu::Error>(code), "LaunchKernel(copyKernel, %zu bytes, stream %p)", bytes,
+                 static_cast<void*>(s));
   }
 
   int maxResidentBlocks(int dev) override {
