@@ -268,14 +268,23 @@ TEST_P(Gpu, OneRankIsACopy) {
 TEST_P(Gpu, GraphCaptureReplays) {
   for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal}) {
     runGpuRanks(2, GetParam(), [mode](RankCtx& c) {
+      // Thread ranks share a process, where a global-mode capture forbids the other threads' cudaMalloc and
+      // cudaMemcpy (they would invalidate it): every rank sets up before any capture begins, and every capture ends
+      // before any rank copies its result back. A host-buffer allreduce is the barrier.
+      auto barrier = [&c] {
+        int x = 1;
+        ASSERT_EQ(ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, c.comm, nullptr), ncclSuccess);
+      };
       const size_t N = 1 << 16;
       Dev d(N);
       d.upload(std::vector<float>(N, 1.0f));
       cudaGraph_t graph;
       cudaGraphExec_t exec;
+      barrier();
       CUDA_OK(cudaStreamBeginCapture(d.stream, mode));
       ASSERT_EQ(ncclAllReduce(d.send, d.send, N, ncclFloat32, ncclSum, c.comm, d.stream), ncclSuccess);
       CUDA_OK(cudaStreamEndCapture(d.stream, &graph));
+      barrier();
       CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
       for (int k = 0; k < 3; k++) CUDA_OK(cudaGraphLaunch(exec, d.stream));
       std::vector<float> out = d.download(d.send, N);
