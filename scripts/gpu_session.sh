@@ -15,13 +15,27 @@
 #                 bash scripts/gpu_session.sh channels         (2 and 4 processes under MPS, allreduce 64 MB-256 MB
 #                                                               through FIFOs, 2-16 channels x 1-4 blocks each)
 #                 bash scripts/gpu_session.sh                  (core and perf)
+#                 BUDGET_S=400 bash scripts/gpu_session.sh lease
+#                                                              (issue 18's measurements in one lease, most telling
+#                                                               first, skipping what the budget no longer allows: 1 rank
+#                                                               under NVIDIA's nccl-tests against NVIDIA's NCCL; 2/4/8
+#                                                               processes under MPS, plain, in windows (-R 2) and in
+#                                                               CUDA graphs (-G); 2/4/8 thread ranks; the GPU tests)
+#                 bash scripts/gpu_session.sh sweep            (CHORUS_DEVICE_NCHANNELS 2-32 on 2 and 4 processes)
+# NVIDIA's nccl-tests (phase lease) is built from a copy the first step puts in .gpu-carry/nccl-tests (never
+# committed), against the NCCL that PyTorch ships.
 # Logs go to $LOGS (default out/gpu). When $OUT is set (the device tool), they are also packed into one file
 # $OUT/gpu-<phases>.tgz, because only a few files come back from a run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARRY=.gpu-carry
 if [ "${1:-}" = "--fetch-deps" ]; then
+  # NT_SRC: a checkout of NVIDIA/nccl-tests to take along (the device machine reaches no network).
   mkdir -p "$CARRY" && (cd "$CARRY" && apt-get download libgtest-dev googletest) && ls "$CARRY"
+  if [ -n "${NT_SRC:-}" ]; then
+    rm -rf "$CARRY/nccl-tests" && mkdir -p "$CARRY/nccl-tests" &&
+      git --git-dir="$NT_SRC" archive HEAD | tar x -C "$CARRY/nccl-tests"
+  fi
   exit 0
 fi
 PHASES=("$@")
@@ -32,10 +46,22 @@ BUILD=${BUILD_DIR:-build-gpu}
 # A kernel that cannot progress gives up after this long (the default is minutes): a broken step costs seconds.
 export CHORUS_TIMEOUT_S=${CHORUS_TIMEOUT_S:-30}
 log() { echo "== $(date -u +%T) $*" | tee -a "$LOGS/session.log"; }
+# BUDGET_S: seconds the whole session may take (0: no limit); a command is cut to what is left, and skipped when
+# under 15 s are left, so that the logs are packed before the device tool's own limit.
+BUDGET_S=${BUDGET_S:-0}
+left() { [ "$BUDGET_S" -gt 0 ] && echo $((BUDGET_S - SECONDS)) || echo 100000; }
 # run SECONDS LOGFILE COMMAND...: bounded, logged, the tail shown.
 run() {
   local secs=$1 file=$2
   shift 2
+  local rest
+  rest=$(left)
+  if [ "$rest" -lt 15 ]; then
+    echo "skipped: budget spent" > "$LOGS/$file"
+    log "skipped $file: budget spent"
+    return 124
+  fi
+  [ "$secs" -gt $((rest - 10)) ] && secs=$((rest - 10))
   timeout -k 5 "$secs" "$@" > "$LOGS/$file" 2>&1
   local rc=$?
   [ $rc -ne 0 ] && echo "(exit $rc)" >> "$LOGS/$file"
@@ -66,15 +92,53 @@ build() {
     log "configure failed with the tests (GoogleTest missing?); building without them"
     cmake "${cfg[@]}" -DCHORUS_BUILD_TESTS=OFF >> "$LOGS/build.log" 2>&1 ||
       { log "configure failed"; tail -30 "$LOGS/build.log"; exit 1; }
+    BUILD_TARGETS=${BUILD_TARGETS//test_gpu/}
   fi
-  { time cmake --build "$BUILD" -j"$(nproc)"; } >> "$LOGS/build.log" 2>&1 ||
+  local targets=()
+  [ -n "${BUILD_TARGETS:-}" ] && targets=(--target $BUILD_TARGETS)
+  { time cmake --build "$BUILD" -j"$(nproc)" "${targets[@]}"; } >> "$LOGS/build.log" 2>&1 ||
     { log "build failed"; tail -30 "$LOGS/build.log"; exit 1; }
+  log "built"
 }
 
-core() {
-  log "gpu tests"
-  (cd "$BUILD" && timeout -k 5 300 ctest -L gpu --output-on-failure --timeout 120) > "$LOGS/ctest-gpu.log" 2>&1
-  tail -8 "$LOGS/ctest-gpu.log"
+# NVIDIA's nccl-tests, unchanged, against the NCCL PyTorch ships (NV_NCCL_LIB). The same binaries run chorus with
+# LD_LIBRARY_PATH at its build (both libraries are libnccl.so.2).
+NT=$PWD/out/nccl-tests
+NV_NCCL_ROOT=""
+ntBuild() {
+  local root=$NV_NCCL_ROOT
+  [ -n "$root" ] && [ -f "$root/lib/libnccl.so.2" ] || { log "NVIDIA NCCL not found beside PyTorch"; return 1; }
+  [ -d "$CARRY/nccl-tests/src" ] || { log "no nccl-tests source in $CARRY (run --fetch-deps with NT_SRC)"; return 1; }
+  # nccl-tests links -lnccl: a home whose lib/ has the unversioned name.
+  local home=$PWD/out/nccl-home
+  mkdir -p "$home/lib" && ln -sfn "$root/include" "$home/include" && ln -sf "$root/lib/libnccl.so.2" "$home/lib/libnccl.so"
+  local cuda=${CUDA_HOME:-/usr/local/cuda}
+  command -v nvcc > /dev/null && cuda=$(dirname "$(dirname "$(command -v nvcc)")")
+  make -C "$CARRY/nccl-tests/src" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda" NCCL_HOME="$home" BUILDDIR="$NT" \
+    NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90 > "$LOGS/nccl-tests-build.log" 2>&1
+}
+buildAll() {
+  NV_NCCL_ROOT=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2> /dev/null)
+  ntBuild &
+  local nt=$!
+  build
+  wait $nt && log "nccl-tests built" || log "nccl-tests build failed (nccl-tests-build.log)"
+}
+
+# ntCompare LOGNAME ARGS...: one nccl-tests binary at 1 rank, NVIDIA's NCCL then chorus, back to back.
+ntCompare() {
+  local name=$1 tool=$2
+  shift 2
+  [ -x "$NT/$tool" ] || return 0
+  log "nccl-tests $tool $*: NVIDIA NCCL, then chorus"
+  # Each log starts with the libnccl.so.2 the loader picked (both libraries report version 2.28.9).
+  local withLib='ldd "$0" | grep libnccl; exec "$0" "$@"'
+  run 60 "nt_${name}_nvidia.log" env LD_LIBRARY_PATH="$NV_NCCL_ROOT/lib" bash -c "$withLib" "$NT/$tool" "$@"
+  run 60 "nt_${name}_chorus.log" env LD_LIBRARY_PATH="$PWD/$BUILD" bash -c "$withLib" "$NT/$tool" "$@"
+}
+
+# roofline: the copy bandwidth every busbw is judged against, measured in the same run.
+roofline() {
   log "HBM roofline (device-to-device copy, torch)"
   run 60 roofline.txt python3 - << 'PY'
 import torch
@@ -89,6 +153,133 @@ t = s.elapsed_time(e) / 20 / 1e3
 print(f"{torch.cuda.get_device_name()}: copy of {n} B in {t*1e6:.1f} us = {n/t/1e9:.1f} GB/s copied "
       f"({2*n/t/1e9:.1f} GB/s of HBM traffic, read + write)")
 PY
+}
+
+# lease: issue 18's measurements, most telling first (see the header).
+lease() {
+  nt
+  multi
+  gpuTests
+}
+
+# nt: 1 rank, NVIDIA's nccl-tests against NVIDIA's NCCL and chorus, and the copy bandwidth.
+nt() {
+  roofline
+  nvidia-smi -q -d CLOCK,PERFORMANCE > "$LOGS/nvidia-smi-clocks.txt" 2>&1
+  ntCompare all_reduce all_reduce_perf -b 8 -e 256M -f 2
+  ntCompare all_reduce_graph all_reduce_perf -b 8 -e 64K -f 2 -G 10
+  [ -n "${NT_ALL_REDUCE_ONLY:-}" ] && return
+  for t in all_gather reduce_scatter alltoall broadcast sendrecv; do ntCompare "$t" "${t}_perf" -b 8 -e 256M -f 4; done
+}
+
+# multi: 2/4/8 processes under MPS (plain, CUDA graphs, windows) and 2/4/8 thread ranks of one process.
+multi() {
+  startMps
+  for np in 2 4 8; do
+    for t in all_reduce all_gather reduce_scatter alltoall; do
+      log "$t, $np processes under MPS"
+      run 60 "${t}_mps_n${np}.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/${t}_perf" -b 8 -e 256M -f 4 \
+        --mem device
+    done
+    log "all_reduce 8 B-64 KB, $np processes under MPS, CUDA graphs"
+    run 60 "all_reduce_mps_n${np}_graph.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/all_reduce_perf" -b 8 \
+      -e 64K -f 2 --mem device -G 10
+    for t in all_reduce all_gather reduce_scatter alltoall; do
+      log "$t, $np processes under MPS, buffers in windows"
+      run 60 "${t}_mps_n${np}_windows.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/${t}_perf" -b 64K \
+        -e 256M -f 4 --mem device -R 2
+    done
+  done
+  log "what the device path chose (NCCL_DEBUG=INFO), 2 processes, 64 MB, plain and in windows"
+  run 30 all_reduce_mps_n2_info.txt env NCCL_DEBUG=INFO "$BUILD/perf/chorusrun" -n 2 "$BUILD/perf/all_reduce_perf" \
+    -b 64M -e 64M --mem device
+  run 30 all_reduce_mps_n2_windows_info.txt env NCCL_DEBUG=INFO "$BUILD/perf/chorusrun" -n 2 \
+    "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device -R 2
+  stopMps
+  for np in 2 4 8; do
+    for t in all_reduce all_gather reduce_scatter alltoall; do
+      log "$t g=$np (thread ranks)"
+      run 60 "${t}_g${np}.log" "$BUILD/perf/${t}_perf" -g "$np" -b 8 -e 256M -f 4 --mem device
+    done
+    run 60 "all_reduce_g${np}_graph.log" "$BUILD/perf/all_reduce_perf" -g "$np" -b 8 -e 64K -f 2 --mem device -G 10
+  done
+}
+
+# graphs: allreduce 8 B-64 KB captured in CUDA graphs (-G), 2/4/8 processes under MPS and 2/4/8 thread ranks.
+graphs() {
+  startMps
+  for np in 2 4 8; do
+    run 60 "all_reduce_mps_n${np}_graph.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/all_reduce_perf" -b 8 \
+      -e 64K -f 2 --mem device -G 10
+  done
+  stopMps
+  for np in 2 4 8; do
+    run 60 "all_reduce_g${np}_graph.log" "$BUILD/perf/all_reduce_perf" -g "$np" -b 8 -e 64K -f 2 --mem device -G 10
+  done
+}
+
+# threads8: the thread-rank sweeps at 8 ranks (and alltoall at 4).
+threads8() {
+  run 60 alltoall_g4.log "$BUILD/perf/alltoall_perf" -g 4 -b 8 -e 256M -f 4 --mem device
+  for t in all_reduce all_gather reduce_scatter alltoall; do
+    run 60 "${t}_g8.log" "$BUILD/perf/${t}_perf" -g 8 -b 8 -e 256M -f 4 --mem device
+  done
+}
+
+# ag8: the allgather of 8 processes through FIFOs that once gave wrong values, 3 more times around 2 MB.
+ag8() {
+  startMps
+  for k in 1 2 3; do
+    run 60 "all_gather_mps_n8_rep${k}.log" env CHORUS_PERF_VERBOSE=1 "$BUILD/perf/chorusrun" -n 8 \
+      "$BUILD/perf/all_gather_perf" -b 512K -e 8M -f 2 --mem device
+  done
+  stopMps
+}
+
+# capturediag: the graph-capture test with the library's warnings, lazily and eagerly loaded modules.
+capturediag() {
+  # tests/gpu/capture_probe.cu: which runtime calls invalidate a capture.
+  if nvcc -O1 -gencode=arch=compute_90,code=sm_90 -o out/capture_probe tests/gpu/capture_probe.cu \
+    > "$LOGS/capture_probe_build.log" 2>&1; then
+    run 30 capture_probe.txt out/capture_probe
+  fi
+  local t="$BUILD/tests/test_gpu"
+  [ -x "$t" ] || return 0
+  run 60 capture_warn.log env NCCL_DEBUG=WARN "$t" --gtest_filter='*GraphCapture*'
+  run 60 capture_eager.log env NCCL_DEBUG=WARN CUDA_MODULE_LOADING=EAGER "$t" --gtest_filter='*GraphCapture*'
+}
+
+gpuTests() {
+  log "gpu tests"
+  local rest
+  rest=$(left)
+  [ "$rest" -lt 40 ] && { log "gpu tests skipped: budget spent"; return; }
+  [ "$rest" -gt 300 ] && rest=300
+  (cd "$BUILD" && timeout -k 5 $((rest - 10)) ctest -L gpu --output-on-failure --timeout 90) > "$LOGS/ctest-gpu.log" 2>&1
+  tail -8 "$LOGS/ctest-gpu.log"
+}
+
+# sweep: CHORUS_DEVICE_NCHANNELS 2-32 (the build caps it), 2 and 4 processes under MPS, allreduce 64-256 MB through
+# FIFOs and in windows: the smallest setting within 90% of the best becomes the default.
+sweep() {
+  startMps
+  for np in 2 4; do
+    for ch in ${SWEEP_CHANNELS:-2 4 8 16 32}; do
+      for r in 0 2; do
+        log "all_reduce, $np processes under MPS, CHORUS_DEVICE_NCHANNELS=$ch, -R $r"
+        run 60 "all_reduce_mps_n${np}_ch${ch}_R${r}.log" env CHORUS_DEVICE_NCHANNELS=$ch "$BUILD/perf/chorusrun" \
+          -n "$np" "$BUILD/perf/all_reduce_perf" -b 64M -e 256M -f 2 --mem device -R "$r"
+      done
+    done
+  done
+  stopMps
+}
+
+core() {
+  log "gpu tests"
+  (cd "$BUILD" && timeout -k 5 300 ctest -L gpu --output-on-failure --timeout 120) > "$LOGS/ctest-gpu.log" 2>&1
+  tail -8 "$LOGS/ctest-gpu.log"
+  roofline
   log "latency 8 B - 64 KiB, 1 rank: chorus vs NVIDIA NCCL (PyTorch's) with the same tool"
   run 60 latency_chorus_g1.log "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 64K -f 2 --mem device
   local nv
@@ -193,7 +384,10 @@ channels() {
   stopMps
 }
 
-build
+case " ${PHASES[*]} " in
+  *" lease "* | *" nt "*) buildAll ;;
+  *) build ;;
+esac
 for p in "${PHASES[@]}"; do
   case "$p" in
     core) core ;;
@@ -204,7 +398,23 @@ for p in "${PHASES[@]}"; do
     windows) windows ;;
     lanes) lanes ;;
     channels) channels ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels)" ;;
+    lease) lease ;;
+    nt) nt ;;
+    multi) multi ;;
+    capturediag) capturediag ;;
+    graphs) graphs ;;
+    ag8) ag8 ;;
+    threads8) threads8 ;;
+    sweep) sweep ;;
+    gputests) gpuTests ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, threads8, sweep, gputests)" ;;
   esac
 done
 log "done"
+# The reply shows the end of the output: one line per run with its average busbw and wrong values.
+for f in "$LOGS"/*.log; do
+  avg=$(grep -m1 "Avg bus bandwidth" "$f" | awk '{print $NF}')
+  oob=$(grep -m1 "Out of bounds" "$f" | sed 's/.*: //')
+  [ -n "$avg$oob" ] && printf '%-40s busbw %-10s %s\n' "$(basename "$f" .log)" "$avg" "$oob"
+  grep -q "(exit" "$f" && printf '%-40s %s\n' "$(basename "$f" .log)" "$(grep -m1 '(exit' "$f")"
+done
