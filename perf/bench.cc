@@ -243,7 +243,12 @@ void Bench::benchTime(ThreadState& st, Shape& sh, ncclDataType_t type, int op, i
   double cpuSec = (opts_.blocking == 3 ? collOnly : secondsSince(t0)) / calls;
   completeColl(st);
   std::vector<double> delta(1, (opts_.blocking == 3 ? collOnly : secondsSince(t0)) / calls);
-  if (graphLaunches > 0) forLocal(st, [&](int local) { return be_.dropGraph(local), true; });
+  if (graphLaunches > 0) {
+    forLocal(st, [&](int local) {
+      be_.dropGraph(local);
+      return true;
+    });
+  }
 
   // -a: 0 rank 0's time, 1 the average, 2 the minimum, 3 the maximum over threads and processes.
   Reduce how = opts_.average == 0   ? Reduce::kFirst

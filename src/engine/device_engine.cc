@@ -523,13 +523,17 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
   return ncclSuccess;
 }
 
-ncclResult_t DeviceEngine::claimStream(cudaStream_t stream) {
+ncclResult_t DeviceEngine::captureState(cudaStream_t stream, const char* what, bool* capturing, uint64_t* id) {
+  if (rt_->streamCaptureInfo(stream, capturing, id) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
+  return ncclSuccess;
+}
+
+ncclResult_t DeviceEngine::claimStream(cudaStream_t stream, bool capturing) {
   // A stream under capture is not asked for its id: on the H100, cudaStreamGetId on a capturing stream invalidated
   // the capture (every later launch then failed "due to a previous error during capture"). Its claim is made by
   // the launches outside a capture, which a communicator's first uses normally are.
-  bool capturing = false;
-  uint64_t captureId = 0;
-  if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess || capturing) return ncclSuccess;
+  if (capturing) return ncclSuccess;
   uint64_t id = 0;
   if (!rt_->streamId(stream, &id)) return ncclSuccess;  // no way to tell streams apart over time
   std::lock_guard<std::mutex> lock(gStreamMutex);
@@ -607,12 +611,11 @@ ncclResult_t DeviceEngine::meetAtGate(const OpDesc* op, const std::vector<int>& 
 
 ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* what, const std::vector<int>& peers,
                                   const OpDesc* op, bool gatePassed) {
-  CHORUS_CHECK(claimStream(stream));
-  fillCommon(&w);
   bool capturing = false;
   uint64_t captureId = 0;
-  if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess)
-    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
+  CHORUS_CHECK(captureState(stream, what, &capturing, &captureId));
+  CHORUS_CHECK(claimStream(stream, capturing));
+  fillCommon(&w);
   if (gate_ && !gatePassed) {
     std::vector<LaunchGate::Payload> all;
     CHORUS_CHECK(meetAtGate(op, peers, &all));
@@ -634,8 +637,7 @@ ncclResult_t DeviceEngine::copy(void* dst, const void* src, size_t bytes, cudaSt
   if (bytes == 0 || dst == src) return ncclSuccess;
   bool capturing = false;
   uint64_t captureId = 0;
-  if (rt_->streamCaptureInfo(stream, &capturing, &captureId) != ncclSuccess)
-    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
+  CHORUS_CHECK(captureState(stream, what, &capturing, &captureId));
   CHORUS_CHECK(orderBefore(stream, captureId, what));
   const bool byKernel = bytes <= static_cast<uint64_t>(std::max<int64_t>(0, kDevCopyKernelMax.get()));
   if ((byKernel ? rt_->copyKernelAsync(dst, src, bytes, stream) : rt_->memcpyAsync(dst, src, bytes, stream)) !=
@@ -696,7 +698,10 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
   if (op.count > 0 && kDevDirect.get() != 0 && comm_->nranks <= kDevMaxDirect && gate_ &&
       static_cast<int>(gate_->members().size()) == comm_->nranks) {
     std::vector<LaunchGate::Payload> met;
-    CHORUS_CHECK(claimStream(op.stream));
+    bool capturing = false;
+    uint64_t captureId = 0;
+    CHORUS_CHECK(captureState(op.stream, collName(op.coll), &capturing, &captureId));
+    CHORUS_CHECK(claimStream(op.stream, capturing));
     CHORUS_CHECK(meetAtGate(&op, all, &met));
     gatePassed = true;
     if (directSafe(op, met)) return launchDirect(op, met);

@@ -126,8 +126,11 @@ class DeviceEngine {
   ncclResult_t orderBefore(cudaStream_t stream, uint64_t captureId, const char* what);
   /// Records that this communicator's latest work went to `stream`.
   ncclResult_t orderAfter(cudaStream_t stream, uint64_t captureId, const char* what);
-  /// Records that this rank launches on `stream`; refuses a stream another rank of this communicator uses.
-  ncclResult_t claimStream(cudaStream_t stream);
+  /// Whether `stream` is under capture, and that capture's id (0 when not); a failed query fails the call `what`.
+  ncclResult_t captureState(cudaStream_t stream, const char* what, bool* capturing, uint64_t* id);
+  /// Records that this rank launches on `stream`; refuses a stream another rank of this communicator uses. A stream
+  /// under capture (`capturing`) is not claimed.
+  ncclResult_t claimStream(cudaStream_t stream, bool capturing);
   void fillCommon(DevWork* w) const;
   char* outScratch(size_t bytes);
 
