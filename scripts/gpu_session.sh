@@ -276,9 +276,7 @@ sweep() {
 }
 
 core() {
-  log "gpu tests"
-  (cd "$BUILD" && timeout -k 5 300 ctest -L gpu --output-on-failure --timeout 120) > "$LOGS/ctest-gpu.log" 2>&1
-  tail -8 "$LOGS/ctest-gpu.log"
+  gpuTests
   roofline
   log "latency 8 B - 64 KiB, 1 rank: chorus vs NVIDIA NCCL (PyTorch's) with the same tool"
   run 60 latency_chorus_g1.log "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 64K -f 2 --mem device
