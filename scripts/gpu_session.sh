@@ -172,7 +172,7 @@ nt() {
   for t in all_gather reduce_scatter alltoall broadcast sendrecv; do ntCompare "$t" "${t}_perf" -b 8 -e 256M -f 4; done
 }
 
-# multi: 2/4/8 processes under MPS (plain, CUDA graphs, windows) and 2/4/8 thread ranks of one process.
+# multi: 2/4/8 processes under MPS (plain, windows), 2/4/8 thread ranks of one process (perf), then CUDA graphs.
 multi() {
   startMps
   for np in 2 4 8; do
@@ -181,9 +181,6 @@ multi() {
       run 60 "${t}_mps_n${np}.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/${t}_perf" -b 8 -e 256M -f 4 \
         --mem device
     done
-    log "all_reduce 8 B-64 KB, $np processes under MPS, CUDA graphs"
-    run 60 "all_reduce_mps_n${np}_graph.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/all_reduce_perf" -b 8 \
-      -e 64K -f 2 --mem device -G 10
     for t in all_reduce all_gather reduce_scatter alltoall; do
       log "$t, $np processes under MPS, buffers in windows"
       run 60 "${t}_mps_n${np}_windows.log" "$BUILD/perf/chorusrun" -n "$np" "$BUILD/perf/${t}_perf" -b 64K \
@@ -196,13 +193,8 @@ multi() {
   run 30 all_reduce_mps_n2_windows_info.txt env NCCL_DEBUG=INFO "$BUILD/perf/chorusrun" -n 2 \
     "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device -R 2
   stopMps
-  for np in 2 4 8; do
-    for t in all_reduce all_gather reduce_scatter alltoall; do
-      log "$t g=$np (thread ranks)"
-      run 60 "${t}_g${np}.log" "$BUILD/perf/${t}_perf" -g "$np" -b 8 -e 256M -f 4 --mem device
-    done
-    run 60 "all_reduce_g${np}_graph.log" "$BUILD/perf/all_reduce_perf" -g "$np" -b 8 -e 64K -f 2 --mem device -G 10
-  done
+  perf 2 4 8
+  graphs
 }
 
 # graphs: allreduce 8 B-64 KB captured in CUDA graphs (-G), 2/4/8 processes under MPS and 2/4/8 thread ranks.
@@ -221,9 +213,7 @@ graphs() {
 # threads8: the thread-rank sweeps at 8 ranks (and alltoall at 4).
 threads8() {
   run 60 alltoall_g4.log "$BUILD/perf/alltoall_perf" -g 4 -b 8 -e 256M -f 4 --mem device
-  for t in all_reduce all_gather reduce_scatter alltoall; do
-    run 60 "${t}_g8.log" "$BUILD/perf/${t}_perf" -g 8 -b 8 -e 256M -f 4 --mem device
-  done
+  perf 8
 }
 
 # ag8: the allgather of 8 processes through FIFOs that once gave wrong values, 3 more times around 2 MB.
