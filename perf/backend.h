@@ -82,10 +82,11 @@ class Backend {
   virtual void* alloc(int local, size_t bytes) = 0;
   /// Frees what alloc returned.
   virtual void release(void* ptr) = 0;
-  /// Copies host memory into a buffer (plain memcpy for host memory).
-  virtual bool upload(void* dst, const void* src, size_t bytes) = 0;
-  /// Copies a buffer into host memory.
-  virtual bool download(void* dst, const void* src, size_t bytes) = 0;
+  /// Copies host memory into a local rank's buffer (plain memcpy for host memory). Device memory is copied on the
+  /// rank's stream and waited for, so the copy has landed before any call issued after it runs.
+  virtual bool upload(int local, void* dst, const void* src, size_t bytes) = 0;
+  /// Copies a local rank's buffer into host memory, once the rank's issued work is complete.
+  virtual bool download(int local, void* dst, const void* src, size_t bytes) = 0;
   /// -R 1/2: registers a local rank's buffers (mode 1 local, 2 symmetric).
   virtual bool registerBuffers(int local, void* send, void* recv, size_t bytes, int mode) = 0;
   /// Undoes every registerBuffers.
@@ -126,8 +127,8 @@ class HostBlockingBackend : public Backend {
                       std::string* info) const override;
   void* alloc(int local, size_t bytes) override;
   void release(void* ptr) override;
-  bool upload(void* dst, const void* src, size_t bytes) override;
-  bool download(void* dst, const void* src, size_t bytes) override { return upload(dst, src, bytes); }
+  bool upload(int local, void* dst, const void* src, size_t bytes) override;
+  bool download(int local, void* dst, const void* src, size_t bytes) override { return upload(local, dst, src, bytes); }
   bool registerBuffers(int, void*, void*, size_t, int) override { return true; }
   bool unregisterAll() override { return true; }
   bool groupStart() override { return true; }

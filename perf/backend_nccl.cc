@@ -158,14 +158,14 @@ class NcclBackend : public Backend {
       free(ptr);
     }
   }
-  bool upload(void* dst, const void* src, size_t bytes) override {
-    if (!device_) {
-      std::memmove(dst, src, bytes);
-      return true;
-    }
-    return cudaOk(cuda_.memcpy(dst, src, bytes, kCudaMemcpyDefault), "cudaMemcpy (upload)", -1);
+  // Device memory is copied on the rank's stream, then waited for. A plain cudaMemcpy would not do: it runs on the
+  // legacy stream, which does not order against the tools' non-blocking streams, and from pageable host memory it
+  // returns once the data is staged, while the DMA into the buffer may still be in flight. A call issued after such
+  // an upload could then have its output overwritten by the tail of the upload.
+  bool upload(int local, void* dst, const void* src, size_t bytes) override { return copyOnStream(local, dst, src, bytes); }
+  bool download(int local, void* dst, const void* src, size_t bytes) override {
+    return copyOnStream(local, dst, src, bytes);
   }
-  bool download(void* dst, const void* src, size_t bytes) override { return upload(dst, src, bytes); }
 
   bool registerBuffers(int local, void* send, void* recv, size_t bytes, int mode) override {
     ncclComm_t c = comms_[local];
@@ -267,6 +267,15 @@ class NcclBackend : public Backend {
                  ncclGetErrorString(r), last ? last : "");
     return false;
   }
+  bool copyOnStream(int local, void* dst, const void* src, size_t bytes) {
+    if (!device_) {
+      std::memmove(dst, src, bytes);
+      return true;
+    }
+    return cudaOk(cuda_.memcpyAsync(dst, src, bytes, kCudaMemcpyDefault, streams_[local]), "cudaMemcpyAsync", local) &&
+           cudaOk(cuda_.streamSynchronize(streams_[local]), "cudaStreamSynchronize (copy)", local);
+  }
+
   bool cudaOk(int err, const char* what, int local) const {
     if (err == 0) return true;
     std::fprintf(stderr, "%s: Test CUDA failure: local rank %d: %s: '%s'\n", host_.c_str(), local, what,
@@ -307,7 +316,15 @@ class NcclBackend : public Backend {
         // All-gather by recursive doubling: at step `mask`, swap everything gathered so far with rank ^ mask.
         char* r = static_cast<char*>(rb);
         size_t block = n * wordSize(c.type);
-        if (r + c.rank * block != sb && !upload(r + c.rank * block, sb, block)) return false;
+        char* own = r + c.rank * block;
+        if (own != sb) {
+          // On the call's stream: ordered before the sends that read it, and capturable.
+          if (!device_) {
+            std::memmove(own, sb, block);
+          } else if (!cudaOk(cuda_.memcpyAsync(own, sb, block, kCudaMemcpyDefault, s), "cudaMemcpyAsync", c.rank)) {
+            return false;
+          }
+        }
         for (int mask = 1; mask < c.nranks; mask <<= 1) {
           int peer = c.rank ^ mask;
           int have = c.rank & ~(mask - 1), get = have ^ mask;

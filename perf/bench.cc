@@ -171,11 +171,32 @@ void Bench::initData(ThreadState& st, const Shape& sh, ncclDataType_t type, int 
     if (device_) {
       // In place, the input may extend past the result (reduce-scatter, scatter): copy the larger extent.
       size_t recvExtent = std::max(sh.expectedBytes, sh.sendBytes);
-      if (!be_.upload(b.send + sh.unalignBytes, img.send, sh.sendBytes) ||
-          !be_.upload(b.recv + sh.unalignBytes, img.recv, recvExtent))
+      if (!be_.upload(local, b.send + sh.unalignBytes, img.send, sh.sendBytes) ||
+          !be_.upload(local, b.recv + sh.unalignBytes, img.recv, recvExtent))
         die(kExitLibrary);
     }
   }
+}
+
+std::string Bench::describeWrongBlocks(const char* got, const char* want, size_t count, ncclDataType_t type,
+                                       int op) const {
+  // Which of the output's n equal blocks (rank r's block r of an allgather, and so on) hold the wrong elements, and
+  // whether a wrong block holds zeros: what initData writes into the output before the call, so a block the call
+  // never wrote, or one overwritten afterwards by that initialization.
+  const int n = topo_.nranks();
+  if (n < 2 || count % n != 0) return "";
+  const size_t per = count / n, w = wordSize(type);
+  std::vector<char> zeros(per * w, 0);
+  std::string out;
+  for (int blk = 0; blk < n; blk++) {
+    const char* g = got + blk * per * w;
+    int64_t bad = countWrong(g, want + blk * per * w, per, type, op, n);
+    if (bad == 0) continue;
+    bool zero = countWrong(g, zeros.data(), per, type, op, n) == 0;
+    out += (out.empty() ? ": block " : ", block ") + std::to_string(blk) + " (" + std::to_string(bad) + " wrong" +
+           (zero ? ", all zero)" : ")");
+  }
+  return out;
 }
 
 int64_t Bench::checkData(ThreadState& st, const Shape& sh, ncclDataType_t type, int op, bool inPlace) {
@@ -186,13 +207,14 @@ int64_t Bench::checkData(ThreadState& st, const Shape& sh, ncclDataType_t type, 
     RankBuffers& b = bufs_[local];
     const char* data = b.recv + sh.unalignBytes + (inPlace ? sh.recvInplaceOffset * rank : 0);
     if (device_) {
-      if (!be_.download(b.result.data(), data, sh.expectedBytes)) die(kExitLibrary);
+      if (!be_.download(local, b.result.data(), data, sh.expectedBytes)) die(kExitLibrary);
       data = b.result.data();
     }
     int64_t w = countWrong(data, b.expected.data(), sh.elems.recvCount, type, op, topo_.nranks());
     if (w > 0 && perfEnv("CHORUS_PERF_VERBOSE")) {
-      std::fprintf(stderr, "rank %d: %lld wrong elements of %zu (%s, %s place)\n", rank, static_cast<long long>(w),
-                   sh.elems.recvCount, spec_.name, inPlace ? "in" : "out of");
+      std::fprintf(stderr, "rank %d: %lld wrong elements of %zu (%s, %s place)%s\n", rank, static_cast<long long>(w),
+                   sh.elems.recvCount, spec_.name, inPlace ? "in" : "out of",
+                   describeWrongBlocks(data, b.expected.data(), sh.elems.recvCount, type, op).c_str());
     }
     wrong += w;
   }

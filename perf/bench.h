@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -110,6 +111,8 @@ class Bench {
   template <typename F>
   void forLocal(ThreadState& st, F&& f);
   void initData(ThreadState& st, const Shape& sh, ncclDataType_t type, int op, int root, uint64_t rep, bool inPlace);
+  /// CHORUS_PERF_VERBOSE's detail of a wrong result: the output's blocks (one per rank) that are wrong.
+  std::string describeWrongBlocks(const char* got, const char* want, size_t count, ncclDataType_t type, int op) const;
   int64_t checkData(ThreadState& st, const Shape& sh, ncclDataType_t type, int op, bool inPlace);
   bool printer(const ThreadState& st) const { return st.thread == 0 && report_.main(); }
 

@@ -45,7 +45,7 @@ void* HostBlockingBackend::alloc(int, size_t bytes) {
 
 void HostBlockingBackend::release(void* ptr) { std::free(ptr); }
 
-bool HostBlockingBackend::upload(void* dst, const void* src, size_t bytes) {
+bool HostBlockingBackend::upload(int /*local*/, void* dst, const void* src, size_t bytes) {
   std::memmove(dst, src, bytes);
   return true;
 }

@@ -16,7 +16,7 @@ bool CudaRuntime::load() {
   if (lib == nullptr) return false;
   auto sym = [&](const char* name) { return dlsym(lib, name); };
   setDevice = reinterpret_cast<int (*)(int)>(sym("cudaSetDevice"));
-  memcpy = reinterpret_cast<int (*)(void*, const void*, size_t, int)>(sym("cudaMemcpy"));
+  memcpyAsync = reinterpret_cast<int (*)(void*, const void*, size_t, int, void*)>(sym("cudaMemcpyAsync"));
   streamCreateWithFlags = reinterpret_cast<int (*)(void**, unsigned)>(sym("cudaStreamCreateWithFlags"));
   streamDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaStreamDestroy"));
   streamSynchronize = reinterpret_cast<int (*)(void*)>(sym("cudaStreamSynchronize"));
@@ -31,7 +31,7 @@ bool CudaRuntime::load() {
   graphExecDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaGraphExecDestroy"));
   graphDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaGraphDestroy"));
   auto count = reinterpret_cast<int (*)(int*)>(sym("cudaGetDeviceCount"));
-  if (!setDevice || !memcpy || !streamCreateWithFlags || !streamDestroy || !streamSynchronize || !deviceGetPCIBusId ||
+  if (!setDevice || !memcpyAsync || !streamCreateWithFlags || !streamDestroy || !streamSynchronize || !deviceGetPCIBusId ||
       !getErrorString || !pointerGetAttributes || !count) {
     dlclose(lib);
     return false;

@@ -12,7 +12,7 @@ namespace perf {
 struct CudaRuntime {
   int (*getDeviceCount)(int*) = nullptr;
   int (*setDevice)(int) = nullptr;
-  int (*memcpy)(void*, const void*, size_t, int) = nullptr;
+  int (*memcpyAsync)(void*, const void*, size_t, int, void*) = nullptr;
   int (*streamCreateWithFlags)(void**, unsigned) = nullptr;
   int (*streamDestroy)(void*) = nullptr;
   int (*streamSynchronize)(void*) = nullptr;

@@ -60,6 +60,13 @@ void runGpuRanks(int n, Driver driver, const std::function<void(RankCtx&)>& body
       << "thread ranks " << describeStatus(status) << " (their failures are printed above)";
 }
 
+// Copies host memory into device memory on `stream` and waits for it, so a call issued on that stream afterwards sees
+// the data.
+void uploadOn(cudaStream_t stream, void* dst, const void* src, size_t bytes) {
+  EXPECT_EQ(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+}
+
 // One rank's device buffers and stream.
 struct Dev {
   float* send = nullptr;
@@ -78,9 +85,9 @@ struct Dev {
     cudaFree(recv);
     cudaStreamDestroy(stream);
   }
-  void upload(const std::vector<float>& h) {
-    EXPECT_EQ(cudaMemcpy(send, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  }
+  // On the rank's stream and waited for: a cudaMemcpy from pageable memory may return before its DMA lands, and it
+  // runs on the legacy stream, which does not order against this non-blocking one.
+  void upload(const std::vector<float>& h) { uploadOn(stream, send, h.data(), h.size() * 4); }
   std::vector<float> download(const float* p, size_t n) {
     std::vector<float> h(n);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -131,7 +138,7 @@ TEST_P(Gpu, EveryCollectiveInt32) {
     std::vector<int32_t> h(N * n), o(N * n);
     auto v = [](int rank, size_t i) { return int32_t(rank * 1000000 + int32_t(i)); };
     for (size_t i = 0; i < N * n; i++) h[i] = v(r, i);
-    CUDA_OK(cudaMemcpy(in, h.data(), N * n * 4, cudaMemcpyHostToDevice));
+    uploadOn(s, in, h.data(), N * n * 4);
     ASSERT_EQ(ncclAllGather(in, out, N, ncclInt32, c.comm, s), ncclSuccess);
     CUDA_OK(cudaStreamSynchronize(s));
     CUDA_OK(cudaMemcpy(o.data(), out, N * n * 4, cudaMemcpyDeviceToHost));
@@ -187,7 +194,7 @@ TEST_P(Gpu, PreMulSumWithDeviceScalar) {
     float* factor = nullptr;
     CUDA_OK(cudaMalloc(&factor, sizeof(float)));
     float quarter = 0.25f, two = 2.0f;
-    CUDA_OK(cudaMemcpy(factor, &quarter, sizeof(float), cudaMemcpyHostToDevice));
+    uploadOn(d.stream, factor, &quarter, sizeof(float));
     ncclRedOp_t op;
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, factor, ncclFloat32, ncclScalarDevice, c.comm), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(d.send, d.recv, N, ncclFloat32, op, c.comm, d.stream), ncclSuccess);
