@@ -58,9 +58,13 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
     Executor<DevicePlatform> exec(p, w.fp, w.reducing != 0, w.ll != 0, w.sliceBytes, false);
     const StepRun* runs = w.runs + w.chanFirst[ch];
     size_t nRuns = static_cast<size_t>(w.chanFirst[ch + 1] - w.chanFirst[ch]);
+    // The lane's tiles are lane, lane + lanes, ...: the schedule's tile order (algo/schedule.h) runs over those.
     const uint64_t stride = static_cast<uint64_t>(workLanes(w));
-    for (uint64_t t = static_cast<uint64_t>(lane); t < w.nTiles && res == ncclSuccess; t += stride)
-      res = exec.runTile(runs, nRuns, ch, map, t);
+    const uint64_t mine = w.nTiles > static_cast<uint64_t>(lane) ? (w.nTiles - lane + stride - 1) / stride : 0;
+    const TileOrder order(mine, w.chanSteps[ch], w.chanLagFrom[ch], w.chanLag[ch]);
+    res = exec.runOrder(runs, nRuns, order, ch, map, [lane, stride](uint64_t j) {
+      return static_cast<size_t>(static_cast<uint64_t>(lane) + j * stride);
+    });
   }
   p.finish(res);
 }

@@ -116,6 +116,9 @@ struct DevWork {
   uint8_t lanes, pad0[3];
   uint32_t sliceBytes;
   uint16_t chanFirst[kDevMaxChannels + 1];  ///< channel c runs the steps of runs [chanFirst[c], chanFirst[c + 1])
+  uint16_t chanSteps[kDevMaxChannels];      ///< steps in channel c's runs
+  int16_t chanLagFrom[kDevMaxChannels];     ///< channel c's Schedule::lagFrom, in its runs' step numbers (-1: none)
+  uint8_t chanLag[kDevMaxChannels];         ///< channel c's Schedule::lag
   uint16_t nFifos;
   uint8_t nSends, nRecvs;
   StepRun runs[kDevMaxRuns];  ///< the channels' schedules as runs of steps (kernels/executor.h)

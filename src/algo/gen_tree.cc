@@ -151,9 +151,15 @@ void broadcastDown(const Node& t, gen::Steps& st) {
 }
 
 // Reduce up to the tree's root, which finalises the one value and sends it back down: all ranks get that value.
-void treeAllReduce(const Node& t, gen::Steps& st) {
+// Below the root the down phase runs `depth` tiles behind the up phase (Schedule::lag): the root sends tile t down as
+// soon as it has it, and a rank at depth d receives it in the round its parent, at depth d - 1, has sent it in one
+// round before, so no rank waits for a round trip to the root (NCCL overlaps a tree's two phases the same way). The
+// down FIFO then holds up to two tiles in flight, which is what a FIFO holds (a tile is half of it).
+void treeAllReduce(const Node& t, int depth, gen::Steps& st, Schedule* s) {
   if (t.parent >= 0) {
     reduceUp(t, st);
+    s->lagFrom = static_cast<int>(s->steps.size());
+    s->lag = depth;
     broadcastDown(t, st);
     return;
   }
@@ -215,16 +221,19 @@ void genTree(const ScheduleRequest& req, Schedule* s) {
   const bool allReduce = req.coll == Coll::kAllReduce;
   // Allreduce has no root of its own: it runs each tree from its natural root, as NCCL does. One host, one rank a
   // host, or hosts that do not divide the ranks: the flat tree over all positions.
-  Node t;
-  if (P >= 2 && n % P == 0 && n / P >= 2) {
-    t = hostChainNode(n, P, req.rank, req.channel, allReduce ? -1 : req.root);
-  } else {
-    t = flatNode(treeLinks(n, req.rank, req.channel, allReduce ? treeRoot(n, req.channel) : req.root));
-  }
+  const bool hostChains = P >= 2 && n % P == 0 && n / P >= 2;
+  auto nodeAt = [&](int pos) {
+    return hostChains ? hostChainNode(n, P, pos, req.channel, allReduce ? -1 : req.root)
+                      : flatNode(treeLinks(n, pos, req.channel, allReduce ? treeRoot(n, req.channel) : req.root));
+  };
+  const Node t = nodeAt(req.rank);
   switch (req.coll) {
-    case Coll::kAllReduce:
-      treeAllReduce(t, st);
+    case Coll::kAllReduce: {
+      int depth = 0;
+      for (int p = t.parent; p >= 0 && depth < n; p = nodeAt(p).parent) depth++;
+      treeAllReduce(t, depth, st, s);
       break;
+    }
     case Coll::kBroadcast:
       treeBroadcast(t, st);
       break;

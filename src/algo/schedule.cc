@@ -124,7 +124,10 @@ std::string formatSchedule(const Schedule& s) {
                      " rank=" + std::to_string(s.rank) + " channel=" + std::to_string(s.channel);
   if (collRooted(s.coll)) text += " root=" + std::to_string(s.root);
   text += " inBlocks=" + std::to_string(s.inBlocks) + " outBlocks=" + std::to_string(s.outBlocks) +
-          " steps=" + std::to_string(s.steps.size()) + "\n";
+          " steps=" + std::to_string(s.steps.size());
+  if (s.lagFrom >= 0 && s.lag > 0)
+    text += " lag=" + std::to_string(s.lag) + " from step " + std::to_string(s.lagFrom);
+  text += "\n";
   for (size_t i = 0; i < s.steps.size(); ++i) {
     text += std::to_string(i) + ": " + formatStep(s.steps[i]) + "\n";
   }

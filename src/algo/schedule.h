@@ -79,7 +79,44 @@ struct Schedule {
   int root = 0;       ///< for rooted collectives
   int inBlocks = 1;   ///< input viewed as this many blocks
   int outBlocks = 1;  ///< output viewed as this many blocks
+  /// Pipelining across tiles: steps [lagFrom, end) of tile t run after steps [0, lagFrom) of tile t + lag (TileOrder).
+  /// A tree allreduce lags its down phase by the rank's depth, so that a rank never waits for the round trip to
+  /// the root: the value of tile t comes down while tiles up to t + depth go up. -1: every tile runs whole, in order.
+  int lagFrom = -1;
+  int lag = 0;
   std::vector<Step> steps;
+};
+
+/// The order in which a rank runs its steps over the tiles, shared by the executor's callers (host and device) and
+/// the verifier. Round k runs part 0, steps [0, split) of tile k, then part 1, steps [split, nSteps) of tile k - lag,
+/// each only where that tile exists; without a lag that is every tile whole, one round a tile. constexpr, so that
+/// device code calls it too (nvcc's --expt-relaxed-constexpr; clang makes constexpr functions host and device).
+struct TileOrder {
+  uint64_t nTiles = 0;
+  uint32_t nSteps = 0, split = 0, lag = 0;
+
+  constexpr TileOrder(uint64_t tiles, uint32_t steps, int lagFrom, int lagTiles) : nTiles(tiles), nSteps(steps) {
+    const bool lagged = lagFrom >= 0 && static_cast<uint32_t>(lagFrom) <= steps && lagTiles > 0;
+    split = lagged ? static_cast<uint32_t>(lagFrom) : steps;
+    lag = lagged ? static_cast<uint32_t>(lagTiles) : 0;
+  }
+  /// Rounds to run: every tile's first part, and its second `lag` rounds later.
+  constexpr uint64_t rounds() const { return nTiles == 0 ? 0 : nTiles + lag; }
+  /// Part `which` (0 or 1) of round k: its tile and steps [*first, *end); false when the part is empty.
+  constexpr bool part(uint64_t k, int which, uint64_t* tile, uint32_t* first, uint32_t* end) const {
+    if (which == 0) {
+      if (k >= nTiles || split == 0) return false;
+      *tile = k;
+      *first = 0;
+      *end = split;
+      return true;
+    }
+    if (k < lag || k - lag >= nTiles || split == nSteps) return false;
+    *tile = k - lag;
+    *first = split;
+    *end = nSteps;
+    return true;
+  }
 };
 
 /// Human-readable names, for logs, errors and printing.

@@ -265,6 +265,11 @@ class Verifier {
   }
 
   void setup() {
+    // A lagged schedule runs enough tiles to reach the steady state, where every rank runs a part of two tiles in a
+    // round (algo/schedule.h, TileOrder), and to drain it.
+    tiles_ = opt_.tiles;
+    for (const Schedule& s : s_)
+      if (s.lagFrom >= 0 && s.lag > 0) tiles_ = std::max(tiles_, s.lag + 2);
     int64_t slotTotal = 0, stepTotal = 0;
     inOffset_.resize(n_);
     int32_t offset = 0;
@@ -277,7 +282,7 @@ class Verifier {
       inOffset_[r] = offset;
       offset += s.inBlocks;
       slotBase_[r] = slotTotal;
-      slotTotal += static_cast<int64_t>(s.inBlocks + s.outBlocks) * opt_.tiles;
+      slotTotal += static_cast<int64_t>(s.inBlocks + s.outBlocks) * tiles_;
       stepBase_[r] = stepTotal;
       stepTotal += static_cast<int64_t>(s.steps.size());
       outSlot_[r].resize(s.outBlocks);
@@ -503,11 +508,40 @@ class Verifier {
     return true;
   }
 
+  // Where rank r is in its tile order: the step it runs next, and that step's tile; false once it has run them all.
+  // A cursor moves to the next part of its round, or to the next round, when its part is done.
+  struct Cursor {
+    uint64_t round = 0, tile = 0;
+    int which = -1;  ///< part of the round; -1 before the first
+    uint32_t step = 0, end = 0;
+  };
+
+  bool current(int r, int* step, int* tile) {
+    Cursor& c = cursor_[r];
+    const TileOrder order(static_cast<uint64_t>(tiles_), static_cast<uint32_t>(s_[r].steps.size()), s_[r].lagFrom,
+                          s_[r].lag);
+    while (c.which < 0 || c.step >= c.end) {
+      if (++c.which == 2) {
+        c.which = 0;
+        ++c.round;
+      }
+      if (c.round >= order.rounds()) return false;
+      uint32_t first = 0;
+      if (order.part(c.round, c.which, &c.tile, &first, &c.end)) {
+        c.step = first;
+      } else {
+        c.step = c.end = 0;
+      }
+    }
+    *step = static_cast<int>(c.step);
+    *tile = static_cast<int>(c.tile);
+    return true;
+  }
+
   // Runs rank r until it blocks (waitFifo_ names the FIFO) or finishes; false on a problem (err_).
   bool advance(int r) {
-    const int64_t ns = static_cast<int64_t>(s_[r].steps.size());
-    while (pc_[r] < ns * opt_.tiles) {
-      const int i = static_cast<int>(pc_[r] % ns), tile = static_cast<int>(pc_[r] / ns);
+    int i = 0, tile = 0;
+    while (current(r, &i, &tile)) {
       const int64_t k = stepBase_[r] + i;
       if (recvFifo_[k] >= 0 && fifos_[recvFifo_[k]].count == 0) {
         waitFifo_[r] = recvFifo_[k];
@@ -519,13 +553,13 @@ class Verifier {
       }
       waitFifo_[r] = -1;
       if (!exec(r, i, tile)) return false;
-      ++pc_[r];
+      ++cursor_[r].step;
     }
     return true;
   }
 
   std::string simulate() {
-    pc_.assign(n_, 0);
+    cursor_.assign(n_, Cursor());
     waitFifo_.assign(n_, -1);
     queued_.assign(n_, true);
     for (int r = n_ - 1; r >= 0; --r) ready_.push_back(r);  // rank 0 first
@@ -538,10 +572,9 @@ class Verifier {
     std::string blocked;
     int count = 0;
     for (int r = 0; r < n_; ++r) {
-      const int64_t ns = static_cast<int64_t>(s_[r].steps.size());
-      if (pc_[r] >= ns * opt_.tiles) continue;
+      int i = 0, tile = 0;
+      if (!current(r, &i, &tile)) continue;
       if (++count > 8) continue;
-      const int i = static_cast<int>(pc_[r] % ns), tile = static_cast<int>(pc_[r] / ns);
       const Fifo& f = fifos_[waitFifo_[r]];
       blocked += cat(count > 1 ? "; " : "", "rank ", r, " step ", i, " (", formatStep(s_[r].steps[i]), ") tile ", tile,
                      f.dst == r ? cat(" waits for a message from ", f.src)
@@ -602,7 +635,7 @@ class Verifier {
     for (int r = 0; r < n_; ++r) {
       if (!outputChecked(r)) continue;
       const int outBlocks = s_[r].outBlocks;
-      for (int tile = 0; tile < opt_.tiles; ++tile) {
+      for (int tile = 0; tile < tiles_; ++tile) {
         for (int j = 0; j < outBlocks; ++j) {
           const int s = outSlot_[r][j];
           const uint32_t id = slot(r, tile, s);
@@ -621,7 +654,7 @@ class Verifier {
           }
           if (coll_ == Coll::kAllReduce) {
             const size_t key = static_cast<size_t>(tile) * outBlocks + j;
-            if (firstExpr.empty()) firstExpr.assign(static_cast<size_t>(opt_.tiles) * outBlocks, 0);
+            if (firstExpr.empty()) firstExpr.assign(static_cast<size_t>(tiles_) * outBlocks, 0);
             if (r == 0) {
               firstExpr[key] = got.expr;
             } else if (got.expr != firstExpr[key]) {
@@ -653,7 +686,8 @@ class Verifier {
   std::vector<Fifo> fifos_;
   std::vector<Message> messages_;         // fifo f's ring at f * fifoDepth
   std::vector<int> recvFifo_, sendFifo_;  // per (rank, step): FIFO used, or -1
-  std::vector<int64_t> pc_;               // per rank: steps done, over all tiles
+  int tiles_ = 1;                         // tiles simulated (VerifyOptions::tiles, more for lagged schedules)
+  std::vector<Cursor> cursor_;            // per rank: where it is in its tile order
   std::vector<int> waitFifo_;             // per rank: FIFO it is blocked on, or -1
   std::vector<bool> queued_;
   std::vector<int> ready_;  // ranks that may advance (a stack)

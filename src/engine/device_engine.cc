@@ -480,11 +480,18 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
   for (int ch = 0; ch < nChannels; ch++) {
     w->chanFirst[ch] = static_cast<uint16_t>(std::min<size_t>(runs.size(), kDevMaxRuns));
     kept.clear();
-    for (const Step& st : scheds[ch].steps) {
+    int lagFrom = -1;  // the schedule's lagFrom, counted in the steps kept
+    for (size_t i = 0; i < scheds[ch].steps.size(); i++) {
+      const Step& st = scheds[ch].steps[i];
+      if (static_cast<int>(i) == scheds[ch].lagFrom) lagFrom = static_cast<int>(kept.size());
       bool skipped = false;
       for (const Step& k : skip) skipped |= sameStep(st, k);
       if (!skipped) kept.push_back(st);
     }
+    if (scheds[ch].lagFrom == static_cast<int>(scheds[ch].steps.size())) lagFrom = static_cast<int>(kept.size());
+    w->chanSteps[ch] = static_cast<uint16_t>(kept.size());
+    w->chanLagFrom[ch] = static_cast<int16_t>(scheds[ch].lag > 0 ? lagFrom : -1);
+    w->chanLag[ch] = static_cast<uint8_t>(std::min(scheds[ch].lag, 255));
     packStepRuns(kept.data(), kept.size(), &runs);
   }
   if (runs.size() > static_cast<size_t>(kDevMaxRuns))

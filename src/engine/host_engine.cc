@@ -133,12 +133,25 @@ class HostEngine : public Engine {
     bool describe = !plan.inPlace && plan.choice.algo != Algo::kTree;
     Executor<HostPlatform> exec(*platform_, plan.fp, plan.reducing, plan.choice.proto == Proto::kLL, plan.sliceBytes,
                                 describe);
+    // The channels take turns a round at a time (a tile each, in TileOrder), so that they move data side by side:
+    // the two trees of a double binary tree load different links, and neither waits for the other to finish.
     BlockMap map = plan.map;
+    std::vector<TileOrder> orders;
+    uint64_t rounds = 0;
     for (int ch = 0; ch < plan.nChannels; ch++) {
-      map.chanStart = ch * plan.chanElems;
-      map.chanEnd = std::min(map.blockElems, (ch + 1) * plan.chanElems);
-      if (map.chanStart >= map.chanEnd) continue;
-      for (size_t t = 0; t < plan.nTiles; t++) CHORUS_CHECK(exec.runTile((*plan.scheds)[ch], map, t));
+      const Schedule& s = (*plan.scheds)[ch];
+      const bool some = static_cast<size_t>(ch) * plan.chanElems < map.blockElems;
+      orders.emplace_back(some ? plan.nTiles : 0, static_cast<uint32_t>(s.steps.size()), s.lagFrom, s.lag);
+      rounds = std::max(rounds, orders.back().rounds());
+    }
+    auto sameTile = [](uint64_t t) { return static_cast<size_t>(t); };
+    for (uint64_t k = 0; k < rounds; k++) {
+      for (int ch = 0; ch < plan.nChannels; ch++) {
+        const Schedule& s = (*plan.scheds)[ch];
+        map.chanStart = ch * plan.chanElems;
+        map.chanEnd = std::min(map.blockElems, (ch + 1) * plan.chanElems);
+        CHORUS_CHECK(exec.runRound(s.steps.data(), 0, orders[ch], k, s.channel, map, sameTile));
+      }
     }
     return exec.drain();
   }

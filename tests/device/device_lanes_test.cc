@@ -137,6 +137,34 @@ TEST_P(DeviceLanes, OtherCollectives) {
   }
 }
 
+// A tree allreduce (NCCL_ALGO=Tree) over 5 ranks runs each rank's down phase its depth in tiles behind its up phase
+// (Schedule::lag, algo/schedule.h's TileOrder over the lane's own tiles): sizes of one tile to many tiles a lane, in and
+// out of place, with the launch carrying the lags; then on blocks of 4 threads with random delays.
+TEST_P(DeviceLanes, TreeAllReducePipelined) {
+  setenv("NCCL_ALGO", "Tree", 1);
+  chorus::paramsReload();
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) {
+      gEmu.threadsPerBlock = 4;
+      gEmu.delayPercent = 10;
+      gEmu.delayMaxUs = 30;
+    }
+    runRanks(5, GetParam(), [pass](RankCtx& c) {
+      for (size_t count : {size_t(1), size_t(2049), size_t(40001), size_t(262147)}) {
+        if (pass == 1 && count > 40001) continue;
+        for (bool inPlace : {false, true}) {
+          checkAllReduce(gEmu, c, ncclInt32, ncclSum, count, inPlace, laneLaunches, usesLanes(count * 4), false,
+                         int(count));
+          EXPECT_GE(gEmu.lastMaxLag.load(), 1) << count;  // every rank is below the root in one tree at least
+        }
+      }
+      checkAllReduce(gEmu, c, ncclFloat32, ncclAvg, 40001, false, laneLaunches, true, false, 3);
+    });
+  }
+  unsetenv("NCCL_ALGO");
+  chorus::paramsReload();
+}
+
 // Many calls in a row on blocks of 4 threads with random delays: a lane's FIFO is its own, and its step counters carry
 // over from call to call whatever number of lanes each call used.
 TEST_P(DeviceLanes, ManyCallsOnBlocksOfThreadsWithDelays) {

@@ -660,6 +660,10 @@ ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   auto w = std::make_shared<chorus::DevWork>(work);
   lastChannels = work.nChannels;
   lastLanes = chorus::workLanes(work);
+  int lag = 0;
+  for (int ch = 0; ch < work.nChannels / chorus::workLanes(work) && ch < chorus::kDevMaxChannels; ch++)
+    if (work.chanLagFrom[ch] >= 0) lag = std::max(lag, static_cast<int>(work.chanLag[ch]));
+  lastMaxLag = lag;
   if (chorus::workLanes(work) > 1) tLaneLaunches++;
   ncclResult_t res;
   if (captured(exec_, s, EmuGraph::Node{true, w, nullptr, nullptr, 0}, &res, mem_)) {

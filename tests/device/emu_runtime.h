@@ -119,6 +119,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
   std::atomic<int> lastLanes{0};     ///< blocks per channel of the last kernel launched (chorus::workLanes)
+  std::atomic<int> lastMaxLag{0};    ///< the largest channel lag (Schedule::lag) of the last kernel launched
   std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
   std::atomic<int> ipcLaunches{0};     ///< launched kernels through inboxes (kDevDirectIpc), by this process
   std::atomic<int> windowLaunches{0};  ///< launched kernels on registered windows (kDevDirectWindows), by this process

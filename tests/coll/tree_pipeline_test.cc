@@ -1,0 +1,114 @@
+// Pipelined tree allreduce on the host path: FIFO slots of 4 KiB make a tile 16 KiB, so a call of a few hundred KB
+// runs many tiles a channel, with each rank's down phase its depth in tiles behind its up phase (Schedule::lag) and
+// the channels (two or four trees) taking turns a tile at a time. Exact results, in and out of place, for sums,
+// integer averages (the post-op at the root's final step) and premulsum, over threads and processes, Simple and LL,
+// flat trees on one host and node-aware trees on three hosts placed round-robin (NCCL_HOSTID).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/ranks.h"
+#include "nccl.h"
+
+namespace chorus_test {
+namespace {
+
+int32_t val(int rank, size_t i) { return int32_t((rank + 1) * 1009 + int32_t(i % 7919)); }
+
+// One rank's calls on `comm`: allreduce sum and avg of int32, premulsum of float (factor 2 on every rank), each of
+// `count` elements, out of place then in place. Returns "" or what went wrong first.
+std::string treeCalls(ncclComm_t comm, int rank, int n, size_t count) {
+  std::vector<int32_t> in(count), out(count);
+  for (bool inPlace : {false, true}) {
+    for (ncclRedOp_t op : {ncclSum, ncclAvg}) {
+      for (size_t i = 0; i < count; i++) in[i] = val(rank, i);
+      int32_t* dst = inPlace ? in.data() : out.data();
+      if (ncclAllReduce(in.data(), dst, count, ncclInt32, op, comm, nullptr) != ncclSuccess)
+        return std::string("allreduce: ") + ncclGetLastError(comm);
+      for (size_t i = 0; i < count; i++) {
+        int64_t sum = 0;
+        for (int q = 0; q < n; q++) sum += val(q, i);
+        const int64_t want = op == ncclAvg ? sum / n : sum;
+        if (dst[i] != want)
+          return "op " + std::to_string(op) + (inPlace ? " in place" : " out of place") + ": element " +
+                 std::to_string(i) + " is " + std::to_string(dst[i]) + ", expected " + std::to_string(want);
+      }
+    }
+    std::vector<float> fin(count), fout(count);
+    for (size_t i = 0; i < count; i++) fin[i] = float(val(rank, i) % 1000);
+    ncclRedOp_t pre;
+    float two = 2.0f;
+    if (ncclRedOpCreatePreMulSum(&pre, &two, ncclFloat32, ncclScalarHostImmediate, comm) != ncclSuccess)
+      return std::string("premulsum op: ") + ncclGetLastError(comm);
+    float* fdst = inPlace ? fin.data() : fout.data();
+    ncclResult_t res = ncclAllReduce(fin.data(), fdst, count, ncclFloat32, pre, comm, nullptr);
+    ncclRedOpDestroy(pre, comm);
+    if (res != ncclSuccess) return std::string("premulsum: ") + ncclGetLastError(comm);
+    for (size_t i = 0; i < count; i++) {
+      float want = 0;
+      for (int q = 0; q < n; q++) want += 2.0f * float(val(q, i) % 1000);
+      if (fdst[i] != want)
+        return std::string("premulsum") + (inPlace ? " in place" : " out of place") + ": element " +
+               std::to_string(i) + " is " + std::to_string(fdst[i]) + ", expected " + std::to_string(want);
+    }
+  }
+  return "";
+}
+
+struct TreeEnv {
+  TreeEnv(const char* channels, const char* proto) {
+    setenv("NCCL_ALGO", "Tree", 1);
+    setenv("NCCL_PROTO", proto, 1);
+    setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+    setenv("CHORUS_HOST_NCHANNELS", channels, 1);
+    ncclResetDebugInit();
+  }
+  ~TreeEnv() {
+    for (const char* v : {"NCCL_ALGO", "NCCL_PROTO", "CHORUS_FIFO_SLOT_BYTES", "CHORUS_HOST_NCHANNELS"}) unsetenv(v);
+    ncclResetDebugInit();
+  }
+};
+
+class TreePipeline : public ::testing::TestWithParam<Driver> {};
+
+// Flat trees over 7 ranks (depth up to 3), two and four channels; 200003 elements are about 50 tiles a channel at
+// two channels. LL (slots of 4 KiB hold about 2 KiB of data) with a smaller count.
+TEST_P(TreePipeline, FlatTreesManyTiles) {
+  for (const char* channels : {"2", "4"}) {
+    TreeEnv env(channels, "Simple");
+    runRanks(7, GetParam(), [](RankCtx& c) {
+      const std::string why = treeCalls(c.comm, c.rank, c.nranks, 200003);
+      EXPECT_EQ(why, "") << "rank " << c.rank;
+    });
+  }
+  TreeEnv env("2", "LL");
+  runRanks(5, GetParam(), [](RankCtx& c) {
+    const std::string why = treeCalls(c.comm, c.rank, c.nranks, 30011);
+    EXPECT_EQ(why, "") << "rank " << c.rank;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, TreePipeline, ::testing::Values(Driver::kThreads, Driver::kProcesses),
+                         [](const auto& info) { return std::string(driverName(info.param)); });
+
+// Node-aware trees: 6 processes on 3 hosts, rank r on host r % 3 (shared memory within a host, sockets across),
+// so the chains within hosts and the host trees add up to depths of 3 and more.
+TEST(TreePipelineHosts, NodeAwareTreesRoundRobin) {
+  TreeEnv env("2", "Simple");
+  std::vector<int> st = forkRanks(6, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", ("tree-host-" + std::to_string(rank % 3)).c_str(), 1);
+    ncclResetDebugInit();
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 6, id, rank) != ncclSuccess) return 10;
+    const std::string why = treeCalls(comm, rank, 6, 120011);
+    if (!why.empty()) fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
+    ncclCommDestroy(comm);
+    return why.empty() ? 0 : 11;
+  });
+  for (int r = 0; r < 6; r++) EXPECT_EQ(describeStatus(st[r]), "exited with 0") << "rank " << r;
+}
+
+}  // namespace
+}  // namespace chorus_test
