@@ -2,7 +2,8 @@
 // runs many tiles a channel, with each rank's down phase its depth in tiles behind its up phase (Schedule::lag) and
 // the channels (two or four trees) taking turns a tile at a time. Exact results, in and out of place, for sums,
 // integer averages (the post-op at the root's final step) and premulsum, over threads and processes, Simple and LL,
-// flat trees on one host and node-aware trees on three hosts placed round-robin (NCCL_HOSTID).
+// flat trees on one host and node-aware trees on three hosts placed round-robin (NCCL_HOSTID). Rings over three
+// channels, which take turns the same way, in every other collective.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -87,6 +88,55 @@ TEST_P(TreePipeline, FlatTreesManyTiles) {
   runRanks(5, GetParam(), [](RankCtx& c) {
     const std::string why = treeCalls(c.comm, c.rank, c.nranks, 30011);
     EXPECT_EQ(why, "") << "rank " << c.rank;
+  });
+}
+
+// The other collectives with three channels taking turns a tile at a time (16 KiB tiles, about 10 a channel): the
+// ring, in and out of place, and broadcast from a moving root.
+TEST_P(TreePipeline, ChannelsTakeTurnsInEveryCollective) {
+  TreeEnv env("3", "Simple");
+  setenv("NCCL_ALGO", "Ring", 1);
+  ncclResetDebugInit();
+  runRanks(4, GetParam(), [](RankCtx& c) {
+    const int n = c.nranks, r = c.rank;
+    const size_t N = 40009;  // per rank
+    std::vector<int32_t> in(N * n), out(N * n);
+    auto check = [&](const char* what, const int32_t* got, size_t count, auto want) {
+      for (size_t i = 0; i < count; i++)
+        if (got[i] != want(i)) {
+          ADD_FAILURE() << what << " rank " << r << " element " << i << ": " << got[i] << " != " << want(i);
+          return;
+        }
+    };
+    for (bool inPlace : {false, true}) {
+      // allgather: in place, the input is block r of the output
+      int32_t* agIn = inPlace ? out.data() + r * N : in.data();
+      for (size_t i = 0; i < N; i++) agIn[i] = val(r, i);
+      ASSERT_EQ(ncclAllGather(agIn, out.data(), N, ncclInt32, c.comm, nullptr), ncclSuccess);
+      check("allgather", out.data(), N * n, [&](size_t i) { return val(static_cast<int>(i / N), i % N); });
+      // reduce-scatter: in place, the output is block r of the input
+      for (size_t i = 0; i < N * n; i++) in[i] = val(r, i);
+      int32_t* rsOut = inPlace ? in.data() + r * N : out.data();
+      ASSERT_EQ(ncclReduceScatter(in.data(), rsOut, N, ncclInt32, ncclSum, c.comm, nullptr), ncclSuccess);
+      check("reduce-scatter", rsOut, N, [&](size_t i) {
+        int32_t sum = 0;
+        for (int q = 0; q < n; q++) sum += val(q, r * N + i);
+        return sum;
+      });
+      // alltoall: block q of rank p's input goes to block p of rank q's output
+      for (size_t i = 0; i < N * n; i++) in[i] = val(r, i);
+      ASSERT_EQ(ncclAlltoAll(in.data(), inPlace ? in.data() : out.data(), N, ncclInt32, c.comm, nullptr), ncclSuccess);
+      check("alltoall", inPlace ? in.data() : out.data(), N * n,
+            [&](size_t i) { return val(static_cast<int>(i / N), r * N + i % N); });
+      // broadcast from root 1, then 3
+      for (int root : {1, 3}) {
+        for (size_t i = 0; i < N; i++) in[i] = r == root ? val(root, i) : -1;
+        ASSERT_EQ(ncclBroadcast(in.data(), inPlace ? in.data() : out.data(), N, ncclInt32, root, c.comm, nullptr),
+                  ncclSuccess);
+        check("broadcast", inPlace ? in.data() : out.data(), N, [&](size_t i) { return val(root, i); });
+      }
+    }
+    EXPECT_EQ(treeCalls(c.comm, r, n, 100003), "") << "allreduce, rank " << r;
   });
 }
 
