@@ -146,24 +146,18 @@ class Executor {
   /// Runs steps[0, nSteps) of channel `channel` for tile `tile` of the blocks in `map`.
   CHORUS_HOST_DEVICE ncclResult_t runTile(const Step* steps, size_t nSteps, int channel, const BlockMap& map,
                                           size_t tile) {
-    return runSteps(steps, 0, nSteps, channel, map, tile);
+    return runSteps(steps, nSteps, 0, static_cast<uint32_t>(nSteps), channel, map, tile);
   }
 
-  /// Runs steps[first, end) of channel `channel` for tile `tile` (one part of a TileOrder round).
-  CHORUS_HOST_DEVICE ncclResult_t runSteps(const Step* steps, size_t first, size_t end, int channel,
-                                           const BlockMap& map, size_t tile) {
-    for (size_t i = first; i < end; i++)
-      CHORUS_EXEC_CHECK(runTileStep(channel, steps[i], static_cast<uint32_t>(i), map, tile));
+  /// Runs steps[first, end) of the nSteps in `steps` (channel `channel`) for tile `tile`: one part of a TileOrder
+  /// round. The same shape as the StepRun form below, so that runRound takes either.
+  CHORUS_HOST_DEVICE ncclResult_t runSteps(const Step* steps, size_t /*nSteps*/, uint32_t first, uint32_t end,
+                                           int channel, const BlockMap& map, size_t tile) {
+    for (uint32_t i = first; i < end; i++) CHORUS_EXEC_CHECK(runTileStep(channel, steps[i], i, map, tile));
     return ncclSuccess;
   }
 
-  /// Runs the steps of runs[0, nRuns), in order, for tile `tile` (device launches hold schedules as runs).
-  CHORUS_HOST_DEVICE ncclResult_t runTile(const StepRun* runs, size_t nRuns, int channel, const BlockMap& map,
-                                          size_t tile) {
-    return runSteps(runs, nRuns, 0, ~static_cast<uint32_t>(0), channel, map, tile);
-  }
-
-  /// Runs the steps numbered [first, end) of runs[0, nRuns) for tile `tile`.
+  /// Runs the steps numbered [first, end) of runs[0, nRuns) for tile `tile` (device launches hold schedules as runs).
   CHORUS_HOST_DEVICE ncclResult_t runSteps(const StepRun* runs, size_t nRuns, uint32_t first, uint32_t end,
                                            int channel, const BlockMap& map, size_t tile) {
     uint32_t idx = 0;  // the step's index in the schedule, as on the host path
@@ -178,38 +172,29 @@ class Executor {
     return ncclSuccess;
   }
 
-  /// Runs every tile of a schedule of nSteps steps in `order` (algo/schedule.h), through `steps` (a Step array or a
-  /// StepRun array of nRuns runs): tile k of the caller's tiles is tileOf(k).
+  /// Runs every tile of a schedule in `order` (algo/schedule.h), through `steps`: a Step array of n steps or a StepRun
+  /// array of n runs. Tile k of the caller's tiles is tileOf(k).
   template <class Steps, class TileOf>
-  CHORUS_HOST_DEVICE ncclResult_t runOrder(const Steps* steps, size_t nRuns, const TileOrder& order, int channel,
+  CHORUS_HOST_DEVICE ncclResult_t runOrder(const Steps* steps, size_t n, const TileOrder& order, int channel,
                                            const BlockMap& map, const TileOf& tileOf) {
-    for (uint64_t k = 0; k < order.rounds(); k++)
-      CHORUS_EXEC_CHECK(runRound(steps, nRuns, order, k, channel, map, tileOf));
+    for (uint64_t k = 0; k < order.rounds(); k++) CHORUS_EXEC_CHECK(runRound(steps, n, order, k, channel, map, tileOf));
     return ncclSuccess;
   }
 
   /// Round k of `order` (both its parts); see runOrder.
   template <class Steps, class TileOf>
-  CHORUS_HOST_DEVICE ncclResult_t runRound(const Steps* steps, size_t nRuns, const TileOrder& order, uint64_t k,
+  CHORUS_HOST_DEVICE ncclResult_t runRound(const Steps* steps, size_t n, const TileOrder& order, uint64_t k,
                                            int channel, const BlockMap& map, const TileOf& tileOf) {
     for (int which = 0; which < 2; which++) {
       uint64_t t;
       uint32_t first, end;
       if (order.part(k, which, &t, &first, &end))
-        CHORUS_EXEC_CHECK(runPart(steps, nRuns, first, end, channel, map, tileOf(t)));
+        CHORUS_EXEC_CHECK(runSteps(steps, n, first, end, channel, map, tileOf(t)));
     }
     return ncclSuccess;
   }
 
  private:
-  CHORUS_HOST_DEVICE ncclResult_t runPart(const Step* steps, size_t, uint32_t first, uint32_t end, int channel,
-                                          const BlockMap& map, size_t tile) {
-    return runSteps(steps, first, end, channel, map, tile);
-  }
-  CHORUS_HOST_DEVICE ncclResult_t runPart(const StepRun* runs, size_t nRuns, uint32_t first, uint32_t end, int channel,
-                                          const BlockMap& map, size_t tile) {
-    return runSteps(runs, nRuns, first, end, channel, map, tile);
-  }
 
   /// Step `idx` of the schedule for tile `tile`, unless the tile is past the end of the blocks it moves.
   CHORUS_HOST_DEVICE ncclResult_t runTileStep(int channel, const Step& st, uint32_t idx, const BlockMap& map,

@@ -128,7 +128,9 @@ class HostBlockingBackend : public Backend {
   void* alloc(int local, size_t bytes) override;
   void release(void* ptr) override;
   bool upload(int local, void* dst, const void* src, size_t bytes) override;
-  bool download(int local, void* dst, const void* src, size_t bytes) override { return upload(local, dst, src, bytes); }
+  bool download(int local, void* dst, const void* src, size_t bytes) override {
+    return upload(local, dst, src, bytes);
+  }
   bool registerBuffers(int, void*, void*, size_t, int) override { return true; }
   bool unregisterAll() override { return true; }
   bool groupStart() override { return true; }

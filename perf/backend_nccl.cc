@@ -162,9 +162,11 @@ class NcclBackend : public Backend {
   // legacy stream, which does not order against the tools' non-blocking streams, and from pageable host memory it
   // returns once the data is staged, while the DMA into the buffer may still be in flight. A call issued after such
   // an upload could then have its output overwritten by the tail of the upload.
-  bool upload(int local, void* dst, const void* src, size_t bytes) override { return copyOnStream(local, dst, src, bytes); }
+  bool upload(int local, void* dst, const void* src, size_t bytes) override {
+    return copyOnStream(streams_[local], local, dst, src, bytes, /*wait=*/true);
+  }
   bool download(int local, void* dst, const void* src, size_t bytes) override {
-    return copyOnStream(local, dst, src, bytes);
+    return upload(local, dst, src, bytes);
   }
 
   bool registerBuffers(int local, void* send, void* recv, size_t bytes, int mode) override {
@@ -267,13 +269,15 @@ class NcclBackend : public Backend {
                  ncclGetErrorString(r), last ? last : "");
     return false;
   }
-  bool copyOnStream(int local, void* dst, const void* src, size_t bytes) {
+  // A copy in stream order on `s` (`who` names the rank in messages): a plain memmove for host memory. With `wait`,
+  // it has landed when this returns.
+  bool copyOnStream(cudaStream_t s, int who, void* dst, const void* src, size_t bytes, bool wait) {
     if (!device_) {
       std::memmove(dst, src, bytes);
       return true;
     }
-    return cudaOk(cuda_.memcpyAsync(dst, src, bytes, kCudaMemcpyDefault, streams_[local]), "cudaMemcpyAsync", local) &&
-           cudaOk(cuda_.streamSynchronize(streams_[local]), "cudaStreamSynchronize (copy)", local);
+    return cudaOk(cuda_.memcpyAsync(dst, src, bytes, kCudaMemcpyDefault, s), "cudaMemcpyAsync", who) &&
+           (!wait || cudaOk(cuda_.streamSynchronize(s), "cudaStreamSynchronize (copy)", who));
   }
 
   bool cudaOk(int err, const char* what, int local) const {
@@ -316,15 +320,9 @@ class NcclBackend : public Backend {
         // All-gather by recursive doubling: at step `mask`, swap everything gathered so far with rank ^ mask.
         char* r = static_cast<char*>(rb);
         size_t block = n * wordSize(c.type);
+        // The own block goes in on the call's stream: ordered before the sends that read it, and capturable.
         char* own = r + c.rank * block;
-        if (own != sb) {
-          // On the call's stream: ordered before the sends that read it, and capturable.
-          if (!device_) {
-            std::memmove(own, sb, block);
-          } else if (!cudaOk(cuda_.memcpyAsync(own, sb, block, kCudaMemcpyDefault, s), "cudaMemcpyAsync", c.rank)) {
-            return false;
-          }
-        }
+        if (own != sb && !copyOnStream(s, c.rank, own, sb, block, /*wait=*/false)) return false;
         for (int mask = 1; mask < c.nranks; mask <<= 1) {
           int peer = c.rank ^ mask;
           int have = c.rank & ~(mask - 1), get = have ^ mask;

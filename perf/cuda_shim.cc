@@ -31,8 +31,8 @@ bool CudaRuntime::load() {
   graphExecDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaGraphExecDestroy"));
   graphDestroy = reinterpret_cast<int (*)(void*)>(sym("cudaGraphDestroy"));
   auto count = reinterpret_cast<int (*)(int*)>(sym("cudaGetDeviceCount"));
-  if (!setDevice || !memcpyAsync || !streamCreateWithFlags || !streamDestroy || !streamSynchronize || !deviceGetPCIBusId ||
-      !getErrorString || !pointerGetAttributes || !count) {
+  if (!setDevice || !memcpyAsync || !streamCreateWithFlags || !streamDestroy || !streamSynchronize ||
+      !deviceGetPCIBusId || !getErrorString || !pointerGetAttributes || !count) {
     dlclose(lib);
     return false;
   }

@@ -150,7 +150,7 @@ class HostEngine : public Engine {
         const Schedule& s = (*plan.scheds)[ch];
         map.chanStart = ch * plan.chanElems;
         map.chanEnd = std::min(map.blockElems, (ch + 1) * plan.chanElems);
-        CHORUS_CHECK(exec.runRound(s.steps.data(), 0, orders[ch], k, s.channel, map, sameTile));
+        CHORUS_CHECK(exec.runRound(s.steps.data(), s.steps.size(), orders[ch], k, s.channel, map, sameTile));
       }
     }
     return exec.drain();
