@@ -47,18 +47,29 @@ run_build() {
   fi
 }
 
+# The three builds compile most sources (the tests above all) to the same preprocessed text: ccache compiles each once.
+# Its cache lives in the tree (.ccache/, git-ignored), so a fresh clone starts cold and its timing is honest. Paths are
+# rewritten relative to the tree and the build directory is left out of the hash, so build/ and build-cuda/ share
+# entries (their debug information may name the directory that compiled first). CHORUS_CCACHE=0 turns it off.
+LAUNCHER=()
+if [ "${CHORUS_CCACHE:-1}" != "0" ] && command -v ccache > /dev/null; then
+  export CCACHE_DIR=${CCACHE_DIR:-$PWD/.ccache} CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  ccache -z > /dev/null
+fi
+
 CTEST_ARGS=("$@")
-run_build host "${BUILD_DIR:-build}" -DCHORUS_CUDA=OFF -DCHORUS_HIP=OFF
+run_build host "${BUILD_DIR:-build}" -DCHORUS_CUDA=OFF -DCHORUS_HIP=OFF "${LAUNCHER[@]}"
 if [ "${CHORUS_GPU_BUILDS:-1}" != "0" ]; then
   if [ -x "$NVCC" ] || command -v nvcc > /dev/null; then
     run_build cuda build-cuda -DCHORUS_CUDA=ON -DCHORUS_HIP=OFF -DCHORUS_CUDA_ARCHS=90 \
-      -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo "$NVCC")"
+      -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo "$NVCC")" "${LAUNCHER[@]}"
   else
     echo "CUDA build skipped: no nvcc (looked for $NVCC and nvcc on PATH)"
     results+=("SKIP cuda: no nvcc")
   fi
   if command -v hipcc > /dev/null; then
-    run_build hip build-hip -DCHORUS_CUDA=OFF -DCHORUS_HIP=ON -DCHORUS_HIP_ARCHS=gfx90a
+    run_build hip build-hip -DCHORUS_CUDA=OFF -DCHORUS_HIP=ON -DCHORUS_HIP_ARCHS=gfx90a "${LAUNCHER[@]}"
   else
     echo "HIP build skipped: no hipcc"
     results+=("SKIP hip: no hipcc")
@@ -67,4 +78,5 @@ fi
 
 echo "=== summary ==="
 printf '%s\n' "${results[@]}"
+if [ ${#LAUNCHER[@]} -gt 0 ]; then ccache -s | grep -Ei "^(cacheable|  hits|  misses|hits|misses)" || true; fi
 exit "$failed"
