@@ -48,12 +48,13 @@ run_build() {
 }
 
 # The three builds compile most sources (the tests above all) to the same preprocessed text: ccache compiles each once.
-# Its cache lives in the tree (.ccache/, git-ignored), so a fresh clone starts cold and its timing is honest. Paths are
-# rewritten relative to the tree and the build directory is left out of the hash, so build/ and build-cuda/ share
-# entries (their debug information may name the directory that compiled first). CHORUS_CCACHE=0 turns it off.
+# Its cache lives in the tree (.ccache/, git-ignored), so a fresh clone starts cold and its timing is honest. Sources
+# and include paths are absolute and objects relative to the build directory, which is left out of the hash, so
+# build/ and build-cuda/ share entries (their debug information may name the directory that compiled first).
+# CHORUS_CCACHE=0 turns it off.
 LAUNCHER=()
 if [ "${CHORUS_CCACHE:-1}" != "0" ] && command -v ccache > /dev/null; then
-  export CCACHE_DIR=${CCACHE_DIR:-$PWD/.ccache} CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+  export CCACHE_DIR=${CCACHE_DIR:-$PWD/.ccache} CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
   LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   ccache -z > /dev/null
 fi
