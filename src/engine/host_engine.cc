@@ -36,6 +36,11 @@ IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
                         "the sender's buffer with process_vm_readv, or directly between threads); 0 disables. Off "
                         "by default: on the 2-core test machine the FIFO path measured faster (docs/perf/cpu.md).",
                         "performance"};
+IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
+                     "1: a host-path operation's channels run side by side on the rank's thread (a wait in one "
+                     "channel moves on to another); 0: they take turns a tile at a time.",
+                     "performance"};
+
 class HostEngine : public Engine {
  public:
   explicit HostEngine(ncclComm* comm) : comm_(comm) {
@@ -133,24 +138,40 @@ class HostEngine : public Engine {
     bool describe = !plan.inPlace && plan.choice.algo != Algo::kTree;
     Executor<HostPlatform> exec(*platform_, plan.fp, plan.reducing, plan.choice.proto == Proto::kLL, plan.sliceBytes,
                                 describe);
-    // The channels take turns a round at a time (a tile each, in TileOrder), so that they move data side by side:
-    // the two trees of a double binary tree load different links, and neither waits for the other to finish.
-    BlockMap map = plan.map;
+    // Each channel runs its tiles in TileOrder. Channels with data run side by side on this thread (fibers): a
+    // wait in one hands the thread to another, so the two trees of a double binary tree keep their links busy at
+    // once and neither waits for a slice of the other. CHORUS_HOST_SIDE_BY_SIDE=0 has them take turns a tile at a
+    // time instead (a round of each TileOrder in turn).
+    std::vector<BlockMap> maps;
     std::vector<TileOrder> orders;
     uint64_t rounds = 0;
     for (int ch = 0; ch < plan.nChannels; ch++) {
       const Schedule& s = (*plan.scheds)[ch];
-      const bool some = static_cast<size_t>(ch) * plan.chanElems < map.blockElems;
-      orders.emplace_back(some ? plan.nTiles : 0, static_cast<uint32_t>(s.steps.size()), s.lagFrom, s.lag);
+      BlockMap map = plan.map;
+      map.chanStart = ch * plan.chanElems;
+      map.chanEnd = std::min(map.blockElems, (ch + 1) * plan.chanElems);
+      if (map.chanStart >= map.blockElems) break;  // this channel and those after it have no data
+      maps.push_back(map);
+      orders.emplace_back(plan.nTiles, static_cast<uint32_t>(s.steps.size()), s.lagFrom, s.lag);
       rounds = std::max(rounds, orders.back().rounds());
     }
     auto sameTile = [](uint64_t t) { return static_cast<size_t>(t); };
-    for (uint64_t k = 0; k < rounds; k++) {
-      for (int ch = 0; ch < plan.nChannels; ch++) {
-        const Schedule& s = (*plan.scheds)[ch];
-        map.chanStart = ch * plan.chanElems;
-        map.chanEnd = std::min(map.blockElems, (ch + 1) * plan.chanElems);
-        CHORUS_CHECK(exec.runRound(s.steps.data(), s.steps.size(), orders[ch], k, s.channel, map, sameTile));
+    const int live = static_cast<int>(maps.size());
+    if (kSideBySide.get() != 0 && live > 1) {
+      std::vector<Fibers::Task> tasks;
+      for (int ch = 0; ch < live; ch++) {
+        tasks.push_back([&, ch]() {
+          const Schedule& s = (*plan.scheds)[ch];
+          return exec.runOrder(s.steps.data(), s.steps.size(), orders[ch], s.channel, maps[ch], sameTile);
+        });
+      }
+      CHORUS_CHECK(platform_->runSideBySide(tasks));
+    } else {
+      for (uint64_t k = 0; k < rounds; k++) {
+        for (int ch = 0; ch < live; ch++) {
+          const Schedule& s = (*plan.scheds)[ch];
+          CHORUS_CHECK(exec.runRound(s.steps.data(), s.steps.size(), orders[ch], k, s.channel, maps[ch], sameTile));
+        }
       }
     }
     return exec.drain();

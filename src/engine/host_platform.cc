@@ -99,11 +99,16 @@ ncclResult_t HostPlatform::fifoFor(bool isSend, int ch, int peer, bool ll, Fifo*
 }
 
 char* HostPlatform::staging(int which, size_t bytes) {
-  if (staging_[which].size() < bytes) staging_[which].resize(bytes);
-  return staging_[which].data();
+  // Channels side by side each have their own: one may wait while another's data sits in its staging.
+  const size_t ch = static_cast<size_t>(fibers_.current());
+  if (staging_.size() <= ch) staging_.resize(ch + 1);
+  std::vector<char>& v = staging_[ch][which];
+  if (v.size() < bytes) v.resize(bytes);
+  return v.data();
 }
 
 ncclResult_t HostPlatform::fail(ncclResult_t res, PoisonReason reason, int culprit, const std::string& text) {
+  if (fibers_.running() && fibers_.stopped() != ncclSuccess) return res;  // another channel failed first
   failReason_ = reason;
   failCulprit_ = culprit;
   setLastError(comm_, "%s", text.c_str());
@@ -155,12 +160,19 @@ template <class Ready>
 ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   if (ready()) return ncclSuccess;
   Backoff backoff;
-  // The clock, the heartbeat and the checks below run once per 64 polls; most waits end
-  // before the first of them.
-  for (int i = 0; i < 64; i++) {
-    if (ready()) return ncclSuccess;
-    backoff.pause();
-  }
+  // Polls `ready` kPolls times: on this rank's other channels' turns when they run side by side, or with a backoff.
+  auto poll = [&]() -> ncclResult_t {
+    if (fibers_.wait(ready)) return ready() ? ncclSuccess : fibers_.stopped() != ncclSuccess ? fibers_.stopped()
+                                                                                                 : ncclInProgress;
+    for (int i = 0; i < Fibers::kPolls; i++) {
+      if (ready()) return ncclSuccess;
+      backoff.pause();
+    }
+    return ncclInProgress;
+  };
+  // The clock, the heartbeat and the checks below run once per kPolls polls; most waits end before the first.
+  ncclResult_t res = poll();
+  if (res != ncclInProgress) return res;
   Deadline deadline = Deadline::fromEnv();
   bool extended = false;
   uint64_t nextLiveCheck = 0;  // monotonic ms
@@ -172,10 +184,8 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
     return std::string(buf);
   };
   for (;;) {
-    for (int i = 0; i < 64; i++) {
-      if (ready()) return ncclSuccess;
-      backoff.pause();
-    }
+    res = poll();
+    if (res != ncclInProgress) return res;
     uint64_t now = monotonicMs();
     if (now - lastBeat_ >= 20) {
       for (auto& fc : fifoConns_) __atomic_store_n(&fc.first->ctrl->beat[fc.first->end], now, __ATOMIC_RELAXED);

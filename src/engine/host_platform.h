@@ -5,10 +5,12 @@
 
 #include <signal.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
 #include "core/comm.h"
+#include "core/fibers.h"
 #include "core/timeout.h"
 #include "engine/connections.h"
 #include "engine/op.h"
@@ -91,6 +93,9 @@ class HostPlatform {
   PoisonReason failReason() const { return failReason_; }
   int failCulprit() const { return failCulprit_; }
 
+  /// Runs tasks (a channel each) side by side on this thread: a wait that finds nothing ready passes to another.
+  ncclResult_t runSideBySide(const std::vector<Fibers::Task>& tasks) { return fibers_.run(tasks); }
+
  private:
   // Polls `ready` until true; between polls checks abort, poison, peer liveness and the deadline.
   template <class Ready>
@@ -110,11 +115,12 @@ class HostPlatform {
   uint64_t lastBeat_ = 0;  ///< when this rank last wrote its heartbeat into its FIFOs
   std::vector<bool> readableBy_;  ///< peer p can read this process's memory
   size_t describeMin_ = SIZE_MAX;
-  std::vector<char> staging_[2];
+  std::vector<std::array<std::vector<char>, 2>> staging_;  ///< per channel running side by side: two areas each
   std::vector<Fifo*> described_;  ///< send FIFOs that carried slices by address in this operation
   std::vector<std::pair<Fifo*, Conn*>> fifoConns_;
   PoisonReason failReason_ = PoisonReason::kNone;
   int failCulprit_ = -1;
+  Fibers fibers_;
 };
 
 /// Describes a fingerprint as "ncclAllReduce #5 (count 1024, float32, op 0)".

@@ -1,13 +1,15 @@
 // Pipelined tree allreduce on the host path: FIFO slots of 4 KiB make a tile 16 KiB, so a call of a few hundred KB
 // runs many tiles a channel, with each rank's down phase its depth in tiles behind its up phase (Schedule::lag) and
-// the channels (two or four trees) taking turns a tile at a time. Exact results, in and out of place, for sums,
+// the channels (two or four trees) side by side on the rank's thread (src/core/fibers.h), or taking turns a tile at a
+// time (CHORUS_HOST_SIDE_BY_SIDE=0). Exact results, in and out of place, for sums,
 // integer averages (the post-op at the root's final step) and premulsum, over threads and processes, Simple and LL,
 // flat trees on one host and node-aware trees on three hosts placed round-robin (NCCL_HOSTID). Rings over three
-// channels, which take turns the same way, in every other collective.
+// channels, run the same ways, in every other collective.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -59,7 +61,8 @@ std::string treeCalls(ncclComm_t comm, int rank, int n, size_t count) {
 }
 
 struct TreeEnv {
-  TreeEnv(const char* channels, const char* proto) {
+  TreeEnv(const char* channels, const char* proto, const char* sideBySide = "1") {
+    setenv("CHORUS_HOST_SIDE_BY_SIDE", sideBySide, 1);
     setenv("NCCL_ALGO", "Tree", 1);
     setenv("NCCL_PROTO", proto, 1);
     setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
@@ -67,18 +70,21 @@ struct TreeEnv {
     ncclResetDebugInit();
   }
   ~TreeEnv() {
-    for (const char* v : {"NCCL_ALGO", "NCCL_PROTO", "CHORUS_FIFO_SLOT_BYTES", "CHORUS_HOST_NCHANNELS"}) unsetenv(v);
+    for (const char* v : {"NCCL_ALGO", "NCCL_PROTO", "CHORUS_FIFO_SLOT_BYTES", "CHORUS_HOST_NCHANNELS",
+                          "CHORUS_HOST_SIDE_BY_SIDE"})
+      unsetenv(v);
     ncclResetDebugInit();
   }
 };
 
 class TreePipeline : public ::testing::TestWithParam<Driver> {};
 
-// Flat trees over 7 ranks (depth up to 3), two and four channels; 200003 elements are about 50 tiles a channel at
-// two channels. LL (slots of 4 KiB hold about 2 KiB of data) with a smaller count.
+// Flat trees over 7 ranks (depth up to 3): two and four channels side by side, and two taking turns; 200003 elements
+// are about 50 tiles a channel at two channels. LL (slots of 4 KiB hold about 2 KiB of data) with a smaller count.
 TEST_P(TreePipeline, FlatTreesManyTiles) {
-  for (const char* channels : {"2", "4"}) {
-    TreeEnv env(channels, "Simple");
+  using Setting = std::pair<const char*, const char*>;  // channels, CHORUS_HOST_SIDE_BY_SIDE
+  for (auto [channels, sideBySide] : std::vector<Setting>{{"2", "1"}, {"4", "1"}, {"2", "0"}}) {
+    TreeEnv env(channels, "Simple", sideBySide);
     runRanks(7, GetParam(), [](RankCtx& c) {
       const std::string why = treeCalls(c.comm, c.rank, c.nranks, 200003);
       EXPECT_EQ(why, "") << "rank " << c.rank;
@@ -91,9 +97,9 @@ TEST_P(TreePipeline, FlatTreesManyTiles) {
   });
 }
 
-// The other collectives with three channels taking turns a tile at a time (16 KiB tiles, about 10 a channel): the
-// ring, in and out of place, and broadcast from a moving root.
-TEST_P(TreePipeline, ChannelsTakeTurnsInEveryCollective) {
+// The other collectives with three channels side by side (16 KiB tiles, about 10 a channel): the ring, in and out of
+// place, and broadcast from a moving root.
+TEST_P(TreePipeline, ChannelsSideBySideInEveryCollective) {
   TreeEnv env("3", "Simple");
   setenv("NCCL_ALGO", "Ring", 1);
   ncclResetDebugInit();

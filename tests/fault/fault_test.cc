@@ -111,6 +111,34 @@ TEST_P(FaultKill, SigstopMidCollectiveIsNamedWithinTheDeadline) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, FaultKill, ::testing::Values(2, 4));
 
+// Tree allreduce: two channels side by side on each rank's thread (the two trees), with slots small enough that
+// the 1 MB call is many tiles. A kill or a freeze reaches every survivor through whichever channel waits on it.
+struct TreeChannelsEnv {
+  TreeChannelsEnv() {
+    setenv("NCCL_ALGO", "Tree", 1);
+    setenv("CHORUS_FIFO_SLOT_BYTES", "16384", 1);
+  }
+  ~TreeChannelsEnv() {
+    unsetenv("NCCL_ALGO");
+    unsetenv("CHORUS_FIFO_SLOT_BYTES");
+  }
+};
+
+TEST(FaultKillTrees, SigkillMidTreeAllReduceIsNamedOnEveryRank) {
+  TreeChannelsEnv env;
+  const int n = 4, victim = 3;
+  auto status = runWithVictim(n, victim, SIGKILL, kTimeoutS + 3);
+  EXPECT_TRUE(WIFSIGNALED(status[victim]) && WTERMSIG(status[victim]) == SIGKILL) << describeStatus(status[victim]);
+  expectSurvivorsOk(status, victim);
+}
+
+TEST(FaultKillTrees, SigstopMidTreeAllReduceIsNamedWithinTheDeadline) {
+  TreeChannelsEnv env;
+  const int n = 4, victim = 1;
+  auto status = runWithVictim(n, victim, SIGSTOP, 2 * kTimeoutS + 3);
+  expectSurvivorsOk(status, victim);
+}
+
 // Rank 0 calls ncclAllReduce while rank 1 calls ncclBroadcast: both fail with ncclInvalidUsage
 // naming both calls; nobody gets wrong data or hangs.
 TEST(Fault, MismatchedCollectivesNameBothCalls) {

@@ -1,0 +1,86 @@
+// Fibers: several tasks side by side on one thread, each on a stack of its own, switching only where a task would
+// otherwise wait. The host engine runs a rank's channels this way: when one channel's wait finds nothing ready, the
+// thread goes on with another channel instead of spinning, so two trees (or several ring channels) keep their links
+// busy at once without a thread each. Nothing is shared between threads, so the tasks need no locks.
+#pragma once
+
+#include <ucontext.h>
+
+#include <functional>
+#include <vector>
+
+#include "core/timeout.h"
+#include "nccl.h"
+
+namespace chorus {
+
+class Fibers {
+ public:
+  using Task = std::function<ncclResult_t()>;
+
+  Fibers() = default;
+  Fibers(const Fibers&) = delete;
+  Fibers& operator=(const Fibers&) = delete;
+  ~Fibers();
+
+  /// Runs every task to its end on this thread. A task that fails stops the others: their next wait() returns with
+  /// stopped() set, and they are expected to return it. Returns the first failure, or ncclSuccess.
+  ncclResult_t run(const std::vector<Task>& tasks);
+
+  /// From inside a task whose wait found nothing ready: hands the thread to the other tasks until ready(arg) holds,
+  /// or until it has been polled kPolls times without (so the caller can make the checks of a long wait: deadline,
+  /// liveness, abort). While no task can go on, the thread polls their conditions without switching, and backs off
+  /// (spin, yield, sleep) as a lone waiter does. Returns false, at once, outside run() or when no other task is
+  /// left: the caller waits on its own then. When it returns true, stopped() says whether another task failed.
+  bool wait(bool (*ready)(void*), void* arg);
+  template <class Ready>
+  bool wait(Ready& ready) {
+    return wait([](void* r) { return (*static_cast<Ready*>(r))(); }, &ready);
+  }
+  static constexpr int kPolls = 64;
+
+  /// The first failure of a task in this run (ncclSuccess while there is none).
+  ncclResult_t stopped() const { return stop_; }
+  /// Index of the running task; 0 outside run().
+  int current() const { return running_ ? cur_ : 0; }
+  /// Whether the caller runs inside run().
+  bool running() const { return running_; }
+
+ private:
+  /// Where a suspended task (or run() itself) resumes.
+  struct Context {
+#if defined(__x86_64__)
+    void* sp = nullptr;  ///< its stack pointer, the saved registers on top
+#else
+    ucontext_t uc;
+    static void start(unsigned fLo, unsigned fHi, unsigned aLo, unsigned aHi);
+#endif
+    /// Makes a fresh context that calls fn(arg) on the stack [stack, stack + bytes); fn must not return.
+    void prepare(void* stack, size_t bytes, void (*fn)(void*), void* arg);
+    /// Saves the running context here and resumes `to`.
+    void switchTo(Context* to);
+  };
+  struct Fiber {
+    Context ctx;
+    void* stack = nullptr;  ///< mmap'd, a guard page below
+    size_t stackBytes = 0;
+    bool done = false;
+    ncclResult_t res = ncclSuccess;
+    bool (*ready)(void*) = nullptr;  ///< what the task waits for (null: it can run)
+    void* arg = nullptr;
+    int polls = 0;  ///< of ready while nothing else ran
+  };
+  static void entry(void* self);
+  void body();
+
+  std::vector<Fiber> fibers_;
+  const std::vector<Task>* tasks_ = nullptr;
+  Context main_;
+  int cur_ = 0;
+  int live_ = 0;
+  bool running_ = false;
+  Backoff backoff_;
+  ncclResult_t stop_ = ncclSuccess;
+};
+
+}  // namespace chorus
