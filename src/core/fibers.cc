@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 
 #if defined(__x86_64__)
@@ -119,6 +120,7 @@ void Fibers::body() {
 ncclResult_t Fibers::run(const std::vector<Task>& tasks) {
   const int n = static_cast<int>(tasks.size());
   stop_ = ncclSuccess;
+  mapErrno_ = 0;
   if (n == 1) return tasks[0]();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (static_cast<int>(fibers_.size()) < n) fibers_.resize(n);
@@ -127,7 +129,10 @@ ncclResult_t Fibers::run(const std::vector<Task>& tasks) {
     if (!f.stack) {
       void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                      -1, 0);
-      if (p == MAP_FAILED) return ncclSystemError;
+      if (p == MAP_FAILED) {
+        mapErrno_ = errno;
+        return ncclSystemError;  // before any task ran
+      }
       mprotect(p, page, PROT_NONE);  // the stack grows down onto this page: an overflow faults instead of corrupting
       f.stack = p;
       f.stackBytes = kStackBytes + page;

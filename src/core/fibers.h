@@ -41,6 +41,8 @@ class Fibers {
 
   /// The first failure of a task in this run (ncclSuccess while there is none).
   ncclResult_t stopped() const { return stop_; }
+  /// After run() returned ncclSystemError without running a task: the errno of mapping a stack; 0 otherwise.
+  int mapErrno() const { return mapErrno_; }
   /// Index of the running task; 0 outside run().
   int current() const { return running_ ? cur_ : 0; }
   /// Whether the caller runs inside run().
@@ -81,6 +83,7 @@ class Fibers {
   bool running_ = false;
   Backoff backoff_;
   ncclResult_t stop_ = ncclSuccess;
+  int mapErrno_ = 0;
 };
 
 }  // namespace chorus

@@ -19,8 +19,11 @@ IntParam kWaitWarnS{"CHORUS_WAIT_WARN_S", 10,
                     "Seconds after which a bootstrap or connection wait that is still going logs one WARN naming the "
                     "communicator, the step and the ranks it still waits for; 0 never does.",
                     "reliability"};
-IntParam kSpinIters{"CHORUS_SPIN_ITERS", 2000,
-                    "Polls a waiting thread spins before it starts yielding the core (then sleeping).", "performance"};
+IntParam kSpinIters{"CHORUS_SPIN_ITERS", 100,
+                    "Polls a waiting thread spins before it starts yielding the core (then sleeping). A yield costs "
+                    "little on a core of its own and hands over a shared one: 2000 made 4 ranks on 2 cores 2-9x "
+                    "slower (docs/perf/cpu.md).",
+                    "performance"};
 }  // namespace
 
 double timeoutSeconds() { return static_cast<double>(kTimeoutS.get()); }

@@ -361,6 +361,17 @@ void HostPlatform::sendLL(Fifo* f, const SlotHeader& h, const char* payload, siz
   f->step++;
 }
 
+ncclResult_t HostPlatform::runSideBySide(const std::vector<Fibers::Task>& tasks) {
+  ncclResult_t res = fibers_.run(tasks);
+  if (res == ncclSystemError && fibers_.mapErrno() != 0) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "rank %d: mapping stacks to run %zu channels side by side failed: %s", comm_->rank,
+             tasks.size(), strerror(fibers_.mapErrno()));
+    return fail(res, PoisonReason::kError, comm_->rank, msg);
+  }
+  return res;
+}
+
 ncclResult_t HostPlatform::internalError(const char* what) {
   return fail(ncclInternalError, PoisonReason::kError, comm_->rank, std::string("internal error: ") + what);
 }

@@ -94,7 +94,7 @@ class HostPlatform {
   int failCulprit() const { return failCulprit_; }
 
   /// Runs tasks (a channel each) side by side on this thread: a wait that finds nothing ready passes to another.
-  ncclResult_t runSideBySide(const std::vector<Fibers::Task>& tasks) { return fibers_.run(tasks); }
+  ncclResult_t runSideBySide(const std::vector<Fibers::Task>& tasks);
 
  private:
   // Polls `ready` until true; between polls checks abort, poison, peer liveness and the deadline.
