@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 
-#if defined(__x86_64__)
+#if CHORUS_FIBERS_ASM
 // A switch saves what the SysV ABI has the callee keep (rbx, rbp, r12-r15, the SSE and x87 control words) on the old
 // stack, stores its stack pointer, and loads the new one. swapcontext also saves the signal mask with a system call:
 // on the 2-core CI VM a hand-off between two tasks took 2.2 us through it and 0.04 us through this. A new stack is laid out as a switch would leave it, returning into
@@ -61,7 +61,7 @@ constexpr size_t kStackBytes = 512 * 1024;  // mapped, not touched: pages appear
 }  // namespace
 
 void Fibers::Context::prepare(void* stack, size_t bytes, void (*fn)(void*), void* arg) {
-#if defined(__x86_64__)
+#if CHORUS_FIBERS_ASM
   uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15);
   auto* sp = reinterpret_cast<uint64_t*>(top - 64 - 16);  // 16-byte aligned: fiber_start calls with rsp % 16 == 0
   uint32_t mxcsr;
@@ -86,7 +86,7 @@ void Fibers::Context::prepare(void* stack, size_t bytes, void (*fn)(void*), void
 #endif
 }
 
-#if !defined(__x86_64__)
+#if !CHORUS_FIBERS_ASM
 void Fibers::Context::start(unsigned fLo, unsigned fHi, unsigned aLo, unsigned aHi) {
   auto fn = reinterpret_cast<void (*)(void*)>((static_cast<uintptr_t>(fHi) << 32) | fLo);
   fn(reinterpret_cast<void*>((static_cast<uintptr_t>(aHi) << 32) | aLo));
@@ -94,7 +94,7 @@ void Fibers::Context::start(unsigned fLo, unsigned fHi, unsigned aLo, unsigned a
 #endif
 
 void Fibers::Context::switchTo(Context* to) {
-#if defined(__x86_64__)
+#if CHORUS_FIBERS_ASM
   chorus_fiber_switch(&sp, to->sp);
 #else
   swapcontext(&uc, &to->uc);

@@ -12,6 +12,14 @@
 #include "core/timeout.h"
 #include "nccl.h"
 
+// The switch of a few instructions exists for x86-64; elsewhere (or with CHORUS_FIBERS_UCONTEXT defined, which
+// tests that path on x86-64) switches go through swapcontext.
+#if defined(__x86_64__) && !defined(CHORUS_FIBERS_UCONTEXT)
+#define CHORUS_FIBERS_ASM 1
+#else
+#define CHORUS_FIBERS_ASM 0
+#endif
+
 namespace chorus {
 
 class Fibers {
@@ -51,7 +59,7 @@ class Fibers {
  private:
   /// Where a suspended task (or run() itself) resumes.
   struct Context {
-#if defined(__x86_64__)
+#if CHORUS_FIBERS_ASM
     void* sp = nullptr;  ///< its stack pointer, the saved registers on top
 #else
     ucontext_t uc;

@@ -12,6 +12,13 @@
 namespace chorus {
 namespace {
 
+// tests/CMakeLists.txt builds this file twice: with the x86-64 switch and with swapcontext.
+#if CHORUS_FIBERS_ASM
+#define FIBERS_SUITE Fibers
+#else
+#define FIBERS_SUITE FibersUcontext
+#endif
+
 // Waits for `done` through the fibers, as the host platform's waits do; returns the stopping failure if another task
 // failed.
 template <class Done>
@@ -25,7 +32,7 @@ ncclResult_t waitOn(Fibers& f, Done done) {
 
 // Two tasks that hand a counter back and forth 1000 times: on one thread this finishes only if each wait lets the
 // other task run.
-TEST(Fibers, TasksThatWaitOnEachOtherFinishOnOneThread) {
+TEST(FIBERS_SUITE, TasksThatWaitOnEachOtherFinishOnOneThread) {
   Fibers f;
   int a = 0, b = 0;
   std::string order;
@@ -55,7 +62,7 @@ TEST(Fibers, TasksThatWaitOnEachOtherFinishOnOneThread) {
   EXPECT_FALSE(f.wait(never));  // outside run()
 }
 
-TEST(Fibers, EachTaskSeesItsOwnIndex) {
+TEST(FIBERS_SUITE, EachTaskSeesItsOwnIndex) {
   Fibers f;
   std::vector<int> seen(4, -1), seenAfterPass(4, -1);
   int arrived = 0;
@@ -79,7 +86,7 @@ TEST(Fibers, EachTaskSeesItsOwnIndex) {
 
 // Task 1 fails once tasks 0 and 2 wait for something that never comes: they see the failure at once and return it,
 // run() returns the first failure, and the later ncclInternalError of task 2 does not replace it.
-TEST(Fibers, AFailureStopsTheOthers) {
+TEST(FIBERS_SUITE, AFailureStopsTheOthers) {
   Fibers f;
   std::vector<ncclResult_t> got(3, ncclSuccess);
   int waiting = 0;
@@ -113,7 +120,7 @@ TEST(Fibers, AFailureStopsTheOthers) {
 
 // A task whose condition stays false is still resumed every kPolls polls (a wait's deadline and liveness checks run
 // then), here five times before it gives up; the other task waits for it to give up.
-TEST(Fibers, AWaitIsResumedForItsChecks) {
+TEST(FIBERS_SUITE, AWaitIsResumedForItsChecks) {
   Fibers f;
   int resumed = 0;
   bool gaveUp = false;
@@ -133,7 +140,7 @@ TEST(Fibers, AWaitIsResumedForItsChecks) {
 }
 
 // A lone task runs on the caller's stack and has nobody to hand the thread to.
-TEST(Fibers, ALoneTaskDoesNotPass) {
+TEST(FIBERS_SUITE, ALoneTaskDoesNotPass) {
   Fibers f;
   bool passed = true;
   std::vector<Fibers::Task> one = {[&]() {
@@ -158,7 +165,7 @@ TEST(Fibers, ALoneTaskDoesNotPass) {
 
 // Stacks hold a few hundred KB of locals (a task is executor code and error formatting: far less), and many runs
 // reuse them.
-TEST(Fibers, DeepStacksAndManyRuns) {
+TEST(FIBERS_SUITE, DeepStacksAndManyRuns) {
   Fibers f;
   long total = 0;
   for (int run = 0; run < 200; run++) {
