@@ -13,8 +13,10 @@
 #include "nccl.h"
 
 // The switch of a few instructions exists for x86-64; elsewhere (or with CHORUS_FIBERS_UCONTEXT defined, which
-// tests that path on x86-64) switches go through swapcontext.
-#if defined(__x86_64__) && !defined(CHORUS_FIBERS_UCONTEXT)
+// tests that path on x86-64) switches go through swapcontext. So do builds for shadow stacks (-fcf-protection sets
+// bit 2 of __CET__): the switch returns into a new stack where no call was made, which a shadow stack refuses, and
+// glibc's swapcontext keeps the shadow stack in step.
+#if defined(__x86_64__) && !defined(CHORUS_FIBERS_UCONTEXT) && !(defined(__CET__) && (__CET__ & 2))
 #define CHORUS_FIBERS_ASM 1
 #else
 #define CHORUS_FIBERS_ASM 0
