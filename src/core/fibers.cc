@@ -110,8 +110,8 @@ void Fibers::entry(void* self) { static_cast<Fibers*>(self)->body(); }
 
 void Fibers::body() {
   Fiber& f = fibers_[cur_];
-  f.res = (*tasks_)[cur_]();
-  if (f.res != ncclSuccess && stop_ == ncclSuccess) stop_ = f.res;
+  const ncclResult_t res = (*tasks_)[cur_]();
+  if (res != ncclSuccess && stop_ == ncclSuccess) stop_ = res;
   f.done = true;
   live_--;
   f.ctx.switchTo(&main_);  // never resumed: run() prepares the stack afresh
@@ -139,7 +139,6 @@ ncclResult_t Fibers::run(const std::vector<Task>& tasks) {
     }
     f.ctx.prepare(static_cast<char*>(f.stack) + page, kStackBytes, &Fibers::entry, this);
     f.done = false;
-    f.res = ncclSuccess;
   }
   tasks_ = &tasks;
   live_ = n;

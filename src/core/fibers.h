@@ -77,7 +77,6 @@ class Fibers {
     void* stack = nullptr;  ///< mmap'd, a guard page below
     size_t stackBytes = 0;
     bool done = false;
-    ncclResult_t res = ncclSuccess;
     bool (*ready)(void*) = nullptr;  ///< what the task waits for (null: it can run)
     void* arg = nullptr;
     int polls = 0;  ///< of ready while nothing else ran

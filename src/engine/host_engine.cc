@@ -144,7 +144,6 @@ class HostEngine : public Engine {
     // time instead (a round of each TileOrder in turn).
     std::vector<BlockMap> maps;
     std::vector<TileOrder> orders;
-    uint64_t rounds = 0;
     for (int ch = 0; ch < plan.nChannels; ch++) {
       const Schedule& s = (*plan.scheds)[ch];
       BlockMap map = plan.map;
@@ -153,7 +152,6 @@ class HostEngine : public Engine {
       if (map.chanStart >= map.blockElems) break;  // this channel and those after it have no data
       maps.push_back(map);
       orders.emplace_back(plan.nTiles, static_cast<uint32_t>(s.steps.size()), s.lagFrom, s.lag);
-      rounds = std::max(rounds, orders.back().rounds());
     }
     auto sameTile = [](uint64_t t) { return static_cast<size_t>(t); };
     const int live = static_cast<int>(maps.size());
@@ -167,6 +165,8 @@ class HostEngine : public Engine {
       }
       CHORUS_CHECK(platform_->runSideBySide(tasks));
     } else {
+      uint64_t rounds = 0;
+      for (const TileOrder& o : orders) rounds = std::max(rounds, o.rounds());
       for (uint64_t k = 0; k < rounds; k++) {
         for (int ch = 0; ch < live; ch++) {
           const Schedule& s = (*plan.scheds)[ch];

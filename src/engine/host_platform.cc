@@ -162,8 +162,10 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   Backoff backoff;
   // Polls `ready` kPolls times: on this rank's other channels' turns when they run side by side, or with a backoff.
   auto poll = [&]() -> ncclResult_t {
-    if (fibers_.wait(ready)) return ready() ? ncclSuccess : fibers_.stopped() != ncclSuccess ? fibers_.stopped()
-                                                                                                 : ncclInProgress;
+    if (fibers_.wait(ready)) {
+      if (ready()) return ncclSuccess;
+      return fibers_.stopped() != ncclSuccess ? fibers_.stopped() : ncclInProgress;
+    }
     for (int i = 0; i < Fibers::kPolls; i++) {
       if (ready()) return ncclSuccess;
       backoff.pause();
