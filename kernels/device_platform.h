@@ -171,8 +171,7 @@ class DevicePlatform {
   }
 
   // Single copy is a host-path feature: device slices always go through the FIFO.
-  CHORUS_HOST_DEVICE bool canDescribe(Fifo*) { return false; }
-  CHORUS_HOST_DEVICE size_t describeMinBytes() const { return ~static_cast<size_t>(0); }
+  CHORUS_HOST_DEVICE bool canDescribe(Fifo*, size_t) { return false; }
   CHORUS_HOST_DEVICE ncclResult_t fetch(Fifo*, char*, uint64_t, size_t) { return internalError("fetch"); }
   CHORUS_HOST_DEVICE void noteDescribed(Fifo*) {}
   CHORUS_HOST_DEVICE ncclResult_t drainDescribed() { return ncclSuccess; }

@@ -82,10 +82,6 @@ struct Fingerprint {
 /// Reduction flags (match kernels/reduce.h).
 constexpr uint32_t kExecPreLocal = 1, kExecPostOp = 2;
 
-/// SlotHeader::step bit: the slot holds the sender's address of the data (8 bytes at the start
-/// of the slot) instead of the data; the receiver reads it in place (single copy).
-constexpr uint32_t kDescribedSlot = 0x80000000u;
-
 /// stepRecvs/stepSends of algo/schedule.h, callable from device code.
 CHORUS_HOST_DEVICE inline bool execRecvs(StepOp op) {
   return op == StepOp::kRecv || op == StepOp::kRecvReduceSend || op == StepOp::kRecvReduceCopy ||
@@ -225,7 +221,7 @@ class Executor {
     size_t bytes = n * map.esize;
     size_t es = map.esize;
     // Which local memory could stand for the outgoing data (so the receiver reads it in place).
-    bool canDescribe = send && !sll && describe_ && bytes >= p_.describeMinBytes() && p_.canDescribe(sf) &&
+    bool canDescribe = send && !sll && describe_ && p_.canDescribe(sf, bytes) &&
                        ((st.op == StepOp::kSend && p_.identityCopy(localFlags)) ||
                         st.op == StepOp::kRecvReduceCopySend || st.op == StepOp::kRecvCopySend);
     for (size_t off = 0; off < bytes; off += sliceBytes_) {

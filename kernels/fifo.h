@@ -47,8 +47,13 @@ struct SlotHeader {
   uint32_t desc;   ///< coll | dtype << 8 | (op & 0xffff) << 16
   int32_t root;    ///< root (or -1)
   uint32_t bytes;  ///< payload bytes in this slot
-  uint32_t step;   ///< schedule step index (for diagnostics)
+  uint32_t step;   ///< schedule step index (for diagnostics), with kDescribedSlot
 };
+
+/// SlotHeader::step bit: the slot holds the sender's address of the data (8 bytes at the start of the slot) instead
+/// of the data. Between ranks of one host the receiver reads it in place (single copy); on a connection to another
+/// host the sender's net proxy sends the data from that address, and the receiver gets the data itself.
+constexpr uint32_t kDescribedSlot = 0x80000000u;
 
 /// Why a FIFO was poisoned.
 enum class PoisonReason : uint32_t { kNone = 0, kPeerDied = 1, kTimeout = 2, kMismatch = 3, kAborted = 4, kError = 5 };

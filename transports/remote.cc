@@ -65,6 +65,7 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   out->hooks = api == socketNet() ? socketNetHooks() : (api == ucxNet() && api != nullptr) ? ucxNetHooks() : nullptr;
   // The socket net takes 32 requests a comm: a whole FIFO (8 slots) in flight. Others keep what a v6 plugin allows.
   out->inflightSlots = api == socketNet() ? kMaxInflightSlots : kInflightSlots;
+  out->sendsUnregistered = api == socketNet();
   return true;
 }
 

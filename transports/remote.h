@@ -45,6 +45,9 @@ class RemoteTransport {
   virtual void kick() = 0;
   /// The transport's name for logs ("net Socket", "net UCX", ...).
   virtual const char* name() const = 0;
+  /// Whether the proxy sends a slot passed by address (kDescribedSlot) from that address in this process's memory,
+  /// so that the executor need not copy the data into the FIFO.
+  virtual bool sendsByAddress() const { return false; }
 };
 
 /// How the executor wakes a proxy thread that sleeps: an eventfd the proxy polls, and a flag that lets kick() skip

@@ -77,6 +77,7 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, b
                   peer);
     CHORUS_CHECK(isSend ? remote_->connectSend(channel, peer, geo_, &c->fifo)
                         : remote_->connectRecv(channel, peer, geo_, &c->fifo));
+    c->byAddress = isSend && hostChannel && remote_->sendsByAddress();
     INFO(kNet, "rank %d channel %d %s rank %d via %s", comm_->rank, channel, isSend ? "->" : "<-", peer,
          remote_->name());
   }

@@ -32,6 +32,10 @@ struct Conn {
   int peer = -1;
   pid_t peerPid = 0;      ///< watched for liveness when the peer is another process on this host
   bool peerLocalProc = false;
+  /// A host path connection to another host whose net proxy sends a slot passed by address (kDescribedSlot) from
+  /// that address: the executor then skips the copy into the FIFO, and waits at the end of the operation until the
+  /// proxy has handed the data to the net (HostPlatform::drainDescribed).
+  bool byAddress = false;
   ShmSegment seg;
 };
 

@@ -287,9 +287,11 @@ ncclResult_t HostPlatform::mismatch(Fifo* f, const SlotHeader& got, const Finger
   return fail(ncclInvalidUsage, PoisonReason::kMismatch, f->peer, msg);
 }
 
-bool HostPlatform::canDescribe(Fifo* f) {
+bool HostPlatform::canDescribe(Fifo* f, size_t bytes) {
   Conn* c = connOf(f);
-  return c != nullptr && c->shm && f->peer < static_cast<int>(readableBy_.size()) && readableBy_[f->peer];
+  if (c == nullptr) return false;
+  if (c->byAddress) return true;
+  return c->shm && bytes >= describeMin_ && f->peer < static_cast<int>(readableBy_.size()) && readableBy_[f->peer];
 }
 
 bool HostPlatform::identityCopy(uint32_t flags) const {

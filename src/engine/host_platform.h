@@ -64,10 +64,10 @@ class HostPlatform {
   }
   ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t bytes, uint32_t step);
 
-  // Single copy: a slice may be passed by address when the receiver can read this process's
-  // memory (a thread of this process, or another process through process_vm_readv).
-  bool canDescribe(Fifo* f);
-  size_t describeMinBytes() const { return describeMin_; }
+  // A slice of `bytes` may be passed by address: to a rank of this host that can read this process's memory (a
+  // thread of this process, or another process through process_vm_readv), from CHORUS_SINGLE_COPY_MIN_BYTES; to
+  // another host when this rank's net proxy sends from the address (Conn::byAddress), at any size.
+  bool canDescribe(Fifo* f, size_t bytes);
   /// Whether copy() with these flags is a plain memcpy for the current reduction.
   bool identityCopy(uint32_t flags) const;
   /// Reads `bytes` at the far end's address `remote` into dst.

@@ -4,6 +4,7 @@
 // forked processes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -55,13 +56,16 @@ class TransportSuite : public testing::TestWithParam<Param> {
   Driver driver() const { return std::get<1>(GetParam()); }
   int nranks() const { return std::get<2>(GetParam()); }
 
-  /// Runs body on every rank with the transport selected, then checks the transport was the one in use.
-  void run(const std::function<void(RankCtx&)>& body) {
+  /// Runs body on every rank with the transport selected (and the settings in `extra`), then checks the transport
+  /// was the one in use.
+  void run(const std::function<void(RankCtx&)>& body,
+           const std::vector<std::pair<const char*, const char*>>& extra = {}) {
     Transport t = transport();
     if (t == Transport::kUcx && chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
     if (t == Transport::kPlugin && kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
     ScopedEnv env;
     env.select(t);
+    for (const auto& kv : extra) env.set(kv.first, kv.second);
     runRanks(nranks(), driver(), [&](RankCtx& ctx) {
       body(ctx);
       // The proxy thread lives as long as the communicator: its presence tells which transport ran.
@@ -170,6 +174,47 @@ TEST_P(TransportSuite, ManySmallAllReduces) {
       expectAll(ctx, "small allreduce", count, out, [&](size_t) { return want; });
     }
   });
+}
+
+// Allgather and allreduce, overwriting the buffers as soon as each call returns (below).
+void buffersMayChange(RankCtx& ctx) {
+  const int n = ctx.nranks;
+  const size_t count = (1u << 18) + 5;  // several FIFO slots a rank, and a partial one
+  std::vector<float> in(count), out(count * n), got(count * n);
+  for (int iter = 0; iter < 4; iter++) {
+    for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i + iter);
+    ASSERT_EQ(ncclAllGather(in.data(), out.data(), count, ncclFloat32, ctx.comm, nullptr), ncclSuccess)
+        << ncclGetLastError(ctx.comm);
+    std::fill(in.begin(), in.end(), -1.0f);
+    got = out;
+    std::fill(out.begin(), out.end(), -2.0f);
+    expectAll(ctx, "allgather, buffers overwritten on return", count, got,
+              [&](size_t i) { return valueOf(static_cast<int>(i / count), i % count + iter); });
+
+    for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i + iter);
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr), ncclSuccess)
+        << ncclGetLastError(ctx.comm);
+    std::fill(in.begin(), in.end(), -1.0f);
+    std::copy(out.begin(), out.begin() + count, got.begin());
+    std::fill(out.begin(), out.end(), -2.0f);
+    got.resize(count);
+    expectAll(ctx, "allreduce, buffers overwritten on return", count, got, [&](size_t i) {
+      return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i + iter) % 97));
+    });
+    got.resize(count * n);
+  }
+}
+
+// A caller may reuse its buffers as soon as a call returns, also where the net proxy sends straight from them
+// (CHORUS_NET_SEND_BY_ADDRESS=1: the socket net sends host buffers by address; other nets ignore it): each rank
+// overwrites its input at once, and its output once it has a copy, so data a proxy sent late would show in a peer's
+// result. Run with the setting off (the default) and on.
+TEST_P(TransportSuite, BuffersMayChangeAsSoonAsACallReturns) {
+  for (const char* byAddress : {"0", "1"}) {
+    SCOPED_TRACE(std::string("CHORUS_NET_SEND_BY_ADDRESS=") + byAddress);
+    run(buffersMayChange, {{"CHORUS_NET_SEND_BY_ADDRESS", byAddress}});
+    if (HasFatalFailure() || IsSkipped()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite,

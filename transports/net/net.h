@@ -52,6 +52,10 @@ struct NetChoice {
   int ndev = 0;
   const NetProgressHooks* hooks = nullptr;  ///< a built-in net's, or null
   uint32_t inflightSlots = 4;               ///< FIFO slots the proxy keeps in flight per connection (at most 8)
+  /// The net sends from any memory of this process, unregistered (the built-in socket net: sendmsg), so the proxy
+  /// can send a slot passed by address from that address. Nets that need registered memory (IB, UCX's memory
+  /// handles, a plugin) get the data in the FIFO.
+  bool sendsUnregistered = false;
 };
 
 }  // namespace chorus

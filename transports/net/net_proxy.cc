@@ -39,7 +39,17 @@ IntParam kNetNearGpu{"CHORUS_NET_NEAR_GPU", 1,
                      "of them. 0: channel c uses device c mod ndev.",
                      "transports"};
 
+IntParam kNetByAddress{"CHORUS_NET_SEND_BY_ADDRESS", 0,
+                       "Host buffers, connections to other hosts over the socket net: 1: the proxy sends a slice "
+                       "from the operation's own buffer, and the rank does not copy it into the FIFO first (an "
+                       "operation then returns once the proxy has handed its data to the net); 0: always through the "
+                       "FIFO. Other nets always take the FIFO. Off by default: on the 2-core test machine it moved "
+                       "the copy onto the proxy thread, and allgather measured slower (docs/perf/net.md).",
+                       "transports"};
+
 }  // namespace
+
+bool NetProxy::sendsByAddress() const { return net_.sendsUnregistered && kNetByAddress.get() != 0; }
 
 void NetProxy::chooseDevices() {
   deviceNames_.clear();
@@ -433,13 +443,21 @@ bool NetProxy::sendSlots(NetConn& c) {
     const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
     void** r = c.reqs[c.posted % net_.inflightSlots];
     ncclResult_t rc = ncclSuccess;
+    // A slot passed by address names where its data is: the data goes from there, and the header that goes with it
+    // loses the mark, since the receiver gets the data itself. The address is kept for the posts still to come.
+    if (c.fromSlot != c.posted && (f.hdrs[slot].step & kDescribedSlot) != 0) {
+      std::memcpy(&c.from, f.data + static_cast<size_t>(slot) * f.geo.slotBytes, sizeof(c.from));
+      f.hdrs[slot].step &= ~kDescribedSlot;
+      c.fromSlot = c.posted;
+    }
     if (!c.halfPosted) {
       rc = n->isend(c.comm, &f.hdrs[slot], sizeof(SlotHeader), 0, c.mhandle, nullptr, &r[0]);
       if (rc == ncclSuccess && r[0] == nullptr) break;
       if (rc == ncclSuccess) c.halfPosted = true;
     }
     if (rc == ncclSuccess) {
-      char* data = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
+      void* data = c.fromSlot == c.posted ? const_cast<char*>(c.from)
+                                          : static_cast<void*>(f.data + static_cast<size_t>(slot) * f.geo.slotBytes);
       rc = n->isend(c.comm, data, f.hdrs[slot].bytes, 0, c.mhandle, nullptr, &r[1]);
       if (rc == ncclSuccess && r[1] == nullptr) break;
     }

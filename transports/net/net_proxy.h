@@ -69,6 +69,8 @@ struct NetConn {
   uint64_t posted = 0;                 ///< slots whose requests are all posted
   uint64_t done = 0;                   ///< slots completed: freed (send side) or published (receive side)
   bool halfPosted = false;             ///< slot `posted` has its header request posted, not its payload's yet
+  uint64_t fromSlot = UINT64_MAX;      ///< send side: the slot passed by address whose requests are being posted
+  const char* from = nullptr;          ///< and the address its data is sent from
   void* reqs[kMaxInflightSlots][2] = {};  ///< [slot % inflight][0 header, 1 payload]; null once completed
   std::string endWhy;  ///< the net failed this connection (receive side: ends once what arrived is consumed)
   std::chrono::steady_clock::time_point suspectUntil{};  ///< kSuspect: name the peer itself then
@@ -98,6 +100,7 @@ class NetProxy : public RemoteTransport {
   void markFailedCalls(const uint64_t* calls) override;
   void kick() override { wake_.kick(); }
   const char* name() const override { return label_.c_str(); }
+  bool sendsByAddress() const override;
 
  private:
   ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out);
