@@ -13,7 +13,8 @@
 # Usage: perf/netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE (default 1gbit)] [MAX_BYTES (default 64M)] [TOOLS]
 # TOOLS: the perf tools to run, space-separated (default: all three). In the environment: MIN_BYTES, the smallest
 # size (default 1M); FACTOR, the step between sizes (default 4); ITERS, timed iterations a size (default 5); CONFIGS, the runs as ALGO:CHORUS_RING_BY_HOST
-# (default "ring:1 ring:0 Hierarchical:1 Rail:1 default:1 Tree:1 Tree:0").
+# (default "ring:1 ring:0 Hierarchical:1 Rail:1 default:1 Tree:1 Tree:0"); HOST_SYSCTL, key=value settings applied
+# with sysctl in every host's namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0).
 set -u
 build=${1:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
 out=${2:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
@@ -39,6 +40,9 @@ trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TE
 trap 'exit 143' TERM
 
 netns_hosts "$net" $H 10.81.0 "$rate" || exit 1
+for kv in ${HOST_SYSCTL:-}; do
+  for i in $(seq 1 $H); do ip netns exec "${net}_h$i" sysctl -qw "$kv" || exit 1; done
+done
 
 # Goodput of one host's link, one stream each way at once (as a ring hop's two directions run).
 ip netns exec "${net}_h2" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
