@@ -443,10 +443,11 @@ bool NetProxy::sendSlots(NetConn& c) {
     const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
     void** r = c.reqs[c.posted % net_.inflightSlots];
     ncclResult_t rc = ncclSuccess;
+    char* slotData = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
     // A slot passed by address names where its data is: the data goes from there, and the header that goes with it
     // loses the mark, since the receiver gets the data itself. The address is kept for the posts still to come.
     if (c.fromSlot != c.posted && (f.hdrs[slot].step & kDescribedSlot) != 0) {
-      std::memcpy(&c.from, f.data + static_cast<size_t>(slot) * f.geo.slotBytes, sizeof(c.from));
+      std::memcpy(&c.from, slotData, sizeof(c.from));
       f.hdrs[slot].step &= ~kDescribedSlot;
       c.fromSlot = c.posted;
     }
@@ -456,8 +457,7 @@ bool NetProxy::sendSlots(NetConn& c) {
       if (rc == ncclSuccess) c.halfPosted = true;
     }
     if (rc == ncclSuccess) {
-      void* data = c.fromSlot == c.posted ? const_cast<char*>(c.from)
-                                          : static_cast<void*>(f.data + static_cast<size_t>(slot) * f.geo.slotBytes);
+      void* data = c.fromSlot == c.posted ? const_cast<char*>(c.from) : slotData;
       rc = n->isend(c.comm, data, f.hdrs[slot].bytes, 0, c.mhandle, nullptr, &r[1]);
       if (rc == ncclSuccess && r[1] == nullptr) break;
     }
