@@ -106,7 +106,9 @@ struct Fifo {
     ll = reinterpret_cast<uint64_t*>(b + g.llOffset());
   }
   CHORUS_HOST_DEVICE uint32_t slot() const { return static_cast<uint32_t>(step % geo.nSlots); }
-  CHORUS_HOST_DEVICE char* slotData() const { return data + static_cast<size_t>(slot()) * geo.slotBytes; }
+  CHORUS_HOST_DEVICE char* slotData() const { return slotData(slot()); }
+  /// Simple data of slot `s` (the net proxy works on slots other than the executor's current one).
+  CHORUS_HOST_DEVICE char* slotData(uint32_t s) const { return data + static_cast<size_t>(s) * geo.slotBytes; }
   CHORUS_HOST_DEVICE uint64_t* slotLL() const { return ll + static_cast<size_t>(slot()) * geo.llLines; }
 };
 

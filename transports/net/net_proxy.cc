@@ -443,7 +443,7 @@ bool NetProxy::sendSlots(NetConn& c) {
     const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
     void** r = c.reqs[c.posted % net_.inflightSlots];
     ncclResult_t rc = ncclSuccess;
-    char* slotData = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
+    char* slotData = f.slotData(slot);
     // A slot passed by address names where its data is: the data goes from there, and the header that goes with it
     // loses the mark, since the receiver gets the data itself. The address is kept for the posts still to come.
     if (c.fromSlot != c.posted && (f.hdrs[slot].step & kDescribedSlot) != 0) {
@@ -507,7 +507,7 @@ bool NetProxy::recvSlots(NetConn& c) {
       paySize = t > 0 ? size : 0;  // a failed notice payload: the notice without its calls
     }
     if (c.noticeWord != 0) {
-      const char* data = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
+      const char* data = f.slotData(slot);
       uint64_t calls[7];
       bool haveCalls = paySize == static_cast<int>(sizeof(calls));
       if (haveCalls) memcpy(calls, data, sizeof(calls));
@@ -544,7 +544,7 @@ bool NetProxy::recvSlots(NetConn& c) {
       if (rc == ncclSuccess) c.halfPosted = true;
     }
     if (rc == ncclSuccess) {
-      void* data = f.data + static_cast<size_t>(slot) * f.geo.slotBytes;
+      void* data = f.slotData(slot);
       size_t bytes = f.geo.slotBytes;
       rc = n->irecv(c.comm, 1, &data, &bytes, &tag, &c.mhandle, nullptr, &r[1]);
       if (rc == ncclSuccess && r[1] == nullptr) break;
@@ -580,7 +580,7 @@ bool NetProxy::sendNotice(NetConn& c) {
   // Its payload, in the same slot's data, is a mismatch's 7 call words (zero otherwise): the receiver has that
   // slot's payload receive posted, so the two messages match as a slot's always do.
   const uint32_t slot = static_cast<uint32_t>(c.posted % c.fifo.geo.nSlots);
-  char* body = c.fifo.data + static_cast<size_t>(slot) * c.fifo.geo.slotBytes;
+  char* body = c.fifo.slotData(slot);
   ncclResult_t rc = ncclSuccess;
   if (!c.noticeSent) {
     SlotHeader& h = c.fifo.hdrs[slot];
