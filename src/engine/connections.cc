@@ -39,12 +39,16 @@ ncclResult_t Connections::init() {
   // Every rank computes the same answer from the same peer info, so the collective inside
   // SocketTransport::create is entered by all or none. (Mixed NCCL_SHM_DISABLE settings are
   // refused by the bootstrap's environment check.)
-  bool anyRemoteGlobal = shmDisabled_ && comm_->nranks > 1;
-  for (int a = 0; a < comm_->nranks && !anyRemoteGlobal; a++)
-    for (int b = a + 1; b < comm_->nranks; b++)
-      if (comm_->peers[a].hostHash != comm_->peers[b].hostHash) anyRemoteGlobal = true;
-  if (anyRemoteGlobal) CHORUS_CHECK(createRemoteTransport(comm_, &remote_));
+  if (usesNet(comm_)) CHORUS_CHECK(createRemoteTransport(comm_, &remote_));
   return ncclSuccess;
+}
+
+bool Connections::usesNet(const ncclComm* comm) {
+  if (comm->nranks < 2) return false;
+  if (shmDisabledSetting()) return true;
+  for (const PeerInfo& p : comm->peers)
+    if (p.hostHash != comm->peers[0].hostHash) return true;
+  return false;
 }
 
 ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, bool hostChannel) {

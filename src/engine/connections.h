@@ -46,6 +46,9 @@ class Connections {
   ~Connections();
   /// Collective: sets up what every rank must agree on (the transport between hosts: createRemoteTransport).
   ncclResult_t init();
+  /// Whether some ranks of `comm` reach each other through a net rather than shared memory (ranks on different
+  /// hosts, or NCCL_SHM_DISABLE=1). The same answer on every rank: it reads only what all ranks exchanged.
+  static bool usesNet(const ncclComm* comm);
   /// The connection for (channel, peer); made on first use. The fast path is a table lookup.
   ncclResult_t send(int channel, int peer, Conn** out) {
     Conn* c = lookup(channel, peer, true);

@@ -28,7 +28,35 @@ namespace {
 
 IntParam kHostChannels{"CHORUS_HOST_NCHANNELS", 1, "Channels (independent schedules) per host-path operation.",
                        "performance"};
-IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 8, "Slots in each connection FIFO.", "performance"};
+IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 0,
+                    "Slots in each connection FIFO (at least 2). 0: 16 when some ranks of the communicator reach "
+                    "each other through a net (several hosts, or NCCL_SHM_DISABLE=1) and none has a GPU, 8 "
+                    "otherwise. A tile of an operation is half a FIFO: what a rank sends on a step before it waits "
+                    "for the next. Over a net a rank's link idles while it waits at the end of a tile, and a longer "
+                    "tile makes that a smaller share (docs/perf/net.md).",
+                    "performance"};
+
+/// Slots of the communicator's FIFOs: CHORUS_FIFO_SLOTS, or its default; *why says which. Every rank computes the
+/// same from what the ranks exchanged. Communicators with a GPU keep 8: the device path counts its lanes in tiles,
+/// and was measured so.
+uint32_t fifoSlots(const ncclComm* comm, const char** why) {
+  if (kFifoSlots.get() > 0) {
+    *why = "CHORUS_FIFO_SLOTS";
+    return static_cast<uint32_t>(std::max<int64_t>(2, kFifoSlots.get()));
+  }
+  bool gpu = false;
+  for (const PeerInfo& p : comm->peers) gpu |= p.cudaDev >= 0;
+  if (gpu) {
+    *why = "a GPU in the communicator";
+    return 8;
+  }
+  if (Connections::usesNet(comm)) {
+    *why = "ranks joined by a net";
+    return 16;
+  }
+  *why = "shared memory between all ranks";
+  return 8;
+}
 IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072, "Bytes in each Simple FIFO slot.", "performance"};
 IntParam kLLLines{"CHORUS_LL_LINES", 512, "8-byte lines in each LL FIFO slot (4 payload bytes a line).", "performance"};
 IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
@@ -44,7 +72,7 @@ IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
 class HostEngine : public Engine {
  public:
   explicit HostEngine(ncclComm* comm) : comm_(comm) {
-    geo_.nSlots = static_cast<uint32_t>(std::max<int64_t>(2, kFifoSlots.get()));
+    geo_.nSlots = fifoSlots(comm, &slotsWhy_);
     geo_.slotBytes = static_cast<uint32_t>(std::max<int64_t>(4096, kSlotBytes.get()) & ~int64_t(63));
     geo_.llLines = static_cast<uint32_t>(std::max<int64_t>(64, kLLLines.get()));
     nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(16, kHostChannels.get())));
@@ -54,6 +82,8 @@ class HostEngine : public Engine {
   }
 
   ncclResult_t init() {
+    if (comm_->rank == 0)
+      INFO(kInit, "comm %p: FIFOs of %u slots x %u bytes (%s)", (void*)comm_, geo_.nSlots, geo_.slotBytes, slotsWhy_);
     CHORUS_CHECK(conns_->init());
     return probeSingleCopy();
   }
@@ -248,6 +278,7 @@ class HostEngine : public Engine {
 
   ncclComm* comm_;
   FifoGeometry geo_;
+  const char* slotsWhy_ = "";  ///< why geo_ has its slots (fifoSlots)
   int nChannels_ = 1;
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
