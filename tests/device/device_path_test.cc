@@ -704,11 +704,7 @@ TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
         setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
         setenv("NCCL_ALGO", "Ring", 1);
         setenv("CHORUS_DEVICE_IPC", "0", 1);  // the ring's FIFOs, not the inboxes
-        if (rank == 0) {
-          setenv("NCCL_DEBUG", "INFO", 1);
-          setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
-          setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
-        }
+        if (rank == 0) logInfoTo(log, "INIT");
         ncclResetDebugInit();
         chorus::paramsReload();
         return allReduceOnDevice(rank, 4, rank, id, 100000);
@@ -742,9 +738,7 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
         setenv("NCCL_NET", "ChorusTestNet", 1);
         setenv("CHORUS_TEST_NET_DEVICES", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", 1);
         setenv("CHORUS_DEVICE_NCHANNELS", "2", 1);
-        setenv("NCCL_DEBUG", "INFO", 1);
-        setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
-        setenv("NCCL_DEBUG_FILE", (log + "." + std::to_string(rank)).c_str(), 1);
+        logInfoTo(log + "." + std::to_string(rank), "INIT,NET");
         ncclResetDebugInit();
         chorus::paramsReload();
         return allReduceOnDevice(rank, 2, rank + 1, id, 300000);  // enough that both channels carry data

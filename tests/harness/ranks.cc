@@ -154,4 +154,10 @@ std::string forkRanksForLog(int n, const std::function<int(int rank, const ncclU
   return text;
 }
 
+void logInfoTo(const std::string& logPath, const char* subsys) {
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", subsys, 1);
+  setenv("NCCL_DEBUG_FILE", logPath.c_str(), 1);
+}
+
 }  // namespace chorus_test

@@ -49,4 +49,8 @@ std::string readFile(const std::string& path);
 std::string forkRanksForLog(int n, const std::function<int(int rank, const ncclUniqueId& id)>& child,
                             const std::string& logPath, double deadlineS = 120);
 
+/// Sets NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=`subsys` and NCCL_DEBUG_FILE=`logPath` in this process's environment; the
+/// caller then reloads the parameters (chorus::paramsReload or ncclResetDebugInit) before its communicator.
+void logInfoTo(const std::string& logPath, const char* subsys);
+
 }  // namespace chorus_test

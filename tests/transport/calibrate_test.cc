@@ -27,11 +27,7 @@ int simulateRank(int rank, int nranks, const ncclUniqueId& id, const char* mode,
   setenv("CHORUS_CALIBRATE", mode, 1);
   setenv("CHORUS_CALIBRATE_FILE", cache.c_str(), 1);
   if (costInter != nullptr) setenv("CHORUS_COST_INTER", costInter, 1);
-  if (rank == 0) {
-    setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
-    setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
-  }
+  if (rank == 0) logInfoTo(log, "INIT");
   chorus::paramsReload();
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) {

@@ -24,11 +24,7 @@ std::string runLog(int nranks, int hosts, const std::vector<std::pair<const char
   auto child = [&](int rank, const ncclUniqueId& id) {
     setenv("NCCL_HOSTID", ("slots-host-" + std::to_string(rank % hosts)).c_str(), 1);
     for (const auto& [name, value] : env) setenv(name, value, 1);
-    if (rank == 0) {
-      setenv("NCCL_DEBUG", "INFO", 1);
-      setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
-      setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
-    }
+    if (rank == 0) logInfoTo(log, "INIT");
     chorus::paramsReload();
     ncclComm_t comm;
     if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;

@@ -34,10 +34,8 @@ int ringCollectives(int rank, int nranks, const ncclUniqueId& id, const char* by
   setenv("CHORUS_HIER_RING_BAND", "0,0", 1);
   setenv("CHORUS_RING_BY_HOST", byHost, 1);
   if (rank == 0) {
-    setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "INIT,COLL", 1);
+    logInfoTo(log, "INIT,COLL");
     setenv("CHORUS_PRINT_SCHEDULE", "1", 1);
-    setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
   }
   chorus::paramsReload();
   ncclComm_t comm;

@@ -26,9 +26,7 @@ std::string allGatherLog(const char* model) {
     setenv("CHORUS_COST_INTRA", "1,100", 1);    // 1 us, 100 GB/s
     setenv("CHORUS_COST_INTER", "1,0.001", 1);  // 1 us, 1 MB/s: bytes across hosts dominate
     if (rank == 0) {
-      setenv("NCCL_DEBUG", "INFO", 1);
-      setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
-      setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+      logInfoTo(log, "COLL");
       setenv("CHORUS_PRINT_SCHEDULE", "1", 1);
     }
     ncclResetDebugInit();

@@ -28,9 +28,7 @@ std::string runWith(const Env& env) {
     for (auto& [k, v] : env) setenv(k, v, 1);
     setenv("CHORUS_HOST_NCHANNELS", "2", 1);
     if (rank == 0) {
-      setenv("NCCL_DEBUG", "INFO", 1);
-      setenv("NCCL_DEBUG_SUBSYS", "INIT,COLL,TUNING", 1);
-      setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+      logInfoTo(log, "INIT,COLL,TUNING");
       setenv("CHORUS_PRINT_SCHEDULE", "1", 1);
     }
     ncclResetDebugInit();  // the parent's earlier tests may have read the parameters before this child set them

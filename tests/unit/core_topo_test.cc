@@ -260,9 +260,7 @@ std::string initInChild(const std::vector<std::pair<std::string, std::string>>& 
   if (pid == 0) {
     alarm(20);  // a hung init fails the test instead of hanging it
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
-    setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
+    chorus_test::logInfoTo(log, "INIT");
     paramsReload();
     ncclComm_t comms[2];
     if (ncclCommInitAll(comms, 2, nullptr) != ncclSuccess) _exit(1);
