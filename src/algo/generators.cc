@@ -73,8 +73,11 @@ namespace {
 // consecutive positions. Every rank
 // renames the same way, so blocks still pair up, and a rank's own block (allgather's out[rank], reduce-scatter's
 // in[rank]) stays its own.
+// A ring allreduce's n blocks are slices of one buffer that no rank owns: they keep their position numbers, so a
+// rank's steps still walk consecutive blocks and pack into as few step runs (device launch arguments) in any order.
 void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const ScheduleRequest&, Schedule*)) {
   if (req.ringOrder == nullptr || req.ringOrder->empty()) return gen(req, out);
+  const bool renameBlocks = !(req.algo == Algo::kRing && req.coll == Coll::kAllReduce);
   const std::vector<int>& order = *req.ringOrder;
   std::vector<int> pos(order.size());
   for (size_t p = 0; p < order.size(); p++) pos[order[p]] = static_cast<int>(p);
@@ -84,7 +87,7 @@ void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const Sch
   at.ringOrder = nullptr;
   gen(at, out);
   auto rename = [&](BufRef& b, int blocks) {
-    if (b.buf != Buf::kNone && blocks == req.nranks) b.block = order[b.block];
+    if (renameBlocks && b.buf != Buf::kNone && blocks == req.nranks) b.block = order[b.block];
   };
   for (Step& st : out->steps) {
     if (st.sendPeer >= 0) st.sendPeer = order[st.sendPeer];

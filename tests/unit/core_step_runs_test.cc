@@ -97,6 +97,25 @@ TEST(StepRuns, ARingInRankOrderIsAFewRunsWhateverTheRanks) {
   }
 }
 
+// An allreduce ring in another order (ranks placed round-robin) or rotated within hosts (ring channels over hosts)
+// keeps its blocks by position, so it stays as few runs as in rank order on every channel.
+TEST(StepRuns, AnAllReduceRingInAnyOrderIsAFewRunsOnEveryChannel) {
+  const int hosts = 8, P = 6, n = hosts * P;
+  std::vector<uint64_t> hostOf(n);
+  for (int r = 0; r < n; r++) hostOf[r] = static_cast<uint64_t>(r % hosts);  // round-robin
+  const std::vector<int> order = ringOrderByHost(hostOf);
+  ASSERT_FALSE(order.empty());
+  for (int ch = 0; ch < P; ch++) {
+    for (int rank : {0, 1, n / 2, n - 1}) {
+      Schedule s;
+      std::string err;
+      ScheduleRequest req{Coll::kAllReduce, Algo::kRing, n, rank, ch, P, 0, &order, P};
+      ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
+      EXPECT_LE(roundTrip(s, "rotated ring channel " + std::to_string(ch)), 7u) << "channel " << ch << " rank " << rank;
+    }
+  }
+}
+
 TEST(StepRuns, StepsThatDoNotMoveEvenlyStartNewRuns) {
   Step a;
   a.op = StepOp::kRecvCopySend;
