@@ -97,6 +97,23 @@ void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const Sch
   }
 }
 
+// Ring channels over hosts of P ranks (req.localRanks: the ring order lists each host's ranks together): channel c
+// runs the ring in which each host's ranks are rotated by c mod P, so it enters a host at the host's (c mod P)-th rank
+// and leaves at the one before. Without it every channel crosses hosts at the same two ranks of each host, and so on
+// the same NICs where ranks use the NIC nearest them; rotated, P channels cross on every rank once in each direction,
+// as NCCL lays its rings to cross on another NIC each. Empty when channel c keeps the order as it is.
+std::vector<int> rotatedRingOrder(const ScheduleRequest& req) {
+  const int P = req.localRanks, n = req.nranks;
+  if (P < 2 || n % P != 0 || n / P < 2 || req.channel % P == 0) return {};
+  const bool given = req.ringOrder != nullptr && !req.ringOrder->empty();
+  std::vector<int> order(n);
+  for (int p = 0; p < n; p++) {
+    const int at = p / P * P + (p % P + req.channel % P) % P;
+    order[p] = given ? (*req.ringOrder)[at] : at;
+  }
+  return order;
+}
+
 }  // namespace
 
 bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) {
@@ -152,9 +169,13 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
     return true;
   }
   switch (req.algo) {
-    case Algo::kRing:
-      genInOrder(req, out, gen::genRing);
+    case Algo::kRing: {
+      const std::vector<int> rotated = rotatedRingOrder(req);
+      ScheduleRequest at = req;
+      if (!rotated.empty()) at.ringOrder = &rotated;
+      genInOrder(at, out, gen::genRing);
       break;
+    }
     case Algo::kTree:
       genInOrder(req, out, gen::genTree);
       break;

@@ -173,29 +173,33 @@ bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const Launc
   auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root);
   auto it = loads_.find(key);
   if (it == loads_.end()) {
-    ChannelLoad most{};
+    // Channels of a kind are alike: trees alternate two, rings over hosts of equal size rotate within the hosts
+    // (generators.h), the other families repeat one (two kinds then give the same figures).
+    const int kinds = algo == Algo::kRing && localRanks_ >= 2 ? localRanks_ : 2;
+    ChannelLoad most{std::vector<size_t>(kinds, 0), std::vector<size_t>(kinds, 0)};
     std::vector<StepRun> runs;
     bool built = true;
     for (int r = 0; r < comm_->nranks && built; r++) {
-      for (int parity = 0; parity < 2 && built; parity++) {
-        ScheduleRequest req{coll, algo, comm_->nranks, r, parity, 2, root, &ringOrder_, localRanks_};
+      for (int kind = 0; kind < kinds && built; kind++) {
+        ScheduleRequest req{coll, algo, comm_->nranks, r, kind, kinds, root, &ringOrder_, localRanks_};
         Schedule s;
         std::string err;
         built = buildSchedule(req, &s, &err);
         runs.clear();
         packStepRuns(s.steps.data(), s.steps.size(), &runs);
-        most.runs[parity] = std::max(most.runs[parity], runs.size());
-        most.ends[parity] = std::max(most.ends[parity], launchEnds(&s, 1).size());
+        most.runs[kind] = std::max(most.runs[kind], runs.size());
+        most.ends[kind] = std::max(most.ends[kind], launchEnds(&s, 1).size());
       }
     }
-    if (!built) most.runs[0] = most.runs[1] = SIZE_MAX / 32;  // never fits
+    if (!built) most.runs.assign(kinds, SIZE_MAX / 1024);  // never fits
     it = loads_.emplace(key, most).first;
   }
-  // The most of any rank on each parity: what no rank exceeds, the same on every rank.
+  // The most of any rank on each channel, summed over the channels: what no rank exceeds, the same on every rank.
   const ChannelLoad& l = it->second;
-  const size_t even = static_cast<size_t>((nch + 1) / 2), odd = static_cast<size_t>(nch / 2);
-  if (limits.maxRuns != 0 && even * l.runs[0] + odd * l.runs[1] > static_cast<size_t>(limits.maxRuns)) return false;
-  return limits.maxFifos == 0 || even * l.ends[0] + odd * l.ends[1] <= static_cast<size_t>(limits.maxFifos);
+  size_t runs = 0, ends = 0;
+  for (int c = 0; c < nch; c++) runs += l.runs[c % l.runs.size()], ends += l.ends[c % l.ends.size()];
+  if (limits.maxRuns != 0 && runs > static_cast<size_t>(limits.maxRuns)) return false;
+  return limits.maxFifos == 0 || ends <= static_cast<size_t>(limits.maxFifos);
 }
 
 RedOp Planner::redOpFor(const OpDesc& op) const {

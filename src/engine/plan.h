@@ -128,8 +128,10 @@ class Planner {
   std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
   /// Per (coll, algo, root): the most step runs and connection ends any rank's schedule has on a channel of each
   /// parity (channels differ only in parity: trees alternate), for fitsEveryRank.
+  /// The most step runs and connection ends of any rank on channel c, for c below the number of channel kinds:
+  /// channel c runs as channel c mod kinds (trees alternate two, rings over hosts rotate localRanks_).
   struct ChannelLoad {
-    size_t runs[2], ends[2];
+    std::vector<size_t> runs, ends;
   };
   std::map<std::tuple<int, int, int>, ChannelLoad> loads_;
   uint64_t collSeq_ = 0;

@@ -1,11 +1,12 @@
 // Rings laid host by host on a real communicator: six processes on three hosts (NCCL_HOSTID), placed round-robin
 // (rank r on host r % 3, as `srun --distribution=cyclic` does), shared memory within a host and sockets across.
 // Every ring collective gives exact results in and out of place, and rank 0's log names the order (0 3 1 4 2 5),
-// in which the ring crosses hosts 3 times instead of 6. CHORUS_RING_BY_HOST=0 keeps rank order, also exact. The
-// same placement runs allreduce, allgather and reduce-scatter hierarchical from CHORUS_HIER_MIN_BYTES (3 hosts x 2
-// ranks), and when NCCL_ALGO forces it; rank 0's schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran. Forced
-// trees are node-aware over the same hosts. NCCL_ALGO=Rail runs allgather and reduce-scatter as rail on 3 hosts x 2
-// ranks and on 2 hosts x 3, where in-place reduce-scatter is not alias safe and runs the ring instead.
+// in which the ring crosses hosts 3 times instead of 6. Over three channels the rings rotate within the hosts.
+// CHORUS_RING_BY_HOST=0 keeps rank order, also exact. The same placement runs allreduce, allgather and
+// reduce-scatter hierarchical from CHORUS_HIER_MIN_BYTES (3 hosts x 2 ranks), and when NCCL_ALGO forces it; rank 0's
+// schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran. Forced trees are node-aware over the same hosts.
+// NCCL_ALGO=Rail runs allgather and reduce-scatter as rail on 3 hosts x 2 ranks and on 2 hosts x 3, where in-place
+// reduce-scatter is not alias safe and runs the ring instead.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -120,6 +121,32 @@ TEST(RingByHost, RoundRobinPlacementRingsHostByHost) {
   for (const char* coll : {"AllReduce", "AllGather", "ReduceScatter"}) {
     EXPECT_NE(text.find(std::string(coll) + " Ring nranks=6"), std::string::npos) << coll << "\n" << text;
     EXPECT_EQ(text.find(std::string(coll) + " Hierarchical"), std::string::npos) << coll << "\n" << text;
+  }
+}
+
+// Three ring channels over the same hosts: channel c rotates each host's ranks by c mod 2 (src/algo/generators.h),
+// so channel 1 enters and leaves every host on the ranks channel 0 does not. Every collective stays exact, and rank 0's
+// ring neighbours show it: channel 0 runs 0 3 1 4 2 5 (from 5, to 3), channel 1 runs 3 0 4 1 5 2 (from 3, to 4),
+// channel 2 channel 0's ring again.
+TEST(RingByHost, ChannelsRotateWithinHosts) {
+  setenv("CHORUS_HOST_NCHANNELS", "3", 1);
+  std::string log = "/tmp/chorus_ring_rotate_" + std::to_string(getpid()) + ".log";
+  std::string text = runPlacement("1", log);
+  unsetenv("CHORUS_HOST_NCHANNELS");
+  auto schedule = [&](int channel) {
+    const std::string head = "AllGather Ring nranks=6 rank=0 channel=" + std::to_string(channel) + " ";
+    const size_t at = text.find(head);
+    if (at == std::string::npos) return std::string();
+    const size_t end = text.find("\n\n", at);
+    return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  for (int channel : {0, 1, 2}) {
+    const std::string s = schedule(channel);
+    ASSERT_FALSE(s.empty()) << "no schedule for channel " << channel << "\n" << text;
+    const bool rotated = channel == 1;
+    EXPECT_NE(s.find(rotated ? "from 3" : "from 5"), std::string::npos) << s;
+    EXPECT_NE(s.find(rotated ? "to 4" : "to 3"), std::string::npos) << s;
+    EXPECT_EQ(s.find(rotated ? "from 5" : "from 3"), std::string::npos) << s;
   }
 }
 

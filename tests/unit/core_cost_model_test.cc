@@ -1,6 +1,6 @@
 // The cost model (src/topo/cost_model.h) on clusters whose answers are known in closed form: bytes through each
-// host's NIC for ring and hierarchical collectives, NICs per rank (rails), the latency term, a 10k-rank cluster, the
-// cheapest algorithm, and refused inputs.
+// host's NIC for ring and hierarchical collectives, NICs per rank (rails, ring channels rotated over them), the
+// latency term, a 10k-rank cluster, the cheapest algorithm, and refused inputs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -53,9 +53,15 @@ TEST(CostModel, OneNicPerRankSharesTheLoad) {
   const int H = 4, P = 8;
   CostEstimate e = estimate(Coll::kAllReduce, Algo::kHier, S, shape(H, P, P));
   EXPECT_DOUBLE_EQ(e.nicBytes, 2.0 * (H - 1) / H * S / P);
-  // A ring crosses at one rank of each host whatever the NICs.
-  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P)).nicBytes,
-                   2.0 * (H * P - 1) / (H * P) * S);
+  // One ring channel crosses at one rank of each host whatever the NICs.
+  const double oneRing = 2.0 * (H * P - 1) / (H * P) * S;
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P)).nicBytes, oneRing);
+  // P channels, each rotated within the hosts, cross on every NIC: each carries one channel's share. With one NIC a
+  // host the channels' shares add up again.
+  EXPECT_NEAR(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P), P).nicBytes, oneRing / P, 1);
+  EXPECT_NEAR(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, 1), P).nicBytes, oneRing, 1);
+  // Two channels over 8 NICs: two NICs busy each way, each with half.
+  EXPECT_NEAR(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P), 2).nicBytes, oneRing / 2, 1);
 }
 
 TEST(CostModel, LatencyIsTheCriticalPath) {
