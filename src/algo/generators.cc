@@ -104,7 +104,7 @@ void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const Sch
 // as NCCL lays its rings to cross on another NIC each. Empty when channel c keeps the order as it is.
 std::vector<int> rotatedRingOrder(const ScheduleRequest& req) {
   const int P = req.localRanks, n = req.nranks;
-  if (P < 2 || n % P != 0 || n / P < 2 || req.channel % P == 0) return {};
+  if (channelKinds(Algo::kRing, n, P) == 1 || req.channel % P == 0) return {};
   const bool given = req.ringOrder != nullptr && !req.ringOrder->empty();
   std::vector<int> order(n);
   for (int p = 0; p < n; p++) {
@@ -115,6 +115,12 @@ std::vector<int> rotatedRingOrder(const ScheduleRequest& req) {
 }
 
 }  // namespace
+
+int channelKinds(Algo algo, int nranks, int localRanks) {
+  if (algo == Algo::kTree) return 2;
+  const int P = localRanks;
+  return algo == Algo::kRing && P >= 2 && nranks % P == 0 && nranks / P >= 2 ? P : 1;
+}
 
 bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) {
   std::string why;

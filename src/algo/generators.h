@@ -60,6 +60,11 @@ bool algoSupported(Coll coll, Algo algo, int nranks);
 /// Callers run it out of place only: stage an in-place call's input in scratch, or pick another algorithm.
 bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks = 0);
 
+/// How many different schedules `algo` builds over the channels: channel c builds what channel c mod this builds.
+/// Trees alternate two; rings over hosts of equal size (localRanks as in ScheduleRequest) rotate localRanks; the
+/// other families build one.
+int channelKinds(Algo algo, int nranks, int localRanks);
+
 /// Builds the steps of one rank on one channel; false + *err when unsupported.
 bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err);
 

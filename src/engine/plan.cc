@@ -173,9 +173,7 @@ bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const Launc
   auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root);
   auto it = loads_.find(key);
   if (it == loads_.end()) {
-    // Channels of a kind are alike: trees alternate two, rings over hosts of equal size rotate within the hosts
-    // (generators.h), the other families repeat one (two kinds then give the same figures).
-    const int kinds = algo == Algo::kRing && localRanks_ >= 2 ? localRanks_ : 2;
+    const int kinds = channelKinds(algo, comm_->nranks, localRanks_);
     ChannelLoad most{std::vector<size_t>(kinds, 0), std::vector<size_t>(kinds, 0)};
     std::vector<StepRun> runs;
     bool built = true;
@@ -315,7 +313,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
   if ((*p.scheds)[0].nranks < 0) return ncclInternalError;
-  // Channels are alike (or alternate, for trees), so fewer channels mean proportionally fewer ends and step runs.
+  // Channels repeat a few kinds (channelKinds), so fewer channels mean fewer ends and step runs.
   if (limits.maxFifos != 0 || limits.maxRuns != 0) {
     while (nch > minCh && !fitsEveryRank(op.coll, p.choice.algo, op.root, nch, limits)) nch--;
     // A schedule too long even on the fewest channels (a hierarchical or rail ring over hundreds of ranks is a run

@@ -126,10 +126,8 @@ class Planner {
   ncclComm* comm_;
   FifoGeometry geo_;
   std::map<std::tuple<int, int, int, int>, std::vector<Schedule>> cache_;
-  /// Per (coll, algo, root): the most step runs and connection ends any rank's schedule has on a channel of each
-  /// parity (channels differ only in parity: trees alternate), for fitsEveryRank.
-  /// The most step runs and connection ends of any rank on channel c, for c below the number of channel kinds:
-  /// channel c runs as channel c mod kinds (trees alternate two, rings over hosts rotate localRanks_).
+  /// Per (coll, algo, root), for fitsEveryRank: the most step runs and connection ends any rank's schedule has on
+  /// channel k, for each kind k of channel (channelKinds: channel c runs as channel c mod the kinds).
   struct ChannelLoad {
     std::vector<size_t> runs, ends;
   };

@@ -81,6 +81,7 @@ TEST(RingHosts, ChannelsCrossOnEveryRank) {
     EXPECT_EQ(timesOut[r], 1) << "rank " << r;
   }
   // Channel P wraps round to channel 0's ring.
+  EXPECT_EQ(channelKinds(Algo::kRing, n, P), P);
   Crossings c0 = crossings(H, P, order, 0), cP = crossings(H, P, order, P);
   EXPECT_EQ(c0.in, cP.in);
   EXPECT_EQ(c0.out, cP.out);
@@ -89,6 +90,7 @@ TEST(RingHosts, ChannelsCrossOnEveryRank) {
 // One host, or hosts of unequal size (localRanks 0): every channel runs the one ring.
 TEST(RingHosts, OneRingWithoutEqualHosts) {
   for (int localRanks : {0, 6}) {
+    EXPECT_EQ(channelKinds(Algo::kRing, 6, localRanks), 1);
     auto ch0 = buildHostSchedules(Coll::kAllReduce, Algo::kRing, 6, localRanks, nullptr, 0, 4);
     auto ch3 = buildHostSchedules(Coll::kAllReduce, Algo::kRing, 6, localRanks, nullptr, 3, 4);
     for (int r = 0; r < 6; r++) {
