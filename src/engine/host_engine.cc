@@ -35,6 +35,17 @@ IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 0,
                     "for the next. Over a net a rank's link idles while it waits at the end of a tile, and a longer "
                     "tile makes that a smaller share (docs/perf/net.md).",
                     "performance"};
+IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072, "Bytes in each Simple FIFO slot.", "performance"};
+IntParam kLLLines{"CHORUS_LL_LINES", 512, "8-byte lines in each LL FIFO slot (4 payload bytes a line).", "performance"};
+IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
+                        "Slices at least this large go by address between ranks of one host (the receiver reads "
+                        "the sender's buffer with process_vm_readv, or directly between threads); 0 disables. Off "
+                        "by default: on the 2-core test machine the FIFO path measured faster (docs/perf/cpu.md).",
+                        "performance"};
+IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
+                     "1: a host-path operation's channels run side by side on the rank's thread (a wait in one "
+                     "channel moves on to another); 0: they take turns a tile at a time.",
+                     "performance"};
 
 /// Slots of the communicator's FIFOs: CHORUS_FIFO_SLOTS, or its default; *why says which. Every rank computes the
 /// same from what the ranks exchanged. Communicators with a GPU keep 8: the device path counts its lanes in tiles,
@@ -57,17 +68,6 @@ uint32_t fifoSlots(const ncclComm* comm, const char** why) {
   *why = "shared memory between all ranks";
   return 8;
 }
-IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072, "Bytes in each Simple FIFO slot.", "performance"};
-IntParam kLLLines{"CHORUS_LL_LINES", 512, "8-byte lines in each LL FIFO slot (4 payload bytes a line).", "performance"};
-IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
-                        "Slices at least this large go by address between ranks of one host (the receiver reads "
-                        "the sender's buffer with process_vm_readv, or directly between threads); 0 disables. Off "
-                        "by default: on the 2-core test machine the FIFO path measured faster (docs/perf/cpu.md).",
-                        "performance"};
-IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
-                     "1: a host-path operation's channels run side by side on the rank's thread (a wait in one "
-                     "channel moves on to another); 0: they take turns a tile at a time.",
-                     "performance"};
 
 class HostEngine : public Engine {
  public:
