@@ -13,7 +13,18 @@ namespace chorus {
 #define CHORUS_GRID_CONSTANT
 #endif
 
-__global__ void __launch_bounds__(kDevThreads) collKernel(CHORUS_GRID_CONSTANT const DevWork work) {
+// Two blocks of the collective kernel fit one SM (registers capped at 128 a thread on CUDA; ptxas gives it 128
+// without spills for sm_90): ranks that share a GPU need all their blocks resident at once (residentBlockCap), and
+// one block an SM halves what they may launch. On an H200, a variant of the kernel that took 255 registers ran a
+// 4-process allreduce at 162 GB/s busbw against 216 (docs/perf/h100.md, 2026-11-27). HIP's second bound means
+// waves per execution unit; it keeps the one.
+#if CHORUS_CUDA
+#define CHORUS_COLL_BOUNDS __launch_bounds__(kDevThreads, 2)
+#else
+#define CHORUS_COLL_BOUNDS __launch_bounds__(kDevThreads)
+#endif
+
+__global__ void CHORUS_COLL_BOUNDS collKernel(CHORUS_GRID_CONSTANT const DevWork work) {
   // Raw storage: DevShared's members have initialisers, which __shared__ variables may not run.
   alignas(DevShared) __shared__ unsigned char sharedRaw[sizeof(DevShared)];
   DevShared& shared = *reinterpret_cast<DevShared*>(sharedRaw);
