@@ -31,21 +31,40 @@ TEST(KernelsBlock, ReduceAndCopyMatchTheHostLoopsForEveryBlockSize) {
     for (int ncclOp = 0; ncclOp < ncclNumOps; ncclOp++) {
       RedOp op = makeRedOp(ncclOp, dtype, 3);
       for (uint32_t flags : {0u, uint32_t(kPreLocal), uint32_t(kPostOp)}) {
-        for (size_t n : kCounts) {
-          std::vector<char> recv = randomBytes(n * es + 16, 1), local = randomBytes(n * es + 16, 2);
-          std::vector<char> want(n * es + 16), got(n * es + 16);
-          reduceHost(op, want.data(), recv.data(), local.data(), n, flags);
-          for (int nt : kBlockSizes) {
-            std::fill(got.begin(), got.end(), char(0x55));
-            for (int t = 0; t < nt; t++) blockReduce(op, got.data(), recv.data(), local.data(), n, flags, t, nt);
-            ASSERT_EQ(std::memcmp(got.data(), want.data(), n * es), 0)
-                << "reduce dtype " << dtype << " op " << ncclOp << " flags " << flags << " n " << n << " nt " << nt;
-            ASSERT_EQ(got[n * es], char(0x55)) << "wrote past the end";
-            // In place: dst is the received operand.
-            std::vector<char> inPlace = recv;
-            for (int t = 0; t < nt; t++) blockReduce(op, inPlace.data(), inPlace.data(), local.data(), n, flags, t, nt);
-            ASSERT_EQ(std::memcmp(inPlace.data(), want.data(), n * es), 0) << "in place, n " << n << " nt " << nt;
+        // Offset 0: every buffer 16-byte aligned (operator new's alignment), as FIFO slots and most user buffers
+        // are; offset one element: misaligned by an element, as a block of a buffer split by element counts may be.
+        for (size_t off : {size_t(0), es})
+          for (size_t n : kCounts) {
+            std::vector<char> recvBuf = randomBytes(n * es + 32, 1), localBuf = randomBytes(n * es + 32, 2);
+            std::vector<char> want(n * es + 16), gotBuf(n * es + 32);
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(recvBuf.data()) % 16, 0u);
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(localBuf.data()) % 16, 0u);
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(gotBuf.data()) % 16, 0u);
+            const char* recv = recvBuf.data() + off;
+            const char* local = localBuf.data() + off;
+            char* got = gotBuf.data() + off;
+            reduceHost(op, want.data(), recv, local, n, flags);
+            for (int nt : kBlockSizes) {
+              std::fill(gotBuf.begin(), gotBuf.end(), char(0x55));
+              for (int t = 0; t < nt; t++) blockReduce(op, got, recv, local, n, flags, t, nt);
+              ASSERT_EQ(std::memcmp(got, want.data(), n * es), 0)
+                  << "reduce dtype " << dtype << " op " << ncclOp << " flags " << flags << " n " << n << " nt " << nt
+                  << " offset " << off;
+              ASSERT_EQ(got[n * es], char(0x55)) << "wrote past the end";
+              if (off > 0) {
+                ASSERT_EQ(gotBuf[off - 1], char(0x55)) << "wrote before the start";
+              }
+              // In place: dst is the received operand.
+              std::vector<char> inPlaceBuf = recvBuf;
+              char* inPlace = inPlaceBuf.data() + off;
+              for (int t = 0; t < nt; t++) blockReduce(op, inPlace, inPlace, local, n, flags, t, nt);
+              ASSERT_EQ(std::memcmp(inPlace, want.data(), n * es), 0)
+                  << "in place, n " << n << " nt " << nt << " offset " << off;
+            }
           }
+        for (size_t n : kCounts) {
+          std::vector<char> recv = randomBytes(n * es + 16, 1);
+          std::vector<char> want(n * es + 16), got(n * es + 16);
           copyHost(op, want.data(), recv.data(), n, flags);
           for (int nt : kBlockSizes) {
             std::fill(got.begin(), got.end(), char(0x55));
