@@ -22,6 +22,11 @@
 #                                                               processes under MPS, plain, in windows (-R 2) and in
 #                                                               CUDA graphs (-G); 2/4/8 thread ranks; the GPU tests)
 #                 bash scripts/gpu_session.sh sweep            (CHORUS_DEVICE_NCHANNELS 2-32 on 2 and 4 processes)
+#                 VARIANTS="name:DEFINITION ..." bash scripts/gpu_session.sh variants
+#                                                              (this build against builds of the library with other
+#                                                               compile-time definitions, preloaded, back to back:
+#                                                               allreduce and reduce-scatter on 2 and 4 processes
+#                                                               under MPS; a kernel change's A/B in one lease)
 # NVIDIA's nccl-tests (phase lease) is built from a copy the first step puts in .gpu-carry/nccl-tests (never
 # committed), against the NCCL that PyTorch ships.
 # Logs go to $LOGS (default out/gpu). When $OUT is set (the device tool), they are also packed into one file
@@ -125,6 +130,24 @@ buildAll() {
   wait $nt && log "nccl-tests built" || log "nccl-tests build failed (nccl-tests-build.log)"
 }
 
+# Builds of the library alone with other compile-time definitions, for phase variants: VARIANTS lists name:NAME=VALUE
+# pairs, each built in $BUILD-name.
+VARIANTS=${VARIANTS:-}
+buildVariants() {
+  local gen="" pids=() v
+  command -v ninja > /dev/null && gen="-G Ninja"
+  for v in $VARIANTS; do
+    local name=${v%%:*} def=${v#*:}
+    (cmake -S . -B "$BUILD-$name" $gen -DCMAKE_BUILD_TYPE=Release -DCHORUS_CUDA=ON -DCHORUS_CUDA_ARCHS=90 \
+      -DCHORUS_BUILD_TESTS=OFF -DCMAKE_CXX_FLAGS=-D$def -DCMAKE_CUDA_FLAGS=-D$def > "$LOGS/build-$name.log" 2>&1 &&
+      cmake --build "$BUILD-$name" -j"$(nproc)" --target nccl >> "$LOGS/build-$name.log" 2>&1) &
+    pids+=($!)
+  done
+  local ok=0
+  for p in "${pids[@]}"; do wait "$p" || ok=1; done
+  return $ok
+}
+
 # ntCompare LOGNAME ARGS...: one nccl-tests binary at 1 rank, NVIDIA's NCCL then chorus, back to back.
 ntCompare() {
   local name=$1 tool=$2
@@ -219,7 +242,7 @@ threads8() {
 # ag8: the allgather of 8 processes through FIFOs that once gave wrong values, 3 more times around 2 MB.
 ag8() {
   startMps
-  for k in 1 2 3; do
+  for k in $(seq "${AG8_REPS:-3}"); do
     run 60 "all_gather_mps_n8_rep${k}.log" env CHORUS_PERF_VERBOSE=1 "$BUILD/perf/chorusrun" -n 8 \
       "$BUILD/perf/all_gather_perf" -b 512K -e 8M -f 2 --mem device
   done
@@ -247,15 +270,49 @@ gpuTests() {
   [ "$rest" -gt 300 ] && rest=300
   (cd "$BUILD" && timeout -k 5 $((rest - 10)) ctest -L gpu --output-on-failure --timeout 90) > "$LOGS/ctest-gpu.log" 2>&1
   tail -8 "$LOGS/ctest-gpu.log"
+  # A failure is run twice more on its own: a flake and a defect read differently.
+  local failed
+  failed=$(sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) (Failed).*/\1/p' "$LOGS/ctest-gpu.log" | paste -sd'|')
+  if [ -n "$failed" ] && [ "$(left)" -gt 60 ]; then
+    for k in 1 2; do
+      (cd "$BUILD" && timeout -k 5 60 ctest -R "^($failed)\$" --output-on-failure --timeout 30) \
+        > "$LOGS/ctest-gpu-rerun$k.log" 2>&1
+      tail -3 "$LOGS/ctest-gpu-rerun$k.log"
+    done
+  fi
+}
+
+# variants: allreduce (FIFOs and windows) and reduce-scatter (FIFOs), 64-256 MB, processes under MPS, with this
+# build's library and then each variant's preloaded, back to back.
+variants() {
+  [ -n "$VARIANTS" ] || { log "variants: VARIANTS is empty"; return; }
+  startMps
+  # VARIANT_CASES: processes:collective:-R of each comparison.
+  for c in ${VARIANT_CASES:-2:all_reduce:0 2:all_reduce:2 2:reduce_scatter:0 4:all_reduce:0 4:all_reduce:2}; do
+    local np=${c%%:*} t=${c#*:}
+    local coll=${t%:*} r=${t#*:}
+    for lib in this $VARIANTS; do
+      lib=${lib%%:*}
+      local pre=""
+      if [ "$lib" != this ]; then
+        pre=$PWD/$BUILD-$lib/libnccl.so.2
+        [ -f "$pre" ] || { log "no $lib build"; continue; }
+      fi
+      log "$coll, $np processes under MPS, -R $r, library: $lib"
+      run 60 "${coll}_mps_n${np}_R${r}_${lib}.log" env LD_PRELOAD="$pre" "$BUILD/perf/chorusrun" -n "$np" \
+        "$BUILD/perf/${coll}_perf" -b 64M -e 256M -f 2 --mem device -R "$r"
+    done
+  done
+  stopMps
 }
 
 # sweep: CHORUS_DEVICE_NCHANNELS 2-32 (the build caps it), 2 and 4 processes under MPS, allreduce 64-256 MB through
 # FIFOs and in windows: the smallest setting within 90% of the best becomes the default.
 sweep() {
   startMps
-  for np in 2 4; do
+  for np in ${SWEEP_NP:-2 4}; do
     for ch in ${SWEEP_CHANNELS:-2 4 8 16 32}; do
-      for r in 0 2; do
+      for r in ${SWEEP_R:-0 2}; do
         log "all_reduce, $np processes under MPS, CHORUS_DEVICE_NCHANNELS=$ch, -R $r"
         run 60 "all_reduce_mps_n${np}_ch${ch}_R${r}.log" env CHORUS_DEVICE_NCHANNELS=$ch "$BUILD/perf/chorusrun" \
           -n "$np" "$BUILD/perf/all_reduce_perf" -b 64M -e 256M -f 2 --mem device -R "$r"
@@ -277,6 +334,10 @@ core() {
   else
     log "NVIDIA NCCL library not found next to PyTorch"
   fi
+  torchCheck
+}
+
+torchCheck() {
   log "PyTorch under LD_PRELOAD of chorus"
   run 120 torch_check.log env LD_PRELOAD="$PWD/$BUILD/libnccl.so.2" PYTHONUNBUFFERED=1 python3 tests/gpu/torch_check.py
 }
@@ -373,8 +434,15 @@ channels() {
 }
 
 case " ${PHASES[*]} " in
+  *" variants "*) buildVariants & ;;
+esac
+VARIANTS_PID=${!:-}
+case " ${PHASES[*]} " in
   *" lease "* | *" nt "*) buildAll ;;
   *) build ;;
+esac
+case " ${PHASES[*]} " in
+  *" variants "*) wait $VARIANTS_PID && log "variant builds done" || log "a variant build failed (build-NAME.log)" ;;
 esac
 for p in "${PHASES[@]}"; do
   case "$p" in
@@ -394,8 +462,11 @@ for p in "${PHASES[@]}"; do
     ag8) ag8 ;;
     threads8) threads8 ;;
     sweep) sweep ;;
+    variants) variants ;;
+    torch) torchCheck ;;
+    ag8x1) AG8_REPS=1 ag8 ;;
     gputests) gpuTests ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, threads8, sweep, gputests)" ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, ag8x1, threads8, sweep, variants, torch, gputests)" ;;
   esac
 done
 log "done"
