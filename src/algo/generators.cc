@@ -97,18 +97,28 @@ void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const Sch
   }
 }
 
-// Ring channels over hosts of P ranks (req.localRanks: the ring order lists each host's ranks together): channel c
-// runs the ring in which each host's ranks are rotated by c mod P, so it enters a host at the host's (c mod P)-th rank
-// and leaves at the one before. Without it every channel crosses hosts at the same two ranks of each host, and so on
-// the same NICs where ranks use the NIC nearest them; rotated, P channels cross on every rank once in each direction,
-// as NCCL lays its rings to cross on another NIC each. Empty when channel c keeps the order as it is.
-std::vector<int> rotatedRingOrder(const ScheduleRequest& req) {
+// Channels over hosts of P ranks (req.localRanks: the ring order lists each host's ranks together) rotate each host's
+// ranks, so that their crossings between hosts fall on every rank of a host, and so on every NIC where ranks use the
+// NIC nearest them, as NCCL lays each channel to cross on another NIC. Without it every channel would cross at the
+// same ranks of each host.
+//  - Ring: channel c rotates by c mod P. It enters a host at the host's (c mod P)-th rank and leaves at the one before;
+//    P channels cross on every rank once in each direction.
+//  - Node-aware tree (gen_tree.cc): tree A (even channels) enters a host at the order's first rank of it and tree B
+//    (odd channels) at the last. Even channel c rotates by c mod P, so tree A enters at local rank c mod P; odd
+//    channel c rotates by 1 - c mod P, so tree B enters at local rank P - c mod P (channel 1: P - 1, as unrotated).
+//    Over P channels (P even) the trees' entries are every local rank once: A at 0, 2, 4..., B at P - 1, P - 3...
+// Empty when channel c keeps the order as it is.
+std::vector<int> rotatedHostOrder(const ScheduleRequest& req) {
   const int P = req.localRanks, n = req.nranks;
-  if (channelKinds(Algo::kRing, n, P) == 1 || req.channel % P == 0) return {};
+  const int kinds = channelKinds(req.algo, n, P);
+  if (!(req.algo == Algo::kRing && kinds > 1) && !(req.algo == Algo::kTree && kinds > 2)) return {};
+  const int c = req.channel;
+  const int rot = req.algo == Algo::kTree && c % 2 == 1 ? gen::mod(1 - c, P) : c % P;
+  if (rot == 0) return {};
   const bool given = req.ringOrder != nullptr && !req.ringOrder->empty();
   std::vector<int> order(n);
   for (int p = 0; p < n; p++) {
-    const int at = p / P * P + (p % P + req.channel % P) % P;
+    const int at = p / P * P + (p % P + rot) % P;
     order[p] = given ? (*req.ringOrder)[at] : at;
   }
   return order;
@@ -117,9 +127,10 @@ std::vector<int> rotatedRingOrder(const ScheduleRequest& req) {
 }  // namespace
 
 int channelKinds(Algo algo, int nranks, int localRanks) {
-  if (algo == Algo::kTree) return 2;
   const int P = localRanks;
-  return algo == Algo::kRing && P >= 2 && nranks % P == 0 && nranks / P >= 2 ? P : 1;
+  const bool hosts = P >= 2 && nranks % P == 0 && nranks / P >= 2;
+  if (algo == Algo::kTree) return hosts && P > 2 ? (P % 2 == 0 ? P : 2 * P) : 2;
+  return algo == Algo::kRing && hosts ? P : 1;
 }
 
 bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) {
@@ -175,16 +186,14 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
     return true;
   }
   switch (req.algo) {
-    case Algo::kRing: {
-      const std::vector<int> rotated = rotatedRingOrder(req);
+    case Algo::kRing:
+    case Algo::kTree: {
+      const std::vector<int> rotated = rotatedHostOrder(req);
       ScheduleRequest at = req;
       if (!rotated.empty()) at.ringOrder = &rotated;
-      genInOrder(at, out, gen::genRing);
+      genInOrder(at, out, req.algo == Algo::kRing ? gen::genRing : gen::genTree);
       break;
     }
-    case Algo::kTree:
-      genInOrder(req, out, gen::genTree);
-      break;
     case Algo::kDirect:
       gen::genDirect(req, out);
       break;

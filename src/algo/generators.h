@@ -61,8 +61,8 @@ bool algoSupported(Coll coll, Algo algo, int nranks);
 bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks = 0);
 
 /// How many different schedules `algo` builds over the channels: channel c builds what channel c mod this builds.
-/// Trees alternate two; rings over hosts of equal size (localRanks as in ScheduleRequest) rotate localRanks; the
-/// other families build one.
+/// Rings over hosts of equal size (localRanks P as in ScheduleRequest) rotate P; trees alternate two, and over such
+/// hosts rotate too: P kinds for even P (the two trees' rotations pair up), 2P for odd P; the other families build one.
 int channelKinds(Algo algo, int nranks, int localRanks);
 
 /// Builds the steps of one rank on one channel; false + *err when unsupported.

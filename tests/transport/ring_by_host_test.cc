@@ -1,7 +1,8 @@
 // Rings laid host by host on a real communicator: six processes on three hosts (NCCL_HOSTID), placed round-robin
 // (rank r on host r % 3, as `srun --distribution=cyclic` does), shared memory within a host and sockets across.
 // Every ring collective gives exact results in and out of place, and rank 0's log names the order (0 3 1 4 2 5),
-// in which the ring crosses hosts 3 times instead of 6. Over three channels the rings rotate within the hosts.
+// in which the ring crosses hosts 3 times instead of 6. Over three channels the rings rotate within the hosts, and
+// over six the node-aware trees of 2 hosts x 3 ranks do.
 // CHORUS_RING_BY_HOST=0 keeps rank order, also exact. The same placement runs allreduce, allgather and
 // reduce-scatter hierarchical from CHORUS_HIER_MIN_BYTES (3 hosts x 2 ranks), and when NCCL_ALGO forces it; rank 0's
 // schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran. Forced trees are node-aware over the same hosts.
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -128,25 +130,44 @@ TEST(RingByHost, RoundRobinPlacementRingsHostByHost) {
 // so channel 1 enters and leaves every host on the ranks channel 0 does not. Every collective stays exact, and rank 0's
 // ring neighbours show it: channel 0 runs 0 3 1 4 2 5 (from 5, to 3), channel 1 runs 3 0 4 1 5 2 (from 3, to 4),
 // channel 2 channel 0's ring again.
+// Rank 0's printed schedule of `what` (as "AllGather Ring") on `channel` in the log, or "".
+std::string rank0Schedule(const std::string& text, const std::string& what, int channel) {
+  const std::string head = what + " nranks=6 rank=0 channel=" + std::to_string(channel) + " ";
+  const size_t at = text.find(head);
+  if (at == std::string::npos) return std::string();
+  const size_t end = text.find("\n\n", at);
+  return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
 TEST(RingByHost, ChannelsRotateWithinHosts) {
   setenv("CHORUS_HOST_NCHANNELS", "3", 1);
   std::string log = "/tmp/chorus_ring_rotate_" + std::to_string(getpid()) + ".log";
   std::string text = runPlacement("1", log);
   unsetenv("CHORUS_HOST_NCHANNELS");
-  auto schedule = [&](int channel) {
-    const std::string head = "AllGather Ring nranks=6 rank=0 channel=" + std::to_string(channel) + " ";
-    const size_t at = text.find(head);
-    if (at == std::string::npos) return std::string();
-    const size_t end = text.find("\n\n", at);
-    return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
-  };
   for (int channel : {0, 1, 2}) {
-    const std::string s = schedule(channel);
+    const std::string s = rank0Schedule(text, "AllGather Ring", channel);
     ASSERT_FALSE(s.empty()) << "no schedule for channel " << channel << "\n" << text;
     const bool rotated = channel == 1;
     EXPECT_NE(s.find(rotated ? "from 3" : "from 5"), std::string::npos) << s;
     EXPECT_NE(s.find(rotated ? "to 4" : "to 3"), std::string::npos) << s;
     EXPECT_EQ(s.find(rotated ? "from 5" : "from 3"), std::string::npos) << s;
+  }
+}
+
+// Node-aware trees over 2 hosts x 3 ranks (rank r on host r % 2: ring order 0 2 4 1 3 5) on six channels, the
+// six trees channelKinds counts for 3 ranks a host: tree A (even channels) crosses hosts at local rank c mod 3 and
+// tree B (odd) at 3 - c mod 3 (src/algo/generators.cc). Rank 0 is local rank 0 of its host, so only channels 0 and
+// 3 have it talk to another host (ranks 1, 3, 5); every tree collective stays exact in and out of place.
+TEST(RingByHost, NodeAwareTreeChannelsRotateWithinHosts) {
+  setenv("CHORUS_HOST_NCHANNELS", "6", 1);
+  std::string log = "/tmp/chorus_tree_rotate_" + std::to_string(getpid()) + ".log";
+  std::string text = runPlacement("1", log, "Tree", 2);
+  unsetenv("CHORUS_HOST_NCHANNELS");
+  for (int channel = 0; channel < 6; channel++) {
+    const std::string s = rank0Schedule(text, "AllReduce Tree", channel);
+    ASSERT_FALSE(s.empty()) << "no schedule for channel " << channel << "\n" << text;
+    const bool crosses = std::regex_search(s, std::regex("(from|to) [135]\\b"));
+    EXPECT_EQ(crosses, channel == 0 || channel == 3) << "channel " << channel << "\n" << s;
   }
 }
 

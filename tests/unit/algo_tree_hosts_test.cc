@@ -1,7 +1,8 @@
 // Node-aware trees (src/algo/gen_tree.cc, ScheduleRequest::localRanks): the double binary tree over hosts with a
-// chain inside each host. Verified symbolically for every shape, root, channel and rank placement, in and out of
-// place; each tree enters and leaves every host once; its trees enter hosts at different ranks; and one host or one
-// rank a host gives exactly the flat tree.
+// chain inside each host. Verified symbolically for every shape, root, channel kind and rank placement, in and out of
+// place; each tree enters and leaves every host once; its trees enter hosts at different ranks, and the channels'
+// rotations (src/algo/generators.cc) put the entries on every rank of a host; and one host or one rank a host gives
+// exactly the flat tree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,8 +27,19 @@ const std::vector<std::pair<int, int>> kShapes = {{2, 2}, {2, 3}, {3, 2}, {4, 2}
 
 std::vector<Schedule> buildAll(Coll coll, int n, int localRanks, int channel, int root,
                                const std::vector<int>* order = nullptr) {
-  return buildHostSchedules(coll, Algo::kTree, n, localRanks, order, channel, 4, root);
+  return buildHostSchedules(coll, Algo::kTree, n, localRanks, order, channel, 64, root);
 }
+
+// The channels that build different trees over hosts of P ranks: 0 .. channelKinds - 1.
+std::vector<int> kindsOf(int n, int P) {
+  std::vector<int> ch(static_cast<size_t>(channelKinds(Algo::kTree, n, P)));
+  std::iota(ch.begin(), ch.end(), 0);
+  return ch;
+}
+
+// The local rank (position within its host in the ring order) where channel c's tree crosses hosts: tree A (even c)
+// at c mod P, tree B (odd c) at P - c mod P.
+int entryOf(int channel, int P) { return channel % 2 == 0 ? channel % P : (P - channel % P) % P; }
 
 // The host of each rank: its ring position (rank itself without an order) divided by P.
 std::vector<int> hostOf(int n, int P, const std::vector<int>* order) {
@@ -68,7 +80,7 @@ TEST(NodeAwareTree, VerifiedEveryShapeRootAndPlacement) {
     const std::vector<int> shuffled = shuffledOrder(n, rng);
     for (const std::vector<int>* order : {static_cast<const std::vector<int>*>(nullptr), &shuffled})
       for (Coll coll : kColls)
-        for (int channel : {0, 1})
+        for (int channel : kindsOf(n, P))
           for (int root = 0; root < (collRooted(coll) ? n : 1); ++root) {
             ASSERT_EQ(verifyEachWay(buildAll(coll, n, P, channel, root, order), true, 3), "")
                 << what(coll, H, P, channel, root, order);
@@ -83,7 +95,7 @@ TEST(NodeAwareTree, ThousandRanks) {
   VerifyOptions opt;
   opt.tiles = 2;
   for (const std::vector<int>* order : {static_cast<const std::vector<int>*>(nullptr), &shuffled})
-    for (int channel : {0, 1}) {
+    for (int channel : {0, 1, 2, 5}) {
       EXPECT_EQ(verifySchedules(buildAll(Coll::kAllReduce, n, P, channel, 0, order), opt), "")
           << what(Coll::kAllReduce, H, P, channel, 0, order);
       for (Coll coll : {Coll::kBroadcast, Coll::kReduce})
@@ -130,7 +142,7 @@ TEST(NodeAwareTree, EachTreeEntersAndLeavesEveryHostOnce) {
     for (const std::vector<int>* order : {static_cast<const std::vector<int>*>(nullptr), &shuffled}) {
       const std::vector<int> host = hostOf(n, P, order);
       for (Coll coll : kColls)
-        for (int channel : {0, 1})
+        for (int channel : kindsOf(n, P))
           for (int root = 0; root < (collRooted(coll) ? n : 1); ++root) {
             const Crossings c = countCrossings(buildAll(coll, n, P, channel, root, order), host, H);
             const std::string w = what(coll, H, P, channel, root, order);
@@ -168,13 +180,16 @@ TEST(NodeAwareTree, FewerCrossingsThanTheFlatTree) {
   EXPECT_EQ(aware, 2 * (H - 1));
 }
 
-// Tree A crosses hosts at local rank 0 only and tree B at local rank P-1 only; the parents read off the reduce
-// schedules (each rank's one send upwards) form a tree of arity at most 3 whose depth is the host tree's plus a chain.
+// On channels 0 and 1, tree A crosses hosts at local rank 0 only and tree B at local rank P-1 only, and each further
+// channel at the rank its rotation names (entryOf); the parents read off the reduce schedules (each rank's one send
+// upwards) form a tree of arity at most 3 whose depth is the host tree's plus a chain.
 TEST(NodeAwareTree, TreesEnterHostsAtDifferentRanksWithUpToThreeChildren) {
+  EXPECT_EQ(entryOf(0, 8), 0);
+  EXPECT_EQ(entryOf(1, 8), 7);
   for (auto [H, P] : kShapes) {
     const int n = H * P;
-    for (int channel : {0, 1}) {
-      const int entry = channel == 0 ? 0 : P - 1;
+    for (int channel : kindsOf(n, P)) {
+      const int entry = entryOf(channel, P);
       for (const Schedule& s : buildAll(Coll::kAllReduce, n, P, channel, 0))
         for (const Step& st : s.steps) {
           const bool across = (st.sendPeer >= 0 && st.sendPeer / P != s.rank / P) ||
@@ -207,6 +222,49 @@ TEST(NodeAwareTree, TreesEnterHostsAtDifferentRanksWithUpToThreeChildren) {
       }
     }
   }
+}
+
+// Over hosts of 8 ranks in a shuffled order, 8 channels' trees cross hosts on every rank of every host exactly once
+// (tree A on channels 0, 2, 4, 6 at local ranks 0, 2, 4, 6; tree B on 1, 3, 5, 7 at 7, 5, 3, 1), so where each rank
+// uses its own NIC the trees' traffic spreads over all of a host's NICs; channel 8 builds channel 0's tree again.
+// Hosts of 2 ranks keep the two trees as they were (entries 0 and 1), and odd P takes 2P channels to cover.
+TEST(NodeAwareTree, ChannelsEnterHostsAtEveryRank) {
+  const int H = 4, P = 8, n = H * P;
+  std::mt19937 rng(13);
+  const std::vector<int> order = shuffledOrder(n, rng);
+  const std::vector<int> host = hostOf(n, P, &order);
+  ASSERT_EQ(channelKinds(Algo::kTree, n, P), P);
+  std::vector<int> crossing(n, 0);
+  for (int channel = 0; channel < P; ++channel) {
+    std::vector<char> crosses(n, 0);
+    for (const Schedule& s : buildAll(Coll::kAllReduce, n, P, channel, 0, &order))
+      for (const Step& st : s.steps)
+        if ((st.sendPeer >= 0 && host[st.sendPeer] != host[s.rank]) ||
+            (st.recvPeer >= 0 && host[st.recvPeer] != host[s.rank]))
+          crosses[s.rank] = 1;
+    for (int h = 0; h < H; ++h)
+      for (int l = 0; l < P; ++l) {
+        const int r = order[h * P + l];
+        EXPECT_EQ(crosses[r] != 0, l == entryOf(channel, P))
+            << "channel " << channel << " host " << h << " local " << l;
+        crossing[r] += crosses[r];
+      }
+  }
+  for (int r = 0; r < n; ++r) EXPECT_EQ(crossing[r], 1) << "rank " << r;
+  const auto c0 = buildAll(Coll::kAllReduce, n, P, 0, 0, &order), c8 = buildAll(Coll::kAllReduce, n, P, P, 0, &order);
+  // The same steps (the header line names the channel).
+  auto steps = [](const Schedule& s) {
+    const std::string f = formatSchedule(s);
+    return f.substr(f.find('\n'));
+  };
+  for (int r = 0; r < n; ++r) EXPECT_EQ(steps(c0[r]), steps(c8[r])) << "rank " << r;
+  EXPECT_EQ(channelKinds(Algo::kTree, 8, 2), 2);
+  EXPECT_EQ(channelKinds(Algo::kTree, 9, 3), 6);
+  EXPECT_EQ(channelKinds(Algo::kTree, 8, 0), 2);
+  std::vector<int> entries;
+  for (int channel = 0; channel < 6; ++channel) entries.push_back(entryOf(channel, 3));
+  std::sort(entries.begin(), entries.end());
+  EXPECT_EQ(entries, (std::vector<int>{0, 0, 1, 1, 2, 2}));
 }
 
 // Reduce off the root keeps a partial in the output where a rank has several children: an entry with remote

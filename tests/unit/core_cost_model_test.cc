@@ -62,6 +62,11 @@ TEST(CostModel, OneNicPerRankSharesTheLoad) {
   EXPECT_NEAR(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, 1), P).nicBytes, oneRing, 1);
   // Two channels over 8 NICs: two NICs busy each way, each with half.
   EXPECT_NEAR(estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P), 2).nicBytes, oneRing / 2, 1);
+  // Node-aware trees over 4 hosts: host 2 is interior in tree A (two child hosts and a parent), so the NIC its tree
+  // crosses on takes 3 channel shares in each direction. Two channels (A and B, S/2 each) cross on local ranks 0 and 7:
+  // 1.5 S. Eight channels rotate their crossings over all eight NICs (src/algo/generators.cc): 3 S / 8 on the busiest.
+  EXPECT_NEAR(estimate(Coll::kAllReduce, Algo::kTree, S, shape(H, P, P), 2).nicBytes, 1.5 * S, 1);
+  EXPECT_NEAR(estimate(Coll::kAllReduce, Algo::kTree, S, shape(H, P, P), P).nicBytes, 3.0 * S / P, 1);
 }
 
 TEST(CostModel, LatencyIsTheCriticalPath) {
