@@ -17,6 +17,9 @@
 // direction (tree A from local rank l: l, l+1, ..., P-1, 0, ..., l-1). Allreduce uses each host tree's natural root and
 // that host's usual entry.
 //
+// Channels past the first two see a host's ranks rotated in the ring order (buildSchedule, generators.cc), so "local
+// rank 0" and "P-1" here are positions in that order: each channel's trees enter a host at other ranks.
+//
 // Child order: the up phase takes the chain child first (its partial is P-1 fast hops away) and the remote children
 // after; the down phase feeds the remote children first (their subtrees are deeper and slower) and the chain last.
 #include <vector>
