@@ -224,7 +224,7 @@ void genTree(const ScheduleRequest& req, Schedule* s) {
   const bool allReduce = req.coll == Coll::kAllReduce;
   // Allreduce has no root of its own: it runs each tree from its natural root, as NCCL does. One host, one rank a
   // host, or hosts that do not divide the ranks: the flat tree over all positions.
-  const bool hostChains = P >= 2 && n % P == 0 && n / P >= 2;
+  const bool hostChains = equalHosts(n, P);
   auto nodeAt = [&](int pos) {
     return hostChains ? hostChainNode(n, P, pos, req.channel, allReduce ? -1 : req.root)
                       : flatNode(treeLinks(n, pos, req.channel, allReduce ? treeRoot(n, req.channel) : req.root));

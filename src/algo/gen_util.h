@@ -15,6 +15,9 @@ inline BufRef in(int b) { return BufRef{Buf::kInput, b}; }
 inline BufRef out(int b) { return BufRef{Buf::kOutput, b}; }
 /// a mod n in [0, n), for negative a too.
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
+/// Whether n ranks form 2 or more hosts of P ranks each (ScheduleRequest::localRanks): where trees are node-aware and
+/// ring and tree channels rotate within the hosts.
+inline bool equalHosts(int n, int P) { return P >= 2 && n % P == 0 && n / P >= 2; }
 
 /// Appends steps to a schedule; each call is one step of schedule.h's StepOp, named after it.
 class Steps {

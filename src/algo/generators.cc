@@ -110,8 +110,7 @@ void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const Sch
 // Empty when channel c keeps the order as it is.
 std::vector<int> rotatedHostOrder(const ScheduleRequest& req) {
   const int P = req.localRanks, n = req.nranks;
-  const int kinds = channelKinds(req.algo, n, P);
-  if (!(req.algo == Algo::kRing && kinds > 1) && !(req.algo == Algo::kTree && kinds > 2)) return {};
+  if ((req.algo != Algo::kRing && req.algo != Algo::kTree) || !gen::equalHosts(n, P)) return {};
   const int c = req.channel;
   const int rot = req.algo == Algo::kTree && c % 2 == 1 ? gen::mod(1 - c, P) : c % P;
   if (rot == 0) return {};
@@ -128,7 +127,7 @@ std::vector<int> rotatedHostOrder(const ScheduleRequest& req) {
 
 int channelKinds(Algo algo, int nranks, int localRanks) {
   const int P = localRanks;
-  const bool hosts = P >= 2 && nranks % P == 0 && nranks / P >= 2;
+  const bool hosts = gen::equalHosts(nranks, P);
   if (algo == Algo::kTree) return hosts && P > 2 ? (P % 2 == 0 ? P : 2 * P) : 2;
   return algo == Algo::kRing && hosts ? P : 1;
 }

@@ -2,8 +2,8 @@
 //
 // Ring order is rank order (next = rank+1) unless the request gives another (ScheduleRequest::ringOrder: the ranks in
 // ring order, e.g. grouped by host so that each host is entered and left once); trees are built over the same order.
-// Over hosts of equal size (localRanks) ring channel c rotates each host's ranks by c mod localRanks, so that the
-// channels enter and leave hosts on different ranks, and so on different NICs.
+// Over hosts of equal size (localRanks) ring and tree channels rotate each host's ranks (ring channel c by c mod
+// localRanks), so that the channels enter and leave hosts on different ranks, and so on different NICs.
 // Trees are NCCL's double binary tree:
 // even channels use tree A (in-order binary tree, root 0), odd channels its mirror (even nranks) or shift by one (odd
 // nranks), so that a rank that is a leaf in one tree is interior in the other. Rooted collectives relabel the chosen
@@ -35,7 +35,7 @@ struct ScheduleRequest {
   Algo algo;
   int nranks;
   int rank;
-  int channel;    ///< tree: parity picks tree A or B; ring over hosts: the rotation within hosts; others ignore it
+  int channel;    ///< tree: parity picks tree A or B; ring and tree over hosts: the rotation; others ignore it
   int nChannels;  ///< only checked (channel < nChannels when > 0)
   int root;       ///< rooted collectives only
   /// Ring, hierarchical, rail and tree: the ranks in ring order (a permutation of 0..nranks-1); null or empty: rank
@@ -44,8 +44,8 @@ struct ScheduleRequest {
   const std::vector<int>* ringOrder = nullptr;
   /// Hierarchical, rail, tree and ring: ranks a host, every host the same; the ring order (else rank order) lists the
   /// hosts' ranks one host after another. 0: one host. Tree builds the node-aware tree when localRanks >= 2 divides
-  /// nranks into 2 or more hosts, else the flat tree (0, 1 and nranks give the same schedules); ring rotates each
-  /// host's ranks by channel mod localRanks then.
+  /// nranks into 2 or more hosts, else the flat tree (0, 1 and nranks give the same schedules); ring and tree then
+  /// rotate each host's ranks by channel (channelKinds).
   int localRanks = 0;
 };
 
