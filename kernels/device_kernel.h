@@ -32,6 +32,7 @@ CHORUS_HOST_DEVICE inline void runDevBlock(const DevWork& w, int block, DevShare
   map.chanStart = static_cast<size_t>(ch) * w.chanElems;
   map.chanEnd = map.chanStart + w.chanElems < w.blockElems ? map.chanStart + w.chanElems : w.blockElems;
   map.tileElems = w.tileElems;
+  map.blockOrder = ch < kDevMaxChannels ? w.chanOrder[ch] : nullptr;
   if (w.p2p) {
     map.p2p = true;
     map.sendPtrs = w.sendPtrs;

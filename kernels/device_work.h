@@ -119,6 +119,9 @@ struct DevWork {
   uint16_t chanSteps[kDevMaxChannels];      ///< steps in channel c's runs
   int16_t chanLagFrom[kDevMaxChannels];     ///< channel c's Schedule::lagFrom, in its runs' step numbers (-1: none)
   uint8_t chanLag[kDevMaxChannels];         ///< channel c's Schedule::lag
+  /// Channel c's ring order in device memory, where its step runs name blocks by ring position (StepRun::ordered);
+  /// null otherwise.
+  const int32_t* chanOrder[kDevMaxChannels];
   uint16_t nFifos;
   uint8_t nSends, nRecvs;
   StepRun runs[kDevMaxRuns];  ///< the channels' schedules as runs of steps (kernels/executor.h)

@@ -45,6 +45,8 @@ struct BlockMap {
   const size_t* recvCounts = nullptr;
   const struct Fingerprint* sendFps = nullptr;  ///< per send: that pair's fingerprint
   const struct Fingerprint* recvFps = nullptr;  ///< per recv
+  /// The channel's ring order, for step runs that name blocks by ring position (StepRun::ordered); device launches.
+  const int32_t* blockOrder = nullptr;
 
   /// Pointer and element count of (buf, block) at tile t; count 0 when the tile is past its end.
   CHORUS_HOST_DEVICE char* range(Buf buf, int block, size_t tile, size_t* n) const {
@@ -95,6 +97,15 @@ CHORUS_HOST_DEVICE inline bool execSends(StepOp op) {
 /// A run of schedule steps that are alike but for their peers and blocks, each of which moves by a fixed amount from
 /// one step to the next. A launch descriptor holds a schedule as runs: a ring over n ranks is a few runs whatever n
 /// is (its steps differ only in the block, one apart), so the descriptor's size does not bound the ranks.
+/// A ring over ranks placed in no arithmetic order (hosts' ranks rotated by channel, ranks placed round-robin) names
+/// per-rank blocks in that order, so its blocks move by no fixed amount; numbered by ring position they do. A run
+/// whose `ordered` has kStepRunSrcOrdered (kStepRunDstOrdered) keeps the source (destination) block as a position,
+/// and the step's block is order[position], order being the channel's ring order (BlockMap::blockOrder).
+enum StepRunOrdered : uint16_t {
+  kStepRunSrcOrdered = 1,
+  kStepRunDstOrdered = 2,
+};
+
 struct StepRun {
   StepOp op;
   Buf srcBuf, dstBuf;
@@ -102,10 +113,10 @@ struct StepRun {
   int32_t sendPeer, recvPeer, srcBlock, dstBlock;  ///< the first step's
   uint16_t repeat;                                 ///< steps in the run, at least 1
   int16_t dSendPeer, dRecvPeer, dSrcBlock, dDstBlock;
-  uint16_t pad;
+  uint16_t ordered;  ///< StepRunOrdered bits: blocks are ring positions, looked up in `order`
 
-  /// Step k of the run.
-  CHORUS_HOST_DEVICE Step at(uint32_t k) const {
+  /// Step k of the run; `order` is the channel's ring order (needed only when `ordered` is set).
+  CHORUS_HOST_DEVICE Step at(uint32_t k, const int32_t* order = nullptr) const {
     Step st;
     const int32_t i = static_cast<int32_t>(k);
     st.op = op;
@@ -115,6 +126,8 @@ struct StepRun {
     st.src.block = srcBlock + i * dSrcBlock;
     st.dst.buf = dstBuf;
     st.dst.block = dstBlock + i * dDstBlock;
+    if (ordered & kStepRunSrcOrdered) st.src.block = order[st.src.block];
+    if (ordered & kStepRunDstOrdered) st.dst.block = order[st.dst.block];
     st.final = final != 0;
     return st;
   }
@@ -163,7 +176,7 @@ class Executor {
         continue;
       }
       for (uint32_t k = 0; k < runs[i].repeat && idx < end; k++, idx++)
-        if (idx >= first) CHORUS_EXEC_CHECK(runTileStep(channel, runs[i].at(k), idx, map, tile));
+        if (idx >= first) CHORUS_EXEC_CHECK(runTileStep(channel, runs[i].at(k, map.blockOrder), idx, map, tile));
     }
     return ncclSuccess;
   }

@@ -67,6 +67,12 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks) {
 
 namespace {
 
+/// A channel's ring order (the request's, rotated within hosts where hostRotation says so) and its inverse, the
+/// position of each rank; both empty for rank order. The same for every rank of the channel.
+struct ChannelOrder {
+  std::vector<int> order, pos;
+};
+
 // Ring, hierarchical and tree schedules in another order: the rank at ring position p runs rank-order position p's
 // steps, with peers and per-rank blocks (the n-block buffers) renamed from positions to the ranks there. A tree over
 // positions laid host by host keeps most of its edges within a host: the in-order tree's subtrees are ranges of
@@ -75,12 +81,12 @@ namespace {
 // in[rank]) stays its own.
 // A ring allreduce's n blocks are slices of one buffer that no rank owns: they keep their position numbers, so a
 // rank's steps still walk consecutive blocks and pack into as few step runs (device launch arguments) in any order.
-void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const ScheduleRequest&, Schedule*)) {
-  if (req.ringOrder == nullptr || req.ringOrder->empty()) return gen(req, out);
+void genInOrder(const ScheduleRequest& req, const ChannelOrder& co, Schedule* out,
+                void (*gen)(const ScheduleRequest&, Schedule*)) {
+  if (co.order.empty()) return gen(req, out);
   const bool renameBlocks = !(req.algo == Algo::kRing && req.coll == Coll::kAllReduce);
-  const std::vector<int>& order = *req.ringOrder;
-  std::vector<int> pos(order.size());
-  for (size_t p = 0; p < order.size(); p++) pos[order[p]] = static_cast<int>(p);
+  const std::vector<int>& order = co.order;
+  const std::vector<int>& pos = co.pos;
   ScheduleRequest at = req;
   at.rank = pos[req.rank];
   at.root = collRooted(req.coll) ? pos[req.root] : req.root;
@@ -107,32 +113,34 @@ void genInOrder(const ScheduleRequest& req, Schedule* out, void (*gen)(const Sch
 //    (odd channels) at the last. Even channel c rotates by c mod P, so tree A enters at local rank c mod P; odd
 //    channel c rotates by 1 - c mod P, so tree B enters at local rank P - c mod P (channel 1: P - 1, as unrotated).
 //    Over P channels (P even) the trees' entries are every local rank once: A at 0, 2, 4..., B at P - 1, P - 3...
-// Empty when channel c keeps the order as it is.
-std::vector<int> rotatedHostOrder(const ScheduleRequest& req) {
+// This is channel req.channel's rotation (0: none).
+int hostRotation(const ScheduleRequest& req) {
   const int P = req.localRanks, n = req.nranks;
-  if ((req.algo != Algo::kRing && req.algo != Algo::kTree) || !gen::equalHosts(n, P)) return {};
+  if ((req.algo != Algo::kRing && req.algo != Algo::kTree) || !gen::equalHosts(n, P)) return 0;
   const int c = req.channel;
-  const int rot = req.algo == Algo::kTree && c % 2 == 1 ? gen::mod(1 - c, P) : c % P;
+  return req.algo == Algo::kTree && c % 2 == 1 ? gen::mod(1 - c, P) : c % P;
+}
+
+/// The ring order of channel req.channel, rotated; empty when the channel keeps the order as it is.
+std::vector<int> rotatedHostOrder(const ScheduleRequest& req) {
+  const int rot = hostRotation(req);
   if (rot == 0) return {};
-  const bool given = req.ringOrder != nullptr && !req.ringOrder->empty();
-  std::vector<int> order(n);
-  for (int p = 0; p < n; p++) {
-    const int at = p / P * P + (p % P + rot) % P;
-    order[p] = given ? (*req.ringOrder)[at] : at;
-  }
-  return order;
+  return hostRotatedOrder(req.ringOrder, req.nranks, req.localRanks, rot);
 }
 
-}  // namespace
-
-int channelKinds(Algo algo, int nranks, int localRanks) {
-  const int P = localRanks;
-  const bool hosts = gen::equalHosts(nranks, P);
-  if (algo == Algo::kTree) return hosts && P > 2 ? (P % 2 == 0 ? P : 2 * P) : 2;
-  return algo == Algo::kRing && hosts ? P : 1;
+ChannelOrder channelOrder(const ScheduleRequest& req) {
+  ChannelOrder co;
+  if (req.algo == Algo::kRing || req.algo == Algo::kTree) co.order = rotatedHostOrder(req);
+  const bool ordered = req.algo == Algo::kRing || req.algo == Algo::kTree || req.algo == Algo::kHier ||
+                       req.algo == Algo::kRail;
+  if (co.order.empty() && ordered && req.ringOrder != nullptr) co.order = *req.ringOrder;
+  co.pos.resize(co.order.size());
+  for (size_t p = 0; p < co.order.size(); p++) co.pos[co.order[p]] = static_cast<int>(p);
+  return co;
 }
 
-bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) {
+/// Why `req` cannot be built (empty: it can).
+std::string requestProblem(const ScheduleRequest& req) {
   std::string why;
   if (req.coll >= Coll::kNumColls || req.algo >= Algo::kNumAlgos) {
     why = "unknown collective or algorithm";
@@ -165,11 +173,11 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
     }
     if (!perm) why = "ring order is not a permutation of the " + std::to_string(req.nranks) + " ranks";
   }
-  if (!why.empty()) {
-    if (err) *err = why;
-    return false;
-  }
+  return why;
+}
 
+/// buildSchedule once the request is known to be good and its channel's order worked out.
+void buildChecked(const ScheduleRequest& req, const ChannelOrder& co, Schedule* out) {
   *out = Schedule();
   out->coll = req.coll;
   out->algo = req.algo;
@@ -182,17 +190,15 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
   if (req.nranks == 1) {
     // Every layout is 1/1 here: the collective is a local copy, which is where the post-op applies.
     gen::Steps(out).copy(in(0), gen::out(0), collReduces(req.coll));
-    return true;
+    return;
   }
   switch (req.algo) {
     case Algo::kRing:
-    case Algo::kTree: {
-      const std::vector<int> rotated = rotatedHostOrder(req);
-      ScheduleRequest at = req;
-      if (!rotated.empty()) at.ringOrder = &rotated;
-      genInOrder(at, out, req.algo == Algo::kRing ? gen::genRing : gen::genTree);
+      genInOrder(req, co, out, gen::genRing);
       break;
-    }
+    case Algo::kTree:
+      genInOrder(req, co, out, gen::genTree);
+      break;
     case Algo::kDirect:
       gen::genDirect(req, out);
       break;
@@ -203,13 +209,72 @@ bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) 
       gen::genTwoShot(req, out);
       break;
     case Algo::kHier:
-      genInOrder(req, out, gen::genHier);
+      genInOrder(req, co, out, gen::genHier);
       break;
     case Algo::kRail:
-      genInOrder(req, out, gen::genRail);
+      genInOrder(req, co, out, gen::genRail);
       break;
     default:
       break;
+  }
+}
+
+}  // namespace
+
+std::vector<int> hostRotatedOrder(const std::vector<int>* ringOrder, int n, int P, int rot) {
+  const bool given = ringOrder != nullptr && !ringOrder->empty();
+  std::vector<int> order(n);
+  for (int p = 0; p < n; p++) {
+    const int at = rot == 0 || P <= 0 ? p : p / P * P + (p % P + rot) % P;
+    order[p] = given ? (*ringOrder)[at] : at;
+  }
+  return order;
+}
+
+int blockRotation(const ScheduleRequest& req) {
+  if (req.nranks < 2) return -1;
+  const bool ordered = req.algo == Algo::kRing || req.algo == Algo::kTree || req.algo == Algo::kHier ||
+                       req.algo == Algo::kRail;
+  if (!ordered || (req.algo == Algo::kRing && req.coll == Coll::kAllReduce)) return -1;  // genInOrder: not renamed
+  int inBlocks, outBlocks;
+  blockLayout(req.coll, req.algo, req.nranks, &inBlocks, &outBlocks);
+  if (inBlocks != req.nranks && outBlocks != req.nranks) return -1;  // no per-rank blocks
+  const int rot = hostRotation(req);
+  const bool given = req.ringOrder != nullptr && !req.ringOrder->empty();
+  return rot == 0 && !given ? -1 : rot;
+}
+
+int channelKinds(Algo algo, int nranks, int localRanks) {
+  const int P = localRanks;
+  const bool hosts = gen::equalHosts(nranks, P);
+  if (algo == Algo::kTree) return hosts && P > 2 ? (P % 2 == 0 ? P : 2 * P) : 2;
+  return algo == Algo::kRing && hosts ? P : 1;
+}
+
+bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err) {
+  std::string why = requestProblem(req);
+  if (!why.empty()) {
+    if (err) *err = why;
+    return false;
+  }
+  buildChecked(req, channelOrder(req), out);
+  return true;
+}
+
+bool forEachRankSchedule(const ScheduleRequest& req, const std::function<void(const Schedule&)>& f, std::string* err) {
+  ScheduleRequest at = req;
+  at.rank = 0;
+  std::string why = requestProblem(at);
+  if (!why.empty()) {
+    if (err) *err = why;
+    return false;
+  }
+  const ChannelOrder co = channelOrder(at);
+  Schedule s;
+  for (int r = 0; r < req.nranks; r++) {
+    at.rank = r;
+    buildChecked(at, co, &s);
+    f(s);
   }
   return true;
 }

@@ -22,6 +22,7 @@
 // output (scheduleUses() says which schedules need it).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,24 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks = 0);
 /// hosts rotate too: P kinds for even P (the two trees' rotations pair up), 2P for odd P; the other families build one.
 int channelKinds(Algo algo, int nranks, int localRanks);
 
+/// The ring order (rank order when null or empty) with each host's ranks rotated by `rot`, as a channel of rotation
+/// rot lays them (hosts of P ranks, listed one after another; rot 0 or P <= 0: the order as it is).
+std::vector<int> hostRotatedOrder(const std::vector<int>* ringOrder, int n, int P, int rot);
+
+/// How the per-rank blocks of req's schedules (allgather's out[r], reduce-scatter's in[r]...) follow the ring:
+/// r >= 0 when the rank at ring position p works on blocks named hostRotatedOrder(req.ringOrder, n, localRanks,
+/// r)[q] for positions q, so that numbered by position they would walk consecutive blocks; -1 when no block is named
+/// through a ring order (rank order unrotated, ring allreduce's position-numbered slices, layouts without per-rank
+/// blocks). Device launches pack such steps by position and look the blocks up (kernels/executor.h, StepRun).
+int blockRotation(const ScheduleRequest& req);
+
 /// Builds the steps of one rank on one channel; false + *err when unsupported.
 bool buildSchedule(const ScheduleRequest& req, Schedule* out, std::string* err);
+
+/// Calls f with the schedule of every rank 0..nranks-1 in turn (req.rank ignored): what buildSchedule builds for each,
+/// with the checks and the channel's ring order (its rotation and inverse) worked out once rather than once a rank,
+/// so that all ranks of a channel cost their steps, not nranks each. false + *err when unsupported.
+bool forEachRankSchedule(const ScheduleRequest& req, const std::function<void(const Schedule&)>& f, std::string* err);
 
 /// Point-to-point group: this rank sends to sendPeers[i] (input block i) and receives from recvPeers[j] (output
 /// block j). Per tile: local copies for self pairs (k-th self send to k-th self recv), then sends to rank+1, rank+2...,

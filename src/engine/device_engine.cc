@@ -187,6 +187,7 @@ DeviceEngine::~DeviceEngine() {
   if (conns_ && !failed) conns_->drainOwned();
   conns_.reset();
   if (scratch_) rt_->deviceFree(scratch_);
+  if (orderTableDev_) rt_->deviceFree(orderTableDev_);
   if (ipcEpochs_) rt_->deviceFree(ipcEpochs_);
   for (auto& p : outScratch_) rt_->deviceFree(p.first);
   if (statusHost_) rt_->hostFree(statusHost_);
@@ -207,6 +208,16 @@ ncclResult_t DeviceEngine::init() {
   if (rt_->deviceAlloc(scratchBytes_ * 2 * kDevMaxBlocks, &p) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device scratch: %s", comm_->rank, rt_->lastError().c_str());
   scratch_ = static_cast<char*>(p);
+  // The ring orders step runs look per-rank blocks up in (a few KB: nranks x host rotations).
+  const std::vector<int32_t>& orders = planner_->orderTable();
+  p = nullptr;
+  if (rt_->deviceAlloc(orders.size() * sizeof(int32_t), &p) != ncclSuccess ||
+      rt_->copyToDevice(p, orders.data(), orders.size() * sizeof(int32_t)) != ncclSuccess) {
+    if (p != nullptr) rt_->deviceFree(p);
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: device ring-order table: %s", comm_->rank,
+                rt_->lastError().c_str());
+  }
+  orderTableDev_ = static_cast<int32_t*>(p);
   ticksPerMs_ = rt_->clockTicksPerMs(comm_->cudaDev);
   conns_ = std::make_unique<DeviceConnections>(comm_, rt_, geo, host_);
   CHORUS_CHECK(conns_->init());
@@ -492,7 +503,12 @@ ncclResult_t DeviceEngine::setSchedules(DevWork* w, const Schedule* scheds, int 
     w->chanSteps[ch] = static_cast<uint16_t>(kept.size());
     w->chanLagFrom[ch] = static_cast<int16_t>(scheds[ch].lag > 0 ? lagFrom : -1);
     w->chanLag[ch] = static_cast<uint8_t>(std::min(scheds[ch].lag, 255));
-    packStepRuns(kept.data(), kept.size(), &runs);
+    // Per-rank blocks in a ring order that is not rank order run as few runs by ring position, looked up on the
+    // device in the communicator's table (StepRun::ordered).
+    RunBlockOrder bo;
+    const bool ordered = planner_->runBlockOrder(scheds[ch], &bo);
+    w->chanOrder[ch] = ordered ? orderTableDev_ + (bo.order - planner_->orderTable().data()) : nullptr;
+    packStepRuns(kept.data(), kept.size(), &runs, ordered ? &bo : nullptr);
   }
   if (runs.size() > static_cast<size_t>(kDevMaxRuns))
     CHORUS_FAIL(comm_, ncclInvalidUsage,

@@ -148,6 +148,7 @@ class DeviceEngine {
   void* statusHost_ = nullptr;  ///< DevStatus followed by the abort word, pinned and mapped
   void* statusDev_ = nullptr;
   char* scratch_ = nullptr;  ///< kDevMaxBlocks x 2 staging areas of scratchBytes_
+  int32_t* orderTableDev_ = nullptr;  ///< the planner's orderTable() in device memory (StepRun::ordered lookups)
   size_t scratchBytes_ = 0;
   std::vector<std::pair<char*, size_t>> outScratch_;  ///< ncclReduce output stand-ins (kept until destroy)
   std::thread watchdog_;

@@ -142,6 +142,18 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
     even &= (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
   localRanks_ = even ? P : 0;
   hosts_ = static_cast<int>(perHost.size());
+  // The ring order under each host rotation a channel may have (blockRotation), and each one's inverse.
+  const int n = comm->nranks;
+  const int rotations = localRanks_ >= 2 && n % localRanks_ == 0 && n / localRanks_ >= 2 ? localRanks_ : 1;
+  orderTable_.resize(static_cast<size_t>(rotations) * n);
+  posTable_.resize(orderTable_.size());
+  for (int rot = 0; rot < rotations; rot++) {
+    const std::vector<int> order = hostRotatedOrder(&ringOrder_, n, localRanks_, rot);
+    for (int p = 0; p < n; p++) {
+      orderTable_[static_cast<size_t>(rot) * n + p] = order[p];
+      posTable_[static_cast<size_t>(rot) * n + order[p]] = p;
+    }
+  }
   tuner_ = TunerPlugin::open(comm->commHash, comm->nranks, perHost.size());
   if (comm->rank == 0 && localRanks_ > 0)
     INFO(kInit, "comm %p: hierarchical allreduce, allgather and reduce-scatter from %ld bytes: %zu hosts x %d ranks",
@@ -156,6 +168,7 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
 Planner::~Planner() = default;
 
 const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, int nch) {
+  if (!collRooted(coll)) root = 0;  // ignored: one cache entry, whatever root the caller passed
   auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root, nch);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
@@ -170,6 +183,7 @@ const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, 
 }
 
 bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const LaunchLimits& limits) {
+  if (!collRooted(coll)) root = 0;
   auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), root);
   auto it = loads_.find(key);
   if (it == loads_.end()) {
@@ -177,17 +191,18 @@ bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const Launc
     ChannelLoad most{std::vector<size_t>(kinds, 0), std::vector<size_t>(kinds, 0)};
     std::vector<StepRun> runs;
     bool built = true;
-    for (int r = 0; r < comm_->nranks && built; r++) {
-      for (int kind = 0; kind < kinds && built; kind++) {
-        ScheduleRequest req{coll, algo, comm_->nranks, r, kind, kinds, root, &ringOrder_, localRanks_};
-        Schedule s;
-        std::string err;
-        built = buildSchedule(req, &s, &err);
+    for (int kind = 0; kind < kinds && built; kind++) {
+      ScheduleRequest req{coll, algo, comm_->nranks, 0, kind, kinds, root, &ringOrder_, localRanks_};
+      std::string err;
+      RunBlockOrder bo;
+      bool ordered = false;
+      built = forEachRankSchedule(req, [&](const Schedule& s) {
+        if (s.rank == 0) ordered = runBlockOrder(s, &bo);  // the same for every rank of the channel
         runs.clear();
-        packStepRuns(s.steps.data(), s.steps.size(), &runs);
+        packStepRuns(s.steps.data(), s.steps.size(), &runs, ordered ? &bo : nullptr);
         most.runs[kind] = std::max(most.runs[kind], runs.size());
         most.ends[kind] = std::max(most.ends[kind], launchEnds(&s, 1).size());
-      }
+      }, &err);
     }
     if (!built) most.runs.assign(kinds, SIZE_MAX / 1024);  // never fits
     it = loads_.emplace(key, most).first;
@@ -198,6 +213,18 @@ bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const Launc
   for (int c = 0; c < nch; c++) runs += l.runs[c % l.runs.size()], ends += l.ends[c % l.ends.size()];
   if (limits.maxRuns != 0 && runs > static_cast<size_t>(limits.maxRuns)) return false;
   return limits.maxFifos == 0 || ends <= static_cast<size_t>(limits.maxFifos);
+}
+
+bool Planner::runBlockOrder(const Schedule& s, RunBlockOrder* out) const {
+  ScheduleRequest req{s.coll, s.algo, s.nranks, s.rank, s.channel, 0, s.root, &ringOrder_, localRanks_};
+  const int rot = s.nranks == comm_->nranks ? blockRotation(req) : -1;
+  if (rot < 0 || static_cast<size_t>(rot + 1) * s.nranks > orderTable_.size()) return false;
+  out->order = orderTable_.data() + static_cast<size_t>(rot) * s.nranks;
+  out->pos = posTable_.data() + static_cast<size_t>(rot) * s.nranks;
+  out->n = s.nranks;
+  out->inBlocks = s.inBlocks;
+  out->outBlocks = s.outBlocks;
+  return true;
 }
 
 RedOp Planner::redOpFor(const OpDesc& op) const {
@@ -259,30 +286,69 @@ bool deltaOf(int32_t a, int32_t b, int16_t* d) {
   return true;
 }
 
+/// The longest run starting at steps[i] in one encoding: `ordered` (StepRunOrdered bits) says which blocks are kept as
+/// ring positions (bo->pos) and looked up again (bo->order); the run ends where a step is not what it decodes to.
+StepRun runAt(const Step* steps, size_t n, size_t i, uint16_t ordered, const RunBlockOrder* bo) {
+  // A block with no position (out of range) gets one no delta reaches, so that the run ends before it.
+  auto block = [&](const BufRef& b, uint16_t bit) -> int32_t {
+    if (!(ordered & bit)) return b.block;
+    return b.block >= 0 && b.block < bo->n ? bo->pos[b.block] : INT32_MIN / 2;
+  };
+  const Step& a = steps[i];
+  StepRun r{};
+  r.op = a.op;
+  r.srcBuf = a.src.buf;
+  r.dstBuf = a.dst.buf;
+  r.final = a.final ? 1 : 0;
+  r.sendPeer = a.sendPeer;
+  r.recvPeer = a.recvPeer;
+  r.srcBlock = block(a.src, kStepRunSrcOrdered);
+  r.dstBlock = block(a.dst, kStepRunDstOrdered);
+  r.ordered = ordered;
+  r.repeat = 1;
+  const int32_t* order = ordered != 0 ? bo->order : nullptr;
+  if (i + 1 < n) {
+    const Step& b = steps[i + 1];
+    if (deltaOf(a.sendPeer, b.sendPeer, &r.dSendPeer) && deltaOf(a.recvPeer, b.recvPeer, &r.dRecvPeer) &&
+        deltaOf(r.srcBlock, block(b.src, kStepRunSrcOrdered), &r.dSrcBlock) &&
+        deltaOf(r.dstBlock, block(b.dst, kStepRunDstOrdered), &r.dDstBlock)) {
+      // Each further step must be exactly what the run decodes to (the op, buffers and final flag included); a
+      // position past the order's end is no step of it.
+      auto inRange = [&](const StepRun& run, uint32_t k) {
+        const int32_t s = run.srcBlock + static_cast<int32_t>(k) * run.dSrcBlock;
+        const int32_t d = run.dstBlock + static_cast<int32_t>(k) * run.dDstBlock;
+        return (!(ordered & kStepRunSrcOrdered) || (s >= 0 && s < bo->n)) &&
+               (!(ordered & kStepRunDstOrdered) || (d >= 0 && d < bo->n));
+      };
+      while (i + r.repeat < n && r.repeat < UINT16_MAX && inRange(r, r.repeat) &&
+             sameStepExactly(r.at(r.repeat, order), steps[i + r.repeat]))
+        r.repeat++;
+    }
+    if (r.repeat == 1) r.dSendPeer = r.dRecvPeer = r.dSrcBlock = r.dDstBlock = 0;
+  }
+  return r;
+}
+
+/// The StepRunOrdered bits step `st` may use: a side whose buffer has one block a rank (and a block in range).
+uint16_t orderableSides(const Step& st, const RunBlockOrder& bo) {
+  auto perRank = [&](const BufRef& b) {
+    const int blocks = b.buf == Buf::kInput ? bo.inBlocks : b.buf == Buf::kOutput ? bo.outBlocks : 0;
+    return blocks == bo.n && b.block >= 0 && b.block < bo.n;
+  };
+  return static_cast<uint16_t>((perRank(st.src) ? kStepRunSrcOrdered : 0) |
+                               (perRank(st.dst) ? kStepRunDstOrdered : 0));
+}
+
 }  // namespace
 
-void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs) {
+void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs, const RunBlockOrder* bo) {
   for (size_t i = 0; i < n;) {
-    const Step& a = steps[i];
-    StepRun r{};
-    r.op = a.op;
-    r.srcBuf = a.src.buf;
-    r.dstBuf = a.dst.buf;
-    r.final = a.final ? 1 : 0;
-    r.sendPeer = a.sendPeer;
-    r.recvPeer = a.recvPeer;
-    r.srcBlock = a.src.block;
-    r.dstBlock = a.dst.block;
-    r.repeat = 1;
-    if (i + 1 < n) {
-      const Step& b = steps[i + 1];
-      if (deltaOf(a.sendPeer, b.sendPeer, &r.dSendPeer) && deltaOf(a.recvPeer, b.recvPeer, &r.dRecvPeer) &&
-          deltaOf(a.src.block, b.src.block, &r.dSrcBlock) && deltaOf(a.dst.block, b.dst.block, &r.dDstBlock)) {
-        // Each further step must be exactly what the run decodes to (the op, buffers and final flag included).
-        while (i + r.repeat < n && r.repeat < UINT16_MAX && sameStepExactly(r.at(r.repeat), steps[i + r.repeat]))
-          r.repeat++;
-      }
-      if (r.repeat == 1) r.dSendPeer = r.dRecvPeer = r.dSrcBlock = r.dDstBlock = 0;
+    StepRun r = runAt(steps, n, i, 0, nullptr);
+    const uint16_t sides = bo != nullptr && bo->order != nullptr ? orderableSides(steps[i], *bo) : 0;
+    if (sides != 0) {
+      // By ring position: taken where it runs longer (a rotated or scattered ring order breaks the blocks' steps).
+      StepRun byPos = runAt(steps, n, i, sides, bo);
+      if (byPos.repeat > r.repeat) r = byPos;
     }
     runs->push_back(r);
     i += r.repeat;

@@ -71,9 +71,18 @@ struct LaunchLimits {
 using LaunchEnd = std::tuple<int, int, bool>;
 /// The connection ends the per-channel schedules scheds[0..nChannels) use, each once, in step order.
 std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels);
+/// The ring order a channel's per-rank blocks follow (blockRotation) and its inverse, as packStepRuns takes them.
+/// A step's block is looked up by position only where its buffer has n blocks (the schedule's layout).
+struct RunBlockOrder {
+  const int32_t* order = nullptr;  ///< ring position -> rank (the launch's table, BlockMap::blockOrder)
+  const int32_t* pos = nullptr;    ///< rank -> ring position
+  int n = 0;                       ///< entries of each
+  int inBlocks = 0, outBlocks = 0;
+};
 /// Appends steps[0, n) to `runs` as runs of steps (kernels/executor.h, StepRun), each as long as its steps stay
-/// alike and their peers and blocks keep moving by the same amounts.
-void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs);
+/// alike and their peers and blocks keep moving by the same amounts; with `bo`, blocks may move by ring position
+/// instead (StepRun::ordered), where that makes the run longer.
+void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs, const RunBlockOrder* bo = nullptr);
 
 /// Per-communicator planning state: the schedule cache and the sequence numbers every fingerprint carries.
 class Planner {
@@ -114,6 +123,12 @@ class Planner {
   /// Whether (coll, algo, root) on nch channels fits `limits` on every rank, not only this one: the ranks must agree
   /// on a launch's channels, and their schedules differ in step runs (and, for trees, in connection ends).
   bool fitsEveryRank(Coll coll, Algo algo, int root, int nch, const LaunchLimits& limits);
+  /// The ring order schedule `s` (one of this communicator's) names its per-rank blocks in (blockRotation), for
+  /// packStepRuns; false when it names them in rank order or has none. out->order points into orderTable().
+  bool runBlockOrder(const Schedule& s, RunBlockOrder* out) const;
+  /// The ring order under every host rotation a channel may have, rotation r at r x nranks: what a device launch's
+  /// step runs look blocks up in (StepRun::ordered).
+  const std::vector<int32_t>& orderTable() const { return orderTable_; }
   /// Numbers a collective that runs without a plan (a direct launch), in the same sequence as planned ones.
   uint64_t nextCollSeq() { return ++collSeq_; }
 
@@ -134,6 +149,7 @@ class Planner {
   std::map<std::tuple<int, int, int>, ChannelLoad> loads_;
   uint64_t collSeq_ = 0;
   std::vector<int> ringOrder_;  ///< ranks in ring order (topo/ring_order.h); empty: rank order
+  std::vector<int32_t> orderTable_, posTable_;  ///< orderTable(), and each rotation's inverse
   /// The cost model's view of this communicator (hosts, ranks a host, CHORUS_COST_* links).
   ClusterShape modelShape() const;
   /// The collective's full buffer in bytes (allreduce's, allgather's output, reduce-scatter's input...): the cost

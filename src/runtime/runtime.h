@@ -102,6 +102,8 @@ class GpuRuntime {
   virtual ncclResult_t deviceSynchronize() = 0;
   /// Synchronous copy from device (or any) memory to host memory (teardown reads FIFO counters with it).
   virtual ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) = 0;
+  /// Synchronous copy from host memory to device memory (set-up tables the kernels read).
+  virtual ncclResult_t copyToDevice(void* dst, const void* src, size_t bytes) = 0;
   /// Text of the last failure of this runtime ("cudaMalloc(1048576): out of memory").
   virtual std::string lastError() = 0;
 };

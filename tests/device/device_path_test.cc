@@ -666,12 +666,8 @@ std::string dgxWithEmulatedGpus(const std::vector<std::string>& busIds, const ch
   return topo;
 }
 
-// A rank process of the topology tests: on emulated device `device`, one float allreduce of `count` elements
-// checked against the sum, then destroy. Returns the exit status for forkRanks.
-int allReduceOnDevice(int rank, int nranks, int device, const ncclUniqueId& id, size_t count) {
-  if (gEmu.setDevice(device) != ncclSuccess) return 9;
-  ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;
+// One allreduce of `count` floats on the device, its result checked (gtest failures).
+void allReduceChecked(ncclComm_t comm, int rank, int nranks, size_t count) {
   DevBuf b(gEmu, count * sizeof(float));
   fill(b.as<float>(), count, [&](size_t i) { return float(rank + 1) * float(i % 97); });
   cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
@@ -682,8 +678,68 @@ int allReduceOnDevice(int rank, int nranks, int device, const ncclUniqueId& id, 
   size_t wrong = 0;
   for (size_t i = 0; i < count; i++) wrong += b.as<float>()[i] != ranksSum * float(i % 97);
   EXPECT_EQ(wrong, 0u) << "elements of the allreduce differ from the sum";
+}
+
+// A rank process of the topology tests: on emulated device `device`, one float allreduce of `count` elements
+// checked against the sum, then destroy. Returns the exit status for forkRanks.
+int allReduceOnDevice(int rank, int nranks, int device, const ncclUniqueId& id, size_t count) {
+  if (gEmu.setDevice(device) != ncclSuccess) return 9;
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;
+  allReduceChecked(comm, rank, nranks, count);
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
   return ::testing::Test::HasFailure() ? 1 : 0;
+}
+
+// An allreduce, an allgather and a reduce-scatter on the device, each checked. With expectOrdered, the launches of
+// the last two must have named blocks by ring position (StepRun::ordered).
+int ringCollectivesOnDevice(int rank, int nranks, int device, const ncclUniqueId& id, bool expectOrdered) {
+  if (gEmu.setDevice(device) != ncclSuccess) return 9;
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;
+  allReduceChecked(comm, rank, nranks, 100000);
+  const size_t N = 3001;
+  DevBuf in(gEmu, N * nranks * sizeof(int32_t)), out(gEmu, N * nranks * sizeof(int32_t));
+  int32_t* ip = in.as<int32_t>();
+  int32_t* op = out.as<int32_t>();
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+  fill(ip, N, [&](size_t i) { return int32_t(rank * 100000 + int32_t(i)); });
+  EXPECT_EQ(ncclAllGather(ip, op, N, ncclInt32, comm, s), ncclSuccess);
+  sync(s);
+  if (expectOrdered) EXPECT_GT(gEmu.lastOrderedRuns.load(), 0) << "the allgather's blocks did not go by ring position";
+  size_t wrong = 0;
+  for (int q = 0; q < nranks; q++)
+    for (size_t i = 0; i < N; i++) wrong += op[q * N + i] != int32_t(q * 100000 + int32_t(i));
+  EXPECT_EQ(wrong, 0u) << "elements of the allgather are wrong";
+  fill(ip, N * nranks, [&](size_t i) { return int32_t(rank + int32_t(i)); });
+  EXPECT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, comm, s), ncclSuccess);
+  sync(s);
+  if (expectOrdered)
+    EXPECT_GT(gEmu.lastOrderedRuns.load(), 0) << "the reduce-scatter's blocks did not go by ring position";
+  wrong = 0;
+  for (size_t i = 0; i < N; i++) wrong += op[i] != int32_t(nranks * (rank * N + i) + nranks * (nranks - 1) / 2);
+  EXPECT_EQ(wrong, 0u) << "elements of the reduce-scatter are wrong";
+  EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  return ::testing::Test::HasFailure() ? 1 : 0;
+}
+
+// Six processes on two hosts, placed round-robin (rank r on host r mod 2, as srun --distribution=cyclic does): the
+// ring laid host by host is 0 2 4 1 3 5, so allgather's and reduce-scatter's per-rank blocks come in no fixed stride,
+// and the launches name them by ring position, looked up in the communicator's ring order on the device. Rank 0 (ring
+// position 0) is sure to: its blocks 5 3 1 4 are positions 5 4 3 2. Elsewhere a position wraps, and the runs by
+// rank are as few.
+TEST(DevicePathStaging, RanksPlacedRoundRobinRunRingsByPosition) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  gEmu.peerAccess = true;
+  auto status = forkRanks(6, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank % 2 == 0 ? "host-a" : "host-b", 1);
+    setenv("NCCL_ALGO", "Ring", 1);
+    chorus::paramsReload();
+    return ringCollectivesOnDevice(rank, 6, 0, id, rank == 0);
+  });
+  for (int r = 0; r < 6; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
 }
 
 TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {

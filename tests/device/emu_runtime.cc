@@ -660,6 +660,12 @@ ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   auto w = std::make_shared<chorus::DevWork>(work);
   lastChannels = work.nChannels;
   lastLanes = chorus::workLanes(work);
+  int ordered = 0;
+  const int scheduleChannels = work.nChannels / chorus::workLanes(work);
+  if (work.direct == chorus::kDevThroughFifos && scheduleChannels <= chorus::kDevMaxChannels)
+    for (int i = 0; i < work.chanFirst[scheduleChannels] && i < chorus::kDevMaxRuns; i++)
+      ordered += work.runs[i].ordered != 0 ? 1 : 0;
+  lastOrderedRuns = ordered;
   int lag = 0;
   for (int ch = 0; ch < work.nChannels / chorus::workLanes(work) && ch < chorus::kDevMaxChannels; ch++)
     if (work.chanLagFrom[ch] >= 0) lag = std::max(lag, static_cast<int>(work.chanLag[ch]));
@@ -709,6 +715,13 @@ ncclResult_t EmuRuntime::copyToHost(void* dst, const void* src, size_t bytes) {
   EMU_REFUSE("copyToHost (cudaMemcpy)", false, ncclUnhandledCudaError);
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
   std::memcpy(dst, src, bytes);
+  return ncclSuccess;
+}
+
+ncclResult_t EmuRuntime::copyToDevice(void* dst, const void* src, size_t bytes) {
+  EMU_REFUSE("copyToDevice (cudaMemcpy)", false, ncclUnhandledCudaError);
+  std::memcpy(dst, src, bytes);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
   return ncclSuccess;
 }
 

@@ -85,6 +85,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   ncclResult_t streamSynchronize(cudaStream_t s) override;
   ncclResult_t deviceSynchronize() override;
   ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override;
+  ncclResult_t copyToDevice(void* dst, const void* src, size_t bytes) override;
   std::string lastError() override;
 
   // ---- what a test does through the CUDA runtime ----
@@ -119,6 +120,8 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
   std::atomic<int> lastLanes{0};     ///< blocks per channel of the last kernel launched (chorus::workLanes)
+  /// Step runs of the last kernel launched that name blocks by ring position (StepRun::ordered).
+  std::atomic<int> lastOrderedRuns{0};
   std::atomic<int> lastMaxLag{0};    ///< the largest channel lag (Schedule::lag) of the last kernel launched
   std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
   std::atomic<int> ipcLaunches{0};     ///< launched kernels through inboxes (kDevDirectIpc), by this process

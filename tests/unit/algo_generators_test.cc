@@ -113,6 +113,51 @@ INSTANTIATE_TEST_SUITE_P(Algo, GeneratorSweep, ::testing::ValuesIn(supportedPair
                            return std::string(collName(std::get<0>(info.param))) + algoName(std::get<1>(info.param));
                          });
 
+// forEachRankSchedule (the planner's launch fit) must hand over exactly what buildSchedule builds for each rank: every
+// pair, in rank order and in a shuffled ring order, over hosts of 4 (channels rotate) and 3 ranks, on every channel
+// kind, for two roots; and refuse what buildSchedule refuses.
+TEST(GeneratorSweep, EachRankScheduleIsBuildSchedules) {
+  const int n = 12;
+  std::vector<int> shuffled(n);
+  for (int i = 0; i < n; ++i) shuffled[i] = (i * 5 + 3) % n;
+  for (const Pair& p : supportedPairs()) {
+    const Coll coll = std::get<0>(p);
+    const Algo algo = std::get<1>(p);
+    const std::vector<const std::vector<int>*> orders{nullptr, &shuffled};
+    for (const std::vector<int>* order : orders) {
+      for (int P : {0, 3, 4}) {
+        const int kinds = channelKinds(algo, n, P);
+        for (int ch = 0; ch < kinds; ++ch) {
+          for (int root : {0, 7}) {
+            ScheduleRequest req{coll, algo, n, 0, ch, kinds, root, order, P};
+            int seen = 0;
+            std::string err;
+            ASSERT_TRUE(forEachRankSchedule(req, [&](const Schedule& s) {
+              ScheduleRequest one = req;
+              one.rank = seen++;
+              Schedule want;
+              std::string why;
+              ASSERT_TRUE(buildSchedule(one, &want, &why)) << why;
+              EXPECT_EQ(s.rank, one.rank);
+              EXPECT_EQ(formatSchedule(s), formatSchedule(want))
+                  << collName(coll) << " " << algoName(algo) << " P=" << P << " channel " << ch << " root " << root
+                  << (order ? " shuffled" : "") << " rank " << one.rank;
+            }, &err)) << err;
+            EXPECT_EQ(seen, n);
+          }
+        }
+      }
+    }
+  }
+  std::vector<int> notAPermutation(n, 0);
+  std::string err;
+  int calls = 0;
+  EXPECT_FALSE(forEachRankSchedule(ScheduleRequest{Coll::kAllReduce, Algo::kRing, n, 0, 0, 1, 0, &notAPermutation, 0},
+                                   [&](const Schedule&) { calls++; }, &err));
+  EXPECT_NE(err.find("not a permutation"), std::string::npos) << err;
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(GeneratorSweep, CoversEveryRequestedPair) {
   // The brief's matrix (rail: allgather, reduce-scatter): a pair dropped from algoSupported would silently leave the
   // sweep.

@@ -16,14 +16,33 @@
 namespace chorus {
 namespace {
 
-std::vector<Step> unpack(const std::vector<StepRun>& runs) {
+std::vector<Step> unpack(const std::vector<StepRun>& runs, const int32_t* order = nullptr) {
   std::vector<Step> steps;
   for (const StepRun& r : runs) {
     EXPECT_GE(r.repeat, 1);
-    for (uint32_t k = 0; k < r.repeat; k++) steps.push_back(r.at(k));
+    EXPECT_TRUE(r.ordered == 0 || order != nullptr) << "a run by ring position without a ring order";
+    for (uint32_t k = 0; k < r.repeat; k++) steps.push_back(r.at(k, order));
   }
   return steps;
 }
+
+// The ring order (and inverse) a schedule names its per-rank blocks in, as the planner's table holds it.
+struct BlockOrderOf {
+  std::vector<int32_t> order, pos;
+  RunBlockOrder bo;
+  bool ordered = false;
+  BlockOrderOf(const ScheduleRequest& req, const Schedule& s) {
+    const int rot = blockRotation(req);
+    if (rot < 0) return;
+    const std::vector<int> o = hostRotatedOrder(req.ringOrder, req.nranks, req.localRanks, rot);
+    order.assign(o.begin(), o.end());
+    pos.resize(order.size());
+    for (size_t p = 0; p < order.size(); p++) pos[order[p]] = static_cast<int32_t>(p);
+    bo = RunBlockOrder{order.data(), pos.data(), req.nranks, s.inBlocks, s.outBlocks};
+    ordered = true;
+  }
+  const RunBlockOrder* get() const { return ordered ? &bo : nullptr; }
+};
 
 std::string show(const Step& s) {
   return "op " + std::to_string(int(s.op)) + " send " + std::to_string(s.sendPeer) + " recv " +
@@ -32,11 +51,12 @@ std::string show(const Step& s) {
          std::to_string(int(s.final));
 }
 
-// Packs s and checks that unpacking gives back its steps exactly; returns the number of runs.
-size_t roundTrip(const Schedule& s, const std::string& what) {
+// Packs s (with per-rank blocks by ring position where `bo` says, as device launches do) and checks that unpacking
+// gives back its steps exactly; returns the number of runs.
+size_t roundTrip(const Schedule& s, const std::string& what, const RunBlockOrder* bo = nullptr) {
   std::vector<StepRun> runs;
-  packStepRuns(s.steps.data(), s.steps.size(), &runs);
-  std::vector<Step> back = unpack(runs);
+  packStepRuns(s.steps.data(), s.steps.size(), &runs, bo);
+  std::vector<Step> back = unpack(runs, bo != nullptr ? bo->order : nullptr);
   EXPECT_EQ(back.size(), s.steps.size()) << what;
   for (size_t i = 0; i < std::min(back.size(), s.steps.size()); i++)
     EXPECT_EQ(show(back[i]), show(s.steps[i])) << what << " step " << i;
@@ -46,7 +66,7 @@ size_t roundTrip(const Schedule& s, const std::string& what) {
 TEST(StepRuns, EveryGeneratorsStepsComeBackExactly) {
   const Coll colls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter, Coll::kBroadcast,
                         Coll::kReduce,    Coll::kAllToAll,  Coll::kGather,        Coll::kScatter};
-  int checked = 0;
+  int checked = 0, orderedChecked = 0;
   for (int n : {1, 2, 3, 4, 5, 7, 8, 12, 16, 33}) {
     // Rank order, and ranks placed round-robin over hosts of 4 (a ring laid host by host is then a permutation).
     std::vector<uint64_t> hostOf(n);
@@ -67,8 +87,15 @@ TEST(StepRuns, EveryGeneratorsStepsComeBackExactly) {
                 Schedule s;
                 std::string err;
                 if (!buildSchedule(req, &s, &err)) continue;  // e.g. a family that needs whole hosts
-                roundTrip(s, std::string("coll ") + std::to_string(int(coll)) + " algo " + std::to_string(a) + " n " +
-                                 std::to_string(n) + " rank " + std::to_string(rank));
+                const std::string what = std::string("coll ") + std::to_string(int(coll)) + " algo " +
+                                         std::to_string(a) + " n " + std::to_string(n) + " rank " +
+                                         std::to_string(rank) + " channel " + std::to_string(channel);
+                const size_t plain = roundTrip(s, what);
+                const BlockOrderOf byPosition(req, s);
+                if (byPosition.ordered) {
+                  EXPECT_LE(roundTrip(s, what + " by position", byPosition.get()), plain) << what;
+                  orderedChecked++;
+                }
                 checked++;
               }
             }
@@ -78,6 +105,7 @@ TEST(StepRuns, EveryGeneratorsStepsComeBackExactly) {
     }
   }
   EXPECT_GT(checked, 1000) << "too few schedules were built to prove anything";
+  EXPECT_GT(orderedChecked, 200) << "too few schedules named blocks through a ring order";
 }
 
 TEST(StepRuns, ARingInRankOrderIsAFewRunsWhateverTheRanks) {
@@ -112,6 +140,41 @@ TEST(StepRuns, AnAllReduceRingInAnyOrderIsAFewRunsOnEveryChannel) {
       ScheduleRequest req{Coll::kAllReduce, Algo::kRing, n, rank, ch, P, 0, &order, P};
       ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
       EXPECT_LE(roundTrip(s, "rotated ring channel " + std::to_string(ch)), 7u) << "channel " << ch << " rank " << rank;
+    }
+  }
+}
+
+// Allgather and reduce-scatter name blocks by rank (out[r], in[r]): over ranks placed round-robin, or with each
+// host's ranks rotated (ring channels over hosts), their blocks move by no fixed amount, and a channel was some two
+// runs a host (260 at 1,024 ranks on hosts of 8: a launch of 320 held one channel). By ring position, looked up in
+// the channel's order, they are as few runs as in rank order.
+TEST(StepRuns, PerRankBlocksInAnyOrderAreAFewRunsByPosition) {
+  for (int n : {48, 1024}) {
+    const int P = n == 48 ? 6 : 8, hosts = n / P;
+    std::vector<uint64_t> cyclic(n);
+    for (int r = 0; r < n; r++) cyclic[r] = static_cast<uint64_t>(r % hosts);
+    const std::vector<int> roundRobin = ringOrderByHost(cyclic);
+    ASSERT_FALSE(roundRobin.empty());
+    for (const std::vector<int>* order : {static_cast<const std::vector<int>*>(nullptr), &roundRobin}) {
+      for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
+        size_t mostPlain = 0;
+        for (int ch = 0; ch < P; ch++) {
+          for (int rank : {0, 1, n / 2, n - 1}) {
+            ScheduleRequest req{coll, Algo::kRing, n, rank, ch, P, 0, order, P};
+            Schedule s;
+            std::string err;
+            ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
+            const std::string what = std::string(collName(coll)) + " n " + std::to_string(n) + " channel " +
+                                     std::to_string(ch) + " rank " + std::to_string(rank) +
+                                     (order ? " round-robin" : " host order");
+            const BlockOrderOf byPosition(req, s);
+            ASSERT_EQ(byPosition.ordered, order != nullptr || ch != 0) << what;
+            mostPlain = std::max(mostPlain, roundTrip(s, what));
+            if (byPosition.ordered) EXPECT_LE(roundTrip(s, what + " by position", byPosition.get()), 5u) << what;
+          }
+        }
+        EXPECT_GT(mostPlain, static_cast<size_t>(hosts)) << "the plain runs were already few: the test proves nothing";
+      }
     }
   }
 }
@@ -156,10 +219,15 @@ std::unique_ptr<ncclComm> fakeComm(int n, int rank, HostOf hostOf) {
   return c;
 }
 
-// Step runs of a plan's channels, as a launch holds them.
-size_t runsOf(const std::vector<Schedule>& scheds) {
+// Step runs of a plan's channels, as a launch holds them (per-rank blocks by ring position where that packs them
+// better, as the device engine packs them).
+size_t runsOf(const Planner& planner, const std::vector<Schedule>& scheds) {
   std::vector<StepRun> runs;
-  for (const Schedule& s : scheds) packStepRuns(s.steps.data(), s.steps.size(), &runs);
+  for (const Schedule& s : scheds) {
+    RunBlockOrder bo;
+    const bool ordered = planner.runBlockOrder(s, &bo);
+    packStepRuns(s.steps.data(), s.steps.size(), &runs, ordered ? &bo : nullptr);
+  }
   return runs.size();
 }
 
@@ -187,7 +255,7 @@ std::vector<Planned> planEveryRank(int n, HostOf hostOf, Coll coll, LaunchLimits
     EXPECT_EQ(planner.planColl(
                   op, 16, -1, [&](size_t) { return buf.data(); }, &plan, &empty, limits),
               ncclSuccess);
-    out.push_back({plan.nChannels, plan.choice.algo, runsOf(*plan.scheds)});
+    out.push_back({plan.nChannels, plan.choice.algo, runsOf(planner, *plan.scheds)});
   }
   return out;
 }
@@ -220,8 +288,9 @@ TEST_F(StepRunsPlanner, EveryRankPicksTheSameChannels) {
           EXPECT_EQ(p[r].channels, p[0].channels) << "maxRuns " << maxRuns << " coll " << int(coll) << " rank " << r;
           EXPECT_EQ(p[r].algo, p[0].algo) << "maxRuns " << maxRuns << " rank " << r;
           // Unless not even the ring fits one channel (the engine then refuses the launch, saying why).
-          if (p[r].algo != Algo::kRing || p[r].channels > 1)
+          if (p[r].algo != Algo::kRing || p[r].channels > 1) {
             EXPECT_LE(p[r].runs, static_cast<size_t>(maxRuns)) << "rank " << r;
+          }
           bound |= p[r].channels < 16;
         }
         agreedWithLimit += bound ? 1 : 0;
@@ -246,6 +315,35 @@ TEST_F(StepRunsPlanner, TooLongASchedulePlansTheRing) {
   p = planEveryRank(
       48, [](int r) { return r / 6; }, Coll::kAllReduce, LaunchLimits{128, 320});
   for (const Planned& q : p) EXPECT_EQ(q.algo, Algo::kHier);
+}
+
+// What the planner lets a device launch hold at 1,024 ranks on hosts of 8 (a launch of 320 runs, as CUDA 12.1+
+// builds have): every ring collective keeps the 16 channels asked for.
+TEST_F(StepRunsPlanner, RingsOverManyHostsKeepTheirChannels) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  chorus::paramsReload();
+  const int n = 1024;
+  for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter}) {
+    for (int placement = 0; placement < 2; placement++) {
+      auto comm = placement == 0 ? fakeComm(n, 5, [](int r) { return r / 8; })
+                                 : fakeComm(n, 5, [](int r) { return r % 128; });
+      Planner planner(comm.get(), FifoGeometry{});
+      std::vector<char> buf(16);
+      OpDesc op;
+      op.coll = coll;
+      op.sendbuff = buf.data();
+      op.recvbuff = buf.data() + 8;
+      op.count = 1 << 20;
+      CollPlan plan;
+      bool empty = false;
+      ASSERT_EQ(planner.planColl(
+                    op, 16, -1, [&](size_t) { return buf.data(); }, &plan, &empty, LaunchLimits{128, 320}),
+                ncclSuccess);
+      EXPECT_EQ(plan.choice.algo, Algo::kRing);
+      EXPECT_EQ(plan.nChannels, 16) << collName(coll) << (placement ? " round-robin" : " host by host");
+      EXPECT_LE(runsOf(planner, *plan.scheds), 320u);
+    }
+  }
 }
 
 }  // namespace

@@ -284,6 +284,14 @@ class BuiltinGpuRuntime final : public GpuRuntime {
     return check(gpu::gpuStreamSynchronize(s), "StreamSynchronize(setup stream)");
   }
 
+  ncclResult_t copyToDevice(void* dst, const void* src, size_t bytes) override {
+    gpu::Stream s = nullptr;
+    ncclResult_t r = ownStream(&s);
+    if (r != ncclSuccess) return r;
+    CHECK_GPU(gpu::gpuMemcpyAsync(dst, src, bytes, s), "MemcpyAsync(%zu bytes to the device)", bytes);
+    return check(gpu::gpuStreamSynchronize(s), "StreamSynchronize(setup stream)");
+  }
+
   std::string lastError() override {
     std::lock_guard<std::mutex> lock(mu_);
     return lastError_;
