@@ -277,19 +277,11 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
   ncclResult_t copyToHost(void* dst, const void* src, size_t bytes) override {
-    gpu::Stream s = nullptr;
-    ncclResult_t r = ownStream(&s);
-    if (r != ncclSuccess) return r;
-    CHECK_GPU(gpu::gpuMemcpyAsync(dst, src, bytes, s), "MemcpyAsync(%zu bytes to host)", bytes);
-    return check(gpu::gpuStreamSynchronize(s), "StreamSynchronize(setup stream)");
+    return copySync(dst, src, bytes, "to host");
   }
 
   ncclResult_t copyToDevice(void* dst, const void* src, size_t bytes) override {
-    gpu::Stream s = nullptr;
-    ncclResult_t r = ownStream(&s);
-    if (r != ncclSuccess) return r;
-    CHECK_GPU(gpu::gpuMemcpyAsync(dst, src, bytes, s), "MemcpyAsync(%zu bytes to the device)", bytes);
-    return check(gpu::gpuStreamSynchronize(s), "StreamSynchronize(setup stream)");
+    return copySync(dst, src, bytes, "to the device");
   }
 
   std::string lastError() override {
@@ -298,6 +290,15 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   }
 
  private:
+  /// A copy on this runtime's own stream, waited for (the runtime infers the direction from the pointers).
+  ncclResult_t copySync(void* dst, const void* src, size_t bytes, const char* direction) {
+    gpu::Stream s = nullptr;
+    ncclResult_t r = ownStream(&s);
+    if (r != ncclSuccess) return r;
+    CHECK_GPU(gpu::gpuMemcpyAsync(dst, src, bytes, s), "MemcpyAsync(%zu bytes %s)", bytes, direction);
+    return check(gpu::gpuStreamSynchronize(s), "StreamSynchronize(setup stream)");
+  }
+
   /// This runtime's own non-blocking stream on the current device (made on first use, kept for the process).
   ncclResult_t ownStream(gpu::Stream* out) {
     int dev = 0;
