@@ -178,7 +178,11 @@ std::string requestProblem(const ScheduleRequest& req) {
 
 /// buildSchedule once the request is known to be good and its channel's order worked out.
 void buildChecked(const ScheduleRequest& req, const ChannelOrder& co, Schedule* out) {
+  // Fresh fields, but the step array keeps its memory: forEachRankSchedule builds thousands of schedules into one.
+  std::vector<Step> steps = std::move(out->steps);
+  steps.clear();
   *out = Schedule();
+  out->steps = std::move(steps);
   out->coll = req.coll;
   out->algo = req.algo;
   out->nranks = req.nranks;

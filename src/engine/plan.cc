@@ -193,6 +193,14 @@ bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const Launc
     bool built = true;
     for (int kind = 0; kind < kinds && built; kind++) {
       ScheduleRequest req{coll, algo, comm_->nranks, 0, kind, kinds, root, &ringOrder_, localRanks_};
+      if (kind > 0 && algo == Algo::kRing && blockRotation(req) < 0) {
+        // A ring channel that names no block through its order is channel 0's ring with other ranks at its
+        // positions: every step talks to the same two neighbours, so its runs and ends are channel 0's
+        // (StepRunsPlanner.RingKindsWithoutRenamedBlocksLoadAlike). This keeps a ring allreduce's count at 1/P.
+        most.runs[kind] = most.runs[0];
+        most.ends[kind] = most.ends[0];
+        continue;
+      }
       std::string err;
       RunBlockOrder bo;
       bool ordered = false;

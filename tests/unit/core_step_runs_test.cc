@@ -317,6 +317,45 @@ TEST_F(StepRunsPlanner, TooLongASchedulePlansTheRing) {
   for (const Planned& q : p) EXPECT_EQ(q.algo, Algo::kHier);
 }
 
+// The planner counts a ring channel that names no block through its ring order (allreduce, broadcast, reduce) as
+// channel 0: its ranks sit at other positions, but every step talks to the same two ring neighbours. Counted the
+// long way here, for every channel kind, hosts of 2 to 6, both placements and several roots.
+TEST_F(StepRunsPlanner, RingKindsWithoutRenamedBlocksLoadAlike) {
+  int compared = 0;
+  for (int P : {2, 3, 4, 6}) {
+    for (int hosts : {2, 3, 5}) {
+      const int n = P * hosts;
+      std::vector<uint64_t> cyclic(n);
+      for (int r = 0; r < n; r++) cyclic[r] = static_cast<uint64_t>(r % hosts);
+      const std::vector<int> roundRobin = ringOrderByHost(cyclic);
+      for (const std::vector<int>* order : {static_cast<const std::vector<int>*>(nullptr), &roundRobin}) {
+        for (Coll coll : {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce}) {
+          for (int root : {0, n / 2, n - 1}) {
+            if (coll == Coll::kAllReduce && root != 0) continue;
+            const int kinds = channelKinds(Algo::kRing, n, P);
+            std::vector<size_t> runsOf(kinds, 0), endsOf(kinds, 0);
+            for (int kind = 0; kind < kinds; kind++) {
+              ScheduleRequest req{coll, Algo::kRing, n, 0, kind, kinds, root, order, P};
+              ASSERT_LT(blockRotation(req), 0) << "a ring " << collName(coll) << " names blocks through its order";
+              std::string err;
+              ASSERT_TRUE(forEachRankSchedule(req, [&](const Schedule& s) {
+                std::vector<StepRun> runs;
+                packStepRuns(s.steps.data(), s.steps.size(), &runs);
+                runsOf[kind] = std::max(runsOf[kind], runs.size());
+                endsOf[kind] = std::max(endsOf[kind], launchEnds(&s, 1).size());
+              }, &err)) << err;
+              EXPECT_EQ(runsOf[kind], runsOf[0]) << collName(coll) << " n " << n << " P " << P << " kind " << kind;
+              EXPECT_EQ(endsOf[kind], endsOf[0]) << collName(coll) << " n " << n << " P " << P << " kind " << kind;
+              compared++;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 300);
+}
+
 // What the planner lets a device launch hold at 1,024 ranks on hosts of 8 (a launch of 320 runs, as CUDA 12.1+
 // builds have): every ring collective keeps the 16 channels asked for.
 TEST_F(StepRunsPlanner, RingsOverManyHostsKeepTheirChannels) {
