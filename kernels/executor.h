@@ -94,6 +94,12 @@ CHORUS_HOST_DEVICE inline bool execSends(StepOp op) {
          op == StepOp::kRecvCopySend;
 }
 
+/// StepRun::ordered: which of a run's blocks are ring positions, looked up in the channel's ring order.
+enum StepRunOrdered : uint16_t {
+  kStepRunSrcOrdered = 1,
+  kStepRunDstOrdered = 2,
+};
+
 /// A run of schedule steps that are alike but for their peers and blocks, each of which moves by a fixed amount from
 /// one step to the next. A launch descriptor holds a schedule as runs: a ring over n ranks is a few runs whatever n
 /// is (its steps differ only in the block, one apart), so the descriptor's size does not bound the ranks.
@@ -101,11 +107,6 @@ CHORUS_HOST_DEVICE inline bool execSends(StepOp op) {
 /// per-rank blocks in that order, so its blocks move by no fixed amount; numbered by ring position they do. A run
 /// whose `ordered` has kStepRunSrcOrdered (kStepRunDstOrdered) keeps the source (destination) block as a position,
 /// and the step's block is order[position], order being the channel's ring order (BlockMap::blockOrder).
-enum StepRunOrdered : uint16_t {
-  kStepRunSrcOrdered = 1,
-  kStepRunDstOrdered = 2,
-};
-
 struct StepRun {
   StepOp op;
   Buf srcBuf, dstBuf;
