@@ -67,6 +67,15 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks) {
 
 namespace {
 
+/// Whether `algo` lays its schedules over the ring order (ScheduleRequest::ringOrder): genInOrder builds them.
+bool followsRingOrder(Algo algo) {
+  return algo == Algo::kRing || algo == Algo::kTree || algo == Algo::kHier || algo == Algo::kRail;
+}
+
+/// Whether genInOrder renames per-rank blocks through the order: all but a ring allreduce, whose n blocks are slices
+/// no rank owns (below).
+bool renamesBlocks(Coll coll, Algo algo) { return !(algo == Algo::kRing && coll == Coll::kAllReduce); }
+
 /// A channel's ring order (the request's, rotated within hosts where hostRotation says so) and its inverse, the
 /// position of each rank; both empty for rank order. The same for every rank of the channel.
 struct ChannelOrder {
@@ -84,7 +93,7 @@ struct ChannelOrder {
 void genInOrder(const ScheduleRequest& req, const ChannelOrder& co, Schedule* out,
                 void (*gen)(const ScheduleRequest&, Schedule*)) {
   if (co.order.empty()) return gen(req, out);
-  const bool renameBlocks = !(req.algo == Algo::kRing && req.coll == Coll::kAllReduce);
+  const bool renameBlocks = renamesBlocks(req.coll, req.algo);
   const std::vector<int>& order = co.order;
   const std::vector<int>& pos = co.pos;
   ScheduleRequest at = req;
@@ -131,9 +140,7 @@ std::vector<int> rotatedHostOrder(const ScheduleRequest& req) {
 ChannelOrder channelOrder(const ScheduleRequest& req) {
   ChannelOrder co;
   if (req.algo == Algo::kRing || req.algo == Algo::kTree) co.order = rotatedHostOrder(req);
-  const bool ordered = req.algo == Algo::kRing || req.algo == Algo::kTree || req.algo == Algo::kHier ||
-                       req.algo == Algo::kRail;
-  if (co.order.empty() && ordered && req.ringOrder != nullptr) co.order = *req.ringOrder;
+  if (co.order.empty() && followsRingOrder(req.algo) && req.ringOrder != nullptr) co.order = *req.ringOrder;
   co.pos.resize(co.order.size());
   for (size_t p = 0; p < co.order.size(); p++) co.pos[co.order[p]] = static_cast<int>(p);
   return co;
@@ -161,9 +168,7 @@ std::string requestProblem(const ScheduleRequest& req) {
     why = std::string(req.algo == Algo::kHier ? "hierarchical" : "rail") +
           " needs the same number of ranks on every host (" + std::to_string(req.localRanks) + " does not divide " +
           std::to_string(req.nranks) + ")";
-  } else if ((req.algo == Algo::kRing || req.algo == Algo::kHier || req.algo == Algo::kRail ||
-              req.algo == Algo::kTree) &&
-             req.ringOrder != nullptr && !req.ringOrder->empty()) {
+  } else if (followsRingOrder(req.algo) && req.ringOrder != nullptr && !req.ringOrder->empty()) {
     std::vector<char> seen(req.nranks, 0);
     bool perm = static_cast<int>(req.ringOrder->size()) == req.nranks;
     for (size_t i = 0; perm && i < req.ringOrder->size(); i++) {
@@ -237,9 +242,7 @@ std::vector<int> hostRotatedOrder(const std::vector<int>* ringOrder, int n, int 
 
 int blockRotation(const ScheduleRequest& req) {
   if (req.nranks < 2) return -1;
-  const bool ordered = req.algo == Algo::kRing || req.algo == Algo::kTree || req.algo == Algo::kHier ||
-                       req.algo == Algo::kRail;
-  if (!ordered || (req.algo == Algo::kRing && req.coll == Coll::kAllReduce)) return -1;  // genInOrder: not renamed
+  if (!followsRingOrder(req.algo) || !renamesBlocks(req.coll, req.algo)) return -1;
   int inBlocks, outBlocks;
   blockLayout(req.coll, req.algo, req.nranks, &inBlocks, &outBlocks);
   if (inBlocks != req.nranks && outBlocks != req.nranks) return -1;  // no per-rank blocks

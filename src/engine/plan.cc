@@ -144,7 +144,7 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
   hosts_ = static_cast<int>(perHost.size());
   // The ring order under each host rotation a channel may have (blockRotation), and each one's inverse.
   const int n = comm->nranks;
-  const int rotations = localRanks_ >= 2 && n % localRanks_ == 0 && n / localRanks_ >= 2 ? localRanks_ : 1;
+  const int rotations = channelKinds(Algo::kRing, n, localRanks_);  // every rotation a ring or tree channel has
   orderTable_.resize(static_cast<size_t>(rotations) * n);
   posTable_.resize(orderTable_.size());
   for (int rot = 0; rot < rotations; rot++) {
