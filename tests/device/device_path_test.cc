@@ -340,6 +340,26 @@ TEST_P(DevicePath, MixedHostAndDeviceBuffersAreRefused) {
   });
 }
 
+// An allgather and a reduce-scatter of N int32 a rank on the device, on stream s, each result checked element by
+// element; `after`, when given, runs once each call has completed, with the call's name.
+void allGatherReduceScatterChecked(ncclComm_t comm, int r, int n, cudaStream_t s, size_t N,
+                                   const std::function<void(const char*)>& after = {}) {
+  DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
+  int32_t* ip = in.as<int32_t>();
+  int32_t* op = out.as<int32_t>();
+  fill(ip, N, [&](size_t i) { return int32_t(r * 100000 + int32_t(i)); });
+  ASSERT_EQ(ncclAllGather(ip, op, N, ncclInt32, comm, s), ncclSuccess);
+  sync(s);
+  if (after) after("allgather");
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], int32_t(q * 100000 + int32_t(i))) << q << " " << i;
+  fill(ip, N * n, [&](size_t i) { return int32_t(r + int32_t(i)); });
+  ASSERT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, comm, s), ncclSuccess);
+  sync(s);
+  if (after) after("reduce-scatter");
+  for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], int32_t(n * (r * N + i) + n * (n - 1) / 2)) << i;
+}
+
 // A launch holds a schedule as runs of steps, so a ring over more ranks than a launch has room for steps (40 in the
 // 4 KiB layout of host and HIP builds: a ring allreduce over 21 ranks is 41 steps) still runs, on several channels.
 TEST_P(DevicePath, RingsOverMoreRanksThanALaunchHasStepsFor) {
@@ -348,20 +368,7 @@ TEST_P(DevicePath, RingsOverMoreRanksThanALaunchHasStepsFor) {
     allReduceCase(c, 1001);    // LL
     allReduceCase(c, 300000);  // Simple, on more than one channel (1.2 MB: 5 in the large layout, 2 in this one)
     EXPECT_GE(gEmu.lastChannels.load() / std::max(1, gEmu.lastLanes.load()), 2);
-    const int n = c.nranks, r = c.rank;
-    const size_t N = 3000;
-    DevBuf in(gEmu, N * n * sizeof(int32_t)), out(gEmu, N * n * sizeof(int32_t));
-    int32_t* ip = in.as<int32_t>();
-    int32_t* op = out.as<int32_t>();
-    fill(ip, N, [&](size_t i) { return int32_t(r * 100000 + int32_t(i)); });
-    ASSERT_EQ(ncclAllGather(ip, op, N, ncclInt32, c.comm, streamOf(c)), ncclSuccess);
-    sync(c);
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], int32_t(q * 100000 + int32_t(i))) << q << " " << i;
-    fill(ip, N * n, [&](size_t i) { return int32_t(r + int32_t(i)); });
-    ASSERT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, c.comm, streamOf(c)), ncclSuccess);
-    sync(c);
-    for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], int32_t(n * (r * N + i) + n * (n - 1) / 2)) << i;
+    allGatherReduceScatterChecked(c.comm, c.rank, c.nranks, streamOf(c), 3000);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
   });
 }
@@ -698,27 +705,12 @@ int ringCollectivesOnDevice(int rank, int nranks, int device, const ncclUniqueId
   ncclComm_t comm = nullptr;
   if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;
   allReduceChecked(comm, rank, nranks, 100000);
-  const size_t N = 3001;
-  DevBuf in(gEmu, N * nranks * sizeof(int32_t)), out(gEmu, N * nranks * sizeof(int32_t));
-  int32_t* ip = in.as<int32_t>();
-  int32_t* op = out.as<int32_t>();
-  cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
-  fill(ip, N, [&](size_t i) { return int32_t(rank * 100000 + int32_t(i)); });
-  EXPECT_EQ(ncclAllGather(ip, op, N, ncclInt32, comm, s), ncclSuccess);
-  sync(s);
-  if (expectOrdered) EXPECT_GT(gEmu.lastOrderedRuns.load(), 0) << "the allgather's blocks did not go by ring position";
-  size_t wrong = 0;
-  for (int q = 0; q < nranks; q++)
-    for (size_t i = 0; i < N; i++) wrong += op[q * N + i] != int32_t(q * 100000 + int32_t(i));
-  EXPECT_EQ(wrong, 0u) << "elements of the allgather are wrong";
-  fill(ip, N * nranks, [&](size_t i) { return int32_t(rank + int32_t(i)); });
-  EXPECT_EQ(ncclReduceScatter(ip, op, N, ncclInt32, ncclSum, comm, s), ncclSuccess);
-  sync(s);
-  if (expectOrdered)
-    EXPECT_GT(gEmu.lastOrderedRuns.load(), 0) << "the reduce-scatter's blocks did not go by ring position";
-  wrong = 0;
-  for (size_t i = 0; i < N; i++) wrong += op[i] != int32_t(nranks * (rank * N + i) + nranks * (nranks - 1) / 2);
-  EXPECT_EQ(wrong, 0u) << "elements of the reduce-scatter are wrong";
+  allGatherReduceScatterChecked(comm, rank, nranks, reinterpret_cast<cudaStream_t>(uintptr_t(1)), 3001,
+                                [expectOrdered](const char* call) {
+                                  if (expectOrdered)
+                                    EXPECT_GT(gEmu.lastOrderedRuns.load(), 0)
+                                        << "the " << call << "'s blocks did not go by ring position";
+                                });
   EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
   return ::testing::Test::HasFailure() ? 1 : 0;
