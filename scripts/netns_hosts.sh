@@ -1,10 +1,11 @@
 # Sourced by scripts that play several hosts with network namespaces (tests/tools/doctor_netns_test.sh,
 # perf/netns_ring_bench.sh). Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN).
 #
-#   netns_hosts PREFIX N SUBNET RATE: namespaces ${PREFIX}_h1 .. ${PREFIX}_hN, each with one interface "hx" at
-#     SUBNET.i/24, joined by a bridge in namespace ${PREFIX}_sw; every link shaped with HTB to RATE both ways (egress
-#     of hx and of the bridge port). Returns 1 on the first failure.
-#   netns_reshape PREFIX I RATE: changes host I's link rate, both ways.
+#   netns_hosts PREFIX N SUBNET RATE [SUBNET2]: namespaces ${PREFIX}_h1 .. ${PREFIX}_hN, each with one interface
+#     "hx" at SUBNET.i/24, joined by a bridge in namespace ${PREFIX}_sw; every link shaped with HTB to RATE both ways
+#     (egress of hx and of the bridge port). With SUBNET2, every host has a second NIC on a second rail: "hy" at
+#     SUBNET2.i/24 on a second bridge of the switch, shaped alike. Returns 1 on the first failure.
+#   netns_reshape PREFIX I RATE [DEV]: changes host I's link rate on DEV (hx, or hy), both ways.
 #   netns_hosts_del PREFIX N: deletes them (the veth pairs go with their namespaces).
 
 # ip netns add NAME, tried again a few times: namespaces made at the same moment by another process (another test
@@ -24,34 +25,45 @@ netns_shape() {  # NS DEV RATE
   ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$3" ceil "$3" || return 1
 }
 
+# netns_link PREFIX I DEV BRIDGE SUBNET RATE TAG: host I's interface DEV at SUBNET.I/24 on the switch's BRIDGE.
+netns_link() {
+  local prefix=$1 i=$2 dev=$3 br=$4 subnet=$5 rate=$6 tag=$7 ns=${1}_h$2 sw=${1}_sw
+  # Interface names stay under 16 characters: the pid-based prefix is short.
+  ip link add "h$i$tag$prefix" type veth peer name "s$i$tag$prefix" || return 1
+  ip link set "h$i$tag$prefix" netns "$ns" || return 1
+  ip link set "s$i$tag$prefix" netns "$sw" || return 1
+  ip -n "$ns" link set "h$i$tag$prefix" name "$dev" || return 1
+  ip -n "$sw" link set "s$i$tag$prefix" master "$br" || return 1
+  ip -n "$ns" addr add "$subnet.$i/24" dev "$dev" || return 1
+  ip -n "$ns" link set "$dev" up || return 1
+  ip -n "$sw" link set "s$i$tag$prefix" up || return 1
+  netns_shape "$ns" "$dev" "$rate" || return 1
+  netns_shape "$sw" "s$i$tag$prefix" "$rate" || return 1
+}
+
 netns_hosts() {
-  local prefix=$1 n=$2 subnet=$3 rate=$4 sw=${1}_sw i ns
+  local prefix=$1 n=$2 subnet=$3 rate=$4 subnet2=${5:-} sw=${1}_sw i ns br
   netns_add "$sw" || return 1
-  ip -n "$sw" link add br0 type bridge || return 1
-  ip -n "$sw" link set br0 up || return 1
+  for br in br0 ${subnet2:+br1}; do
+    ip -n "$sw" link add "$br" type bridge || return 1
+    ip -n "$sw" link set "$br" up || return 1
+  done
   for i in $(seq 1 "$n"); do
     ns=${prefix}_h$i
     netns_add "$ns" || return 1
-    # Interface names stay under 16 characters: the pid-based prefix is short.
-    ip link add "h$i$prefix" type veth peer name "s$i$prefix" || return 1
-    ip link set "h$i$prefix" netns "$ns" || return 1
-    ip link set "s$i$prefix" netns "$sw" || return 1
-    ip -n "$ns" link set "h$i$prefix" name hx || return 1
-    ip -n "$sw" link set "s$i$prefix" master br0 || return 1
-    ip -n "$ns" addr add "$subnet.$i/24" dev hx || return 1
     ip -n "$ns" link set lo up || return 1
-    ip -n "$ns" link set hx up || return 1
-    ip -n "$sw" link set "s$i$prefix" up || return 1
-    netns_shape "$ns" hx "$rate" || return 1
-    netns_shape "$sw" "s$i$prefix" "$rate" || return 1
+    netns_link "$prefix" "$i" hx br0 "$subnet" "$rate" "" || return 1
+    if [ -n "$subnet2" ]; then netns_link "$prefix" "$i" hy br1 "$subnet2" "$rate" y || return 1; fi
   done
 }
 
 netns_reshape() {
-  local prefix=$1 i=$2 rate=$3
-  ip netns exec "${prefix}_h$i" tc class change dev hx parent 1: classid 1:10 htb rate "$rate" ceil "$rate" || return 1
-  ip netns exec "${prefix}_sw" tc class change dev "s$i$prefix" parent 1: classid 1:10 htb rate "$rate" ceil "$rate" ||
+  local prefix=$1 i=$2 rate=$3 dev=${4:-hx} tag=
+  [ "$dev" = hy ] && tag=y
+  ip netns exec "${prefix}_h$i" tc class change dev "$dev" parent 1: classid 1:10 htb rate "$rate" ceil "$rate" ||
     return 1
+  ip netns exec "${prefix}_sw" tc class change dev "s$i$tag$prefix" parent 1: classid 1:10 htb rate "$rate" \
+    ceil "$rate" || return 1
 }
 
 netns_hosts_del() {

@@ -23,8 +23,9 @@ namespace {
 
 StrParam kSocketIfName{"NCCL_SOCKET_IFNAME", "",
                        "Interfaces for bootstrap and socket traffic: comma-separated name prefixes; a leading ^ "
-                       "excludes them, = (after any ^) requires exact names. Unset: first non-loopback interface "
-                       "that is up, else loopback.",
+                       "excludes them, = (after any ^) requires exact names. Unset: every non-loopback interface "
+                       "that is up but container bridges (docker*, virbr*), else the bridges, else loopback. The "
+                       "bootstrap uses the first; the socket net offers each (up to 16) as a device.",
                        "network"};
 StrParam kSocketFamily{"NCCL_SOCKET_FAMILY", "", "Address family for bootstrap and sockets: AF_INET or AF_INET6.",
                        "network"};
@@ -260,7 +261,38 @@ bool ifNameMatches(const std::string& spec, const std::string& name) {
   return exclude ? !listed : listed;
 }
 
-ncclResult_t findInterface(SockAddr* out, std::string* ifName, std::string* why) {
+std::vector<IfAddr> selectInterfaces(const std::vector<IfAddr>& all, const std::string& spec, int family,
+                                     size_t maxIfs) {
+  std::vector<IfAddr> out;
+  // One pass of candidates: each interface once, by its first address of the first family that has one (IPv4
+  // before IPv6 when no family is forced), in discovery order within a family.
+  auto pass = [&](auto accept) {
+    for (int fam : {AF_INET, AF_INET6}) {
+      if (family != AF_UNSPEC && fam != family) continue;
+      for (const IfAddr& a : all) {
+        if (out.size() >= maxIfs) return;
+        if (a.addr.family() != fam || (a.flags & IFF_UP) == 0 || !accept(a)) continue;
+        bool seen = false;
+        for (const IfAddr& b : out) seen = seen || b.name == a.name;
+        if (seen) continue;
+        out.push_back(a);
+        out.back().addr.setPort(0);
+      }
+    }
+  };
+  if (!spec.empty()) {
+    pass([&](const IfAddr& a) { return ifNameMatches(spec, a.name); });
+    return out;
+  }
+  // Like NCCL: real interfaces first, then container bridges, then loopback; the first pass that finds any wins.
+  auto bridge = [](const IfAddr& a) { return ifNameMatches("docker,virbr", a.name); };
+  pass([&](const IfAddr& a) { return (a.flags & IFF_LOOPBACK) == 0 && !bridge(a); });
+  if (out.empty()) pass([&](const IfAddr& a) { return (a.flags & IFF_LOOPBACK) == 0; });
+  if (out.empty()) pass([&](const IfAddr& a) { return (a.flags & IFF_LOOPBACK) != 0; });
+  return out;
+}
+
+ncclResult_t findInterfaces(std::vector<IfAddr>* out, size_t maxIfs, std::string* why) {
   std::string familyText = kSocketFamily.get();
   int family = AF_UNSPEC;
   if (familyText == "AF_INET") {
@@ -272,29 +304,8 @@ ncclResult_t findInterface(SockAddr* out, std::string* ifName, std::string* why)
   }
   std::vector<IfAddr> all = listInterfaces();
   std::string spec = kSocketIfName.get();
-  // Candidate passes, in order of preference; IPv4 before IPv6 within each when no family is forced.
-  auto pick = [&](auto accept) -> bool {
-    for (int fam : {AF_INET, AF_INET6}) {
-      if (family != AF_UNSPEC && fam != family) continue;
-      for (const IfAddr& a : all) {
-        if (a.addr.family() != fam || (a.flags & IFF_UP) == 0 || !accept(a)) continue;
-        *out = a.addr;
-        out->setPort(0);
-        if (ifName != nullptr) *ifName = a.name;
-        return true;
-      }
-    }
-    return false;
-  };
-  if (!spec.empty()) {
-    if (pick([&](const IfAddr& a) { return ifNameMatches(spec, a.name); })) return ncclSuccess;
-  } else {
-    // Like NCCL: real interfaces first, then container bridges, then loopback.
-    auto bridge = [](const IfAddr& a) { return ifNameMatches("docker,virbr", a.name); };
-    if (pick([&](const IfAddr& a) { return (a.flags & IFF_LOOPBACK) == 0 && !bridge(a); })) return ncclSuccess;
-    if (pick([&](const IfAddr& a) { return (a.flags & IFF_LOOPBACK) == 0; })) return ncclSuccess;
-    if (pick([&](const IfAddr& a) { return (a.flags & IFF_LOOPBACK) != 0; })) return ncclSuccess;
-  }
+  *out = selectInterfaces(all, spec, family, maxIfs);
+  if (!out->empty()) return ncclSuccess;
   std::string names;
   for (const IfAddr& a : all) {
     if (names.find(a.name + " ") == std::string::npos && names.find(" " + a.name) == std::string::npos)
@@ -303,6 +314,15 @@ ncclResult_t findInterface(SockAddr* out, std::string* ifName, std::string* why)
   *why = "no usable network interface (NCCL_SOCKET_IFNAME=\"" + spec + "\", NCCL_SOCKET_FAMILY=\"" + familyText +
          "\"; interfaces with addresses: " + (names.empty() ? "none" : names) + ")";
   return ncclSystemError;
+}
+
+ncclResult_t findInterface(SockAddr* out, std::string* ifName, std::string* why) {
+  std::vector<IfAddr> found;
+  ncclResult_t res = findInterfaces(&found, 1, why);
+  if (res != ncclSuccess) return res;
+  *out = found[0].addr;
+  if (ifName != nullptr) *ifName = found[0].name;
+  return ncclSuccess;
 }
 
 ncclResult_t ioToNccl(const IoResult& r) {

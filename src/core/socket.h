@@ -77,8 +77,19 @@ struct IfAddr {
 /// This host's IPv4 and routable IPv6 interface addresses, in discovery order.
 std::vector<IfAddr> listInterfaces();
 
-/// Picks the local address to listen on: NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY when set, else the first
-/// non-loopback interface that is up (IPv4 before IPv6), else loopback. `ifName` (may be null) gets its name.
+/// The interfaces of `all` that chorus uses, as NCCL finds them, at most `maxIfs`: those NCCL_SOCKET_IFNAME-style
+/// `spec` selects when it is set; else the non-loopback ones that are not container bridges (docker*, virbr*), else
+/// those bridges, else loopback. Only interfaces that are up; each once, with its first address of `family`
+/// (AF_UNSPEC: IPv4 where it has one, else IPv6), port 0. IPv4 interfaces come first, each family in `all`'s order.
+std::vector<IfAddr> selectInterfaces(const std::vector<IfAddr>& all, const std::string& spec, int family,
+                                     size_t maxIfs);
+
+/// selectInterfaces over this host's interfaces, NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY; fails (with the
+/// interfaces seen in `why`) when none is usable.
+ncclResult_t findInterfaces(std::vector<IfAddr>* out, size_t maxIfs, std::string* why);
+
+/// The first interface findInterfaces gives: the local address the bootstrap listens on. `ifName` (may be null)
+/// gets its name.
 ncclResult_t findInterface(SockAddr* out, std::string* ifName, std::string* why);
 
 /// How an I/O operation ended.

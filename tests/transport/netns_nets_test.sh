@@ -7,6 +7,9 @@
 #   kill      rank 3 (on host 2) is SIGKILLed during a stream of allreduces: ranks 0-2 must fail naming rank 3;
 #   linkdown  host 2's link goes down during the stream: every rank must fail, naming a rank on the other host,
 #             within CHORUS_TIMEOUT_S (plus scheduling slack).
+# and, for Socket, with every host on two rails (a second NIC "hy" on a second bridge):
+#   rails     the matrix with NCCL_SOCKET_IFNAME=hx,hy and 2 channels: the socket net offers both interfaces as
+#             devices, and each of host 1's NICs carries at least 1 MB each way.
 # Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
 set -u
 bin=${1:?usage: netns_nets_test.sh <path to netns_coll> [Socket UCX]}
@@ -35,7 +38,7 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
   echo "SKIP: iproute2 (ip, tc) is not installed"
   exit 77
 fi
-if ! netns_hosts "$pfx" 2 10.83.0 10gbit 2>"$wd/err"; then
+if ! netns_hosts "$pfx" 2 10.83.0 10gbit 10.84.0 2>"$wd/err"; then
   echo "SKIP: cannot create bridged network namespaces ($(tail -1 "$wd/err")); run as root"
   exit 77
 fi
@@ -46,15 +49,18 @@ fail() {
 }
 
 port=29800
+ifname="=hx"
+debug=WARN
+extra_env=
 # launch NET CASE MODE FIRST LAST: starts ranks FIRST..LAST of netns_coll MODE (rank r on host r / PER + 1),
-# logging to $wd/NET-CASE-r.log.
+# logging to $wd/NET-CASE-r.log; with NCCL_SOCKET_IFNAME=$ifname, NCCL_DEBUG=$debug and $extra_env (VAR=value ...).
 launch() {
   local netname=$1 case=$2 mode=$3 first=$4 last=$5 r host
   for r in $(seq "$first" "$last"); do
     host=$((r / PER + 1))
-    ip netns exec "${pfx}_h$host" env NCCL_COMM_ID=10.83.0.1:$port NCCL_SOCKET_IFNAME==hx NCCL_NET="$netname" \
-      NCCL_NET_PLUGIN=none UCX_TLS=tcp UCX_NET_DEVICES=hx CHORUS_TIMEOUT_S=$timeout_s NCCL_DEBUG=WARN \
-      "$bin" "$r" $N "$mode" >"$wd/$netname-$case-$r.log" 2>&1 &
+    ip netns exec "${pfx}_h$host" env NCCL_COMM_ID=10.83.0.1:$port NCCL_SOCKET_IFNAME="$ifname" NCCL_NET="$netname" \
+      NCCL_NET_PLUGIN=none UCX_TLS=tcp UCX_NET_DEVICES=hx CHORUS_TIMEOUT_S=$timeout_s NCCL_DEBUG="$debug" \
+      $extra_env "$bin" "$r" $N "$mode" >"$wd/$netname-$case-$r.log" 2>&1 &
     pids[$r]=$!
   done
 }
@@ -159,4 +165,34 @@ for netname in $nets; do
       fail "$netname linkdown: rank $r took ${took:-?} s (CHORUS_TIMEOUT_S $timeout_s)"
   done
 done
+
+# bytes DEV DIR: what host 1's DEV has carried (DIR tx or rx).
+bytes() { ip netns exec "${pfx}_h1" cat "/sys/class/net/$1/statistics/$2_bytes"; }
+
+case " $nets " in *" Socket "*)
+  port=$((port + 1))
+  ifname="hx,hy" debug=INFO extra_env="NCCL_DEBUG_SUBSYS=INIT,NET CHORUS_HOST_NCHANNELS=2"
+  declare -A before
+  for d in hx hy; do for dir in tx rx; do before[$d$dir]=$(bytes $d $dir); done; done
+  launch Socket rails matrix 0 $((N - 1))
+  wait_all 120 "Socket-rails"
+  for r in $(seq 0 $((N - 1))); do
+    grep -q "rank $r: OK" "$wd/Socket-rails-$r.log" || {
+      show Socket rails
+      fail "Socket rails: rank $r did not finish OK"
+    }
+  done
+  grep -q "NET/Socket : interfaces hx (10.83.0.1), hy (10.84.0.1)" "$wd/Socket-rails-0.log" ||
+    fail "Socket rails: rank 0 did not find both interfaces: $(grep "NET/Socket : interface" "$wd/Socket-rails-0.log")"
+  grep -q "devices by channel: 0 (hx), 1 (hy)" "$wd/Socket-rails-0.log" ||
+    fail "Socket rails: rank 0 did not spread its channels: $(grep "devices by channel" "$wd/Socket-rails-0.log")"
+  for d in hx hy; do
+    for dir in tx rx; do
+      moved=$(($(bytes $d $dir) - ${before[$d$dir]}))
+      echo "host 1 $d $dir: $moved bytes"
+      [ "$moved" -ge 1048576 ] || fail "Socket rails: host 1's $d carried $moved bytes ($dir), under 1 MB"
+    done
+  done
+  ;;
+esac
 exit $status

@@ -1,6 +1,7 @@
 // Unit tests of the TCP helpers under the bootstrap (src/core/socket.h): address parsing and
 // formatting, interface selection, and the distinct failure results of connect/send/recv.
 #include <gtest/gtest.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -122,6 +123,50 @@ TEST(BootstrapSocket, IfNameSyntaxFollowsNccl) {
       {"^docker,lo", "eth0", true}, {"", "eth0", false},
   };
   for (const Case& c : cases) EXPECT_EQ(ifNameMatches(c.spec, c.name), c.match) << c.spec << " vs " << c.name;
+}
+
+// An interface address as getifaddrs would list it.
+IfAddr ifAddr(const std::string& name, const std::string& addr, unsigned flags = IFF_UP) {
+  IfAddr a;
+  a.name = name;
+  a.flags = flags;
+  std::string why;
+  EXPECT_EQ(parseAddress(addr, &a.addr, &why), ncclSuccess) << why;
+  return a;
+}
+
+std::string names(const std::vector<IfAddr>& v) {
+  std::string out;
+  for (const IfAddr& a : v) out += (out.empty() ? "" : " ") + a.name + "=" + a.addr.str();
+  return out;
+}
+
+// The socket net offers every interface selectInterfaces returns as a device, as NCCL's does.
+TEST(BootstrapSocket, SelectsEveryInterfaceOnceAsNcclFindsThem) {
+  const std::vector<IfAddr> host = {
+      ifAddr("lo", "127.0.0.1:0", IFF_UP | IFF_LOOPBACK),
+      ifAddr("eth0", "10.0.0.5:0"),
+      ifAddr("docker0", "172.17.0.1:0"),
+      ifAddr("eth0", "[fd00::5]:0"),    // a second address of eth0: eth0 stays one device, by its IPv4 address
+      ifAddr("ib0", "[fd01::7]:0"),     // IPv6 only: after the IPv4 interfaces
+      ifAddr("eth1", "10.1.0.5:0"),
+      ifAddr("eth2", "10.2.0.5:0", 0),  // down
+  };
+  EXPECT_EQ(names(selectInterfaces(host, "", AF_UNSPEC, 16)),
+            "eth0=10.0.0.5:0 eth1=10.1.0.5:0 ib0=[fd01::7]:0");
+  EXPECT_EQ(names(selectInterfaces(host, "", AF_UNSPEC, 2)), "eth0=10.0.0.5:0 eth1=10.1.0.5:0");
+  EXPECT_EQ(names(selectInterfaces(host, "", AF_UNSPEC, 1)), "eth0=10.0.0.5:0");
+  EXPECT_EQ(names(selectInterfaces(host, "", AF_INET6, 16)), "eth0=[fd00::5]:0 ib0=[fd01::7]:0");
+  EXPECT_EQ(names(selectInterfaces(host, "eth", AF_UNSPEC, 16)), "eth0=10.0.0.5:0 eth1=10.1.0.5:0");
+  EXPECT_EQ(names(selectInterfaces(host, "=eth1,ib0", AF_UNSPEC, 16)), "eth1=10.1.0.5:0 ib0=[fd01::7]:0");
+  // Set, the list is the only filter, loopback and bridges included (NCCL's "^" lists do the same).
+  EXPECT_EQ(names(selectInterfaces(host, "^eth", AF_UNSPEC, 16)), "lo=127.0.0.1:0 docker0=172.17.0.1:0 ib0=[fd01::7]:0");
+  EXPECT_TRUE(selectInterfaces(host, "=eth2", AF_UNSPEC, 16).empty());
+  // Unset, bridges only when nothing else is up, then loopback.
+  const std::vector<IfAddr> bridged = {ifAddr("lo", "127.0.0.1:0", IFF_UP | IFF_LOOPBACK),
+                                       ifAddr("virbr0", "192.168.122.1:0"), ifAddr("docker0", "172.17.0.1:0")};
+  EXPECT_EQ(names(selectInterfaces(bridged, "", AF_UNSPEC, 16)), "virbr0=192.168.122.1:0 docker0=172.17.0.1:0");
+  EXPECT_EQ(names(selectInterfaces({bridged[0]}, "", AF_UNSPEC, 16)), "lo=127.0.0.1:0");
 }
 
 TEST_F(SocketEnvTest, FindsAnInterfaceByDefault) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "core/checks.h"
 #include "core/debug.h"
@@ -50,30 +51,45 @@ size_t chunkBytes(size_t size, int nData) {
 
 namespace {
 
-/// The interface getProperties describes (it takes no context): chorus's socket interface, looked up once.
-struct Probe {
-  bool usable = false;
-  std::string why;
-  std::string name;
-  std::string pciPath;
-  int speedMbps = 10000;
+/// The interfaces NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY select, one net device each, as found by the latest
+/// init() (or the first devices() call). getProperties hands out their names, which stay valid for the process.
+struct DeviceList {
+  std::mutex mu;
+  bool probed = false;
+  std::vector<Device> devs;
+  std::set<std::string> names;  ///< every name and PCI path ever listed: the pointers getProperties gave stay valid
 };
 
-const Probe& probe() {
-  static const Probe p = [] {
-    Probe q;
-    SockAddr addr;
-    if (findInterface(&addr, &q.name, &q.why) != ncclSuccess) return q;
-    q.usable = true;
-    std::ifstream in("/sys/class/net/" + q.name + "/speed");
+DeviceList& deviceList() {
+  static DeviceList* l = new DeviceList;  // never destroyed: plugins and proxies may outlive static destruction
+  return *l;
+}
+
+/// Looks up the interfaces again and makes them the process's device list; fails when there is none.
+ncclResult_t probeDevices(std::vector<Device>* out) {
+  std::vector<IfAddr> found;
+  std::string why;
+  if (findInterfaces(&found, kMaxDevices, &why) != ncclSuccess)
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : no interface: %s", why.c_str());
+  std::vector<Device> devs;
+  for (const IfAddr& f : found) {
+    Device d;
+    d.name = f.name;
+    d.addr = f.addr;
+    std::ifstream in("/sys/class/net/" + f.name + "/speed");
     int speed = 0;
-    if (in >> speed && speed > 0) q.speedMbps = speed;
+    if (in >> speed && speed > 0) d.speedMbps = speed;
     char buf[PATH_MAX];
-    std::string dev = "/sys/class/net/" + q.name + "/device";
-    if (::realpath(dev.c_str(), buf) != nullptr) q.pciPath = buf;
-    return q;
-  }();
-  return p;
+    std::string dev = "/sys/class/net/" + f.name + "/device";
+    if (::realpath(dev.c_str(), buf) != nullptr) d.pciPath = buf;
+    devs.push_back(d);
+  }
+  DeviceList& l = deviceList();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.probed = true;
+  l.devs = devs;
+  *out = std::move(devs);
+  return ncclSuccess;
 }
 
 /// Records a comm's first failure; later ones are dropped (they follow from it).
@@ -398,15 +414,14 @@ void destroyComm(Comm* c) {
 
 ncclResult_t init(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogger_t, ncclProfilerCallback_t) {
   auto c = std::make_unique<Context>();
-  std::string why;
-  if (findInterface(&c->addr, &c->ifName, &why) != ncclSuccess)
-    CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : no interface: %s", why.c_str());
-  c->addr.setPort(0);
+  CHORUS_CHECK(probeDevices(&c->devs));
   c->nThreads = static_cast<int>(kSocketNThreads.get());
   c->nPerThread = static_cast<int>(kSocketNsocksPerThread.get());
   int threads = 0;
   int nData = dataSockets(c->nThreads, c->nPerThread, &threads);
-  INFO(kNet | kInit, "NET/Socket : interface %s (%s); %s", c->ifName.c_str(), c->addr.hostStr().c_str(),
+  std::string ifs;
+  for (const Device& d : c->devs) ifs += (ifs.empty() ? "" : ", ") + d.name + " (" + d.addr.hostStr() + ")";
+  INFO(kNet | kInit, "NET/Socket : %s %s; %s", c->devs.size() == 1 ? "interface" : "interfaces", ifs.c_str(),
        nData == 0 ? "one socket per connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = 1)"
                   : ("each connection striped over " + std::to_string(nData) + " data sockets, " +
                      std::to_string(threads) + " helper thread(s)")
@@ -416,26 +431,43 @@ ncclResult_t init(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogge
 }
 
 ncclResult_t devices(int* ndev) {
-  *ndev = probe().usable ? 1 : 0;
+  DeviceList& l = deviceList();
+  bool probed;
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    probed = l.probed;
+  }
+  std::vector<Device> devs;
+  if (!probed && probeDevices(&devs) != ncclSuccess) {
+    *ndev = 0;
+    return ncclSuccess;
+  }
+  std::lock_guard<std::mutex> lock(l.mu);
+  *ndev = static_cast<int>(l.devs.size());
   return ncclSuccess;
 }
 
 ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) {
-  const Probe& p = probe();
-  if (dev != 0 || !p.usable) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d", dev);
+  int ndev = 0;
+  CHORUS_CHECK(devices(&ndev));
+  DeviceList& l = deviceList();
+  std::lock_guard<std::mutex> lock(l.mu);
+  if (dev < 0 || dev >= static_cast<int>(l.devs.size()))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d (%zu interfaces)", dev, l.devs.size());
+  const Device& d = l.devs[dev];
   *props = ncclNetProperties_v11_t{};
-  props->name = const_cast<char*>(p.name.c_str());
-  props->pciPath = p.pciPath.empty() ? nullptr : const_cast<char*>(p.pciPath.c_str());
+  props->name = const_cast<char*>(l.names.insert(d.name).first->c_str());
+  props->pciPath = d.pciPath.empty() ? nullptr : const_cast<char*>(l.names.insert(d.pciPath).first->c_str());
   props->ptrSupport = NCCL_PTR_HOST;
   props->regIsGlobal = 1;  // registration is a no-op: any comm may use any handle
-  props->speed = p.speedMbps;
+  props->speed = d.speedMbps;
   props->port = 0;
   props->latency = 0;
   props->maxComms = 65536;
   props->maxRecvs = 1;
   props->netDeviceType = NCCL_NET_DEVICE_HOST;
   props->vProps.ndevs = 1;
-  props->vProps.devs[0] = 0;
+  props->vProps.devs[0] = dev;
   props->maxP2pBytes = static_cast<size_t>(INT_MAX);
   props->maxCollBytes = static_cast<size_t>(INT_MAX);
   props->maxMultiRequestSize = 1;
@@ -445,10 +477,11 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) {
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   Context* x = static_cast<Context*>(ctx);
   *listenComm = nullptr;
-  if (dev != 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d", dev);
+  if (dev < 0 || dev >= static_cast<int>(x->devs.size()))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d (%zu interfaces)", dev, x->devs.size());
   auto l = std::make_unique<ListenComm>();
   l->ctx = x;
-  IoResult io = Socket::listen(x->addr, &l->sock);
+  IoResult io = Socket::listen(x->devs[dev].addr, &l->sock);
   if (!io.ok()) CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : %s", io.what.c_str());
   int threads = 0;
   l->nData = static_cast<uint32_t>(dataSockets(x->nThreads, x->nPerThread, &threads));
@@ -472,7 +505,10 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   Handle h;
   std::memcpy(&h, handle, sizeof(h));
   if (h.magic != kHandleMagic) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : not a socket-net handle");
-  if (dev != 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d", dev);
+  // The connection goes wherever the kernel routes the listener's address (the device that listener chose); the
+  // sending device only has to exist, as in NCCL's socket net.
+  if (dev < 0 || dev >= static_cast<int>(x->devs.size()))
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d (%zu interfaces)", dev, x->devs.size());
   Comm* c = reinterpret_cast<Comm*>(static_cast<uintptr_t>(h.pending));
   auto forget = [&]() {
     auto& v = x->connecting;

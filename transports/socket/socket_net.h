@@ -158,10 +158,20 @@ struct ListenComm {
   int nHave = 0;
 };
 
-/// One init(): the interface and striping settings of one communicator's proxy.
+/// Most interfaces the net offers as devices (NCCL's MAX_IFS).
+constexpr size_t kMaxDevices = 16;
+
+/// A net device: one interface NCCL_SOCKET_IFNAME selects (docs/net.md, "The socket net").
+struct Device {
+  std::string name;
+  SockAddr addr;  ///< where listen() on this device binds (port 0)
+  std::string pciPath;
+  int speedMbps = 10000;  ///< /sys/class/net/NAME/speed where it says
+};
+
+/// One init(): the devices and striping settings of one communicator's proxy.
 struct Context {
-  SockAddr addr;  ///< where listen() binds (port 0)
-  std::string ifName;
+  std::vector<Device> devs;
   int nThreads = 1;
   int nPerThread = 1;
   std::vector<Comm*> comms;       ///< open comms, for pollFds
