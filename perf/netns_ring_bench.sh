@@ -14,7 +14,9 @@
 # TOOLS: the perf tools to run, space-separated (default: all three). In the environment: MIN_BYTES, the smallest
 # size (default 1M); FACTOR, the step between sizes (default 4); ITERS, timed iterations a size (default 5); CONFIGS, the runs as ALGO:CHORUS_RING_BY_HOST
 # (default "ring:1 ring:0 Hierarchical:1 Rail:1 default:1 Tree:1 Tree:0"); HOST_SYSCTL, key=value settings applied
-# with sysctl in every host's namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0).
+# with sysctl in every host's namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0); RAILS=2 gives every host a
+# second NIC on a second rail (hy, 10.82.0.i, shaped to RATE too), the ranks NCCL_SOCKET_IFNAME==hx,hy, and the
+# bound the sum of both rails' goodput, measured at once.
 set -u
 build=${1:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
 out=${2:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
@@ -39,22 +41,35 @@ trap cleanup EXIT
 trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TERM) still runs cleanup
 trap 'exit 143' TERM
 
-netns_hosts "$net" $H 10.81.0 "$rate" || exit 1
+rails=${RAILS:-1}
+case $rails in 1) netns_hosts "$net" $H 10.81.0 "$rate" || exit 1; ifname="=hx" ;;
+  2) netns_hosts "$net" $H 10.81.0 "$rate" 10.82.0 || exit 1; ifname="=hx,hy" ;;
+  *) echo "RAILS must be 1 or 2"; exit 2 ;;
+esac
 for kv in ${HOST_SYSCTL:-}; do
   for i in $(seq 1 $H); do ip netns exec "${net}_h$i" sysctl -qw "$kv" || exit 1; done
 done
 
-# Goodput of one host's link, one stream each way at once (as a ring hop's two directions run).
+# Goodput of one host's link (each rail's, at once), one stream each way at once (as a ring hop's two directions
+# run).
 ip netns exec "${net}_h2" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
+if [ "$rails" = 2 ]; then ip netns exec "${net}_h2" iperf3 -s -D -1 -p 5202 >/dev/null 2>&1; fi
 sleep 0.5
+if [ "$rails" = 2 ]; then
+  ip netns exec "${net}_h1" iperf3 -c 10.82.0.2 -p 5202 -t 5 --bidir -J >"$out/iperf3-hy.json" 2>&1 &
+fi
 ip netns exec "${net}_h1" iperf3 -c 10.81.0.2 -p 5201 -t 5 --bidir -J >"$out/iperf3.json" 2>&1
+wait
 goodput=$(python3 -c '
 import json,sys
-d=json.load(open(sys.argv[1]))
-e=d["end"]
-print(min(e["sum_sent"]["bits_per_second"], e["sum_sent_bidir_reverse"]["bits_per_second"])/8)
-' "$out/iperf3.json") || { echo "iperf3 failed: $(tail -3 "$out/iperf3.json")"; exit 1; }
-echo "link $rate: TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s)"
+total = 0
+for path in sys.argv[1:]:
+    e=json.load(open(path))["end"]
+    total += min(e["sum_sent"]["bits_per_second"], e["sum_sent_bidir_reverse"]["bits_per_second"])/8
+print(total)
+' "$out/iperf3.json" $([ "$rails" = 2 ] && echo "$out/iperf3-hy.json")) ||
+  { echo "iperf3 failed: $(tail -3 "$out"/iperf3*.json)"; exit 1; }
+echo "link $rate x $rails rail(s): TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s, rails summed)"
 
 # run TOOL PLACEMENT BYHOST ALGO: 8 ranks, JSON to $out/TOOL-PLACEMENT-BYHOST[-ALGO].json.
 port=29700
@@ -69,7 +84,7 @@ run() {
     local h lr
     if [ "$place" = host ]; then h=$((r / PER + 1)); lr=$((r % PER)); else h=$((r % H + 1)); lr=$((r / H)); fi
     ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
-      MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo \
+      MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME="$ifname" CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo \
       CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b "${MIN_BYTES:-1M}" -e "$maxb" -f "${FACTOR:-4}" -n "${ITERS:-5}" -w 1 \
       --json "$out/$name.json" >"$out/$name.$r.log" 2>&1 &
     pids+=($!)
