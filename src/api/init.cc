@@ -309,9 +309,18 @@ ncclResult_t checkCommUsable(ncclComm* comm, const char* fn, bool allowRevoked) 
     case CommState::kFinalized:
       CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator was finalized (ncclCommFinalize)", fn,
                   comm->rank);
-    case CommState::kFailed:
+    case CommState::kFailed: {
+      // The cause, not the text of the last call refused for it: a program that calls on after a failure would
+      // otherwise nest one "failed earlier (...)" in the next.
+      static const std::string kEarlier = "the communicator failed earlier (", kTail = "); destroy or abort it";
+      std::string cause = commLastError(comm);
+      const size_t at = cause.find(kEarlier);
+      if (at != std::string::npos && cause.size() >= at + kEarlier.size() + kTail.size() &&
+          cause.compare(cause.size() - kTail.size(), kTail.size(), kTail) == 0)
+        cause = cause.substr(at + kEarlier.size(), cause.size() - kTail.size() - at - kEarlier.size());
       CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator failed earlier (%s); destroy or abort it", fn,
-                  comm->rank, commLastError(comm).c_str());
+                  comm->rank, cause.c_str());
+    }
   }
   return ncclInternalError;
 }

@@ -155,6 +155,20 @@ TEST(Fault, MismatchedCollectivesNameBothCalls) {
         if (res != ncclInvalidUsage) return kWrongCode;
         if (text.find("ncclAllReduce") == std::string::npos || text.find("ncclBroadcast") == std::string::npos)
           return kNotNamed;
+        // Later calls are refused naming that cause once, however many came before: a program that calls on after
+        // a failure must not get "failed earlier (... failed earlier (...))".
+        std::string later;
+        for (int i = 0; i < 3; i++) {
+          res = ncclAllGather(buf.data(), buf.data(), 1, ncclFloat, comm, nullptr);
+          later = ncclGetLastError(comm);
+        }
+        fprintf(stderr, "rank %d, the third call after: %s\n", rank, later.c_str());
+        if (res != ncclInvalidUsage) return kWrongCode;
+        const size_t first = later.find("failed earlier");
+        if (first == std::string::npos || later.find("failed earlier", first + 1) != std::string::npos ||
+            later.find("ncclAllReduce") == std::string::npos || later.find("ncclBroadcast") == std::string::npos ||
+            later.rfind("ncclAllGather", 0) != 0)
+          return kNotNamed;
         ncclCommAbort(comm);
         return kOk;
       },
