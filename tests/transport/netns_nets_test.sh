@@ -9,7 +9,9 @@
 #             within CHORUS_TIMEOUT_S (plus scheduling slack).
 # and, for Socket, with every host on two rails (a second NIC "hy" on a second bridge):
 #   rails     the matrix with NCCL_SOCKET_IFNAME=hx,hy and 2 channels: the socket net offers both interfaces as
-#             devices, and each of host 1's NICs carries at least 1 MB each way.
+#             devices, and each of host 1's NICs carries at least 1 MB each way;
+#   unrouted  the same with host 2's hy down, so host 2 cannot reach host 1's second NIC: every rank must fail
+#             within CHORUS_TIMEOUT_S (plus slack), and a rank of host 2 must log the address it could not reach.
 # Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
 set -u
 bin=${1:?usage: netns_nets_test.sh <path to netns_coll> [Socket UCX]}
@@ -193,6 +195,23 @@ case " $nets " in *" Socket "*)
       [ "$moved" -ge 1048576 ] || fail "Socket rails: host 1's $d carried $moved bytes ($dir), under 1 MB"
     done
   done
+
+  port=$((port + 1))
+  debug=WARN extra_env="CHORUS_HOST_NCHANNELS=2"
+  ip -n "${pfx}_h2" link set hy down
+  start=$SECONDS
+  launch Socket unrouted matrix 0 $((N - 1))
+  wait_all $((3 * timeout_s)) "Socket-unrouted"
+  took=$((SECONDS - start))
+  ip -n "${pfx}_h2" link set hy up
+  show Socket unrouted
+  for r in $(seq 0 $((N - 1))); do
+    grep -q "rank $r: OK" "$wd/Socket-unrouted-$r.log" && fail "Socket unrouted: rank $r finished OK"
+    grep -q "still running at the deadline" "$wd/Socket-unrouted-$r.log" && fail "Socket unrouted: rank $r hung"
+  done
+  echo "unrouted: every rank ended in $took s"
+  cat "$wd"/Socket-unrouted-[23].log | grep -q "connect failed.*cannot connect to 10.84.0.1:[0-9]*: Network is unreachable" ||
+    fail "Socket unrouted: no rank of host 2 named the address it could not reach"
   ;;
 esac
 exit $status

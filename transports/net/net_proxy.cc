@@ -199,6 +199,17 @@ void NetProxy::adopt() {
   haveNew_.store(false, std::memory_order_relaxed);
 }
 
+void NetProxy::setupFailed(NetConn& c, const char* what, ncclResult_t rc) {
+  // The net's own text says what the peer's failure notice cannot: which address or device did not answer (an
+  // interface the peer's host cannot reach, a firewall). The communicator's error names the peer; this line, once a
+  // connection, names the cause.
+  const char* said = threadLastError();
+  std::string why = std::string(what) + " failed (" + ncclGetErrorString(rc) + ")";
+  if (said != nullptr && said[0] != '\0') why += std::string(": ") + said;
+  WARN("%s: %s", connName(c).c_str(), why.c_str());
+  fail(c, why);
+}
+
 void NetProxy::fail(NetConn& c, const std::string& why) {
   INFO(kNet, "%s: %s", connName(c).c_str(), why.c_str());
   closeConn(c);
@@ -355,14 +366,14 @@ bool NetProxy::setup(NetConn& c) {
     case NetConn::State::kConnecting:
       rc = n->connect(net_.ctx, c.dev, c.handle, &c.comm, &devHandle);
       if (rc != ncclSuccess) {
-        fail(c, "connect failed (" + std::string(ncclGetErrorString(rc)) + ")");
+        setupFailed(c, "connect", rc);
         return true;
       }
       break;
     case NetConn::State::kAccepting:
       rc = n->accept(c.listenComm, &c.comm, &devHandle);
       if (rc != ncclSuccess) {
-        fail(c, "accept failed (" + std::string(ncclGetErrorString(rc)) + ")");
+        setupFailed(c, "accept", rc);
         return true;
       }
       break;

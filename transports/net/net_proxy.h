@@ -123,6 +123,8 @@ class NetProxy : public RemoteTransport {
   /// The net failed the connection: closes it and suspects the peer (kSuspect), logging why at INFO (the executor
   /// reports the failure if an operation waits on this FIFO).
   void fail(NetConn& c, const std::string& why);
+  /// connect or accept (`what`) returned `rc`: fail(), with the net's text (the thread's last error) in a WARN.
+  void setupFailed(NetConn& c, const char* what, ncclResult_t rc);
   /// kSuspect: poisons the FIFO naming the peer once its process is gone (died) or kSuspectS passed (failed).
   bool judge(NetConn& c);
   /// Poisons every connection with `peer` with `word` (a failure the peer or the net reported) and closes them;
