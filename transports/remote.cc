@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -194,12 +195,17 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   NetChoice net;
   ncclResult_t chosen = choose(comm, &net);
   // Every rank takes part in the exchange, even one whose choice failed (it sends an empty name), so that the others
-  // fail naming it rather than waiting.
-  constexpr size_t kNameBytes = 64;
-  std::vector<char> names(kNameBytes * comm->nranks, 0);
+  // fail naming it rather than waiting. Each rank's entry: its net's name, and how many devices it offers.
+  struct Entry {
+    char name[60];
+    int32_t ndev;
+  };
+  static_assert(sizeof(Entry) == 64, "one bootstrap allgather entry");
+  std::vector<Entry> entries(comm->nranks, Entry{});
   std::string mine = chosen != ncclSuccess ? "" : net.name;
-  strncpy(&names[kNameBytes * comm->rank], mine.c_str(), kNameBytes - 1);
-  ncclResult_t ag = comm->bootstrap->allGather(names.data(), kNameBytes);
+  strncpy(entries[comm->rank].name, mine.c_str(), sizeof(Entry::name) - 1);
+  entries[comm->rank].ndev = chosen != ncclSuccess ? 0 : net.ndev;
+  ncclResult_t ag = comm->bootstrap->allGather(entries.data(), sizeof(Entry));
   auto release = [&]() {
     if (net.api != nullptr && net.api->finalize != nullptr && net.ctx != nullptr) net.api->finalize(net.ctx);
   };
@@ -207,8 +213,10 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
     release();
     return chosen != ncclSuccess ? chosen : ag;
   }
+  int common = net.ndev;
   for (int r = 0; r < comm->nranks; r++) {
-    const char* theirs = &names[kNameBytes * r];
+    const char* theirs = entries[r].name;
+    common = std::min(common, static_cast<int>(entries[r].ndev));
     if (strcmp(theirs, mine.c_str()) == 0) continue;
     release();
     if (theirs[0] == '\0')
@@ -226,6 +234,7 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
          kNetGdrLevel.get().c_str());
   INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s): %s (%s)", comm->rank, net.name.c_str(), net.ndev,
        describeDevices(net).c_str(), net.reason.c_str());
+  net.commonDevices = std::max(common, 1);
   auto proxy = std::make_unique<NetProxy>(comm, net);
   CHORUS_CHECK(proxy->start());
   *out = std::move(proxy);

@@ -48,6 +48,9 @@ class RemoteTransport {
   /// Whether the proxy sends a slot passed by address (kDescribedSlot) from that address in this process's memory,
   /// so that the executor need not copy the data into the FIFO.
   virtual bool sendsByAddress() const { return false; }
+  /// The fewest devices (NICs) the net offers on any rank of the communicator, the same on every rank: how many
+  /// channels it takes for every rank's connections to use all of them.
+  virtual int commonDevices() const { return 1; }
 };
 
 /// How the executor wakes a proxy thread that sleeps: an eventfd the proxy polls, and a flag that lets kick() skip

@@ -26,8 +26,17 @@
 namespace chorus {
 namespace {
 
-IntParam kHostChannels{"CHORUS_HOST_NCHANNELS", 1, "Channels (independent schedules) per host-path operation.",
+IntParam kHostChannels{"CHORUS_HOST_NCHANNELS", 0,
+                       "Channels (independent schedules) per host-path operation, 1-16. 0: 1, except between hosts "
+                       "with no GPU in the communicator, where it is one a NIC: the fewest devices the net between "
+                       "hosts offers on any rank (up to 16), so that every NIC carries a channel (docs/net.md).",
                        "performance"};
+IntParam kNicChannelsMinBytes{"CHORUS_NIC_CHANNELS_MIN_BYTES", 262144,
+                               "With one host-path channel a NIC (CHORUS_HOST_NCHANNELS unset, several NICs): the "
+                               "smallest collective (its full buffer, in bytes) that runs them all; smaller ones run "
+                               "one channel, where a second one's messages cost more than its NIC gives "
+                               "(docs/perf/net.md).",
+                               "performance"};
 IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 0,
                     "Slots in each connection FIFO (at least 2). 0: 16 when some ranks of the communicator reach "
                     "each other through a net (several hosts, or NCCL_SHM_DISABLE=1) and none has a GPU, 8 "
@@ -50,14 +59,18 @@ IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
 /// Slots of the communicator's FIFOs: CHORUS_FIFO_SLOTS, or its default; *why says which. Every rank computes the
 /// same from what the ranks exchanged. Communicators with a GPU keep 8: the device path counts its lanes in tiles,
 /// and was measured so.
+bool anyGpu(const ncclComm* comm) {
+  for (const PeerInfo& p : comm->peers)
+    if (p.cudaDev >= 0) return true;
+  return false;
+}
+
 uint32_t fifoSlots(const ncclComm* comm, const char** why) {
   if (kFifoSlots.get() > 0) {
     *why = "CHORUS_FIFO_SLOTS";
     return static_cast<uint32_t>(std::max<int64_t>(2, kFifoSlots.get()));
   }
-  bool gpu = false;
-  for (const PeerInfo& p : comm->peers) gpu |= p.cudaDev >= 0;
-  if (gpu) {
+  if (anyGpu(comm)) {
     *why = "a GPU in the communicator";
     return 8;
   }
@@ -75,6 +88,7 @@ class HostEngine : public Engine {
     geo_.nSlots = fifoSlots(comm, &slotsWhy_);
     geo_.slotBytes = static_cast<uint32_t>(std::max<int64_t>(4096, kSlotBytes.get()) & ~int64_t(63));
     geo_.llLines = static_cast<uint32_t>(std::max<int64_t>(64, kLLLines.get()));
+    // 0: 1 until init() knows the net (one a NIC between hosts).
     nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(16, kHostChannels.get())));
     conns_ = std::make_unique<Connections>(comm, geo_);
     platform_ = std::make_unique<HostPlatform>(comm, conns_.get());
@@ -85,6 +99,15 @@ class HostEngine : public Engine {
     if (comm_->rank == 0)
       INFO(kInit, "comm %p: FIFOs of %u slots x %u bytes (%s)", (void*)comm_, geo_.nSlots, geo_.slotBytes, slotsWhy_);
     CHORUS_CHECK(conns_->init());
+    // One channel a NIC: a rank's channels take the net's devices in turn, so with fewer channels than NICs some
+    // NICs carry nothing. Every rank has the same net and the same agreed device count, so all pick alike.
+    if (kHostChannels.get() <= 0 && conns_->remote() != nullptr && !anyGpu(comm_)) {
+      nChannels_ = std::max(1, std::min(16, conns_->remote()->commonDevices()));
+      nicChannels_ = nChannels_ > 1;
+      if (comm_->rank == 0 && nChannels_ > 1)
+        INFO(kInit, "comm %p: %d channels on the host path, one for each device of the %s (CHORUS_HOST_NCHANNELS)",
+             (void*)comm_, nChannels_, conns_->remote()->name());
+    }
     return probeSingleCopy();
   }
 
@@ -158,7 +181,7 @@ class HostEngine : public Engine {
   ncclResult_t runColl(const OpDesc& op) {
     CollPlan plan;
     bool empty = false;
-    ncclResult_t res = planner_->planColl(op, nChannels_, -1 /* the tuner default */,
+    ncclResult_t res = planner_->planColl(op, channelsFor(op), -1 /* the tuner default */,
                                           [this](size_t bytes) { return scratch(bytes); }, &plan, &empty);
     if (res != ncclSuccess) return platform_->internalError("no schedule for this collective");
     if (empty) return ncclSuccess;
@@ -280,6 +303,14 @@ class HostEngine : public Engine {
   FifoGeometry geo_;
   const char* slotsWhy_ = "";  ///< why geo_ has its slots (fifoSlots)
   int nChannels_ = 1;
+  bool nicChannels_ = false;  ///< nChannels_ is one a NIC (not set by CHORUS_HOST_NCHANNELS)
+
+  /// The channels a collective runs: nChannels_, but one below CHORUS_NIC_CHANNELS_MIN_BYTES when they are one a NIC.
+  int channelsFor(const OpDesc& op) const {
+    if (nicChannels_ && planner_->fullBuffer(op) < static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get())))
+      return 1;
+    return nChannels_;
+  }
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
   std::unique_ptr<Planner> planner_;
@@ -291,7 +322,8 @@ class HostEngine : public Engine {
 }  // namespace
 
 unsigned long engineEnvHash() {
-  std::string s = std::to_string(kHostChannels.get()) + "|" + std::to_string(kFifoSlots.get()) + "|" +
+  std::string s = std::to_string(kHostChannels.get()) + "|" + std::to_string(kNicChannelsMinBytes.get()) + "|" +
+                  std::to_string(kFifoSlots.get()) + "|" +
                   std::to_string(kSlotBytes.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
                   "|" + std::to_string(ringByHostSetting());

@@ -87,6 +87,9 @@ void packStepRuns(const Step* steps, size_t n, std::vector<StepRun>* runs, const
 /// Per-communicator planning state: the schedule cache and the sequence numbers every fingerprint carries.
 class Planner {
  public:
+  /// The collective's full buffer in bytes (allreduce's, allgather's output, reduce-scatter's input...): the cost
+  /// model's size and NCCL's nBytes.
+  size_t fullBuffer(const OpDesc& op) const;
   Planner(ncclComm* comm, const FifoGeometry& geo);
   /// Plans a collective (advances the collective sequence number even for count 0, when *empty is set).
   /// `scratch(bytes)` gives memory that stands in for the output where a rank has none (ncclReduce off the
@@ -152,9 +155,6 @@ class Planner {
   std::vector<int32_t> orderTable_, posTable_;  ///< orderTable(), and each rotation's inverse
   /// The cost model's view of this communicator (hosts, ranks a host, CHORUS_COST_* links).
   ClusterShape modelShape() const;
-  /// The collective's full buffer in bytes (allreduce's, allgather's output, reduce-scatter's input...): the cost
-  /// model's size and NCCL's nBytes.
-  size_t fullBuffer(const OpDesc& op) const;
   /// The cost model's estimate of (coll, algo) on nChannels for `size` bytes; false where algo cannot run it.
   bool modelEstimate(Coll coll, Algo algo, size_t size, int nChannels, CostEstimate* out) const;
   /// CHORUS_TUNER_MODEL: the cost model's cheapest algorithm that can run the collective.

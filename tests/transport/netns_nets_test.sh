@@ -8,10 +8,14 @@
 #   linkdown  host 2's link goes down during the stream: every rank must fail, naming a rank on the other host,
 #             within CHORUS_TIMEOUT_S (plus scheduling slack).
 # and, for Socket, with every host on two rails (a second NIC "hy" on a second bridge):
-#   rails     the matrix with NCCL_SOCKET_IFNAME=hx,hy and 2 channels: the socket net offers both interfaces as
-#             devices, and each of host 1's NICs carries at least 1 MB each way;
-#   unrouted  the same with host 2's hy down, so host 2 cannot reach host 1's second NIC: every rank must fail
-#             within CHORUS_TIMEOUT_S (plus slack), and a rank of host 2 must log the address it could not reach.
+#   rails     the matrix with NCCL_SOCKET_IFNAME=hx,hy: the socket net offers both interfaces as devices, the host
+#             path takes a channel for each (CHORUS_HOST_NCHANNELS unset), and each of host 1's NICs carries at
+#             least 1 MB each way;
+#   one-nic   the same with host 2's hy down: host 2's ranks offer one device, so every rank must keep to its first
+#             device and to one channel, and the matrix must pass;
+#   unrouted  host 2's hy on another subnet (10.85.0.2/24), so neither host can reach the other's second NIC: every
+#             rank must fail within CHORUS_TIMEOUT_S (plus slack), and some rank must log an address it could not
+#             reach.
 # Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
 set -u
 bin=${1:?usage: netns_nets_test.sh <path to netns_coll> [Socket UCX]}
@@ -173,7 +177,7 @@ bytes() { ip netns exec "${pfx}_h1" cat "/sys/class/net/$1/statistics/$2_bytes";
 
 case " $nets " in *" Socket "*)
   port=$((port + 1))
-  ifname="hx,hy" debug=INFO extra_env="NCCL_DEBUG_SUBSYS=INIT,NET CHORUS_HOST_NCHANNELS=2"
+  ifname="hx,hy" debug=INFO extra_env="NCCL_DEBUG_SUBSYS=INIT,NET"
   declare -A before
   for d in hx hy; do for dir in tx rx; do before[$d$dir]=$(bytes $d $dir); done; done
   launch Socket rails matrix 0 $((N - 1))
@@ -186,6 +190,8 @@ case " $nets " in *" Socket "*)
   done
   grep -q "NET/Socket : interfaces hx (10.83.0.1), hy (10.84.0.1)" "$wd/Socket-rails-0.log" ||
     fail "Socket rails: rank 0 did not find both interfaces: $(grep "NET/Socket : interface" "$wd/Socket-rails-0.log")"
+  grep -q "2 channels on the host path, one for each device of the net Socket" "$wd/Socket-rails-0.log" ||
+    fail "Socket rails: rank 0 did not take a channel a NIC"
   grep -q "devices by channel: 0 (hx), 1 (hy)" "$wd/Socket-rails-0.log" ||
     fail "Socket rails: rank 0 did not spread its channels: $(grep "devices by channel" "$wd/Socket-rails-0.log")"
   for d in hx hy; do
@@ -197,21 +203,40 @@ case " $nets " in *" Socket "*)
   done
 
   port=$((port + 1))
-  debug=WARN extra_env="CHORUS_HOST_NCHANNELS=2"
   ip -n "${pfx}_h2" link set hy down
+  launch Socket one-nic matrix 0 $((N - 1))
+  wait_all 120 "Socket-one-nic"
+  for r in $(seq 0 $((N - 1))); do
+    grep -q "rank $r: OK" "$wd/Socket-one-nic-$r.log" || {
+      show Socket one-nic
+      fail "Socket one-nic: rank $r did not finish OK"
+    }
+  done
+  grep -q "channels on the host path" "$wd/Socket-one-nic-0.log" &&
+    fail "Socket one-nic: rank 0 took more than one channel with a host of one NIC"
+  grep -q "devices by channel: 0 (hx) (.*some rank's net offers only 1)" "$wd/Socket-one-nic-0.log" ||
+    fail "Socket one-nic: rank 0 did not keep to its first device: $(grep "devices by channel" "$wd/Socket-one-nic-0.log")"
+  ip -n "${pfx}_h2" link set hy up
+
+  port=$((port + 1))
+  debug=WARN extra_env=
+  ip -n "${pfx}_h2" addr del 10.84.0.2/24 dev hy
+  ip -n "${pfx}_h2" addr add 10.85.0.2/24 dev hy
   start=$SECONDS
   launch Socket unrouted matrix 0 $((N - 1))
   wait_all $((3 * timeout_s)) "Socket-unrouted"
   took=$((SECONDS - start))
-  ip -n "${pfx}_h2" link set hy up
+  ip -n "${pfx}_h2" addr del 10.85.0.2/24 dev hy
+  ip -n "${pfx}_h2" addr add 10.84.0.2/24 dev hy
   show Socket unrouted
   for r in $(seq 0 $((N - 1))); do
     grep -q "rank $r: OK" "$wd/Socket-unrouted-$r.log" && fail "Socket unrouted: rank $r finished OK"
     grep -q "still running at the deadline" "$wd/Socket-unrouted-$r.log" && fail "Socket unrouted: rank $r hung"
   done
   echo "unrouted: every rank ended in $took s"
-  cat "$wd"/Socket-unrouted-[23].log | grep -q "connect failed.*cannot connect to 10.84.0.1:[0-9]*: Network is unreachable" ||
-    fail "Socket unrouted: no rank of host 2 named the address it could not reach"
+  cat "$wd"/Socket-unrouted-*.log |
+    grep -q "connect failed.*cannot connect to 10.8[45].0.[12]:[0-9]*: Network is unreachable" ||
+    fail "Socket unrouted: no rank named the address it could not reach"
   ;;
 esac
 exit $status

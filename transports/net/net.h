@@ -50,6 +50,7 @@ struct NetChoice {
   std::string name;    ///< the net's name ("UCX", "IB", a plugin's name)
   std::string reason;  ///< why it was chosen, for NCCL_DEBUG=INFO
   int ndev = 0;
+  int commonDevices = 1;  ///< the fewest devices any rank's net offers (agreed at setup: the same on every rank)
   const NetProgressHooks* hooks = nullptr;  ///< a built-in net's, or null
   uint32_t inflightSlots = 4;               ///< FIFO slots the proxy keeps in flight per connection (at most 8)
   /// The net sends from any memory of this process, unregistered (the built-in socket net: sendmsg), so the proxy

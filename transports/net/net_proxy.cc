@@ -64,6 +64,15 @@ void NetProxy::chooseDevices() {
   if (kNetNearGpu.get() == 0) choice.why = "CHORUS_NET_NEAR_GPU=0";
   devices_ = choice.order;
   if (devices_.empty()) devices_.push_back(0);  // a net reports at least one device (selectNet checks)
+  // A rank listens on a channel's device, and its peers connect to that device's address. Where some rank's net
+  // offers fewer devices (a NIC down, an interface missing), its peers may not reach the others: every rank keeps
+  // to as many devices as every rank has.
+  if (static_cast<int>(devices_.size()) > net_.commonDevices) {
+    devices_.resize(static_cast<size_t>(std::max(1, net_.commonDevices)));
+    choice.order = devices_;
+    choice.why += std::string(choice.why.empty() ? "" : "; ") + "the first " + std::to_string(devices_.size()) +
+                  ": some rank's net offers only " + std::to_string(net_.commonDevices);
+  }
   if (net_.ndev > 1 || choice.byTopology)
     INFO(kNet | kInit, "rank %d: %s devices by channel: %s (%s)", rank_, name(),
          describeNicChoice(choice, deviceNames_).c_str(), choice.why.c_str());

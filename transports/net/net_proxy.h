@@ -101,6 +101,7 @@ class NetProxy : public RemoteTransport {
   void kick() override { wake_.kick(); }
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
+  int commonDevices() const override { return net_.commonDevices; }
 
  private:
   ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out);
