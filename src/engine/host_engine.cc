@@ -56,15 +56,16 @@ IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
                      "channel moves on to another); 0: they take turns a tile at a time.",
                      "performance"};
 
-/// Slots of the communicator's FIFOs: CHORUS_FIFO_SLOTS, or its default; *why says which. Every rank computes the
-/// same from what the ranks exchanged. Communicators with a GPU keep 8: the device path counts its lanes in tiles,
-/// and was measured so.
+/// Whether some rank of the communicator has a GPU.
 bool anyGpu(const ncclComm* comm) {
   for (const PeerInfo& p : comm->peers)
     if (p.cudaDev >= 0) return true;
   return false;
 }
 
+/// Slots of the communicator's FIFOs: CHORUS_FIFO_SLOTS, or its default; *why says which. Every rank computes the
+/// same from what the ranks exchanged. Communicators with a GPU keep 8: the device path counts its lanes in tiles,
+/// and was measured so.
 uint32_t fifoSlots(const ncclComm* comm, const char** why) {
   if (kFifoSlots.get() > 0) {
     *why = "CHORUS_FIFO_SLOTS";
@@ -307,9 +308,8 @@ class HostEngine : public Engine {
 
   /// The channels a collective runs: nChannels_, but one below CHORUS_NIC_CHANNELS_MIN_BYTES when they are one a NIC.
   int channelsFor(const OpDesc& op) const {
-    if (nicChannels_ && planner_->fullBuffer(op) < static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get())))
-      return 1;
-    return nChannels_;
+    const auto floor = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
+    return nicChannels_ && planner_->fullBuffer(op) < floor ? 1 : nChannels_;
   }
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;

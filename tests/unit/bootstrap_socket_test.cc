@@ -160,7 +160,8 @@ TEST(BootstrapSocket, SelectsEveryInterfaceOnceAsNcclFindsThem) {
   EXPECT_EQ(names(selectInterfaces(host, "eth", AF_UNSPEC, 16)), "eth0=10.0.0.5:0 eth1=10.1.0.5:0");
   EXPECT_EQ(names(selectInterfaces(host, "=eth1,ib0", AF_UNSPEC, 16)), "eth1=10.1.0.5:0 ib0=[fd01::7]:0");
   // Set, the list is the only filter, loopback and bridges included (NCCL's "^" lists do the same).
-  EXPECT_EQ(names(selectInterfaces(host, "^eth", AF_UNSPEC, 16)), "lo=127.0.0.1:0 docker0=172.17.0.1:0 ib0=[fd01::7]:0");
+  EXPECT_EQ(names(selectInterfaces(host, "^eth", AF_UNSPEC, 16)),
+            "lo=127.0.0.1:0 docker0=172.17.0.1:0 ib0=[fd01::7]:0");
   EXPECT_TRUE(selectInterfaces(host, "=eth2", AF_UNSPEC, 16).empty());
   // Unset, bridges only when nothing else is up, then loopback.
   const std::vector<IfAddr> bridged = {ifAddr("lo", "127.0.0.1:0", IFF_UP | IFF_LOOPBACK),
