@@ -310,14 +310,14 @@ ncclResult_t checkCommUsable(ncclComm* comm, const char* fn, bool allowRevoked) 
       CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator was finalized (ncclCommFinalize)", fn,
                   comm->rank);
     case CommState::kFailed: {
-      // The cause, not the text of the last call refused for it: a program that calls on after a failure would
-      // otherwise nest one "failed earlier (...)" in the next.
-      static const std::string kEarlier = "the communicator failed earlier (", kTail = "); destroy or abort it";
-      std::string cause = commLastError(comm);
-      const size_t at = cause.find(kEarlier);
-      if (at != std::string::npos && cause.size() >= at + kEarlier.size() + kTail.size() &&
-          cause.compare(cause.size() - kTail.size(), kTail.size(), kTail) == 0)
-        cause = cause.substr(at + kEarlier.size(), cause.size() - kTail.size() - at - kEarlier.size());
+      // The cause, kept from the first refusal: later refusals set the last error themselves, and naming that would
+      // nest one "failed earlier (...)" in the next for a program that calls on after a failure.
+      std::string cause;
+      {
+        std::lock_guard<std::mutex> lock(comm->errMutex);
+        if (comm->failCause.empty()) comm->failCause = comm->lastError;
+        cause = comm->failCause;
+      }
       CHORUS_FAIL(comm, ncclInvalidUsage, "%s: rank %d: the communicator failed earlier (%s); destroy or abort it", fn,
                   comm->rank, cause.c_str());
     }

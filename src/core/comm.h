@@ -73,8 +73,9 @@ struct ncclComm {
   std::unique_ptr<chorus::Worker> worker;  ///< runs this comm's part of multi-communicator groups
 
   std::mutex mutex;  ///< guards redOps
-  std::mutex errMutex;  ///< guards lastError (taken inside setLastError, never held while calling out)
+  std::mutex errMutex;  ///< guards lastError and failCause (taken inside setLastError, never held while calling out)
   std::string lastError;
+  std::string failCause;  ///< once failed: the last error when the first call was refused for it (checkCommUsable)
   std::map<int, chorus::UserRedOp> redOps;
   int nextRedOp = ncclNumOps;
   uint64_t splitCount = 0;  ///< number of splits made from this comm (derives child ids)
