@@ -68,7 +68,7 @@ void NetProxy::chooseDevices() {
   // offers fewer devices (a NIC down, an interface missing), its peers may not reach the others: every rank keeps
   // to as many devices as every rank has.
   if (static_cast<int>(devices_.size()) > net_.commonDevices) {
-    devices_.resize(static_cast<size_t>(std::max(1, net_.commonDevices)));
+    devices_.resize(static_cast<size_t>(net_.commonDevices));  // at least 1 (createRemoteTransport)
     choice.order = devices_;
     choice.why += std::string(choice.why.empty() ? "" : "; ") + "the first " + std::to_string(devices_.size()) +
                   ": some rank's net offers only " + std::to_string(net_.commonDevices);

@@ -55,8 +55,7 @@ namespace {
 /// init() (or the first devices() call). getProperties hands out their names, which stay valid for the process.
 struct DeviceList {
   std::mutex mu;
-  bool probed = false;
-  std::vector<Device> devs;
+  std::vector<Device> devs;  ///< empty until a probe finds an interface (a probe that finds none fails)
   std::set<std::string> names;  ///< every name and PCI path ever listed: the pointers getProperties gave stay valid
 };
 
@@ -86,7 +85,6 @@ ncclResult_t probeDevices(std::vector<Device>* out) {
   }
   DeviceList& l = deviceList();
   std::lock_guard<std::mutex> lock(l.mu);
-  l.probed = true;
   l.devs = devs;
   *out = std::move(devs);
   return ncclSuccess;
@@ -432,18 +430,19 @@ ncclResult_t init(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogge
 
 ncclResult_t devices(int* ndev) {
   DeviceList& l = deviceList();
-  bool probed;
   {
     std::lock_guard<std::mutex> lock(l.mu);
-    probed = l.probed;
+    *ndev = static_cast<int>(l.devs.size());
   }
   std::vector<Device> devs;
-  if (!probed && probeDevices(&devs) != ncclSuccess) {
-    *ndev = 0;
-    return ncclSuccess;
-  }
-  std::lock_guard<std::mutex> lock(l.mu);
-  *ndev = static_cast<int>(l.devs.size());
+  if (*ndev == 0 && probeDevices(&devs) == ncclSuccess) *ndev = static_cast<int>(devs.size());
+  return ncclSuccess;
+}
+
+/// Fails unless `dev` is one of the `n` devices.
+ncclResult_t checkDevice(int dev, size_t n) {
+  if (dev < 0 || static_cast<size_t>(dev) >= n)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d (%zu interfaces)", dev, n);
   return ncclSuccess;
 }
 
@@ -452,8 +451,7 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) {
   CHORUS_CHECK(devices(&ndev));
   DeviceList& l = deviceList();
   std::lock_guard<std::mutex> lock(l.mu);
-  if (dev < 0 || dev >= static_cast<int>(l.devs.size()))
-    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d (%zu interfaces)", dev, l.devs.size());
+  CHORUS_CHECK(checkDevice(dev, l.devs.size()));
   const Device& d = l.devs[dev];
   *props = ncclNetProperties_v11_t{};
   props->name = const_cast<char*>(l.names.insert(d.name).first->c_str());
@@ -477,8 +475,7 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) {
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   Context* x = static_cast<Context*>(ctx);
   *listenComm = nullptr;
-  if (dev < 0 || dev >= static_cast<int>(x->devs.size()))
-    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d (%zu interfaces)", dev, x->devs.size());
+  CHORUS_CHECK(checkDevice(dev, x->devs.size()));
   auto l = std::make_unique<ListenComm>();
   l->ctx = x;
   IoResult io = Socket::listen(x->devs[dev].addr, &l->sock);
@@ -507,8 +504,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   if (h.magic != kHandleMagic) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : not a socket-net handle");
   // The connection goes wherever the kernel routes the listener's address (the device that listener chose); the
   // sending device only has to exist, as in NCCL's socket net.
-  if (dev < 0 || dev >= static_cast<int>(x->devs.size()))
-    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : no device %d (%zu interfaces)", dev, x->devs.size());
+  CHORUS_CHECK(checkDevice(dev, x->devs.size()));
   Comm* c = reinterpret_cast<Comm*>(static_cast<uintptr_t>(h.pending));
   auto forget = [&]() {
     auto& v = x->connecting;
