@@ -91,7 +91,9 @@ build() {
   fi
   command -v ninja > /dev/null && gen="-G Ninja"
   log "configure + build (CUDA sm_90)"
-  local cfg=(-S . -B "$BUILD" $gen -DCMAKE_BUILD_TYPE=Release -DCHORUS_CUDA=ON -DCHORUS_CUDA_ARCHS=90 $prefix)
+  # CMAKE_EXTRA: more configure arguments (-DCMAKE_CXX_FLAGS=-g for stacks with lines).
+  local cfg=(-S . -B "$BUILD" $gen -DCMAKE_BUILD_TYPE=Release -DCHORUS_CUDA=ON -DCHORUS_CUDA_ARCHS=90 $prefix
+    ${CMAKE_EXTRA:-})
   if ! cmake "${cfg[@]}" -DCHORUS_BUILD_TESTS=ON >> "$LOGS/build.log" 2>&1; then
     # Without GoogleTest (no carried debs) the perf tools and the PyTorch check still run.
     log "configure failed with the tests (GoogleTest missing?); building without them"
@@ -328,7 +330,7 @@ core() {
   log "latency 8 B - 64 KiB, 1 rank: chorus vs NVIDIA NCCL (PyTorch's) with the same tool"
   run 60 latency_chorus_g1.log "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 64K -f 2 --mem device
   local nv
-  nv=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2> /dev/null)
+  nv=$(nvLib)
   if [ -n "$nv" ] && [ -f "$nv" ]; then
     run 60 latency_nvidia_g1.log env LD_PRELOAD="$nv" "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 64K -f 2 --mem device
   else
@@ -360,6 +362,75 @@ procs() {
 }
 
 # The MPS daemon, so that the processes' kernels run side by side rather than in time slices.
+# nvLib: the NCCL library PyTorch ships ("" when there is none).
+nvLib() {
+  python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' \
+    2> /dev/null
+}
+
+# topo: the host as chorus sees it (chorus-topo's probe, and the view at a communicator's init with the GPU runtime's
+# bus ids) beside what NVIDIA's NCCL dumps (NCCL_TOPO_DUMP_FILE, its own XML) and what the system says.
+topo() {
+  log "topology: chorus's view, NVIDIA NCCL's dump, the system's"
+  {
+    nvidia-smi topo -m
+    nvidia-smi --query-gpu=index,pci.bus_id,name --format=csv
+    for n in /sys/class/net/* /sys/class/infiniband/*; do
+      [ -e "$n" ] && echo "$n -> $(readlink -f "$n/device" 2> /dev/null) speed $(cat "$n/speed" 2> /dev/null)"
+    done
+    command -v lspci > /dev/null && lspci -tv
+  } > "$LOGS/topo-system.txt" 2>&1
+  command -v lstopo-no-graphics > /dev/null && lstopo-no-graphics --of xml > "$LOGS/topo-lstopo.xml" 2>&1
+  run 30 topo-chorus-probe.txt "$BUILD/tools/chorus-topo" --dump "$PWD/$LOGS/topo-chorus-probe.xml"
+  run 60 topo-chorus-init.txt env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_TOPO_DUMP_FILE="$PWD/$LOGS/topo-chorus-init.xml" \
+    "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 8 --mem device
+  run 30 topo-chorus-init-view.txt "$BUILD/tools/chorus-topo" --file "$PWD/$LOGS/topo-chorus-init.xml"
+  local nv
+  nv=$(nvLib)
+  [ -n "$nv" ] && run 60 topo-nvidia.txt env LD_PRELOAD="$nv" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH \
+    NCCL_TOPO_DUMP_FILE="$PWD/$LOGS/topo-nvidia.xml" "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 8 --mem device
+}
+
+# segv: the thread-rank allreduce test that once died of SIGSEGV (H200, 2026-11-27), SEGV_REPS times; a crashing
+# child prints its stack (tests/harness printStackOnCrash), resolved here with addr2line.
+segv() {
+  local t="$BUILD/tests/test_gpu" k
+  [ -x "$t" ] || { log "segv: no test_gpu"; return; }
+  log "Drivers/Gpu.AllReduceSeveralRanksOneGpu/threads x ${SEGV_REPS:-10}"
+  for k in $(seq "${SEGV_REPS:-10}"); do
+    run 60 "segv-rep$k.txt" "$t" --gtest_filter='Drivers/Gpu.AllReduceSeveralRanksOneGpu/threads' > /dev/null
+    if grep -q '^\*\*\* signal' "$LOGS/segv-rep$k.txt"; then
+      log "rep $k crashed"
+      sed -n 's/^\(\/[^(]*\)(+\(0x[0-9a-f]*\)).*/\1 \2/p' "$LOGS/segv-rep$k.txt" | while read -r f a; do
+        echo "$f $a: $(addr2line -f -C -i -e "$f" "$a" 2> /dev/null | paste -sd' ')"
+      done > "$LOGS/segv-rep$k-stack.txt"
+    fi
+  done
+  grep -c "\[  PASSED  \] 1 test" "$LOGS"/segv-rep*.txt | tee -a "$LOGS/session.log"
+}
+
+# staging: device buffers between two NCCL_HOSTID hosts on the one GPU (network staging through the socket net),
+# chorus then NVIDIA's NCCL (its NET transport) with the same perf tool, and chorus with host buffers (the net alone).
+staging() {
+  startMps
+  local wrap='export NCCL_HOSTID=gpu-host-$RANK; exec "$@"' nv t
+  nv=$(nvLib)
+  for t in all_reduce all_gather; do
+    log "$t, 2 processes on two NCCL_HOSTID hosts, device buffers: chorus, then NVIDIA NCCL"
+    run 90 "staging_${t}_chorus.log" "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ "$BUILD/perf/${t}_perf" \
+      -b 64K -e 256M -f 4 --mem device
+    [ -n "$nv" ] && run 90 "staging_${t}_nvidia.log" env LD_PRELOAD="$nv" "$BUILD/perf/chorusrun" -n 2 \
+      bash -c "$wrap" _ "$BUILD/perf/${t}_perf" -b 64K -e 256M -f 4 --mem device
+  done
+  run 90 staging_all_reduce_chorus_host.log "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ \
+    "$BUILD/perf/all_reduce_perf" -b 64K -e 256M -f 4 --mem host
+  run 60 staging_info_chorus.txt env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "$BUILD/perf/chorusrun" -n 2 \
+    bash -c "$wrap" _ "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
+  [ -n "$nv" ] && run 60 staging_info_nvidia.txt env LD_PRELOAD="$nv" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+    "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
+  stopMps
+}
+
 startMps() {
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/chorus-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/chorus-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -466,7 +537,10 @@ for p in "${PHASES[@]}"; do
     torch) torchCheck ;;
     ag8x1) AG8_REPS=1 ag8 ;;
     gputests) gpuTests ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, ag8x1, threads8, sweep, variants, torch, gputests)" ;;
+    topo) topo ;;
+    segv) segv ;;
+    staging) staging ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, ag8x1, threads8, sweep, variants, torch, gputests, topo, segv, staging)" ;;
   esac
 done
 log "done"

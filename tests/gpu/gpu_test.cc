@@ -49,6 +49,7 @@ void runGpuRanks(int n, Driver driver, const std::function<void(RankCtx&)>& body
   fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
+    printStackOnCrash();
     runRanks(n, Driver::kThreads, body);
     fflush(stdout);
     fflush(stderr);

@@ -1,5 +1,6 @@
 #include "harness/ranks.h"
 
+#include <execinfo.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -24,6 +25,34 @@ std::string describeStatus(int status) {
   return "status " + std::to_string(status);
 }
 
+namespace {
+
+void onCrash(int sig) {
+  // Only async-signal-safe calls: write and backtrace_symbols_fd (backtrace ran once when the handler was installed,
+  // so it does not load its library here).
+  char head[32] = "\n*** signal ";
+  size_t k = strlen(head);
+  if (sig >= 10) head[k++] = static_cast<char>('0' + sig / 10);
+  head[k++] = static_cast<char>('0' + sig % 10);
+  memcpy(head + k, ", stack:\n", 9);
+  if (write(STDERR_FILENO, head, k + 9) < 0) _exit(128 + sig);
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
+
+void printStackOnCrash() {
+  void* warm[1];
+  backtrace(warm, 1);
+  struct sigaction sa = {};
+  sa.sa_handler = onCrash;
+  sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
 std::vector<int> forkRanks(int n, const std::function<int(int, const ncclUniqueId&)>& child, double deadlineS,
                            const std::vector<int>& killWhenOthersExit) {
   // Fork before creating the id: the id's root thread must not exist in the children.
@@ -35,6 +64,7 @@ std::vector<int> forkRanks(int n, const std::function<int(int, const ncclUniqueI
     if (pipe(&pipes[2 * r]) != 0) ADD_FAILURE() << "pipe failed";
     pids[r] = fork();
     if (pids[r] == 0) {
+      printStackOnCrash();
       close(pipes[2 * r + 1]);
       ncclUniqueId id;
       size_t got = 0;

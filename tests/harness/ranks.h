@@ -38,6 +38,11 @@ void runRanks(int nranks, Driver driver, const std::function<void(RankCtx&)>& bo
 std::vector<int> forkRanks(int n, const std::function<int(int rank, const ncclUniqueId& id)>& child,
                            double deadlineS = 120, const std::vector<int>& killWhenOthersExit = {});
 
+/// Makes a crash of this process (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) print the signal and the stack to stderr
+/// before it dies of that signal, so that a rank that crashes leaves more than "killed by signal 11". Every forked
+/// rank calls it.
+void printStackOnCrash();
+
 /// "exited with 0", "killed by signal 9"...
 std::string describeStatus(int status);
 
