@@ -552,13 +552,18 @@ ncclResult_t DeviceEngine::captureState(cudaStream_t stream, const char* what, b
   return ncclSuccess;
 }
 
-ncclResult_t DeviceEngine::claimStream(cudaStream_t stream, bool capturing) {
+uint64_t DeviceEngine::streamKey(cudaStream_t stream, bool capturing) {
   // A stream under capture is not asked for its id: on the H100, cudaStreamGetId on a capturing stream invalidated
-  // the capture (every later launch then failed "due to a previous error during capture"). Its claim is made by
-  // the launches outside a capture, which a communicator's first uses normally are.
-  if (capturing) return ncclSuccess;
+  // the capture (every later launch then failed "due to a previous error during capture").
   uint64_t id = 0;
-  if (!rt_->streamId(stream, &id)) return ncclSuccess;  // no way to tell streams apart over time
+  if (capturing || !rt_->streamId(stream, &id)) return 0;
+  return id;
+}
+
+ncclResult_t DeviceEngine::claimStream(cudaStream_t stream, uint64_t id) {
+  // A stream under capture (id 0) is claimed by the launches outside a capture, which a communicator's first uses
+  // normally are. Without ids there is no way to tell streams apart over time.
+  if (id == 0) return ncclSuccess;
   std::lock_guard<std::mutex> lock(gStreamMutex);
   auto key = std::make_pair(comm_->cudaDev, id);
   auto it = gStreamUsers.find(key);
@@ -572,35 +577,28 @@ ncclResult_t DeviceEngine::claimStream(cudaStream_t stream, bool capturing) {
   return ncclSuccess;
 }
 
-ncclResult_t DeviceEngine::orderBefore(cudaStream_t stream, uint64_t captureId, const char* what) {
-  if (!haveLast_ || stream == lastStream_ || captureId != lastCaptureId_) return ncclSuccess;
-  if (!lastRecorded_) {
-    // The first change of stream: mark the end of the previous stream's work now (from here on, every launch is
-    // marked as it is made). Only if that stream is still in the capture state the launch was made in.
-    bool capturing = false;
-    uint64_t id = 0;
-    if (rt_->streamCaptureInfo(lastStream_, &capturing, &id) != ncclSuccess || id != lastCaptureId_) return ncclSuccess;
-    if (rt_->eventRecord(orderEvent_, lastStream_) != ncclSuccess)
-      CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: ordering %s after the previous operation: %s", comm_->rank,
-                  what, rt_->lastError().c_str());
-  }
-  multiStream_ = true;
+ncclResult_t DeviceEngine::orderBefore(cudaStream_t stream, uint64_t streamId, uint64_t captureId, const char* what) {
+  // The same stream: by the handle and, where known, the id (a stream made after another was destroyed may have its
+  // handle).
+  const bool same = stream == lastStream_ && streamId == lastStreamId_;
+  if (!haveLast_ || same || captureId != lastCaptureId_) return ncclSuccess;
   if (rt_->streamWaitEvent(stream, orderEvent_) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: ordering %s after the previous operation: %s", comm_->rank,
                 what, rt_->lastError().c_str());
   return ncclSuccess;
 }
 
-ncclResult_t DeviceEngine::orderAfter(cudaStream_t stream, uint64_t captureId, const char* what) {
-  haveLast_ = true;
-  lastStream_ = stream;
-  lastCaptureId_ = captureId;
-  lastRecorded_ = false;
-  if (!multiStream_) return ncclSuccess;  // one stream so far: its order is the call order, at no cost
+ncclResult_t DeviceEngine::orderAfter(cudaStream_t stream, uint64_t streamId, uint64_t captureId,
+                                      const char* what) {
+  // Marked now, on the stream the work went to, and never later: by the next call the user may have destroyed that
+  // stream (a stream a call, freed after it), and asking a destroyed stream anything crashed the driver (H200).
   if (rt_->eventRecord(orderEvent_, stream) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: marking the end of %s: %s", comm_->rank, what,
                 rt_->lastError().c_str());
-  lastRecorded_ = true;
+  haveLast_ = true;
+  lastStream_ = stream;  // compared, never used
+  lastStreamId_ = streamId;
+  lastCaptureId_ = captureId;
   return ncclSuccess;
 }
 
@@ -637,13 +635,14 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
   bool capturing = false;
   uint64_t captureId = 0;
   CHORUS_CHECK(captureState(stream, what, &capturing, &captureId));
-  CHORUS_CHECK(claimStream(stream, capturing));
+  const uint64_t streamId = streamKey(stream, capturing);
+  CHORUS_CHECK(claimStream(stream, streamId));
   fillCommon(&w);
   if (gate_ && !gatePassed) {
     std::vector<LaunchGate::Payload> all;
     CHORUS_CHECK(meetAtGate(op, peers, &all));
   }
-  CHORUS_CHECK(orderBefore(stream, captureId, what));
+  CHORUS_CHECK(orderBefore(stream, streamId, captureId, what));
   // A net proxy asleep would see the kernel's first staged slot only at its next poll (the kernel cannot kick it):
   // wake it now; it then polls, yielding at first and sleeping a little longer each idle round (docs/net.md).
   bool staged = false;
@@ -653,7 +652,7 @@ ncclResult_t DeviceEngine::launch(DevWork& w, cudaStream_t stream, const char* w
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: launching %s: %s", comm_->rank, what,
                 rt_->lastError().c_str());
   launched_ = true;
-  return orderAfter(stream, captureId, what);
+  return orderAfter(stream, streamId, captureId, what);
 }
 
 ncclResult_t DeviceEngine::copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what) {
@@ -661,13 +660,14 @@ ncclResult_t DeviceEngine::copy(void* dst, const void* src, size_t bytes, cudaSt
   bool capturing = false;
   uint64_t captureId = 0;
   CHORUS_CHECK(captureState(stream, what, &capturing, &captureId));
-  CHORUS_CHECK(orderBefore(stream, captureId, what));
+  const uint64_t streamId = streamKey(stream, capturing);
+  CHORUS_CHECK(orderBefore(stream, streamId, captureId, what));
   const bool byKernel = bytes <= static_cast<uint64_t>(std::max<int64_t>(0, kDevCopyKernelMax.get()));
   if ((byKernel ? rt_->copyKernelAsync(dst, src, bytes, stream) : rt_->memcpyAsync(dst, src, bytes, stream)) !=
       ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: %s: %s", comm_->rank, what, rt_->lastError().c_str());
   launched_ = true;
-  return orderAfter(stream, captureId, what);
+  return orderAfter(stream, streamId, captureId, what);
 }
 
 ncclResult_t DeviceEngine::copyColl(const OpDesc& op) {
@@ -724,7 +724,7 @@ ncclResult_t DeviceEngine::launchColl(const OpDesc& op) {
     bool capturing = false;
     uint64_t captureId = 0;
     CHORUS_CHECK(captureState(op.stream, collName(op.coll), &capturing, &captureId));
-    CHORUS_CHECK(claimStream(op.stream, capturing));
+    CHORUS_CHECK(claimStream(op.stream, streamKey(op.stream, capturing)));
     CHORUS_CHECK(meetAtGate(&op, all, &met));
     gatePassed = true;
     if (directSafe(op, met)) return launchDirect(op, met);

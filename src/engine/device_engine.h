@@ -123,14 +123,18 @@ class DeviceEngine {
   ncclResult_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
   /// Call order across streams: makes work about to be enqueued on `stream` wait for this communicator's previous
   /// launch when that was on another stream (of the same capture, or both outside any).
-  ncclResult_t orderBefore(cudaStream_t stream, uint64_t captureId, const char* what);
-  /// Records that this communicator's latest work went to `stream`.
-  ncclResult_t orderAfter(cudaStream_t stream, uint64_t captureId, const char* what);
+  /// `streamId` is streamKey's.
+  ncclResult_t orderBefore(cudaStream_t stream, uint64_t streamId, uint64_t captureId, const char* what);
+  /// Marks the end of this communicator's latest work, just enqueued on `stream`.
+  ncclResult_t orderAfter(cudaStream_t stream, uint64_t streamId, uint64_t captureId, const char* what);
+  /// The stream's id (cudaStreamGetId: unique for the process's life, unlike the handle), 0 under capture or where
+  /// the runtime has none.
+  uint64_t streamKey(cudaStream_t stream, bool capturing);
   /// Whether `stream` is under capture, and that capture's id (0 when not); a failed query fails the call `what`.
   ncclResult_t captureState(cudaStream_t stream, const char* what, bool* capturing, uint64_t* id);
-  /// Records that this rank launches on `stream`; refuses a stream another rank of this communicator uses. A stream
-  /// under capture (`capturing`) is not claimed.
-  ncclResult_t claimStream(cudaStream_t stream, bool capturing);
+  /// Records that this rank launches on `stream` (`id`: streamKey's); refuses a stream another rank of this
+  /// communicator uses. A stream under capture (id 0) is not claimed.
+  ncclResult_t claimStream(cudaStream_t stream, uint64_t id);
   void fillCommon(DevWork* w) const;
   char* outScratch(size_t bytes);
 
@@ -161,12 +165,11 @@ class DeviceEngine {
   bool launched_ = false;  ///< a kernel was enqueued: destroy waits for the device (user streams may be gone)
   std::shared_ptr<LaunchGate> gate_;  ///< ranks of this communicator that are threads of this process on this GPU
   // Call order (orderBefore/orderAfter), used by the calling thread only.
-  void* orderEvent_ = nullptr;  ///< marks the end of the latest work once several streams are in use
+  void* orderEvent_ = nullptr;  ///< marks the end of the latest work, recorded after every launch
   bool haveLast_ = false;
-  cudaStream_t lastStream_ = nullptr;
+  cudaStream_t lastStream_ = nullptr;  ///< the latest work's stream: compared with the next, never used (it may be gone)
+  uint64_t lastStreamId_ = 0;
   uint64_t lastCaptureId_ = 0;
-  bool lastRecorded_ = false;  ///< orderEvent_ holds the end of the latest work
-  bool multiStream_ = false;   ///< more than one stream seen: orderEvent_ is recorded after every launch
   uint64_t gateColls_ = 0;     ///< collective launches through the gate (their number, in messages)
   uint64_t ticksPerMs_ = 1000000;
   uint64_t* ipcEpochs_ = nullptr;  ///< device memory: per-block counters of the inbox launches (made on first use)

@@ -126,6 +126,45 @@ TEST_F(Emulated, OneStreamCostsNoWaits) {
   });
 }
 
+// A stream a call, destroyed after it (the GPU tests' own pattern): a later call must not ask the destroyed stream
+// anything (cudaStreamGetCaptureInfo on it crashed the driver of an H200). Rank 0 destroys its stream with the call
+// still queued behind a delay and gets a new stream with the same handle, as CUDA may give: the next call is on
+// another stream for all that, so it must wait for the first (or the ranks would pair different operations).
+void streamPerCallBody(RankCtx& c) {
+  const int n = c.nranks;
+  const size_t N = 1031;
+  DevBuf in(gEmu, N * 4), out(gEmu, N * n * 4);
+  const int uses = gEmu.destroyedStreamUses;
+  for (int k = 0; k < 6; k++) {
+    cudaStream_t s = rankStream(c, 3 + k % 2);  // two handles, each made again after its destroy
+    gEmu.createStream(s);
+    for (size_t i = 0; i < N; i++) in.as<int32_t>()[i] = int32_t(k * 1000 + c.rank * 100 + int(i % 50));
+    const bool early = c.rank == 0 && k % 2 == 0;  // rank 0 destroys this one with its work still queued
+    if (early) gEmu.enqueueHost(s, [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+    ASSERT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, s), ncclSuccess);
+    if (early) {
+      gEmu.destroyStream(s);
+      gEmu.createStream(s);  // the same handle, a new stream
+    }
+    ASSERT_EQ(ncclAllReduce(in.as<int32_t>(), in.as<int32_t>(), N, ncclInt32, ncclSum, c.comm, s), ncclSuccess);
+    sync(s);
+    gEmu.destroyStream(s);
+    ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < N; i++)
+        ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(k * 1000 + q * 100 + int(i % 50))) << k << " " << q;
+    for (size_t i = 0; i < N; i++) {
+      int32_t want = 0;
+      for (int q = 0; q < n; q++) want += int32_t(k * 1000 + q * 100 + int(i % 50));
+      ASSERT_EQ(in.as<int32_t>()[i], want) << k;
+    }
+  }
+  EXPECT_EQ(gEmu.destroyedStreamUses, uses) << "a call used a stream destroyed before it";
+}
+
+TEST_F(Emulated, StreamPerCallDestroyedAfterThreads) { runRanks(2, Driver::kThreads, streamPerCallBody); }
+TEST_F(Emulated, StreamPerCallDestroyedAfterProcesses) { runRanks(2, Driver::kProcesses, streamPerCallBody); }
+
 // Ranks that are threads of one process on one GPU, each allocating and freeing device memory around every call,
 // as PyTorch's caching allocator and the GPU tests do. cudaFree waits for the whole device: a kernel launched by
 // one rank, waiting for a rank whose thread is in cudaFree, would hang both until CHORUS_TIMEOUT_S. Kernels start

@@ -119,6 +119,7 @@ struct EmuRuntime::Exec {
   };
   struct Stream {
     cudaStream_t handle = nullptr;
+    uint64_t id = 0;  ///< cudaStreamGetId's: unique in the process, unlike the handle
     int dev = 0;
     std::mutex m;  // guards the queue and counters
     std::condition_variable cv;
@@ -141,6 +142,8 @@ struct EmuRuntime::Exec {
 
   std::mutex mutex;                         // guards streams, devices and every stream's capture state
   std::map<cudaStream_t, Stream*> streams;  // never freed: workers run until the process exits
+  std::set<cudaStream_t> destroyed;         // handles destroyed and not made again
+  uint64_t nextStreamId = 1;
   std::map<int, Device*> devices;
   uint64_t nextCaptureId = 0;
 };
@@ -259,8 +262,14 @@ Exec::Stream* streamOf(EmuRuntime* rt, Exec* ex, cudaStream_t h) {
   std::lock_guard<std::mutex> lock(ex->mutex);
   auto it = ex->streams.find(h);
   if (it != ex->streams.end()) return it->second;
+  if (ex->destroyed.count(h) != 0) {
+    // CUDA has no answer here: on an H200 this crashed the driver. Counted for the tests; a fresh stream goes on.
+    rt->destroyedStreamUses++;
+    std::fprintf(stderr, "emu: stream %p used after cudaStreamDestroy\n", static_cast<void*>(h));
+  }
   auto* s = new Exec::Stream();
   s->handle = h;
+  s->id = ex->nextStreamId++;
   s->dev = tCurrentDevice;
   s->worker = std::thread(workerLoop, rt, ex, s);
   s->worker.detach();
@@ -539,12 +548,23 @@ bool EmuRuntime::streamId(cudaStream_t h, uint64_t* id) {
     if (s->capturing) {
       s->invalidated = true;
     } else {
-      *id = reinterpret_cast<uintptr_t>(h);
+      *id = s->id;
       return true;
     }
   }
   mem_->fail("emu: streamId (cudaStreamGetId) of a stream that is being captured (the capture is invalidated)");
   return false;
+}
+
+void EmuRuntime::createStream(cudaStream_t h) {
+  std::lock_guard<std::mutex> lock(exec_->mutex);
+  exec_->destroyed.erase(h);
+}
+
+void EmuRuntime::destroyStream(cudaStream_t h) {
+  std::lock_guard<std::mutex> lock(exec_->mutex);
+  exec_->streams.erase(h);  // the Stream stays (leaked): its worker runs what was queued, and events may name it
+  exec_->destroyed.insert(h);
 }
 
 ncclResult_t EmuRuntime::eventCreate(void** ev) {

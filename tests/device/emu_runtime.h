@@ -63,7 +63,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   bool canAccessPeer(int dev, int peerDev) override;
   ncclResult_t enablePeerAccess(int peerDev) override;
   ncclResult_t streamCaptureInfo(cudaStream_t s, bool* capturing, uint64_t* id) override;
-  /// Emulated streams are never created or destroyed: the handle is the id. Asked of a stream under capture it
+  /// Each stream has its own id, also one made with the handle of a destroyed one. Asked of a stream under capture it
   /// fails and invalidates the capture, as cudaStreamGetId did on the H100 (CUDA 13).
   bool streamId(cudaStream_t s, uint64_t* id) override;
   ncclResult_t eventCreate(void** ev) override;
@@ -96,6 +96,12 @@ class EmuRuntime : public chorus::GpuRuntime {
   ncclResult_t endCapture(cudaStream_t s, std::shared_ptr<EmuGraph>* graph);
   /// cudaGraphLaunch: queues the recorded work on s.
   ncclResult_t graphLaunch(const std::shared_ptr<EmuGraph>& graph, cudaStream_t s);
+  /// cudaStreamCreate. Streams are made on first use with any handle; this makes a new stream where `s` names one
+  /// destroyed.
+  void createStream(cudaStream_t s);
+  /// cudaStreamDestroy: returns at once, and work already queued on s still runs. Using s afterwards, until a
+  /// createStream makes it again, counts in destroyedStreamUses.
+  void destroyStream(cudaStream_t s);
   /// Queues fn on s (a stand-in for the user's own kernels: delays, gates).
   void enqueueHost(cudaStream_t s, std::function<void()> fn);
   /// Device allocations alive in this process.
@@ -118,6 +124,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> copies{0};        ///< memcpyAsync and copyKernelAsync calls (enqueued or captured)
   std::atomic<int> copyKernels{0};   ///< copyKernelAsync calls
   std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
+  std::atomic<int> destroyedStreamUses{0};  ///< calls on a destroyed stream (CUDA: undefined; an H200 crashed)
   std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
   std::atomic<int> lastLanes{0};     ///< blocks per channel of the last kernel launched (chorus::workLanes)
   /// Step runs of the last kernel launched that name blocks by ring position (StepRun::ordered).
