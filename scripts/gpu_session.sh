@@ -362,6 +362,38 @@ procs() {
 }
 
 # The MPS daemon, so that the processes' kernels run side by side rather than in time slices.
+# OLD_SRC: a source tree of an earlier commit (git archive into a git-ignored folder here, carried), built alone in
+# OLD_SRC/b beside this build, for phase latency's A/B.
+OLD_SRC=${OLD_SRC:-}
+buildOld() {
+  local gen=""
+  command -v ninja > /dev/null && gen="-G Ninja"
+  cmake -S "$OLD_SRC" -B "$OLD_SRC/b" $gen -DCMAKE_BUILD_TYPE=Release -DCHORUS_CUDA=ON -DCHORUS_CUDA_ARCHS=90 \
+    -DCHORUS_BUILD_TESTS=OFF > "$LOGS/build-old.log" 2>&1 &&
+    cmake --build "$OLD_SRC/b" -j"$(nproc)" --target nccl >> "$LOGS/build-old.log" 2>&1
+}
+
+# latency: allreduce 8 B-64 KB at 1 rank and on 2 processes under MPS; this build, the OLD_SRC build and NVIDIA's
+# NCCL (preloaded into the same perf tool), one after the other, LAT_REPS rounds: what a change costs a call.
+latency() {
+  local nv k lib pre
+  nv=$(nvLib)
+  startMps
+  for k in $(seq "${LAT_REPS:-2}"); do
+    for lib in this old nvidia; do
+      pre=""
+      [ "$lib" = old ] && { pre=$PWD/$OLD_SRC/b/libnccl.so.2; [ -f "$pre" ] || continue; }
+      [ "$lib" = nvidia ] && { pre=$nv; [ -n "$pre" ] || continue; }
+      log "latency, library $lib, round $k"
+      run 60 "latency_g1_${lib}_r$k.log" env LD_PRELOAD="$pre" "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 64K -f 4 \
+        --mem device
+      run 60 "latency_mps_n2_${lib}_r$k.log" env LD_PRELOAD="$pre" "$BUILD/perf/chorusrun" -n 2 \
+        "$BUILD/perf/all_reduce_perf" -b 8 -e 64K -f 4 --mem device
+    done
+  done
+  stopMps
+}
+
 # nvLib: the NCCL library PyTorch ships ("" when there is none).
 nvLib() {
   python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' \
@@ -508,6 +540,11 @@ case " ${PHASES[*]} " in
   *" variants "*) buildVariants & ;;
 esac
 VARIANTS_PID=${!:-}
+OLD_PID=""
+if [ -n "$OLD_SRC" ]; then
+  buildOld &
+  OLD_PID=$!
+fi
 case " ${PHASES[*]} " in
   *" lease "* | *" nt "*) buildAll ;;
   *) build ;;
@@ -515,6 +552,7 @@ esac
 case " ${PHASES[*]} " in
   *" variants "*) wait $VARIANTS_PID && log "variant builds done" || log "a variant build failed (build-NAME.log)" ;;
 esac
+[ -n "$OLD_PID" ] && { wait "$OLD_PID" && log "OLD_SRC built" || log "OLD_SRC build failed (build-old.log)"; }
 for p in "${PHASES[@]}"; do
   case "$p" in
     core) core ;;
@@ -540,7 +578,8 @@ for p in "${PHASES[@]}"; do
     topo) topo ;;
     segv) segv ;;
     staging) staging ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, ag8x1, threads8, sweep, variants, torch, gputests, topo, segv, staging)" ;;
+    latency) latency ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, ag8x1, threads8, sweep, variants, torch, gputests, topo, segv, staging, latency)" ;;
   esac
 done
 log "done"
