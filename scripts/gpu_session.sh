@@ -362,6 +362,24 @@ procs() {
 }
 
 # The MPS daemon, so that the processes' kernels run side by side rather than in time slices.
+# stagesweep: phase staging's allreduce from 16 MB under settings that change what the net proxy moves (STAGE_CASES:
+# name:VAR=VALUE[,VAR=VALUE]), beside NVIDIA's NCCL, in one run.
+stagesweep() {
+  startMps
+  local wrap='export NCCL_HOSTID=gpu-host-$RANK; exec "$@"' c name envs nv
+  nv=$(nvLib)
+  for c in ${STAGE_CASES:-default:X=0}; do
+    name=${c%%:*}
+    envs=${c#*:}
+    log "staging allreduce 16-256 MB, $name (${envs//,/ })"
+    run 90 "stagesweep_$name.log" env ${envs//,/ } "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ \
+      "$BUILD/perf/all_reduce_perf" -b 16M -e 256M -f 4 --mem device
+  done
+  [ -n "$nv" ] && run 90 stagesweep_nvidia.log env LD_PRELOAD="$nv" "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ \
+    "$BUILD/perf/all_reduce_perf" -b 16M -e 256M -f 4 --mem device
+  stopMps
+}
+
 # OLD_SRC: a source tree of an earlier commit (git archive into a git-ignored folder here, carried), built alone in
 # OLD_SRC/b beside this build, for phase latency's A/B.
 OLD_SRC=${OLD_SRC:-}
@@ -386,9 +404,9 @@ latency() {
       [ "$lib" = nvidia ] && { pre=$nv; [ -n "$pre" ] || continue; }
       log "latency, library $lib, round $k"
       run 60 "latency_g1_${lib}_r$k.log" env LD_PRELOAD="$pre" "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 64K -f 4 \
-        --mem device
+        --mem device -n "${LAT_ITERS:-20}"
       run 60 "latency_mps_n2_${lib}_r$k.log" env LD_PRELOAD="$pre" "$BUILD/perf/chorusrun" -n 2 \
-        "$BUILD/perf/all_reduce_perf" -b 8 -e 64K -f 4 --mem device
+        "$BUILD/perf/all_reduce_perf" -b 8 -e 64K -f 4 --mem device -n "${LAT_ITERS:-20}"
     done
   done
   stopMps
@@ -413,10 +431,10 @@ topo() {
     command -v lspci > /dev/null && lspci -tv
   } > "$LOGS/topo-system.txt" 2>&1
   command -v lstopo-no-graphics > /dev/null && lstopo-no-graphics --of xml > "$LOGS/topo-lstopo.xml" 2>&1
-  run 30 topo-chorus-probe.txt "$BUILD/tools/chorus-topo" --dump "$PWD/$LOGS/topo-chorus-probe.xml"
+  run 30 topo-chorus-probe.txt "$BUILD/tools/topo/chorus-topo" --dump "$PWD/$LOGS/topo-chorus-probe.xml"
   run 60 topo-chorus-init.txt env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_TOPO_DUMP_FILE="$PWD/$LOGS/topo-chorus-init.xml" \
     "$BUILD/perf/all_reduce_perf" -g 1 -b 8 -e 8 --mem device
-  run 30 topo-chorus-init-view.txt "$BUILD/tools/chorus-topo" --file "$PWD/$LOGS/topo-chorus-init.xml"
+  run 30 topo-chorus-init-view.txt "$BUILD/tools/topo/chorus-topo" --file "$PWD/$LOGS/topo-chorus-init.xml"
   local nv
   nv=$(nvLib)
   [ -n "$nv" ] && run 60 topo-nvidia.txt env LD_PRELOAD="$nv" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH \
@@ -579,7 +597,8 @@ for p in "${PHASES[@]}"; do
     segv) segv ;;
     staging) staging ;;
     latency) latency ;;
-    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, ag8x1, threads8, sweep, variants, torch, gputests, topo, segv, staging, latency)" ;;
+    stagesweep) stagesweep ;;
+    *) log "unknown phase $p (core, perf, perfN, procs, mps, windows, lanes, channels, lease, nt, multi, capturediag, graphs, ag8, ag8x1, threads8, sweep, variants, torch, gputests, topo, segv, staging, latency, stagesweep)" ;;
   esac
 done
 log "done"
