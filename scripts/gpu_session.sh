@@ -22,6 +22,15 @@
 #                                                               processes under MPS, plain, in windows (-R 2) and in
 #                                                               CUDA graphs (-G); 2/4/8 thread ranks; the GPU tests)
 #                 bash scripts/gpu_session.sh sweep            (CHORUS_DEVICE_NCHANNELS 2-32 on 2 and 4 processes)
+#                 bash scripts/gpu_session.sh topo segv staging
+#                                                              (chorus's topology probe beside NVIDIA NCCL's dump; the
+#                                                               thread-rank allreduce test repeated, a crash's stack
+#                                                               resolved; device buffers between two NCCL_HOSTID hosts
+#                                                               against NVIDIA NCCL)
+#                 STAGE_CASES="name:VAR=VALUE,... ..." bash scripts/gpu_session.sh stagesweep
+#                                                              (staged allreduce under settings, beside NVIDIA NCCL)
+#                 OLD_SRC=DIR bash scripts/gpu_session.sh latency
+#                                                              (8 B-64 KB allreduce: this build, DIR's, NVIDIA's NCCL)
 #                 VARIANTS="name:DEFINITION ..." bash scripts/gpu_session.sh variants
 #                                                              (this build against builds of the library with other
 #                                                               compile-time definitions, preloaded, back to back:
