@@ -588,8 +588,7 @@ ncclResult_t DeviceEngine::orderBefore(cudaStream_t stream, uint64_t streamId, u
   return ncclSuccess;
 }
 
-ncclResult_t DeviceEngine::orderAfter(cudaStream_t stream, uint64_t streamId, uint64_t captureId,
-                                      const char* what) {
+ncclResult_t DeviceEngine::orderAfter(cudaStream_t stream, uint64_t streamId, uint64_t captureId, const char* what) {
   // Marked now, on the stream the work went to, and never later: by the next call the user may have destroyed that
   // stream (a stream a call, freed after it), and asking a destroyed stream anything crashed the driver (H200).
   if (rt_->eventRecord(orderEvent_, stream) != ncclSuccess)

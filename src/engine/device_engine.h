@@ -167,7 +167,7 @@ class DeviceEngine {
   // Call order (orderBefore/orderAfter), used by the calling thread only.
   void* orderEvent_ = nullptr;  ///< marks the end of the latest work, recorded after every launch
   bool haveLast_ = false;
-  cudaStream_t lastStream_ = nullptr;  ///< the latest work's stream: compared with the next, never used (it may be gone)
+  cudaStream_t lastStream_ = nullptr;  ///< the latest work's stream: compared, never used (it may be gone)
   uint64_t lastStreamId_ = 0;
   uint64_t lastCaptureId_ = 0;
   uint64_t gateColls_ = 0;     ///< collective launches through the gate (their number, in messages)
