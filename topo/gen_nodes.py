@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the synthetic nodes of this folder (docs/topology.md): hwloc XML that chorus loads with CHORUS_TOPO_FILE or
-`chorus-topo --file`, and that `lstopo -i FILE` draws.
+`chorus-topo --file`, and that `lstopo -i FILE` draws; and the DGX H100-like node again in NCCL's own topology format
+(nccl-dgx-h100.xml), which NCCL_TOPO_FILE users have.
 
 They are written from public descriptions of such machines, not dumped from real ones: CPU counts, PCI ids and
 link speeds are the products', while bus numbers and the exact PCI trees are made up to be plausible (the tree is
@@ -291,6 +292,52 @@ def cpu_facts():
             ("ChorusNIC", "index=2 name=docker0 virtual=1 speed_mbps=0")]
 
 
+def cpumask(cpus):
+    """A CPU mask as NCCL writes affinity (sysfs cpumap): 32-bit hex words, most significant first, no 0x."""
+    return ",".join(w[2:] for w in bitmap(cpus).split(","))
+
+
+def nccl_dgx(path):
+    """The DGX H100-like node of dgx-h100.xml in NCCL's own topology format (<system>), as NCCL_TOPO_DUMP_FILE writes
+    it: a <cpu> per NUMA node, each PCIe switch flattened to one <pci> element (its upstream port), the NVSwitch
+    links as one <nvlink> of 18 per GPU. The same bus ids, so both files must give chorus the same view."""
+    lines = ['<system version="1">']
+    cores_per_pkg, ncores = 56, 112
+    for p in range(2):
+        cores = [p * cores_per_pkg + i for i in range(cores_per_pkg)]
+        pus = cores + [x + ncores for x in cores]
+        lines.append('  <cpu host_hash="0x5ca1ab1e" numaid="%d" affinity="%s" arch="x86_64" vendor="GenuineIntel" '
+                     'familyid="6" modelid="143">' % (p, cpumask(pus)))
+        for s in (2 * p, 2 * p + 1):
+            r = DGX_SWITCH_ROOT[s]
+            lines.append('    <pci busid="0000:%02x:00.0" class="0x060400" vendor="0x1000" device="0xc030" '
+                         'subsystem_vendor="0x1000" subsystem_device="0xa064" link_speed="32.0 GT/s PCIe" '
+                         'link_width="16">' % (r + 1))
+            for k in range(4):
+                bus, idx = r + 3 + k, 2 * s + k // 2
+                if k % 2 == 1:
+                    lines.append('      <pci busid="0000:%02x:00.0" class="0x030200" vendor="0x10de" device="0x2330" '
+                                 'subsystem_vendor="0x10de" subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" '
+                                 'link_width="16">' % bus)
+                    lines.append('        <gpu dev="%d" sm="90" rank="%d" gdr="1">' % (idx, idx))
+                    lines.append('          <nvlink target="fffffff:ffff:ff.0" count="18" tclass="0x068000"/>')
+                    lines.append("        </gpu>")
+                else:
+                    lines.append('      <pci busid="0000:%02x:00.0" class="0x020700" vendor="0x15b3" device="0x1021" '
+                                 'subsystem_vendor="0x15b3" subsystem_device="0x0041" link_speed="32.0 GT/s PCIe" '
+                                 'link_width="16">' % bus)
+                    lines.append("        <nic>")
+                    lines.append('          <net name="mlx5_%d" dev="%d" speed="400000" port="1" latency="0.000000" '
+                                 'guid="0xa088c20300%02x0000" maxconn="131072" gdr="1"/>' % (idx, idx, idx))
+                    lines.append("        </nic>")
+                lines.append("      </pci>")
+            lines.append("    </pci>")
+        lines.append("  </cpu>")
+    lines.append("</system>")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     node(os.path.join(out, "dgx-h100.xml"), "synthetic DGX H100-like node (topo/gen_nodes.py)", 2, 56, "GenuineIntel",
@@ -299,6 +346,7 @@ def main():
          "AMD EPYC 9654 96-Core Processor", 768 << 30, mi_io, mi_facts())
     node(os.path.join(out, "cpu-2socket.xml"), "synthetic 2-socket CPU host (topo/gen_nodes.py)", 2, 16,
          "GenuineIntel", "Intel(R) Xeon(R) Silver 4314 CPU @ 2.40GHz", 128 << 30, cpu_io, cpu_facts())
+    nccl_dgx(os.path.join(out, "nccl-dgx-h100.xml"))
 
 
 if __name__ == "__main__":

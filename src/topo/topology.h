@@ -147,8 +147,15 @@ bool probeHostTopology(const std::vector<int64_t>& runtimeBusIds, HostTopology* 
 /// False + *err naming the file when it is missing, unreadable or not hwloc XML.
 bool loadHostTopology(const std::string& path, HostTopology* out, std::string* err);
 
-/// Same as loadHostTopology from the file's content; `source` names it in messages and in out->source.
+/// Same as loadHostTopology from the file's content; `source` names it in messages and in out->source. NCCL's own
+/// format (a <system> element) goes to loadNcclTopologyXml.
 bool loadHostTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err);
+
+/// Reads NCCL's topology XML (<system>, as NVIDIA's NCCL_TOPO_DUMP_FILE writes it and cloud images ship it for
+/// NCCL_TOPO_FILE) without hwloc: GPUs and NICs from its <pci>, <gpu> and <net> elements, classes from its
+/// flattened PCI tree, NVLink and xGMI from <nvlink> and <xgmi>. The view has no hwloc topology, so it cannot be
+/// dumped again. False + *err naming `source` when the XML cannot be read or names nothing.
+bool loadNcclTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err);
 
 /// The file form of a topology: its hwloc XML with chorus's facts added. False + *err for an empty view.
 bool topologyToXml(const HostTopology& t, std::string* xml, std::string* err);

@@ -551,9 +551,8 @@ bool loadHostTopologyXml(const std::string& xml, const std::string& source, Host
     return false;
   }
   if (xml.find("<topology") == std::string::npos) {
-    *err = source + (xml.find("<system") != std::string::npos
-                         ? ": this is an NCCL topology file (<system>); chorus reads hwloc XML (docs/topology.md)"
-                         : ": not a topology file (no hwloc <topology> element)");
+    if (xml.find("<system") != std::string::npos) return loadNcclTopologyXml(xml, source, out, err);
+    *err = source + ": not a topology file (no hwloc <topology> or NCCL <system> element)";
     return false;
   }
   hwloc_topology_t topo = newTopology(false);
@@ -582,7 +581,9 @@ bool loadHostTopologyXml(const std::string& xml, const std::string& source, Host
 
 bool topologyToXml(const HostTopology& t, std::string* xml, std::string* err) {
   if (t.hwloc == nullptr) {
-    *err = "no topology to write (the probe failed or this view is empty)";
+    *err = t.gpus.empty() && t.nics.empty() ? "no topology to write (the probe failed or this view is empty)"
+                                            : "no topology to write: this view was read from an NCCL topology file (" +
+                                                  t.source + "), which has no hwloc tree; the file itself is the dump";
     return false;
   }
   char* buf = nullptr;
@@ -656,7 +657,9 @@ bool probeHostTopology(const std::vector<int64_t>&, HostTopology*, std::string* 
   return false;
 }
 
-bool loadHostTopologyXml(const std::string&, const std::string& source, HostTopology*, std::string* err) {
+bool loadHostTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err) {
+  if (xml.find("<topology") == std::string::npos && xml.find("<system") != std::string::npos)
+    return loadNcclTopologyXml(xml, source, out, err);
   *err = "cannot load " + source + ": " + kNoHwloc;
   return false;
 }

@@ -17,12 +17,12 @@ namespace {
 
 StrParam kTopoFile{"CHORUS_TOPO_FILE", "",
                    "Load the host topology from this file (hwloc XML as NCCL_TOPO_DUMP_FILE or `lstopo --of xml` "
-                   "writes it; docs/topology.md) instead of probing the host. A file that does not load is warned "
-                   "about and the host probed.",
+                   "writes it, or NCCL's own <system> XML; docs/topology.md) instead of probing the host. A file "
+                   "that does not load is warned about and the host probed.",
                    "topology"};
 StrParam kNcclTopoFile{"NCCL_TOPO_FILE", "",
-                       "Same as CHORUS_TOPO_FILE, which wins when both are set. NCCL's own topology XML format is not "
-                       "read: chorus warns and probes.",
+                       "Same as CHORUS_TOPO_FILE, which wins when both are set. NCCL's own topology XML (as NVIDIA's "
+                       "NCCL_TOPO_DUMP_FILE writes it, and cloud images ship it) is read too.",
                        "topology"};
 StrParam kTopoDumpFile{"NCCL_TOPO_DUMP_FILE", "",
                        "Write the host topology chorus uses (hwloc XML plus chorus's GPUs, NICs, classes and "

@@ -218,9 +218,9 @@ TEST_F(Topo, BadFilesGiveClearErrors) {
   EXPECT_NE(err.find("empty.xml: empty"), std::string::npos) << err;
   EXPECT_FALSE(loadHostTopologyXml("garbage \x01\x02 not xml", "garbage.xml", &t, &err));
   EXPECT_NE(err.find("garbage.xml: not a topology file"), std::string::npos) << err;
-  EXPECT_FALSE(loadHostTopologyXml("<?xml version=\"1.0\"?>\n<system version=\"1\"><cpu numaid=\"0\"/></system>\n",
+  EXPECT_FALSE(loadHostTopologyXml("<?xml version=\"1.0\"?>\n<system version=\"1\"><cpu numaid=\"0\"></system>\n",
                                    "nccl.xml", &t, &err));
-  EXPECT_NE(err.find("NCCL topology file"), std::string::npos) << err;
+  EXPECT_NE(err.find("nccl.xml: cannot read this NCCL topology XML"), std::string::npos) << err;
 
   std::string dgx = chorus_test::readFile(node("dgx-h100.xml"));
   EXPECT_FALSE(loadHostTopologyXml(dgx.substr(0, dgx.size() / 2), "half.xml", &t, &err));
@@ -287,6 +287,16 @@ TEST_F(Topo, InitLogsTheSummaryAndDumps) {
   std::remove(dump.c_str());
 }
 
+// An NCCL_TOPO_FILE in NCCL's format, as cloud images set it: read, named as such, and no dump of it.
+TEST_F(Topo, InitReadsAnNcclFormatFile) {
+  std::string dump = tempPath("ncclinit");
+  std::string log = initInChild({{"NCCL_TOPO_FILE", node("nccl-dgx-h100.xml")}, {"NCCL_TOPO_DUMP_FILE", dump}});
+  EXPECT_NE(log.find("8 GPUs, 8 NICs (from file " + node("nccl-dgx-h100.xml") + " (NCCL format))"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("read from an NCCL topology file"), std::string::npos) << log;
+  EXPECT_NE(access(dump.c_str(), F_OK), 0) << "no dump was to be written";
+}
+
 TEST_F(Topo, InitWarnsAboutABadFileAndProbes) {
   std::string log = initInChild({{"NCCL_TOPO_FILE", "/nonexistent/node.xml"}});
   size_t warn = log.find(" WARN ");
@@ -295,6 +305,102 @@ TEST_F(Topo, InitWarnsAboutABadFileAndProbes) {
   std::string line = log.substr(warn, log.find('\n', warn) - warn);
   EXPECT_NE(line.find("topology: cannot read topology file /nonexistent/node.xml"), std::string::npos) << line;
   EXPECT_NE(log.find("(probed)"), std::string::npos) << log;
+}
+
+// NCCL's own format (<system>), which needs no hwloc. The DGX file is dgx-h100.xml's node as NCCL would dump it.
+TEST(NcclTopo, DgxFileGivesTheViewOfTheHwlocFile) {
+  HostTopology t = load(node("nccl-dgx-h100.xml"));
+  ASSERT_EQ(t.gpus.size(), 8u);
+  ASSERT_EQ(t.nics.size(), 8u);
+  EXPECT_EQ(t.numaNodes, 2);
+  EXPECT_EQ(t.pus, 224);
+  EXPECT_EQ(t.gpus[0].busId, "0000:19:00.0");
+  EXPECT_EQ(t.gpus[0].pciClass, 0x0302);
+  EXPECT_EQ(t.gpus[4].numa, 1);
+  EXPECT_EQ(t.gpus[4].cpus, "56-111,168-223");
+  EXPECT_NEAR(t.gpus[0].linkGBps, 63.0, 0.1);
+  EXPECT_EQ(t.nics[1].name, "mlx5_1");
+  EXPECT_EQ(t.nics[1].busId, "0000:1a:00.0");
+  EXPECT_TRUE(t.nics[1].rdma);
+  EXPECT_EQ(t.nics[1].speedMbps, 400000);
+  const PathClass row0[] = {PathClass::kPIX, PathClass::kPIX, PathClass::kPHB, PathClass::kPHB,
+                            PathClass::kSYS, PathClass::kSYS, PathClass::kSYS, PathClass::kSYS};
+  for (int n = 0; n < 8; n++) EXPECT_EQ(t.gpuNic(0, n), row0[n]) << "NIC" << n;
+  EXPECT_EQ(t.gpuNic(6, 7), PathClass::kPIX);
+  EXPECT_EQ(t.gpuGpu(0, 2), PathClass::kPHB);
+  ASSERT_EQ(t.gpuLinks.size(), 28u);
+  for (const TopoGpuLink& l : t.gpuLinks) EXPECT_EQ(l.count, 18);
+  if (!topologyHasHwloc()) return;
+  // The same node through hwloc's tree: the same GPUs, NICs, classes and links.
+  HostTopology h = load(node("dgx-h100.xml"));
+  ASSERT_EQ(h.gpus.size(), t.gpus.size());
+  ASSERT_EQ(h.nics.size(), t.nics.size());
+  for (size_t i = 0; i < t.gpus.size(); i++) {
+    EXPECT_EQ(t.gpus[i].busId, h.gpus[i].busId);
+    EXPECT_EQ(t.gpus[i].numa, h.gpus[i].numa);
+    EXPECT_EQ(t.gpus[i].cpus, h.gpus[i].cpus);
+  }
+  for (size_t i = 0; i < t.nics.size(); i++) {
+    EXPECT_EQ(t.nics[i].name, h.nics[i].name);
+    EXPECT_EQ(t.nics[i].busId, h.nics[i].busId);
+    EXPECT_EQ(t.nics[i].speedMbps, h.nics[i].speedMbps);
+  }
+  EXPECT_EQ(t.classes, h.classes);
+  ASSERT_EQ(t.gpuLinks.size(), h.gpuLinks.size());
+  for (size_t i = 0; i < t.gpuLinks.size(); i++) {
+    EXPECT_EQ(t.gpuLinks[i].a, h.gpuLinks[i].a);
+    EXPECT_EQ(t.gpuLinks[i].b, h.gpuLinks[i].b);
+    EXPECT_EQ(t.gpuLinks[i].count, h.gpuLinks[i].count);
+  }
+}
+
+// What NVIDIA's NCCL 2.28.9 dumped on an H200 VM (docs/perf/h100.md): its virtio NIC hangs off the CPU, so the GPU
+// reaches it through the host bridge, as chorus's own probe of that VM said.
+TEST(NcclTopo, RealH200VmDump) {
+  HostTopology t = load(node("nccl-h200-vm.xml"));
+  ASSERT_EQ(t.gpus.size(), 1u);
+  ASSERT_EQ(t.nics.size(), 1u);
+  EXPECT_EQ(t.gpus[0].busId, "0000:00:06.0");
+  EXPECT_EQ(t.gpus[0].device, 0x2335);
+  EXPECT_EQ(t.nics[0].name, "eth0");
+  EXPECT_FALSE(t.nics[0].rdma);
+  EXPECT_FALSE(t.nics[0].isVirtual);
+  EXPECT_EQ(t.nics[0].busId, "");
+  EXPECT_EQ(t.gpuNic(0, 0), PathClass::kPHB);
+  EXPECT_EQ(t.gpus[0].numa, -1);
+  std::string warning;
+  HostTopology r = resolveHostTopology(node("nccl-h200-vm.xml"), {}, &warning);  // NCCL_TOPO_FILE's path
+  EXPECT_EQ(warning, "");
+  EXPECT_EQ(r.gpus.size(), 1u);
+  std::string err;
+  EXPECT_FALSE(dumpHostTopology(t, tempPath("nccl"), &err));
+  EXPECT_NE(err.find("NCCL topology file"), std::string::npos) << err;
+}
+
+TEST(NcclTopo, XgmiAndDirectLinksAndBadFiles) {
+  const std::string two =
+      "<system version=\"1\"><cpu numaid=\"0\" affinity=\"0000000f\">"
+      "<pci busid=\"0000:0A:00.0\" class=\"0x120000\" vendor=\"0x1002\" device=\"0x74a1\">"
+      "<gpu dev=\"0\"><xgmi target=\"0000:0b:00.0\" count=\"1\" tclass=\"0x120000\"/></gpu></pci>"
+      "<pci busid=\"0000:0b:00.0\" class=\"0x120000\" vendor=\"0x1002\" device=\"0x74a1\">"
+      "<gpu dev=\"1\"><xgmi target=\"0000:0a:00.0\" count=\"1\" tclass=\"0x120000\"/></gpu></pci>"
+      "</cpu></system>";
+  HostTopology t;
+  std::string err;
+  ASSERT_TRUE(loadHostTopologyXml(two, "two.xml", &t, &err)) << err;
+  ASSERT_EQ(t.gpus.size(), 2u);
+  EXPECT_EQ(t.gpus[0].busId, "0000:0a:00.0");
+  EXPECT_EQ(t.gpus[0].cpus, "0-3");
+  EXPECT_EQ(t.gpuGpu(0, 1), PathClass::kPHB);
+  ASSERT_EQ(t.gpuLinks.size(), 1u);
+  EXPECT_EQ(t.gpuLinks[0].kind, GpuLinkKind::kXGMI);
+
+  EXPECT_FALSE(loadHostTopologyXml("<system version=\"1\"></system>", "none.xml", &t, &err));
+  EXPECT_NE(err.find("none.xml: the NCCL topology names no CPU, GPU or NIC"), std::string::npos) << err;
+  EXPECT_FALSE(loadHostTopologyXml("<system><cpu><gpu dev=\"0\"/></cpu></system>", "loose.xml", &t, &err));
+  EXPECT_NE(err.find("loose.xml: a <gpu> outside a <pci>"), std::string::npos) << err;
+  EXPECT_FALSE(loadHostTopologyXml("<system><cpu numaid=\"0></system>", "quote.xml", &t, &err));
+  EXPECT_NE(err.find("quote.xml: cannot read"), std::string::npos) << err;
 }
 
 }  // namespace
