@@ -102,8 +102,12 @@ class HostEngine : public Engine {
     CHORUS_CHECK(conns_->init());
     // One channel a NIC: a rank's channels take the net's devices in turn, so with fewer channels than NICs some
     // NICs carry nothing. Every rank has the same net and the same agreed device count, so all pick alike.
+    // Channel c takes device c mod that count, whatever sets the channels (a tree runs two): the cost model
+    // follows.
+    const int devices = conns_->remote() != nullptr ? conns_->remote()->commonDevices() : 1;
+    if (devices > 1 && !anyGpu(comm_)) planner_->setNicChannels(std::min(16, devices));
     if (kHostChannels.get() <= 0 && conns_->remote() != nullptr && !anyGpu(comm_)) {
-      nChannels_ = std::max(1, std::min(16, conns_->remote()->commonDevices()));
+      nChannels_ = std::max(1, std::min(16, devices));
       nicChannels_ = nChannels_ > 1;
       if (comm_->rank == 0 && nChannels_ > 1)
         INFO(kInit, "comm %p: %d channels on the host path, one for each device of the %s (CHORUS_HOST_NCHANNELS)",
@@ -137,7 +141,11 @@ class HostEngine : public Engine {
     return ncclSuccess;
   }
 
-  float estimateUs(const std::vector<OpDesc>& ops) override { return planner_->estimateUs(ops, nChannels_); }
+  float estimateUs(const std::vector<OpDesc>& ops) override {
+    float us = 0;  // each operation on the channels it would run (one below the NIC channels' floor)
+    for (const OpDesc& op : ops) us += planner_->estimateUs({op}, channelsFor(op));
+    return us;
+  }
 
   void shutdown() override {
     if (device_) device_->abort();

@@ -33,7 +33,16 @@ ClusterShape Planner::modelShape() const {
   const LinkCosts links = modelLinkCosts(comm_);
   shape.intra = links.intra;
   shape.inter = links.inter;
+  if (nicChannels_ > 1) {
+    shape.nicsPerHost = nicChannels_;
+    shape.nicPerChannel = true;
+  }
   return shape;
+}
+
+void Planner::setNicChannels(int n) {
+  nicChannels_ = n;
+  modelCache_.clear();
 }
 
 size_t Planner::fullBuffer(const OpDesc& op) const {

@@ -120,6 +120,8 @@ class Planner {
   /// The cost model's time for a group (src/topo/cost_model.h), in microseconds: each operation with the algorithm
   /// the tuner picks, one after another, on this communicator's hosts with CHORUS_COST_INTRA / CHORUS_COST_INTER.
   float estimateUs(const std::vector<OpDesc>& ops, int nChannels) const;
+  /// The host path runs a channel a net device (every rank has `n`): the model then puts channel c on NIC c mod n.
+  void setNicChannels(int n);
   ~Planner();
   /// The reduction an operation applies (premulsum factor, average), as the kernels take it.
   RedOp redOpFor(const OpDesc& op) const;
@@ -169,6 +171,7 @@ class Planner {
   mutable uint64_t modelCacheGen_ = 0;
   int hosts_ = 1;                       ///< distinct hosts among the ranks
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
+  int nicChannels_ = 0;         ///< setNicChannels's device count, 0 when channels do not follow NICs
   std::vector<uint64_t> sendSeq_, recvSeq_;
 };
 

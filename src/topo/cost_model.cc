@@ -152,16 +152,16 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
   const std::vector<int> ranks = sampledRanks(shape, algo);
   const bool allRanks = static_cast<int>(ranks.size()) == n;
   std::vector<std::vector<Schedule>> built(allRanks ? nch : 0, std::vector<Schedule>(allRanks ? n : 0));
-  const int nics = std::min(shape.nicsPerHost, P);
+  const int nics = shape.nicPerChannel ? shape.nicsPerHost : std::min(shape.nicsPerHost, P);
   // Per sampled host (by index in `ranks` / P): each NIC's bytes out and in.
   std::vector<double> nicOut(ranks.size() / P * nics, 0), nicIn(nicOut.size(), 0);
   CostEstimate e;
   for (size_t i = 0; i < ranks.size(); i++) {
     const int rank = ranks[i], host = rank / P;
-    const size_t nic = i / P * nics + rank % P % nics;
     double latency = 0, intraOut = 0, intraIn = 0;
     int steps = 0;
     for (int ch = 0; ch < nch; ch++) {
+      const size_t nic = i / P * nics + (shape.nicPerChannel ? ch : rank % P) % nics;
       ScheduleRequest req{coll, algo, n, rank, ch, nch, 0, nullptr, shape.hosts > 1 ? P : 0};
       Schedule s;
       std::string why;

@@ -9,7 +9,8 @@
 //              crosses hosts costs the inter-host latency), a receive waiting for its matching send; where only a
 //              few hosts' schedules are built (below), the steps of one rank, the largest over ranks;
 //   bandwidth: the busiest resource: a NIC's bytes out or in (a host's ranks share its NICs, local rank l on NIC
-//              l mod NICs), or a rank's bytes to or from the other ranks of its host, over the class's bandwidth;
+//              l mod NICs, or channel c on NIC c mod NICs: ClusterShape::nicPerChannel), or a rank's bytes to or from
+//              the other ranks of its host, over the class's bandwidth;
 //
 // and the sum of the two, as NCCL's model and the alpha-beta model of the literature do: pipelining hides everything
 // but the busiest resource, and each step adds its latency once. Bytes come from the schedules themselves (every
@@ -46,6 +47,9 @@ struct ClusterShape {
   int hosts = 1;
   int ranksPerHost = 1;
   int nicsPerHost = 1;  ///< NICs a host's ranks share (local rank l uses NIC l mod nicsPerHost)
+  /// Channel c of every rank uses NIC c mod nicsPerHost instead (the host path's net devices, taken by channel
+  /// whatever the rank: docs/net.md), so one rank's channels can fill several NICs.
+  bool nicPerChannel = false;
   LinkCost intra;       ///< between ranks of one host, per rank each way
   LinkCost inter;       ///< between hosts, per NIC each way
   int nranks() const { return hosts * ranksPerHost; }
