@@ -5,7 +5,9 @@ Usage: perf/sim_check.py BENCH_OUT_DIR CHORUS_SIM [INTRA (default 20,2)] [INTER_
 
 Reads the bench's perf-tool JSON and iperf3 goodput, runs chorus-sim for the same cluster (4 hosts x 2 ranks, one
 NIC a host whose bandwidth is the measured goodput), collective, algorithm and size, and prints a Markdown table of
-measured and predicted time and the error. Rings and trees in rank order with round-robin placement are left out:
+measured and predicted time and the error. For a bench run with RAILS=2 (two NICs a host), set RAILS=2 and CHANNELS
+to the run's CHORUS_HOST_NCHANNELS: the model then has two NICs a host, each at the slower rail's goodput, with the
+host path's channel c on NIC c mod 2 (chorus-sim --nic-per-channel). Rings and trees in rank order with round-robin placement are left out:
 the model lays ranks host by host, as chorus's rings, trees and hierarchical schedules do whatever the placement."""
 import json
 import os
@@ -20,10 +22,16 @@ def main():
     out, sim = sys.argv[1], sys.argv[2]
     intra = sys.argv[3] if len(sys.argv) > 3 else "20,2"
     inter_lat = sys.argv[4] if len(sys.argv) > 4 else "60"
-    d = json.load(open(os.path.join(out, "iperf3.json")))["end"]
-    goodput = min(d["sum_sent"]["bits_per_second"], d["sum_sent_bidir_reverse"]["bits_per_second"]) / 8
+    rails = int(os.environ.get("RAILS", "1"))
+    channels = os.environ.get("CHANNELS", "1")
+    goodputs = []
+    for name in ("iperf3.json", "iperf3-hy.json")[:rails]:
+        d = json.load(open(os.path.join(out, name)))["end"]
+        goodputs.append(min(d["sum_sent"]["bits_per_second"], d["sum_sent_bidir_reverse"]["bits_per_second"]) / 8)
+    goodput = min(goodputs)
     inter = f"{inter_lat},{goodput / 1e9:.6f}"
-    print(f"chorus-sim --hosts 4 --ranks-per-host 2 --nics 1 --intra {intra} --inter {inter}\n")
+    nic_args = ["--nics", str(rails), "--channels", channels] + (["--nic-per-channel"] if rails > 1 else [])
+    print(f"chorus-sim --hosts 4 --ranks-per-host 2 {' '.join(nic_args)} --intra {intra} --inter {inter}\n")
     print("| collective | algorithm | placement | size (bytes) | measured (ms) | predicted (ms) | error |")
     print("|---|---|---|---|---|---|---|")
     errors = []
@@ -43,7 +51,7 @@ def main():
                     size = row["size"]
                     measured = row["out_of_place"]["time"] / 1e3
                     text = subprocess.run(
-                        [sim, "--hosts", "4", "--ranks-per-host", "2", "--nics", "1", "--intra", intra, "--inter",
+                        [sim, "--hosts", "4", "--ranks-per-host", "2"] + nic_args + ["--intra", intra, "--inter",
                          inter, "--coll", coll, "--algo", algo, "-b", str(size), "-e", str(size)],
                         check=True, capture_output=True, text=True).stdout
                     rows = [l.split() for l in text.splitlines() if l and not l.startswith("#")]

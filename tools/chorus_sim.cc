@@ -32,6 +32,8 @@ int usage() {
                "  --coll NAME          allreduce (default), allgather, reducescatter, broadcast, reduce, alltoall\n"
                "  --algo NAME          ring, tree, direct, oneshot, twoshot, hierarchical, or all (default)\n"
                "  --channels C         channels the data is split over (default 1)\n"
+               "  --nic-per-channel    channel c uses NIC c mod N whatever the rank (the host path), instead of\n"
+               "                       local rank l using NIC l mod N (a GPU's nearest NIC)\n"
                "  -b SIZE -e SIZE -f F sizes as the perf tools (default -b 1M -e 1G -f 4; K, M, G suffixes)\n"
                "Sizes are nccl-tests': allreduce's buffer, allgather's output, reduce-scatter's input.\n");
   return 2;
@@ -128,6 +130,10 @@ int main(int argc, char** argv) {
       ok = ok && parseLinkCost(v, &shape.inter);
     else if (a == "--channels")
       ok = ok && parsePositive(v, &channels);
+    else if (a == "--nic-per-channel") {
+      shape.nicPerChannel = ok = true;
+      i--;  // a flag: no value to skip
+    }
     else if (a == "--coll")
       ok = ok && parseColl(v, &coll) && coll != Coll::kSendRecv;
     else if (a == "--algo") {
@@ -158,10 +164,11 @@ int main(int argc, char** argv) {
   if (minB < 1 || maxB < minB) return usage();
   const int n = shape.nranks();
   std::printf(
-      "# %d hosts x %d ranks (%d), %d NIC(s) a host; intra %.1f us %.3g GB/s; inter %.1f us %.3g GB/s; %s; "
+      "# %d hosts x %d ranks (%d), %d NIC(s) a host%s; intra %.1f us %.3g GB/s; inter %.1f us %.3g GB/s; %s; "
       "%d channel(s)\n",
-      shape.hosts, shape.ranksPerHost, n, shape.nicsPerHost, shape.intra.latencyUs, shape.intra.bytesPerUs / 1000,
-      shape.inter.latencyUs, shape.inter.bytesPerUs / 1000, collName(coll), channels);
+      shape.hosts, shape.ranksPerHost, n, shape.nicsPerHost, shape.nicPerChannel ? " (by channel)" : "",
+      shape.intra.latencyUs, shape.intra.bytesPerUs / 1000, shape.inter.latencyUs, shape.inter.bytesPerUs / 1000,
+      collName(coll), channels);
   std::printf("# %10s  %-12s  %12s  %9s  %9s  %-10s  %s\n", "size", "algorithm", "time (us)", "algbw", "busbw",
               "bound by", "cheapest");
   bool allowed[static_cast<int>(Algo::kNumAlgos)];
