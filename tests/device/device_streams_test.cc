@@ -80,6 +80,20 @@ TEST_F(Emulated, MemAllocGivesDeviceMemory) {
   EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);
 }
 
+// Round k's allgather input of `rank`, element i.
+int32_t gatherValue(int k, int rank, size_t i) { return int32_t(k * 1000 + rank * 100 + int(i % 50)); }
+
+// Fills rank's allgather input for round k.
+void fillGather(DevBuf& in, size_t N, int k, int rank) {
+  for (size_t i = 0; i < N; i++) in.as<int32_t>()[i] = gatherValue(k, rank, i);
+}
+
+// Checks round k's allgather output over n ranks.
+void expectGathered(DevBuf& out, size_t N, int n, int k) {
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < N; i++) ASSERT_EQ(out.as<int32_t>()[q * N + i], gatherValue(k, q, i)) << k << " " << q;
+}
+
 // FSDP2's pattern: one communicator, all-gathers on one stream and reduce-scatters on another, with the user's own
 // work delaying the first stream on rank 0 only. The operations must still run in call order on every rank (the
 // second stream waits for the first), or ranks would pair different operations. One stream alone costs no waits.
@@ -90,7 +104,7 @@ void callOrderBody(RankCtx& c) {
   cudaStream_t a = rankStream(c, 1), b = rankStream(c, 2);
   int waits = gEmu.streamWaits;
   for (int k = 0; k < 4; k++) {
-    for (size_t i = 0; i < N; i++) agIn.as<int32_t>()[i] = int32_t(k * 1000 + c.rank * 100 + int(i % 50));
+    fillGather(agIn, N, k, c.rank);
     for (size_t i = 0; i < N * n; i++) rsIn.as<int32_t>()[i] = int32_t(k + c.rank + int(i % 7));
     if (c.rank == 0) gEmu.enqueueHost(a, [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
     ASSERT_EQ(ncclAllGather(agIn.as<int32_t>(), agOut.as<int32_t>(), N, ncclInt32, c.comm, a), ncclSuccess);
@@ -99,9 +113,7 @@ void callOrderBody(RankCtx& c) {
     sync(a);
     sync(b);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < N; i++)
-        ASSERT_EQ(agOut.as<int32_t>()[q * N + i], int32_t(k * 1000 + q * 100 + int(i % 50))) << k << " " << q;
+    expectGathered(agOut, N, n, k);
     for (size_t i = 0; i < N; i++) {
       int32_t want = 0;
       for (int q = 0; q < n; q++) want += int32_t(k + q + int((c.rank * N + i) % 7));
@@ -138,7 +150,7 @@ void streamPerCallBody(RankCtx& c) {
   for (int k = 0; k < 6; k++) {
     cudaStream_t s = rankStream(c, 3 + k % 2);  // two handles, each made again after its destroy
     gEmu.createStream(s);
-    for (size_t i = 0; i < N; i++) in.as<int32_t>()[i] = int32_t(k * 1000 + c.rank * 100 + int(i % 50));
+    fillGather(in, N, k, c.rank);
     const bool early = c.rank == 0 && k % 2 == 0;  // rank 0 destroys this one with its work still queued
     if (early) gEmu.enqueueHost(s, [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
     ASSERT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), N, ncclInt32, c.comm, s), ncclSuccess);
@@ -150,12 +162,10 @@ void streamPerCallBody(RankCtx& c) {
     sync(s);
     gEmu.destroyStream(s);
     ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < N; i++)
-        ASSERT_EQ(out.as<int32_t>()[q * N + i], int32_t(k * 1000 + q * 100 + int(i % 50))) << k << " " << q;
+    expectGathered(out, N, n, k);
     for (size_t i = 0; i < N; i++) {
       int32_t want = 0;
-      for (int q = 0; q < n; q++) want += int32_t(k * 1000 + q * 100 + int(i % 50));
+      for (int q = 0; q < n; q++) want += gatherValue(k, q, i);
       ASSERT_EQ(in.as<int32_t>()[i], want) << k;
     }
   }
