@@ -3,8 +3,10 @@
 #include "topo/topology.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <tuple>
 
 namespace chorus {
@@ -26,6 +28,27 @@ const char* pathClassName(PathClass c) {
 }
 
 const char* gpuLinkKindName(GpuLinkKind k) { return k == GpuLinkKind::kXGMI ? "xGMI" : "NVLink"; }
+
+bool naturalNameLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t i2 = i, j2 = j;
+      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) i2++;
+      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) j2++;
+      unsigned long long x = std::strtoull(a.substr(i, i2 - i).c_str(), nullptr, 10);
+      unsigned long long y = std::strtoull(b.substr(j, j2 - j).c_str(), nullptr, 10);
+      if (x != y) return x < y;
+      i = i2;
+      j = j2;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      i++;
+      j++;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
 
 PathClass HostTopology::classAt(int i, int j) const {
   size_t n = gpus.size() + nics.size();

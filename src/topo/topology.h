@@ -31,6 +31,9 @@ enum class GpuLinkKind : uint8_t { kNVLink, kXGMI };
 /// "NVLink" or "xGMI".
 const char* gpuLinkKindName(GpuLinkKind k);
 
+/// Names in natural order, as NICs are listed: mlx5_2 before mlx5_10 (digit runs compare as numbers).
+bool naturalNameLess(const std::string& a, const std::string& b);
+
 /// A GPU: a PCI function of a GPU class with NVIDIA's or AMD's vendor id, or one the GPU runtime named by bus id.
 struct TopoGpu {
   std::string busId;       ///< "dddd:bb:dd.f"

@@ -113,28 +113,6 @@ PciAddr pciAddr(hwloc_obj_t o) {
   return PciAddr{o->attr->pcidev.domain, o->attr->pcidev.bus, o->attr->pcidev.dev, o->attr->pcidev.func};
 }
 
-// mlx5_2 before mlx5_10: digit runs compare as numbers.
-bool naturalLess(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
-      size_t i2 = i, j2 = j;
-      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) i2++;
-      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) j2++;
-      unsigned long long x = std::strtoull(a.substr(i, i2 - i).c_str(), nullptr, 10);
-      unsigned long long y = std::strtoull(b.substr(j, j2 - j).c_str(), nullptr, 10);
-      if (x != y) return x < y;
-      i = i2;
-      j = j2;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      i++;
-      j++;
-    }
-  }
-  return a.size() - i < b.size() - j;
-}
-
 // key=value tokens of a chorus info value; unknown keys are ignored so that later versions may add some.
 std::map<std::string, std::string> parseFields(const std::string& value) {
   std::map<std::string, std::string> kv;
@@ -458,7 +436,7 @@ bool derive(hwloc_topology_t topo, const std::set<PciAddr>& runtime, const FileF
   }
   std::stable_sort(nics.begin(), nics.end(), [](const NicFound& x, const NicFound& y) {
     if (x.nic.isVirtual != y.nic.isVirtual) return !x.nic.isVirtual;
-    return naturalLess(x.nic.name, y.nic.name);
+    return naturalNameLess(x.nic.name, y.nic.name);
   });
 
   std::vector<hwloc_obj_t> ends;

@@ -331,15 +331,9 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
   for (size_t i = 0; i < go.size(); i++) go[i] = i;
   for (size_t i = 0; i < no.size(); i++) no[i] = i;
   std::sort(go.begin(), go.end(), [&](size_t a, size_t b) { return t.gpus[a].busId < t.gpus[b].busId; });
-  auto natural = [](const std::string& a, const std::string& b) {
-    size_t i = a.find_first_of("0123456789"), j = b.find_first_of("0123456789");
-    if (i != std::string::npos && j != std::string::npos && a.substr(0, i) == b.substr(0, j))
-      return std::atol(a.c_str() + i) < std::atol(b.c_str() + j);
-    return a < b;
-  };
   std::stable_sort(no.begin(), no.end(), [&](size_t a, size_t b) {
     if (t.nics[a].isVirtual != t.nics[b].isVirtual) return !t.nics[a].isVirtual;
-    return natural(t.nics[a].name, t.nics[b].name);
+    return naturalNameLess(t.nics[a].name, t.nics[b].name);
   });
   HostTopology sorted = t;
   sorted.gpus.clear();

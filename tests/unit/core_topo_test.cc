@@ -395,6 +395,17 @@ TEST(NcclTopo, XgmiAndDirectLinksAndBadFiles) {
   ASSERT_EQ(t.gpuLinks.size(), 1u);
   EXPECT_EQ(t.gpuLinks[0].kind, GpuLinkKind::kXGMI);
 
+  // NICs in natural name order, whatever the file's order.
+  const std::string nics =
+      "<system version=\"1\"><cpu numaid=\"0\">"
+      "<nic><net name=\"mlx5_10\" speed=\"100000\" guid=\"0x1\"/></nic>"
+      "<nic><net name=\"mlx5_2\" speed=\"100000\" guid=\"0x2\"/></nic></cpu></system>";
+  ASSERT_TRUE(loadHostTopologyXml(nics, "nics.xml", &t, &err)) << err;
+  ASSERT_EQ(t.nics.size(), 2u);
+  EXPECT_EQ(t.nics[0].name, "mlx5_2");
+  EXPECT_EQ(t.nics[1].name, "mlx5_10");
+  EXPECT_EQ(t.nicNic(0, 1), PathClass::kPHB);
+
   EXPECT_FALSE(loadHostTopologyXml("<system version=\"1\"></system>", "none.xml", &t, &err));
   EXPECT_NE(err.find("none.xml: the NCCL topology names no CPU, GPU or NIC"), std::string::npos) << err;
   EXPECT_FALSE(loadHostTopologyXml("<system><cpu><gpu dev=\"0\"/></cpu></system>", "loose.xml", &t, &err));
