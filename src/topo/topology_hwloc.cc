@@ -32,6 +32,18 @@
 
 namespace chorus {
 
+namespace {
+// hwloc XML (a dump, a synthetic node, `lstopo --of xml`): the build's part below, with hwloc or without.
+bool loadHwlocTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err);
+}  // namespace
+
+bool loadHostTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err) {
+  // NCCL's own format needs no hwloc.
+  if (xml.find("<topology") == std::string::npos && xml.find("<system") != std::string::npos)
+    return loadNcclTopologyXml(xml, source, out, err);
+  return loadHwlocTopologyXml(xml, source, out, err);
+}
+
 bool loadHostTopology(const std::string& path, HostTopology* out, std::string* err) {
   std::string xml;
   if (!readFileText(path, &xml, err)) {
@@ -523,13 +535,14 @@ bool probeHostTopology(const std::vector<int64_t>& runtimeBusIds, HostTopology* 
   return true;
 }
 
-bool loadHostTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err) {
+namespace {
+
+bool loadHwlocTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err) {
   if (trim(xml).empty()) {
     *err = source + ": empty topology file";
     return false;
   }
   if (xml.find("<topology") == std::string::npos) {
-    if (xml.find("<system") != std::string::npos) return loadNcclTopologyXml(xml, source, out, err);
     *err = source + ": not a topology file (no hwloc <topology> or NCCL <system> element)";
     return false;
   }
@@ -557,11 +570,14 @@ bool loadHostTopologyXml(const std::string& xml, const std::string& source, Host
   return true;
 }
 
+}  // namespace
+
 bool topologyToXml(const HostTopology& t, std::string* xml, std::string* err) {
   if (t.hwloc == nullptr) {
-    *err = t.gpus.empty() && t.nics.empty() ? "no topology to write (the probe failed or this view is empty)"
-                                            : "no topology to write: this view was read from an NCCL topology file (" +
-                                                  t.source + "), which has no hwloc tree; the file itself is the dump";
+    // A view from a file without an hwloc tree can only have come from NCCL's format.
+    *err = t.source.rfind("file ", 0) != 0 ? "no topology to write (the probe failed or this view is empty)"
+                                           : "no topology to write: this view was read from an NCCL topology file (" +
+                                                 t.source + "), which has no hwloc tree; the file itself is the dump";
     return false;
   }
   char* buf = nullptr;
@@ -635,12 +651,12 @@ bool probeHostTopology(const std::vector<int64_t>&, HostTopology*, std::string* 
   return false;
 }
 
-bool loadHostTopologyXml(const std::string& xml, const std::string& source, HostTopology* out, std::string* err) {
-  if (xml.find("<topology") == std::string::npos && xml.find("<system") != std::string::npos)
-    return loadNcclTopologyXml(xml, source, out, err);
+namespace {
+bool loadHwlocTopologyXml(const std::string&, const std::string& source, HostTopology*, std::string* err) {
   *err = "cannot load " + source + ": " + kNoHwloc;
   return false;
 }
+}  // namespace
 
 bool topologyToXml(const HostTopology&, std::string*, std::string* err) {
   *err = kNoHwloc;

@@ -207,14 +207,14 @@ Place placeOf(const XmlNode* own, const std::map<const XmlNode*, int>& cpuIndex)
 
 // NCCL's classes over its flattened tree, where a PCIe switch is one pci element: endpoints directly below the same
 // switch are PIX, below a common switch further up PXB; with no common switch, the same CPU (NUMA node) is PHB and
-// different ones SYS.
+// different ones SYS. An endpoint under no CPU (a NIC outside every <cpu>) has no path: "-".
 PathClass classify(const Place& a, const Place& b) {
+  if (a.cpu == nullptr || b.cpu == nullptr) return PathClass::kNone;
   for (size_t i = 0; i < a.bridges.size(); i++) {
     auto it = std::find(b.bridges.begin(), b.bridges.end(), a.bridges[i]);
     if (it == b.bridges.end()) continue;
     return i == 0 && it == b.bridges.begin() ? PathClass::kPIX : PathClass::kPXB;
   }
-  if (a.cpu == nullptr || b.cpu == nullptr) return PathClass::kSYS;
   return a.cpu == b.cpu ? PathClass::kPHB : PathClass::kSYS;
 }
 
@@ -262,12 +262,17 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
   t.packages = t.numaNodes = static_cast<int>(cpus.size());
   t.cores = t.pus = static_cast<int>(allCpus.size());
 
-  struct Endpoint {
+  struct GpuFound {
+    TopoGpu gpu;
     Place place;
-    const XmlNode* pci = nullptr;  // null: a NIC attached to the CPU itself
+    const XmlNode* elem;  // its <gpu>, whose children are its links
   };
-  std::vector<Endpoint> gpuEnds, nicEnds;
-  std::vector<const XmlNode*> gpuNodes;
+  struct NicFound {
+    TopoNic nic;
+    Place place;
+  };
+  std::vector<GpuFound> gpus;
+  std::vector<NicFound> nics;
   std::vector<const XmlNode*> gpuElems;
   collect(system, "gpu", &gpuElems);
   for (const XmlNode* g : gpuElems) {
@@ -290,9 +295,7 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
     gpu.package = place.cpuIndex;
     gpu.cpus = cpuLists[static_cast<size_t>(place.cpuIndex)];
     gpu.linkGBps = linkGBps(pci->attr("link_speed"), pci->attr("link_width"));
-    t.gpus.push_back(gpu);
-    gpuEnds.push_back(Endpoint{place, pci});
-    gpuNodes.push_back(g);
+    gpus.push_back(GpuFound{gpu, place, g});
   }
   std::vector<const XmlNode*> nets;
   collect(system, "net", &nets);
@@ -319,51 +322,39 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
       n.package = place.cpuIndex;
       n.cpus = cpuLists[static_cast<size_t>(place.cpuIndex)];
     }
-    t.nics.push_back(n);
-    nicEnds.push_back(Endpoint{place, pci});
+    nics.push_back(NicFound{n, place});
   }
-  if (t.gpus.empty() && t.nics.empty() && cpus.empty()) {
+  if (gpus.empty() && nics.empty() && cpus.empty()) {
     *err = source + ": the NCCL topology names no CPU, GPU or NIC";
     return false;
   }
-  // GPUs in bus id order and NICs in name order, as a probe lists them.
-  std::vector<size_t> go(t.gpus.size()), no(t.nics.size());
-  for (size_t i = 0; i < go.size(); i++) go[i] = i;
-  for (size_t i = 0; i < no.size(); i++) no[i] = i;
-  std::sort(go.begin(), go.end(), [&](size_t a, size_t b) { return t.gpus[a].busId < t.gpus[b].busId; });
-  std::stable_sort(no.begin(), no.end(), [&](size_t a, size_t b) {
-    if (t.nics[a].isVirtual != t.nics[b].isVirtual) return !t.nics[a].isVirtual;
-    return naturalNameLess(t.nics[a].name, t.nics[b].name);
+  // GPUs in bus id order and NICs in name order, as a probe lists them; the endpoints of the class matrix are the
+  // GPUs, then the NICs.
+  std::sort(gpus.begin(), gpus.end(), [](const GpuFound& a, const GpuFound& b) { return a.gpu.busId < b.gpu.busId; });
+  std::stable_sort(nics.begin(), nics.end(), [](const NicFound& a, const NicFound& b) {
+    if (a.nic.isVirtual != b.nic.isVirtual) return !a.nic.isVirtual;
+    return naturalNameLess(a.nic.name, b.nic.name);
   });
-  HostTopology sorted = t;
-  sorted.gpus.clear();
-  sorted.nics.clear();
-  std::vector<Endpoint> ends;
-  std::vector<const XmlNode*> gpuOrder;
-  for (size_t i : go) {
-    sorted.gpus.push_back(t.gpus[i]);
-    ends.push_back(gpuEnds[i]);
-    gpuOrder.push_back(gpuNodes[i]);
+  std::vector<Place> ends;
+  for (const GpuFound& f : gpus) {
+    t.gpus.push_back(f.gpu);
+    ends.push_back(f.place);
   }
-  for (size_t i : no) {
-    sorted.nics.push_back(t.nics[i]);
-    ends.push_back(nicEnds[i]);
+  for (const NicFound& f : nics) {
+    t.nics.push_back(f.nic);
+    ends.push_back(f.place);
   }
   const size_t n = ends.size();
-  sorted.classes.assign(n * n, PathClass::kPIX);
+  t.classes.assign(n * n, PathClass::kPIX);
   for (size_t a = 0; a < n; a++)
-    for (size_t b = 0; b < n; b++) {
-      if (a == b) continue;
-      const bool virt = (a >= go.size() && sorted.nics[a - go.size()].isVirtual) ||
-                        (b >= go.size() && sorted.nics[b - go.size()].isVirtual);
-      sorted.classes[a * n + b] = virt ? PathClass::kNone : classify(ends[a].place, ends[b].place);
-    }
+    for (size_t b = 0; b < n; b++)
+      if (a != b) t.classes[a * n + b] = classify(ends[a], ends[b]);
   // Links: NVLink (<nvlink>) and xGMI (<xgmi>) to another GPU count directly; links to NVSwitches join every pair of
   // GPUs that have them, at the fewer of the two GPUs' switch links.
-  std::vector<int> switchLinks(go.size(), 0);
+  std::vector<int> switchLinks(gpus.size(), 0);
   std::map<std::pair<int, int>, TopoGpuLink> direct;
-  for (size_t g = 0; g < gpuOrder.size(); g++) {
-    for (const auto& l : gpuOrder[g]->children) {
+  for (size_t g = 0; g < gpus.size(); g++) {
+    for (const auto& l : gpus[g].elem->children) {
       if (l->name != "nvlink" && l->name != "xgmi") continue;
       const int count = static_cast<int>(hexOrDec(l->attr("count"), 1));
       if (static_cast<uint32_t>(hexOrDec(l->attr("tclass"), 0) >> 8) == kNvSwitchClass) {
@@ -371,8 +362,8 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
         continue;
       }
       const std::string target = normBusId(l->attr("target"));
-      for (size_t h = 0; h < sorted.gpus.size(); h++) {
-        if (h == g || sorted.gpus[h].busId != target) continue;
+      for (size_t h = 0; h < t.gpus.size(); h++) {
+        if (h == g || t.gpus[h].busId != target) continue;
         TopoGpuLink link;
         link.a = static_cast<int>(std::min(g, h));
         link.b = static_cast<int>(std::max(g, h));
@@ -382,8 +373,8 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
       }
     }
   }
-  for (size_t a = 0; a < go.size(); a++)
-    for (size_t b = a + 1; b < go.size(); b++) {
+  for (size_t a = 0; a < gpus.size(); a++)
+    for (size_t b = a + 1; b < gpus.size(); b++) {
       if (switchLinks[a] == 0 || switchLinks[b] == 0 || direct.count({static_cast<int>(a), static_cast<int>(b)}))
         continue;
       TopoGpuLink link;
@@ -392,8 +383,8 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
       link.count = std::min(switchLinks[a], switchLinks[b]);
       direct[{link.a, link.b}] = link;
     }
-  for (const auto& [k, link] : direct) sorted.gpuLinks.push_back(link);
-  *out = std::move(sorted);
+  for (const auto& [k, link] : direct) t.gpuLinks.push_back(link);
+  *out = std::move(t);
   return true;
 }
 
