@@ -101,15 +101,15 @@ class HostEngine : public Engine {
       INFO(kInit, "comm %p: FIFOs of %u slots x %u bytes (%s)", (void*)comm_, geo_.nSlots, geo_.slotBytes, slotsWhy_);
     CHORUS_CHECK(conns_->init());
     // One channel a NIC: a rank's channels take the net's devices in turn, so with fewer channels than NICs some
-    // NICs carry nothing. Every rank has the same net and the same agreed device count, so all pick alike.
-    // Channel c takes device c mod that count, whatever sets the channels (a tree runs two): the cost model
-    // follows.
-    const int devices = conns_->remote() != nullptr ? conns_->remote()->commonDevices() : 1;
-    if (devices > 1 && !anyGpu(comm_)) planner_->setNicChannels(std::min(16, devices));
-    if (kHostChannels.get() <= 0 && conns_->remote() != nullptr && !anyGpu(comm_)) {
-      nChannels_ = std::max(1, std::min(16, devices));
-      nicChannels_ = nChannels_ > 1;
-      if (comm_->rank == 0 && nChannels_ > 1)
+    // NICs carry nothing. Every rank has the same net and the same agreed device count, so all pick alike. Channel
+    // c takes device c mod that count whatever sets the channels (a tree runs two), and the cost model follows.
+    const int devices =
+        conns_->remote() != nullptr && !anyGpu(comm_) ? std::min(16, conns_->remote()->commonDevices()) : 1;
+    if (devices > 1) planner_->setNicChannels(devices);
+    if (kHostChannels.get() <= 0 && devices > 1) {
+      nChannels_ = devices;
+      nicChannels_ = true;
+      if (comm_->rank == 0)
         INFO(kInit, "comm %p: %d channels on the host path, one for each device of the %s (CHORUS_HOST_NCHANNELS)",
              (void*)comm_, nChannels_, conns_->remote()->name());
     }
