@@ -370,22 +370,25 @@ procs() {
     --mem device
 }
 
-# The MPS daemon, so that the processes' kernels run side by side rather than in time slices.
+# TWO_HOSTS COMMAND...: two processes of COMMAND under chorusrun, each naming its own host (NCCL_HOSTID), so that
+# everything between them goes through the net (for phases staging and stagesweep).
+TWO_HOSTS=("$BUILD/perf/chorusrun" -n 2 bash -c 'export NCCL_HOSTID=gpu-host-$RANK; exec "$@"' _)
+
 # stagesweep: phase staging's allreduce from 16 MB under settings that change what the net proxy moves (STAGE_CASES:
 # name:VAR=VALUE[,VAR=VALUE]), beside NVIDIA's NCCL, in one run.
 stagesweep() {
   startMps
-  local wrap='export NCCL_HOSTID=gpu-host-$RANK; exec "$@"' c name envs nv
+  local c name envs nv
   nv=$(nvLib)
   for c in ${STAGE_CASES:-default:X=0}; do
     name=${c%%:*}
     envs=${c#*:}
     log "staging allreduce 16-256 MB, $name (${envs//,/ })"
-    run 90 "stagesweep_$name.log" env ${envs//,/ } "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ \
-      "$BUILD/perf/all_reduce_perf" -b 16M -e 256M -f 4 --mem device
+    run 90 "stagesweep_$name.log" env ${envs//,/ } "${TWO_HOSTS[@]}" "$BUILD/perf/all_reduce_perf" -b 16M -e 256M \
+      -f 4 --mem device
   done
-  [ -n "$nv" ] && run 90 stagesweep_nvidia.log env LD_PRELOAD="$nv" "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ \
-    "$BUILD/perf/all_reduce_perf" -b 16M -e 256M -f 4 --mem device
+  [ -n "$nv" ] && run 90 stagesweep_nvidia.log env LD_PRELOAD="$nv" "${TWO_HOSTS[@]}" "$BUILD/perf/all_reduce_perf" \
+    -b 16M -e 256M -f 4 --mem device
   stopMps
 }
 
@@ -472,24 +475,24 @@ segv() {
 # chorus then NVIDIA's NCCL (its NET transport) with the same perf tool, and chorus with host buffers (the net alone).
 staging() {
   startMps
-  local wrap='export NCCL_HOSTID=gpu-host-$RANK; exec "$@"' nv t
+  local nv t
   nv=$(nvLib)
   for t in all_reduce all_gather; do
     log "$t, 2 processes on two NCCL_HOSTID hosts, device buffers: chorus, then NVIDIA NCCL"
-    run 90 "staging_${t}_chorus.log" "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ "$BUILD/perf/${t}_perf" \
+    run 90 "staging_${t}_chorus.log" "${TWO_HOSTS[@]}" "$BUILD/perf/${t}_perf" -b 64K -e 256M -f 4 --mem device
+    [ -n "$nv" ] && run 90 "staging_${t}_nvidia.log" env LD_PRELOAD="$nv" "${TWO_HOSTS[@]}" "$BUILD/perf/${t}_perf" \
       -b 64K -e 256M -f 4 --mem device
-    [ -n "$nv" ] && run 90 "staging_${t}_nvidia.log" env LD_PRELOAD="$nv" "$BUILD/perf/chorusrun" -n 2 \
-      bash -c "$wrap" _ "$BUILD/perf/${t}_perf" -b 64K -e 256M -f 4 --mem device
   done
-  run 90 staging_all_reduce_chorus_host.log "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ \
-    "$BUILD/perf/all_reduce_perf" -b 64K -e 256M -f 4 --mem host
-  run 60 staging_info_chorus.txt env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "$BUILD/perf/chorusrun" -n 2 \
-    bash -c "$wrap" _ "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
+  run 90 staging_all_reduce_chorus_host.log "${TWO_HOSTS[@]}" "$BUILD/perf/all_reduce_perf" -b 64K -e 256M -f 4 \
+    --mem host
+  run 60 staging_info_chorus.txt env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${TWO_HOSTS[@]}" \
+    "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
   [ -n "$nv" ] && run 60 staging_info_nvidia.txt env LD_PRELOAD="$nv" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
-    "$BUILD/perf/chorusrun" -n 2 bash -c "$wrap" _ "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
+    "${TWO_HOSTS[@]}" "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
   stopMps
 }
 
+# The MPS daemon, so that the processes' kernels run side by side rather than in time slices.
 startMps() {
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/chorus-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/chorus-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"

@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
     else if (a == "--channels")
       ok = ok && parsePositive(v, &channels);
     else if (a == "--nic-per-channel") {
-      shape.nicPerChannel = ok = true;
-      i--;  // a flag: no value to skip
+      shape.nicPerChannel = true;
+      continue;  // a flag: no value to skip
     }
     else if (a == "--coll")
       ok = ok && parseColl(v, &coll) && coll != Coll::kSendRecv;

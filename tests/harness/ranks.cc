@@ -38,8 +38,7 @@ void onCrash(int sig) {
   if (write(STDERR_FILENO, head, k + 9) < 0) _exit(128 + sig);
   void* frames[64];
   backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
-  signal(sig, SIG_DFL);
-  raise(sig);
+  raise(sig);  // the default action again (SA_RESETHAND): the process dies of the signal
 }
 
 }  // namespace
