@@ -7,10 +7,11 @@
 #   kill      rank 3 (on host 2) is SIGKILLed during a stream of allreduces: ranks 0-2 must fail naming rank 3;
 #   linkdown  host 2's link goes down during the stream: every rank must fail, naming a rank on the other host,
 #             within CHORUS_TIMEOUT_S (plus scheduling slack).
-# and, for Socket, with every host on two rails (a second NIC "hy" on a second bridge):
-#   rails     the matrix with NCCL_SOCKET_IFNAME=hx,hy: the socket net offers both interfaces as devices, the host
-#             path takes a channel for each (CHORUS_HOST_NCHANNELS unset), and each of host 1's NICs carries at
-#             least 1 MB each way;
+# and with every host on two rails (a second NIC "hy" on a second bridge):
+#   rails     for each net, the matrix with NCCL_SOCKET_IFNAME=hx,hy (and, for UCX, no UCX_NET_DEVICES): the net
+#             offers both interfaces as devices, the host path takes a channel for each (CHORUS_HOST_NCHANNELS
+#             unset), and each of host 1's NICs carries at least 1 MB each way;
+# and, for Socket:
 #   one-nic   the same with host 2's hy down: host 2's ranks offer one device, so every rank must keep to its first
 #             device and to one channel, and the matrix must pass;
 #   unrouted  host 2's hy on another subnet (10.85.0.2/24), so neither host can reach the other's second NIC: every
@@ -58,14 +59,17 @@ port=29800
 ifname="=hx"
 debug=WARN
 extra_env=
+ucx_devices=hx
 # launch NET CASE MODE FIRST LAST: starts ranks FIRST..LAST of netns_coll MODE (rank r on host r / PER + 1),
-# logging to $wd/NET-CASE-r.log; with NCCL_SOCKET_IFNAME=$ifname, NCCL_DEBUG=$debug and $extra_env (VAR=value ...).
+# logging to $wd/NET-CASE-r.log; with NCCL_SOCKET_IFNAME=$ifname, NCCL_DEBUG=$debug, UCX_NET_DEVICES=$ucx_devices
+# (unset when empty) and $extra_env (VAR=value ...).
 launch() {
   local netname=$1 case=$2 mode=$3 first=$4 last=$5 r host
   for r in $(seq "$first" "$last"); do
     host=$((r / PER + 1))
     ip netns exec "${pfx}_h$host" env NCCL_COMM_ID=10.83.0.1:$port NCCL_SOCKET_IFNAME="$ifname" NCCL_NET="$netname" \
-      NCCL_NET_PLUGIN=none UCX_TLS=tcp UCX_NET_DEVICES=hx CHORUS_TIMEOUT_S=$timeout_s NCCL_DEBUG="$debug" \
+      NCCL_NET_PLUGIN=none UCX_TLS=tcp ${ucx_devices:+UCX_NET_DEVICES=$ucx_devices} CHORUS_TIMEOUT_S=$timeout_s \
+      NCCL_DEBUG="$debug" \
       $extra_env "$bin" "$r" $N "$mode" >"$wd/$netname-$case-$r.log" 2>&1 &
     pids[$r]=$!
   done
@@ -175,33 +179,38 @@ done
 # bytes DEV DIR: what host 1's DEV has carried (DIR tx or rx).
 bytes() { ip netns exec "${pfx}_h1" cat "/sys/class/net/$1/statistics/$2_bytes"; }
 
-case " $nets " in *" Socket "*)
+declare -A found=([Socket]="NET/Socket : interfaces hx (10.83.0.1), hy (10.84.0.1)"
+  [UCX]="NET/UCX : UCX [0-9.]*, 2 device(s): hx ([0-9]* Mbit/s), hy ([0-9]* Mbit/s)")
+for netname in $nets; do
   port=$((port + 1))
-  ifname="hx,hy" debug=INFO extra_env="NCCL_DEBUG_SUBSYS=INIT,NET"
+  ifname="hx,hy" debug=INFO extra_env="NCCL_DEBUG_SUBSYS=INIT,NET" ucx_devices=
   declare -A before
   for d in hx hy; do for dir in tx rx; do before[$d$dir]=$(bytes $d $dir); done; done
-  launch Socket rails matrix 0 $((N - 1))
-  wait_all 120 "Socket-rails"
+  launch "$netname" rails matrix 0 $((N - 1))
+  wait_all 120 "$netname-rails"
   for r in $(seq 0 $((N - 1))); do
-    grep -q "rank $r: OK" "$wd/Socket-rails-$r.log" || {
-      show Socket rails
-      fail "Socket rails: rank $r did not finish OK"
+    grep -q "rank $r: OK" "$wd/$netname-rails-$r.log" || {
+      show "$netname" rails
+      fail "$netname rails: rank $r did not finish OK"
     }
   done
-  grep -q "NET/Socket : interfaces hx (10.83.0.1), hy (10.84.0.1)" "$wd/Socket-rails-0.log" ||
-    fail "Socket rails: rank 0 did not find both interfaces: $(grep "NET/Socket : interface" "$wd/Socket-rails-0.log")"
-  grep -q "2 channels on the host path, one for each device of the net Socket" "$wd/Socket-rails-0.log" ||
-    fail "Socket rails: rank 0 did not take a channel a NIC"
-  grep -q "devices by channel: 0 (hx), 1 (hy)" "$wd/Socket-rails-0.log" ||
-    fail "Socket rails: rank 0 did not spread its channels: $(grep "devices by channel" "$wd/Socket-rails-0.log")"
+  grep -q "${found[$netname]}" "$wd/$netname-rails-0.log" ||
+    fail "$netname rails: rank 0 did not find both interfaces: $(grep "NET/$netname : .*interface\|device(s):" \
+      "$wd/$netname-rails-0.log")"
+  grep -q "2 channels on the host path, one for each device of the net $netname" "$wd/$netname-rails-0.log" ||
+    fail "$netname rails: rank 0 did not take a channel a NIC"
+  grep -q "devices by channel: 0 (hx), 1 (hy)" "$wd/$netname-rails-0.log" ||
+    fail "$netname rails: rank 0 did not spread its channels: $(grep "devices by channel" "$wd/$netname-rails-0.log")"
   for d in hx hy; do
     for dir in tx rx; do
       moved=$(($(bytes $d $dir) - ${before[$d$dir]}))
-      echo "host 1 $d $dir: $moved bytes"
-      [ "$moved" -ge 1048576 ] || fail "Socket rails: host 1's $d carried $moved bytes ($dir), under 1 MB"
+      echo "$netname: host 1 $d $dir: $moved bytes"
+      [ "$moved" -ge 1048576 ] || fail "$netname rails: host 1's $d carried $moved bytes ($dir), under 1 MB"
     done
   done
+done
 
+case " $nets " in *" Socket "*)
   port=$((port + 1))
   ip -n "${pfx}_h2" link set hy down
   launch Socket one-nic matrix 0 $((N - 1))

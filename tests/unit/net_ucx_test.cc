@@ -9,11 +9,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "chorus/net.h"
 #include "transports/net/net.h"
+#include "transports/ucx/ucx_devices.h"
 
 namespace chorus {
 namespace {
@@ -159,11 +162,71 @@ void transfer(Conn* c, Buffers* b, size_t bytes, size_t recvBytes, int seed) {
   }
 }
 
+// Which devices the UCX net offers (each gets a UCP context restricted to it): this logic needs no UCX.
+std::vector<std::string> names(const std::vector<ucx::DeviceSpec>& devs) {
+  std::vector<std::string> out;
+  for (const ucx::DeviceSpec& d : devs) out.push_back(d.name + (d.verbs ? "/verbs" : "") + "@" + d.listenIf);
+  return out;
+}
+
+TEST(NetUcxDevices, OneDeviceForEachSelectedInterface) {
+  ucx::HostNets host;
+  host.selectedIfs = {"hx", "hy"};
+  host.addressedIfs = {"lo", "hx", "hy", "docker0"};
+  using V = std::vector<std::string>;
+  // Two NICs a host: two devices, each listening on its own interface (no RDMA port, or UCX_TLS=tcp).
+  EXPECT_EQ(names(ucx::listUcxDevices("", "", host, 16)), (V{"hx@hx", "hy@hy"}));
+  host.verbsPorts = {"mlx5_0:1", "mlx5_1:1"};
+  EXPECT_EQ(names(ucx::listUcxDevices("", "tcp", host, 16)), (V{"hx@hx", "hy@hy"}));
+  EXPECT_EQ(names(ucx::listUcxDevices("", "tcp,self,sm", host, 16)), (V{"hx@hx", "hy@hy"}));
+  // With RDMA ports and RDMA allowed: the ports, listening on chorus's socket interface.
+  EXPECT_EQ(names(ucx::listUcxDevices("", "", host, 16)), (V{"mlx5_0:1/verbs@", "mlx5_1:1/verbs@"}));
+  EXPECT_EQ(names(ucx::listUcxDevices("", "rc,sm", host, 16)), (V{"mlx5_0:1/verbs@", "mlx5_1:1/verbs@"}));
+  EXPECT_EQ(names(ucx::listUcxDevices("all", "^tcp", host, 16)), (V{"mlx5_0:1/verbs@", "mlx5_1:1/verbs@"}));
+  EXPECT_EQ(names(ucx::listUcxDevices("", "", host, 1)), (V{"mlx5_0:1/verbs@"}));
+}
+
+TEST(NetUcxDevices, UcxNetDevicesNamesThemInItsOrder) {
+  ucx::HostNets host;
+  host.selectedIfs = {"hx"};
+  host.addressedIfs = {"hx", "hy"};
+  host.verbsPorts = {"mlx5_0:1"};
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names(ucx::listUcxDevices("hy, hx,hy", "tcp", host, 16)), (V{"hy@hy", "hx@hx"}));
+  // A device without an address of its own (a verbs port, an interface that is down) listens on the default.
+  EXPECT_EQ(names(ucx::listUcxDevices("mlx5_0:1,eth9", "", host, 16)), (V{"mlx5_0:1/verbs@", "eth9@"}));
+}
+
+TEST(NetUcxDevices, TlsThatAllowsRdma) {
+  EXPECT_TRUE(ucx::tlsAllowsRdma(""));
+  EXPECT_TRUE(ucx::tlsAllowsRdma("all"));
+  EXPECT_TRUE(ucx::tlsAllowsRdma("rc_x,tcp"));
+  EXPECT_TRUE(ucx::tlsAllowsRdma("^cuda_ipc"));
+  EXPECT_FALSE(ucx::tlsAllowsRdma("tcp"));
+  EXPECT_FALSE(ucx::tlsAllowsRdma("tcp,sm,self,cuda_copy"));
+}
+
+TEST(NetUcxDevices, ActiveVerbsPortsFromSysfs) {
+  namespace fs = std::filesystem;
+  fs::path root = fs::temp_directory_path() / ("chorus-ib-" + std::to_string(getpid()));
+  auto port = [&](const std::string& dev, int p, const std::string& state) {
+    fs::create_directories(root / dev / "ports" / std::to_string(p));
+    std::ofstream(root / dev / "ports" / std::to_string(p) / "state") << state << "\n";
+  };
+  port("mlx5_10", 1, "4: ACTIVE");
+  port("mlx5_2", 1, "4: ACTIVE");
+  port("mlx5_2", 2, "1: DOWN");
+  port("mlx5_3", 1, "4: ACTIVE");
+  EXPECT_EQ(ucx::activeVerbsPorts(root.string()), (std::vector<std::string>{"mlx5_2:1", "mlx5_3:1", "mlx5_10:1"}));
+  EXPECT_TRUE(ucx::activeVerbsPorts((root / "none").string()).empty());
+  fs::remove_all(root);
+}
+
 TEST(NetUcx, DeviceProperties) {
   SKIP_WITHOUT_UCX();
   int ndev = 0;
   ASSERT_EQ(net()->devices(&ndev), ncclSuccess);
-  ASSERT_EQ(ndev, 1);
+  ASSERT_GE(ndev, 1);
   ncclNetProperties_v11_t props{};
   ASSERT_EQ(net()->getProperties(0, &props), ncclSuccess);
   ASSERT_NE(props.name, nullptr);
@@ -172,7 +235,7 @@ TEST(NetUcx, DeviceProperties) {
   EXPECT_GT(props.speed, 0);
   EXPECT_EQ(props.maxRecvs, 1);
   EXPECT_GE(props.maxP2pBytes, size_t{1} << 20);
-  EXPECT_NE(net()->getProperties(1, &props), ncclSuccess);
+  EXPECT_NE(net()->getProperties(ndev, &props), ncclSuccess);
 }
 
 TEST(NetUcx, MessagesBothWays) {

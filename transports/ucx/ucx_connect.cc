@@ -178,9 +178,9 @@ void drainRequests(Comm* c) {
 }
 
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
-  auto* c = static_cast<Context*>(ctx);
   *listenComm = nullptr;
-  if (dev != 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/UCX : listen on device %d (there is one, 0)", dev);
+  Context* c = nullptr;
+  CHORUS_CHECK(deviceContext(static_cast<NetContext*>(ctx), dev, &c));
   auto* lc = new ListenComm();
   lc->ctx = c;
   lc->connId = gNextConnId.fetch_add(1);
@@ -215,16 +215,17 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
   memcpy(handle, &h, sizeof(h));
   c->openComms++;
-  INFO(kNet, "NET/UCX : listening on %s for connection %u", lc->addrText.c_str(), lc->connId);
+  INFO(kNet, "NET/UCX : listening on %s (device %s) for connection %u", lc->addrText.c_str(), c->devName.c_str(),
+       lc->connId);
   *listenComm = lc;
   return ncclSuccess;
 }
 
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** sendDevComm) {
-  auto* c = static_cast<Context*>(ctx);
   *sendComm = nullptr;
   if (sendDevComm != nullptr) *sendDevComm = nullptr;
-  if (dev != 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/UCX : connect on device %d (there is one, 0)", dev);
+  Context* c = nullptr;
+  CHORUS_CHECK(deviceContext(static_cast<NetContext*>(ctx), dev, &c));
   Handle h;
   memcpy(&h, handle, sizeof(h));
   SockAddr to;
@@ -258,7 +259,8 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
       return res;
     }
     c->connecting[key] = comm;
-    INFO(kNet, "NET/UCX : connecting to %s, connection %u", comm->peer.c_str(), comm->connId);
+    INFO(kNet, "NET/UCX : connecting to %s over device %s, connection %u", comm->peer.c_str(), c->devName.c_str(),
+         comm->connId);
   }
   progress(c);
   bool done = false;

@@ -1,8 +1,9 @@
 // UCX net internals (docs/net_ucx.md): the objects behind the ncclNet_v11_t table that ucxNet() returns.
 //
-// Built only with UCX (CHORUS_HAVE_UCX). One Context per init(): its own ucp_context and one ucp_worker in
-// UCS_THREAD_MODE_SINGLE. Every object below belongs to the one thread that drives its context (the proxy of one
-// communicator); UCX callbacks run inside ucp_worker_progress() on that same thread, so nothing here is locked.
+// Built only with UCX (CHORUS_HAVE_UCX). One NetContext per init(); in it, one Context per device the
+// communicator uses (ucx_devices.h): its own ucp_context, restricted to that device (UCX_NET_DEVICES), and one
+// ucp_worker in UCS_THREAD_MODE_SINGLE. Every object below belongs to the one thread that drives its init (the proxy
+// of one communicator); UCX callbacks run inside ucp_worker_progress() on that same thread, so nothing is locked.
 //
 // Data moves with UCP tag matching: a send carries tag (connId << 32 | NCCL tag) and the receiver posts the same
 // tag with a full mask on its worker. connId is chosen by listen() (unique in the process, hence on every worker)
@@ -45,13 +46,26 @@ constexpr std::chrono::milliseconds kCloseTimeout{2000};
 
 struct Comm;
 struct ListenComm;
+struct Context;
 
-/// One init(): a UCP context and its worker. Owned by the thread that drives the communicator.
+/// One init(): the Context of each device it has used (made by its first listen or connect).
+struct NetContext {
+  std::vector<Context*> devs;  ///< by device index; null until used
+  bool wakeup = false;         ///< CHORUS_UCX_WAKEUP: workers get event descriptors
+  int busyFd = -1;             ///< an eventfd set when a worker had events as the proxy was about to sleep
+};
+/// The Context of device `dev` of `net`, made on first use; fails (WARN) for a device that does not exist or whose
+/// context UCX cannot make.
+ncclResult_t deviceContext(NetContext* net, int dev, Context** out);
+
+/// One device of one init(): a UCP context restricted to the device, and its worker. Owned by the thread that drives
+/// the communicator.
 struct Context {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
+  int dev = 0;
+  std::string devName;  ///< the UCX device (UCX_NET_DEVICES of this context)
   int efd = -1;         ///< the worker's event descriptor (CHORUS_UCX_WAKEUP), or -1: the proxy polls
-  int busyFd = -1;      ///< an eventfd set when the worker had events as the proxy was about to sleep
   SockAddr listenAddr;  ///< where listen() binds (port 0 until a listener picks one)
   std::string ifName;   ///< the interface of listenAddr, for logs
   int openComms = 0;    ///< listen/send/recv comms not yet closed, connecting ones included
@@ -122,8 +136,8 @@ struct MemHandle {
   ucp_mem_h memh = nullptr;
 };
 
-/// NetProgressHooks::pollFds: progresses the worker until it is idle, arms its event descriptor and names it; when
-/// events came in meanwhile, names a descriptor that is already ready instead.
+/// NetProgressHooks::pollFds: progresses every worker of the init until it is idle, arms their event descriptors and
+/// names them; when events came in meanwhile, names a descriptor that is already ready instead.
 int pollFds(void* ctx, struct pollfd* fds, int max);
 /// Runs the worker's progress until it has nothing more to do (bounded, so a busy worker cannot trap the caller).
 void progress(Context* ctx);

@@ -1,0 +1,92 @@
+// The UCX net's device list (ucx_devices.h, docs/net_ucx.md "Devices").
+#include "transports/ucx/ucx_devices.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "topo/topology.h"
+
+namespace chorus {
+namespace ucx {
+namespace {
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+std::vector<std::string> listDir(const std::string& path) {
+  std::vector<std::string> out;
+  DIR* d = opendir(path.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') out.push_back(e->d_name);
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+bool tlsAllowsRdma(const std::string& tls) {
+  // UCX's transports and aliases that never leave the host or never use an RDMA device.
+  static const std::set<std::string> kNotRdma = {"tcp",      "self",      "sm",      "shm",      "posix",
+                                                 "sysv",     "cma",       "knem",    "xpmem",    "cuda",
+                                                 "cuda_copy", "cuda_ipc", "gdr_copy", "rocm",    "rocm_copy",
+                                                 "rocm_ipc", "rocm_gdr"};
+  std::vector<std::string> items = splitList(tls);
+  if (items.empty() || items[0][0] == '^') return true;
+  for (const std::string& t : items)
+    if (t == "all" || kNotRdma.count(t) == 0) return true;
+  return false;
+}
+
+std::vector<DeviceSpec> listUcxDevices(const std::string& netDevices, const std::string& tls, const HostNets& host,
+                                       size_t max) {
+  std::vector<DeviceSpec> out;
+  auto add = [&](const std::string& name, bool verbs) {
+    if (out.size() >= max) return;
+    for (const DeviceSpec& d : out)
+      if (d.name == name) return;
+    DeviceSpec d;
+    d.name = name;
+    d.verbs = verbs;
+    if (!verbs && std::find(host.addressedIfs.begin(), host.addressedIfs.end(), name) != host.addressedIfs.end())
+      d.listenIf = name;
+    out.push_back(d);
+  };
+  std::vector<std::string> items = splitList(netDevices);
+  if (!items.empty() && !(items.size() == 1 && items[0] == "all")) {
+    for (const std::string& i : items) add(i, i.find(':') != std::string::npos);
+  } else if (tlsAllowsRdma(tls) && !host.verbsPorts.empty()) {
+    for (const std::string& p : host.verbsPorts) add(p, true);
+  } else {
+    for (const std::string& i : host.selectedIfs) add(i, false);
+  }
+  return out;
+}
+
+std::vector<std::string> activeVerbsPorts(const std::string& sysClassInfiniband) {
+  std::vector<std::string> out;
+  for (const std::string& dev : listDir(sysClassInfiniband)) {
+    for (const std::string& port : listDir(sysClassInfiniband + "/" + dev + "/ports")) {
+      std::ifstream in(sysClassInfiniband + "/" + dev + "/ports/" + port + "/state");
+      int state = 0;  // "4: ACTIVE"
+      if (in >> state && state == 4) out.push_back(dev + ":" + port);
+    }
+  }
+  std::sort(out.begin(), out.end(), naturalNameLess);
+  return out;
+}
+
+}  // namespace ucx
+}  // namespace chorus
