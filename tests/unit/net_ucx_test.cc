@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -179,11 +180,14 @@ TEST(NetUcxDevices, OneDeviceForEachSelectedInterface) {
   host.verbsPorts = {"mlx5_0:1", "mlx5_1:1"};
   EXPECT_EQ(names(ucx::listUcxDevices("", "tcp", host, 16)), (V{"hx@hx", "hy@hy"}));
   EXPECT_EQ(names(ucx::listUcxDevices("", "tcp,self,sm", host, 16)), (V{"hx@hx", "hy@hy"}));
-  // With RDMA ports and RDMA allowed: the ports, listening on chorus's socket interface.
-  EXPECT_EQ(names(ucx::listUcxDevices("", "", host, 16)), (V{"mlx5_0:1/verbs@", "mlx5_1:1/verbs@"}));
-  EXPECT_EQ(names(ucx::listUcxDevices("", "rc,sm", host, 16)), (V{"mlx5_0:1/verbs@", "mlx5_1:1/verbs@"}));
-  EXPECT_EQ(names(ucx::listUcxDevices("all", "^tcp", host, 16)), (V{"mlx5_0:1/verbs@", "mlx5_1:1/verbs@"}));
-  EXPECT_EQ(names(ucx::listUcxDevices("", "", host, 1)), (V{"mlx5_0:1/verbs@"}));
+  // With RDMA ports and RDMA allowed: the ports, each listening on its IP interface where it has one with an
+  // address (else on chorus's socket interface).
+  host.portInterfaces = {{"mlx5_0:1", "ib0"}, {"mlx5_1:1", "ib1"}};
+  host.addressedIfs.push_back("ib0");
+  EXPECT_EQ(names(ucx::listUcxDevices("", "", host, 16)), (V{"mlx5_0:1/verbs@ib0", "mlx5_1:1/verbs@"}));
+  EXPECT_EQ(names(ucx::listUcxDevices("", "rc,sm", host, 16)), (V{"mlx5_0:1/verbs@ib0", "mlx5_1:1/verbs@"}));
+  EXPECT_EQ(names(ucx::listUcxDevices("all", "^tcp", host, 16)), (V{"mlx5_0:1/verbs@ib0", "mlx5_1:1/verbs@"}));
+  EXPECT_EQ(names(ucx::listUcxDevices("", "", host, 1)), (V{"mlx5_0:1/verbs@ib0"}));
 }
 
 TEST(NetUcxDevices, UcxNetDevicesNamesThemInItsOrder) {
@@ -213,11 +217,23 @@ TEST(NetUcxDevices, ActiveVerbsPortsFromSysfs) {
     fs::create_directories(root / dev / "ports" / std::to_string(p));
     std::ofstream(root / dev / "ports" / std::to_string(p) / "state") << state << "\n";
   };
+  auto netdev = [&](const std::string& dev, const std::string& name, int devPort) {
+    fs::create_directories(root / dev / "device" / "net" / name);
+    if (devPort >= 0) std::ofstream(root / dev / "device" / "net" / name / "dev_port") << devPort << "\n";
+  };
   port("mlx5_10", 1, "4: ACTIVE");
+  netdev("mlx5_10", "ib3", -1);  // one port, no dev_port: its only interface
   port("mlx5_2", 1, "4: ACTIVE");
-  port("mlx5_2", 2, "1: DOWN");
+  port("mlx5_2", 2, "4: ACTIVE");
+  netdev("mlx5_2", "ens1f0", 0);
+  netdev("mlx5_2", "ens1f1", 1);
   port("mlx5_3", 1, "4: ACTIVE");
-  EXPECT_EQ(ucx::activeVerbsPorts(root.string()), (std::vector<std::string>{"mlx5_2:1", "mlx5_3:1", "mlx5_10:1"}));
+  port("mlx5_4", 1, "1: DOWN");
+  std::map<std::string, std::string> ifs;
+  EXPECT_EQ(ucx::activeVerbsPorts(root.string(), &ifs),
+            (std::vector<std::string>{"mlx5_2:1", "mlx5_2:2", "mlx5_3:1", "mlx5_10:1"}));
+  EXPECT_EQ(ifs, (std::map<std::string, std::string>{
+                     {"mlx5_2:1", "ens1f0"}, {"mlx5_2:2", "ens1f1"}, {"mlx5_10:1", "ib3"}}));
   EXPECT_TRUE(ucx::activeVerbsPorts((root / "none").string()).empty());
   fs::remove_all(root);
 }

@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <fstream>
 #include <set>
@@ -60,8 +62,13 @@ std::vector<DeviceSpec> listUcxDevices(const std::string& netDevices, const std:
     DeviceSpec d;
     d.name = name;
     d.verbs = verbs;
-    if (!verbs && std::find(host.addressedIfs.begin(), host.addressedIfs.end(), name) != host.addressedIfs.end())
-      d.listenIf = name;
+    std::string ifName = name;
+    if (verbs) {
+      auto it = host.portInterfaces.find(name);
+      ifName = it != host.portInterfaces.end() ? it->second : "";
+    }
+    if (std::find(host.addressedIfs.begin(), host.addressedIfs.end(), ifName) != host.addressedIfs.end())
+      d.listenIf = ifName;
     out.push_back(d);
   };
   std::vector<std::string> items = splitList(netDevices);
@@ -75,13 +82,29 @@ std::vector<DeviceSpec> listUcxDevices(const std::string& netDevices, const std:
   return out;
 }
 
-std::vector<std::string> activeVerbsPorts(const std::string& sysClassInfiniband) {
+std::vector<std::string> activeVerbsPorts(const std::string& sysClassInfiniband,
+                                          std::map<std::string, std::string>* interfaces) {
   std::vector<std::string> out;
   for (const std::string& dev : listDir(sysClassInfiniband)) {
-    for (const std::string& port : listDir(sysClassInfiniband + "/" + dev + "/ports")) {
-      std::ifstream in(sysClassInfiniband + "/" + dev + "/ports/" + port + "/state");
+    std::string base = sysClassInfiniband + "/" + dev;
+    std::vector<std::string> ports = listDir(base + "/ports");
+    std::vector<std::string> nets = listDir(base + "/device/net");
+    std::sort(nets.begin(), nets.end(), naturalNameLess);
+    for (const std::string& port : ports) {
+      std::ifstream in(base + "/ports/" + port + "/state");
       int state = 0;  // "4: ACTIVE"
-      if (in >> state && state == 4) out.push_back(dev + ":" + port);
+      if (!(in >> state) || state != 4) continue;
+      out.push_back(dev + ":" + port);
+      if (interfaces == nullptr) continue;
+      for (const std::string& n : nets) {
+        std::ifstream devPort(base + "/device/net/" + n + "/dev_port");
+        int dp = -1;
+        bool known = static_cast<bool>(devPort >> dp);
+        if (known ? dp == atoi(port.c_str()) - 1 : ports.size() == 1) {
+          (*interfaces)[out.back()] = n;
+          break;
+        }
+      }
     }
   }
   std::sort(out.begin(), out.end(), naturalNameLess);

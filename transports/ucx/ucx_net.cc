@@ -154,7 +154,7 @@ HostNets hostNets(std::vector<IfAddr>* selected) {
   if (findInterfaces(selected, kMaxNetDevices, &why) != ncclSuccess) selected->clear();
   for (const IfAddr& i : *selected) h.selectedIfs.push_back(i.name);
   for (const IfAddr& i : listInterfaces()) h.addressedIfs.push_back(i.name);
-  h.verbsPorts = activeVerbsPorts("/sys/class/infiniband");
+  h.verbsPorts = activeVerbsPorts("/sys/class/infiniband", &h.portInterfaces);
   return h;
 }
 
@@ -223,7 +223,8 @@ ncclResult_t init(void** ctx, uint64_t /*commId*/, ncclNetCommConfig_v11_t* /*co
   return ncclSuccess;
 }
 
-/// The address device `d` listens on: the one probed for its interface, else chorus's socket interface's.
+/// The address device `d` listens on: the one probed for its interface, else chorus's socket interface's (an RDMA
+/// port without an IP interface: UCX may then find no transport on it, and connecting fails with UCX's reason).
 ncclResult_t listenAddress(const ProbedDevice& d, SockAddr* addr, std::string* ifName) {
   if (!d.listenIf.empty()) {
     *addr = d.listenAddr;
