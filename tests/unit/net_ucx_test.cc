@@ -201,6 +201,15 @@ TEST(NetUcxDevices, UcxNetDevicesNamesThemInItsOrder) {
   EXPECT_EQ(names(ucx::listUcxDevices("mlx5_0:1,eth9", "", host, 16)), (V{"mlx5_0:1/verbs@", "eth9@"}));
 }
 
+TEST(NetUcxDevices, NcclIbHcaSelectsPorts) {
+  std::vector<std::string> ports = {"mlx5_0:1", "mlx5_1:1", "mlx5_1:2", "mlx5_10:1"};
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ucx::filterVerbsPorts(ports, ""), ports);
+  EXPECT_EQ(ucx::filterVerbsPorts(ports, "mlx5_1"), (V{"mlx5_1:1", "mlx5_1:2", "mlx5_10:1"}));
+  EXPECT_EQ(ucx::filterVerbsPorts(ports, "=mlx5_1:2,mlx5_0"), (V{"mlx5_0:1", "mlx5_1:2"}));
+  EXPECT_EQ(ucx::filterVerbsPorts(ports, "^=mlx5_1"), (V{"mlx5_0:1", "mlx5_10:1"}));
+}
+
 TEST(NetUcxDevices, TlsThatAllowsRdma) {
   EXPECT_TRUE(ucx::tlsAllowsRdma(""));
   EXPECT_TRUE(ucx::tlsAllowsRdma("all"));
@@ -308,7 +317,9 @@ TEST(NetUcx, IdleWorkerDescriptorWakesForAMessage) {
     int sent = 0;
     while (!woke && Clock::now() < end) {
       int sz = 0;
-      if (!sent) ASSERT_EQ(net()->test(sreq, &sent, &sz), ncclSuccess);  // the sender's own progress
+      if (!sent) {
+        ASSERT_EQ(net()->test(sreq, &sent, &sz), ncclSuccess);  // the sender's own progress
+      }
       woke = poll(&fd, 1, 10) > 0;
     }
     EXPECT_TRUE(woke) << "a message arrived but the receiver's descriptor never became ready";

@@ -12,12 +12,12 @@
 
 namespace chorus {
 
-namespace {
-
 StrParam kIbHca{"NCCL_IB_HCA", "",
-                "IB net: HCA ports to use, as name[:port] list: names are prefixes, a leading ^ excludes the listed "
-                "ones, = (after any ^) makes names exact. Unset: every active port.",
+                "IB and UCX nets: HCA ports to use, as name[:port] list: names are prefixes, a leading ^ excludes the "
+                "listed ones, = (after any ^) makes names exact. Unset: every active port.",
                 "network"};
+
+namespace {
 IntParam kIbGidIndex{"NCCL_IB_GID_INDEX", -1,
                      "IB net: GID index addressing each port. -1: 0 on InfiniBand; on RoCE the first RoCE v2 "
                      "IPv4-mapped GID, else RoCE v2 IPv6, else any configured GID.",

@@ -6,9 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "transports/ib/ib_verbs.h"
 
 namespace chorus {
+
+/// NCCL_IB_HCA (transports/ib/ib_net.cc): the HCA ports the IB net, and the UCX net on RDMA ports, may use.
+extern StrParam kIbHca;
 
 /// One entry of NCCL_IB_HCA: a device name (prefix unless the list is exact) and an optional port.
 struct IbHcaEntry {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "topo/topology.h"
+#include "transports/ib/ib_select.h"
 
 namespace chorus {
 namespace ucx {
@@ -78,6 +79,17 @@ std::vector<DeviceSpec> listUcxDevices(const std::string& netDevices, const std:
     for (const std::string& p : host.verbsPorts) add(p, true);
   } else {
     for (const std::string& i : host.selectedIfs) add(i, false);
+  }
+  return out;
+}
+
+std::vector<std::string> filterVerbsPorts(const std::vector<std::string>& ports, const std::string& hcaSpec) {
+  IbHcaFilter filter = parseIbHcaFilter(hcaSpec);
+  std::vector<std::string> out;
+  for (const std::string& p : ports) {
+    size_t colon = p.rfind(':');
+    if (colon == std::string::npos) continue;
+    if (ibHcaSelected(filter, p.substr(0, colon), atoi(p.c_str() + colon + 1))) out.push_back(p);
   }
   return out;
 }

@@ -38,6 +38,9 @@ bool tlsAllowsRdma(const std::string& tls);
 std::vector<DeviceSpec> listUcxDevices(const std::string& netDevices, const std::string& tls, const HostNets& host,
                                        size_t max);
 
+/// The ports of `ports` ("mlx5_0:1") that NCCL_IB_HCA-style `hcaSpec` selects, in their order.
+std::vector<std::string> filterVerbsPorts(const std::vector<std::string>& ports, const std::string& hcaSpec);
+
 /// The active RDMA ports under `sysClassInfiniband` (normally /sys/class/infiniband), "dev:port", naturally sorted;
 /// with `interfaces`, each port's IP interface: of the interfaces under the port's PCI device (`<dev>/device/net`),
 /// the one whose dev_port is the port's number less one (one-port devices: the first).

@@ -44,6 +44,7 @@ IntParam kUcxWakeup{"CHORUS_UCX_WAKEUP", 1,
 
 #include "core/checks.h"
 #include "core/debug.h"
+#include "transports/ib/ib_select.h"
 #include "transports/ucx/ucx_devices.h"
 #include "transports/ucx/ucx_net.h"
 
@@ -154,7 +155,7 @@ HostNets hostNets(std::vector<IfAddr>* selected) {
   if (findInterfaces(selected, kMaxNetDevices, &why) != ncclSuccess) selected->clear();
   for (const IfAddr& i : *selected) h.selectedIfs.push_back(i.name);
   for (const IfAddr& i : listInterfaces()) h.addressedIfs.push_back(i.name);
-  h.verbsPorts = activeVerbsPorts("/sys/class/infiniband", &h.portInterfaces);
+  h.verbsPorts = filterVerbsPorts(activeVerbsPorts("/sys/class/infiniband", &h.portInterfaces), kIbHca.get());
   return h;
 }
 
