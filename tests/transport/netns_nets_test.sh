@@ -11,9 +11,9 @@
 #   rails     for each net, the matrix with NCCL_SOCKET_IFNAME=hx,hy (and, for UCX, no UCX_NET_DEVICES): the net
 #             offers both interfaces as devices, the host path takes a channel for each (CHORUS_HOST_NCHANNELS
 #             unset), and each of host 1's NICs carries at least 1 MB each way;
+#   one-nic   for each net, the same with host 2's hy down: host 2's ranks offer one device, so every rank must keep
+#             to its first device and to one channel, and the matrix must pass;
 # and, for Socket:
-#   one-nic   the same with host 2's hy down: host 2's ranks offer one device, so every rank must keep to its first
-#             device and to one channel, and the matrix must pass;
 #   unrouted  host 2's hy on another subnet (10.85.0.2/24), so neither host can reach the other's second NIC: every
 #             rank must fail within CHORUS_TIMEOUT_S (plus slack), and some rank must log an address it could not
 #             reach.
@@ -208,25 +208,26 @@ for netname in $nets; do
       [ "$moved" -ge 1048576 ] || fail "$netname rails: host 1's $d carried $moved bytes ($dir), under 1 MB"
     done
   done
+
+  port=$((port + 1))
+  ip -n "${pfx}_h2" link set hy down
+  launch "$netname" one-nic matrix 0 $((N - 1))
+  wait_all 120 "$netname-one-nic"
+  for r in $(seq 0 $((N - 1))); do
+    grep -q "rank $r: OK" "$wd/$netname-one-nic-$r.log" || {
+      show "$netname" one-nic
+      fail "$netname one-nic: rank $r did not finish OK"
+    }
+  done
+  grep -q "channels on the host path" "$wd/$netname-one-nic-0.log" &&
+    fail "$netname one-nic: rank 0 took more than one channel with a host of one NIC"
+  grep -q "devices by channel: 0 (hx) (.*some rank's net offers only 1)" "$wd/$netname-one-nic-0.log" ||
+    fail "$netname one-nic: rank 0 did not keep to its first device: $(grep "devices by channel" \
+      "$wd/$netname-one-nic-0.log")"
+  ip -n "${pfx}_h2" link set hy up
 done
 
 case " $nets " in *" Socket "*)
-  port=$((port + 1))
-  ip -n "${pfx}_h2" link set hy down
-  launch Socket one-nic matrix 0 $((N - 1))
-  wait_all 120 "Socket-one-nic"
-  for r in $(seq 0 $((N - 1))); do
-    grep -q "rank $r: OK" "$wd/Socket-one-nic-$r.log" || {
-      show Socket one-nic
-      fail "Socket one-nic: rank $r did not finish OK"
-    }
-  done
-  grep -q "channels on the host path" "$wd/Socket-one-nic-0.log" &&
-    fail "Socket one-nic: rank 0 took more than one channel with a host of one NIC"
-  grep -q "devices by channel: 0 (hx) (.*some rank's net offers only 1)" "$wd/Socket-one-nic-0.log" ||
-    fail "Socket one-nic: rank 0 did not keep to its first device: $(grep "devices by channel" "$wd/Socket-one-nic-0.log")"
-  ip -n "${pfx}_h2" link set hy up
-
   port=$((port + 1))
   debug=WARN extra_env=
   ip -n "${pfx}_h2" addr del 10.84.0.2/24 dev hy
