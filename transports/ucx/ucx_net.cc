@@ -112,9 +112,10 @@ struct ProbedDevice {
 
 /// What devices()/getProperties() report, probed once per process (they take no context).
 struct Probe {
-  bool usable = false;   ///< a UCP context could be created
+  bool usable = false;   ///< a UCP context could be created, and there is a device
   bool cudaMem = false;  ///< the context handles CUDA memory
   std::vector<ProbedDevice> devs;
+  std::string why;  ///< why it is not usable
 };
 
 std::string readLine(const std::string& path) {
@@ -177,7 +178,11 @@ const Probe& probe() {
   static std::once_flag once;
   std::call_once(once, [] {
     ucp_context_h context = nullptr;
-    if (createContext(&context, false, "") != ncclSuccess) return;
+    if (createContext(&context, false, "") != ncclSuccess) {
+      p.why = std::string(threadLastError()) + " (UCX_TLS=\"" + kUcxTls.get() + "\", UCX_NET_DEVICES=\"" +
+              kUcxNetDevices.get() + "\")";
+      return;
+    }
     ucp_context_attr_t attr{};
     attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
     if (ucp_context_query(context, &attr) == UCS_OK) p.cudaMem = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
@@ -198,7 +203,7 @@ const Probe& probe() {
       INFO(kNet | kInit, "NET/UCX : UCX %s, %zu device(s): %s%s", ucp_get_version_string(), p.devs.size(),
            list.c_str(), p.cudaMem ? "; CUDA memory" : "");
     } else {
-      WARN("NET/UCX : no device: UCX_NET_DEVICES names none, and no interface or RDMA port was found");
+      p.why = "UCX_NET_DEVICES names none, and no interface or RDMA port was found";
     }
   });
   return p;
@@ -208,7 +213,7 @@ ncclResult_t init(void** ctx, uint64_t /*commId*/, ncclNetCommConfig_v11_t* /*co
                   ncclDebugLogger_t /*logFunction*/, ncclProfilerCallback_t /*profFunction*/) {
   *ctx = nullptr;
   const Probe& p = probe();
-  if (!p.usable) CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : no usable UCX device");
+  if (!p.usable) CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : no usable UCX device: %s", p.why.c_str());
   auto* n = new NetContext();
   n->devs.assign(p.devs.size(), nullptr);
   n->wakeup = kUcxWakeup.get() != 0;
