@@ -13,10 +13,9 @@
 #             unset), and each of host 1's NICs carries at least 1 MB each way;
 #   one-nic   for each net, the same with host 2's hy down: host 2's ranks offer one device, so every rank must keep
 #             to its first device and to one channel, and the matrix must pass;
-# and, for Socket:
-#   unrouted  host 2's hy on another subnet (10.85.0.2/24), so neither host can reach the other's second NIC: every
-#             rank must fail within CHORUS_TIMEOUT_S (plus slack), and some rank must log an address it could not
-#             reach.
+#   unrouted  for each net, host 2's hy on another subnet (10.85.0.2/24), so neither host can reach the other's
+#             second NIC: every rank must fail within CHORUS_TIMEOUT_S (plus slack), and some rank must log an
+#             address it could not reach.
 # Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
 set -u
 bin=${1:?usage: netns_nets_test.sh <path to netns_coll> [Socket UCX]}
@@ -227,26 +226,28 @@ for netname in $nets; do
   ip -n "${pfx}_h2" link set hy up
 done
 
-case " $nets " in *" Socket "*)
+# What a rank logs when it cannot reach the other host's second NIC, by net.
+declare -A unreachable=(
+  [Socket]="connect failed.*cannot connect to 10.8[45].0.[12]:[0-9]*: Network is unreachable"
+  [UCX]="connect failed.*NET/UCX : connect to 10.8[45].0.[12]:[0-9]* .*Destination is unreachable")
+for netname in $nets; do
   port=$((port + 1))
   debug=WARN extra_env=
   ip -n "${pfx}_h2" addr del 10.84.0.2/24 dev hy
   ip -n "${pfx}_h2" addr add 10.85.0.2/24 dev hy
   start=$SECONDS
-  launch Socket unrouted matrix 0 $((N - 1))
-  wait_all $((3 * timeout_s)) "Socket-unrouted"
+  launch "$netname" unrouted matrix 0 $((N - 1))
+  wait_all $((3 * timeout_s)) "$netname-unrouted"
   took=$((SECONDS - start))
   ip -n "${pfx}_h2" addr del 10.85.0.2/24 dev hy
   ip -n "${pfx}_h2" addr add 10.84.0.2/24 dev hy
-  show Socket unrouted
+  show "$netname" unrouted
   for r in $(seq 0 $((N - 1))); do
-    grep -q "rank $r: OK" "$wd/Socket-unrouted-$r.log" && fail "Socket unrouted: rank $r finished OK"
-    grep -q "still running at the deadline" "$wd/Socket-unrouted-$r.log" && fail "Socket unrouted: rank $r hung"
+    grep -q "rank $r: OK" "$wd/$netname-unrouted-$r.log" && fail "$netname unrouted: rank $r finished OK"
+    grep -q "still running at the deadline" "$wd/$netname-unrouted-$r.log" && fail "$netname unrouted: rank $r hung"
   done
-  echo "unrouted: every rank ended in $took s"
-  cat "$wd"/Socket-unrouted-*.log |
-    grep -q "connect failed.*cannot connect to 10.8[45].0.[12]:[0-9]*: Network is unreachable" ||
-    fail "Socket unrouted: no rank named the address it could not reach"
-  ;;
-esac
+  echo "$netname unrouted: every rank ended in $took s"
+  cat "$wd/$netname"-unrouted-*.log | grep -q "${unreachable[$netname]}" ||
+    fail "$netname unrouted: no rank named the address it could not reach"
+done
 exit $status
