@@ -489,9 +489,10 @@ TEST(NetUcx, FullRequestPoolSaysTryAgainAndCloseCancelsPending) {
 // thread, which crashed a process now and then: openucx/ucx#11087): a connect to it is never accepted, nothing
 // crashes, and both contexts finalize.
 //
-// Run in a child process: the lingering context keeps UCX's async thread for the rest of the process, and a process
-// forked after that (the dead-peer tests below fork their peers) inherits UCX's state without the thread, so the
-// child's UCX never answered, and those tests failed when the whole binary ran in one process.
+// Run in a child process: after it ran in the test process itself, the dead-peer tests below, which fork their
+// peers, failed when the whole binary ran in one process (the forked peer's UCX never answered). The likely cause,
+// not traced inside UCX: the lingering context keeps UCX's async thread for the rest of the process, and a forked
+// child inherits UCX's state without the thread.
 void connectToAClosedListener() {
   NetCtx a, b;
   char handle[NCCL_NET_HANDLE_MAXSIZE];
