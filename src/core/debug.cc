@@ -62,15 +62,9 @@ uint64_t parseSubsys(const std::string& s) {
                 {"PROXY", kProxy}, {"REG", kReg},     {"ALL", kAllSubsys}, {"BOOTSTRAP", kBootstrap}};
   bool invert = !s.empty() && s[0] == '^';
   uint64_t mask = 0;
-  size_t pos = invert ? 1 : 0;
-  while (pos <= s.size()) {
-    size_t comma = s.find(',', pos);
-    std::string tok = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& tok : splitList(s.substr(invert ? 1 : 0)))
     for (auto& n : kNames)
       if (strcasecmp(tok.c_str(), n.name) == 0) mask |= n.bit;
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
   return invert ? ~mask : mask;
 }
 

@@ -101,4 +101,20 @@ std::string paramsMarkdown() {
   return out;
 }
 
+std::vector<std::string> splitList(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const size_t first = list.find_first_not_of(" \t", start);
+    if (first != std::string::npos && first < end) {
+      const size_t last = list.find_last_not_of(" \t", end - 1);
+      out.push_back(list.substr(first, last - first + 1));
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace chorus

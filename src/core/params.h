@@ -66,4 +66,8 @@ class StrParam {
 /// Markdown table of every parameter (the content of docs/env.md).
 std::string paramsMarkdown();
 
+/// The items of a comma-separated parameter value ("a, b,,c" gives a, b, c): each trimmed of spaces and tabs, empty
+/// items dropped. A leading '^' or '=' is the caller's to strip first.
+std::vector<std::string> splitList(const std::string& list);
+
 }  // namespace chorus

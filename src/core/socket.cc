@@ -246,17 +246,11 @@ bool ifNameMatches(const std::string& spec, const std::string& name) {
     pos++;
   }
   bool listed = false;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    std::string tok = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (std::string tok : splitList(spec.substr(pos))) {
     // NCCL allows "name:port" entries; the port part never matters for interface selection.
     size_t colon = tok.find(':');
     if (colon != std::string::npos) tok.resize(colon);
-    if (!tok.empty()) {
-      if (exact ? name == tok : name.compare(0, tok.size(), tok) == 0) listed = true;
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+    if (!tok.empty() && (exact ? name == tok : name.compare(0, tok.size(), tok) == 0)) listed = true;
   }
   return exclude ? !listed : listed;
 }

@@ -31,16 +31,9 @@ IntParam kOneShotMax{"CHORUS_ONESHOT_MAX_BYTES", 8192, "Largest allreduce that u
 bool allowed(const std::string& list, const char* name) {
   if (list.empty()) return true;
   bool exclude = list[0] == '^';
-  std::string body = exclude ? list.substr(1) : list;
   bool found = false;
-  size_t pos = 0;
-  while (pos <= body.size()) {
-    size_t comma = body.find(',', pos);
-    std::string tok = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& tok : splitList(list.substr(exclude ? 1 : 0)))
     if (strcasecmp(tok.c_str(), name) == 0) found = true;
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
   return exclude ? !found : found;
 }
 

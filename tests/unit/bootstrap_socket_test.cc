@@ -120,7 +120,7 @@ TEST(BootstrapSocket, IfNameSyntaxFollowsNccl) {
       {"eth", "eth0", true},        {"eth", "ib0", false},     {"^eth", "eth0", false},     {"^eth", "ib0", true},
       {"=eth0", "eth0", true},      {"=eth0", "eth01", false}, {"eth,ib", "ib1", true},     {"eth,ib", "lo", false},
       {"^=eth0", "eth0", false},    {"^=eth0", "eth01", true}, {"eth0:1234", "eth0", true}, {"^docker,lo", "lo", false},
-      {"^docker,lo", "eth0", true}, {"", "eth0", false},
+      {"^docker,lo", "eth0", true}, {"", "eth0", false},       {"lo, eth", "eth0", true},   {"^lo,,", "lo", false},
   };
   for (const Case& c : cases) EXPECT_EQ(ifNameMatches(c.spec, c.name), c.match) << c.spec << " vs " << c.name;
 }

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/params.h"
+
 namespace chorus {
 
 namespace {
@@ -42,12 +44,7 @@ IbHcaFilter parseIbHcaFilter(const std::string& spec) {
     f.exact = true;
     ++pos;
   }
-  while (pos <= spec.size()) {
-    size_t end = spec.find(',', pos);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
-    pos = end + 1;
-    if (item.empty()) continue;
+  for (const std::string& item : splitList(spec.substr(pos))) {
     IbHcaEntry e;
     size_t colon = item.find(':');
     e.name = item.substr(0, colon);

@@ -97,21 +97,6 @@ const ncclNet_v11_t* loadEntry(const std::string& entry, std::string* why, int* 
   return net;
 }
 
-std::vector<std::string> splitList(const std::string& list) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(start, end - start);
-    const size_t first = item.find_first_not_of(" \t");
-    const size_t last = item.find_last_not_of(" \t");
-    if (first != std::string::npos) out.push_back(item.substr(first, last - first + 1));
-    start = end + 1;
-  }
-  return out;
-}
-
 // What NCCL_NET_PLUGIN=setting loads; *why says what was loaded, or why nothing was.
 const ncclNet_v11_t* loadSetting(const std::string& setting, std::string* why, int* version) {
   *version = 0;

@@ -2,31 +2,19 @@
 #include "transports/ucx/ucx_devices.h"
 
 #include <dirent.h>
-
 #include <stdlib.h>
 
 #include <algorithm>
 #include <fstream>
 #include <set>
-#include <sstream>
 
+#include "core/params.h"
 #include "topo/topology.h"
 #include "transports/ib/ib_select.h"
 
 namespace chorus {
 namespace ucx {
 namespace {
-
-std::vector<std::string> splitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-  }
-  return out;
-}
 
 std::vector<std::string> listDir(const std::string& path) {
   std::vector<std::string> out;

@@ -103,7 +103,7 @@ void destroyContext(ucp_context_h context) {
 /// One device as devices()/getProperties() report it.
 struct ProbedDevice {
   DeviceSpec spec;
-  std::string listenIf;  ///< spec.listenIf when it has an address (listenAddr), else empty: the socket interface
+  bool hasListenAddr = false;  ///< spec.listenIf has an address (listenAddr); else it listens on the socket interface
   SockAddr listenAddr;
   std::string pciPath;  ///< its /sys device path, or empty
   int speedMbps = 10000;
@@ -149,27 +149,29 @@ void describeDevice(ProbedDevice* d) {
   if (mbps > 0) d->speedMbps = mbps;
 }
 
-/// The host's networks as listUcxDevices reads them; `selected` gets the interfaces chorus's socket code selects.
-HostNets hostNets(std::vector<IfAddr>* selected) {
+/// The host's networks as listUcxDevices reads them; `selected` gets the interfaces chorus's socket code selects,
+/// `addressed` every interface with an address.
+HostNets hostNets(std::vector<IfAddr>* selected, std::vector<IfAddr>* addressed) {
   HostNets h;
   std::string why;
   if (findInterfaces(selected, kMaxNetDevices, &why) != ncclSuccess) selected->clear();
   for (const IfAddr& i : *selected) h.selectedIfs.push_back(i.name);
-  for (const IfAddr& i : listInterfaces()) h.addressedIfs.push_back(i.name);
+  *addressed = listInterfaces();
+  for (const IfAddr& i : *addressed) h.addressedIfs.push_back(i.name);
   h.verbsPorts = filterVerbsPorts(activeVerbsPorts("/sys/class/infiniband", &h.portInterfaces), kIbHca.get());
   return h;
 }
 
 /// Where device `d` listens: its interface's address among those chorus selects (NCCL_SOCKET_FAMILY applies), else
 /// that interface's first address (IPv4 first).
-void findListenAddress(ProbedDevice* d, const std::vector<IfAddr>& selected) {
+void findListenAddress(ProbedDevice* d, const std::vector<IfAddr>& selected, const std::vector<IfAddr>& addressed) {
   if (d->spec.listenIf.empty()) return;
   std::vector<IfAddr> mine;
   for (const IfAddr& i : selected)
     if (i.name == d->spec.listenIf) mine.push_back(i);
-  if (mine.empty()) mine = selectInterfaces(listInterfaces(), "=" + d->spec.listenIf, AF_UNSPEC, 1);
+  if (mine.empty()) mine = selectInterfaces(addressed, "=" + d->spec.listenIf, AF_UNSPEC, 1);
   if (mine.empty()) return;
-  d->listenIf = mine[0].name;
+  d->hasListenAddr = true;
   d->listenAddr = mine[0].addr;
 }
 
@@ -188,13 +190,13 @@ const Probe& probe() {
     if (ucp_context_query(context, &attr) == UCS_OK) p.cudaMem = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
     destroyContext(context);
     std::string list;
-    std::vector<IfAddr> selected;
-    HostNets host = hostNets(&selected);
+    std::vector<IfAddr> selected, addressed;
+    HostNets host = hostNets(&selected, &addressed);
     for (const DeviceSpec& spec : listUcxDevices(kUcxNetDevices.get(), kUcxTls.get(), host, kMaxNetDevices)) {
       ProbedDevice d;
       d.spec = spec;
       describeDevice(&d);
-      findListenAddress(&d, selected);
+      findListenAddress(&d, selected, addressed);
       list += (list.empty() ? "" : ", ") + spec.name + " (" + std::to_string(d.speedMbps) + " Mbit/s)";
       p.devs.push_back(d);
     }
@@ -232,9 +234,9 @@ ncclResult_t init(void** ctx, uint64_t /*commId*/, ncclNetCommConfig_v11_t* /*co
 /// The address device `d` listens on: the one probed for its interface, else chorus's socket interface's (an RDMA
 /// port without an IP interface: UCX may then find no transport on it, and connecting fails with UCX's reason).
 ncclResult_t listenAddress(const ProbedDevice& d, SockAddr* addr, std::string* ifName) {
-  if (!d.listenIf.empty()) {
+  if (d.hasListenAddr) {
     *addr = d.listenAddr;
-    *ifName = d.listenIf;
+    *ifName = d.spec.listenIf;
     return ncclSuccess;
   }
   std::string why;
