@@ -15,7 +15,8 @@
 # hosts); with one rank a host that share is busbw / goodput.
 #
 # Usage: perf/netns_net_bench.sh BUILD_DIR OUT_DIR [RATE (1gbit)] [HOSTS (2)] [MAX_BYTES (256M)]
-# Environment: MIN_BYTES (1M), ITERS (5), LIBS (default "Socket UCX Gloo MPI"), PER (1), PLACE (host).
+# Environment: MIN_BYTES (1M), FACTOR (4: each size is the one before times FACTOR), ITERS (5), LIBS (default
+# "Socket UCX Gloo MPI"), PER (1), PLACE (host), MPI_ARGS (more mpirun arguments, e.g. "--mca mpi_yield_when_idle 1").
 set -u
 build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
 out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
@@ -68,7 +69,7 @@ EOF
 chmod +x "$agent"
 
 port=29900
-flags() { echo "-b ${MIN_BYTES:-1M} -e $maxb -f 4 -n ${ITERS:-5} -w 1"; }
+flags() { echo "-b ${MIN_BYTES:-1M} -e $maxb -f ${FACTOR:-4} -n ${ITERS:-5} -w 1"; }
 
 # run LIB COLL: n ranks, JSON to $out/LIB-COLL.json.
 run() {
@@ -80,7 +81,7 @@ run() {
     if [ "$P" -gt 1 ]; then btl=vader,tcp,self; fi
     if [ "$place" = cyclic ]; then map=node; fi
     ip netns exec "${net}_h1" mpirun --allow-run-as-root --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
-      --mca btl $btl --mca btl_tcp_if_include hx --mca oob_tcp_if_include hx --host "$hosts" -np "$n" --map-by $map \
+      ${MPI_ARGS:-} --mca btl $btl --mca btl_tcp_if_include hx --mca oob_tcp_if_include hx --host "$hosts" -np "$n" --map-by $map \
       -x MASTER_ADDR=$subnet.1 -x MASTER_PORT=$port \
       "$build/perf/mpi_perf" -op "$coll" $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.log" 2>&1
     return $?
@@ -126,6 +127,6 @@ for coll in ("allreduce", "allgather"):
             # bytes each host's link must carry each way; the size is allreduce's buffer, allgather's output
             link = (2 if coll == "allreduce" else 1) * (H - 1) / H * row["size"]
             share = link / goodput / (o["time"] / 1e6)
-            print(f"| {coll} | {name[lib]} | {row['size']} | {o['time']/1e3:.1f} | {bw/1e6:.1f} | "
+            print(f"| {coll} | {name[lib]} | {row['size']} | {o['time']/1e3:.3f} | {bw/1e6:.1f} | "
                   f"{100*share:.0f}% | {o.get('wrong', 0)} |")
 EOF
