@@ -287,6 +287,11 @@ std::vector<IfAddr> selectInterfaces(const std::vector<IfAddr>& all, const std::
 }
 
 ncclResult_t findInterfaces(std::vector<IfAddr>* out, size_t maxIfs, std::string* why) {
+  return findInterfaces(listInterfaces(), out, maxIfs, why);
+}
+
+ncclResult_t findInterfaces(const std::vector<IfAddr>& all, std::vector<IfAddr>* out, size_t maxIfs,
+                            std::string* why) {
   std::string familyText = kSocketFamily.get();
   int family = AF_UNSPEC;
   if (familyText == "AF_INET") {
@@ -296,7 +301,6 @@ ncclResult_t findInterfaces(std::vector<IfAddr>* out, size_t maxIfs, std::string
   } else if (!familyText.empty()) {
     WARN("NCCL_SOCKET_FAMILY=%s is neither AF_INET nor AF_INET6; ignoring it", familyText.c_str());
   }
-  std::vector<IfAddr> all = listInterfaces();
   std::string spec = kSocketIfName.get();
   *out = selectInterfaces(all, spec, family, maxIfs);
   if (!out->empty()) return ncclSuccess;

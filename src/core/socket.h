@@ -87,6 +87,9 @@ std::vector<IfAddr> selectInterfaces(const std::vector<IfAddr>& all, const std::
 /// selectInterfaces over this host's interfaces, NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY; fails (with the
 /// interfaces seen in `why`) when none is usable.
 ncclResult_t findInterfaces(std::vector<IfAddr>* out, size_t maxIfs, std::string* why);
+/// The same over `all`, this host's interfaces as listInterfaces() gave them (for a caller that needs that list too).
+ncclResult_t findInterfaces(const std::vector<IfAddr>& all, std::vector<IfAddr>* out, size_t maxIfs,
+                            std::string* why);
 
 /// The first interface findInterfaces gives: the local address the bootstrap listens on. `ifName` (may be null)
 /// gets its name.

@@ -154,9 +154,9 @@ void describeDevice(ProbedDevice* d) {
 HostNets hostNets(std::vector<IfAddr>* selected, std::vector<IfAddr>* addressed) {
   HostNets h;
   std::string why;
-  if (findInterfaces(selected, kMaxNetDevices, &why) != ncclSuccess) selected->clear();
-  for (const IfAddr& i : *selected) h.selectedIfs.push_back(i.name);
   *addressed = listInterfaces();
+  if (findInterfaces(*addressed, selected, kMaxNetDevices, &why) != ncclSuccess) selected->clear();
+  for (const IfAddr& i : *selected) h.selectedIfs.push_back(i.name);
   for (const IfAddr& i : *addressed) h.addressedIfs.push_back(i.name);
   h.verbsPorts = filterVerbsPorts(activeVerbsPorts("/sys/class/infiniband", &h.portInterfaces), kIbHca.get());
   return h;
