@@ -65,7 +65,7 @@ class DevicePlatform {
         const DevFifo& d = w.fifos[i];
         if (d.channel != channel_ || d.lane != lane) continue;
         Fifo& f = sh.fifos[n];
-        f.attach(d.base, d.geo);
+        f.attach(d.base, d.geo, d.data);
         f.step = *d.step;
         f.peer = d.peer;
         f.end = d.isSend ? 0 : 1;

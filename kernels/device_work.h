@@ -47,6 +47,7 @@ constexpr int kDevMaxDirect = 8;
 /// which lives in this rank's device memory and carries over from one launch to the next (stream order).
 struct DevFifo {
   char* base;      ///< FIFO memory (kernels/fifo.h layout), local, peer (IPC) or pinned host
+  char* data;      ///< the Simple slot data when it is not in base (GPUDirect RDMA net FIFOs: GPU memory), else null
   uint64_t* step;  ///< this end's slots produced (send) or consumed (recv) so far
   FifoGeometry geo;
   int16_t channel;  ///< the schedule's channel (the connection's own channel number differs for lanes past 0)

@@ -96,13 +96,15 @@ struct Fifo {
   int peer = -1;      ///< the rank at the other end
   int end = 0;        ///< 0: this view is the producer, 1: the consumer
 
-  /// Points the view at a mapped FIFO of geometry g starting at base.
-  CHORUS_HOST_DEVICE void attach(void* base, const FifoGeometry& g) {
+  /// Points the view at a mapped FIFO of geometry g starting at base. `apart`, when not null, holds the Simple slot
+  /// data instead of base + dataOffset() (a net FIFO whose data is in GPU memory, for GPUDirect RDMA: its control
+  /// words and headers stay in host memory, where the net proxy reads them).
+  CHORUS_HOST_DEVICE void attach(void* base, const FifoGeometry& g, char* apart = nullptr) {
     char* b = static_cast<char*>(base);
     geo = g;
     ctrl = reinterpret_cast<FifoCtrl*>(b);
     hdrs = reinterpret_cast<SlotHeader*>(b + g.hdrOffset());
-    data = b + g.dataOffset();
+    data = apart != nullptr ? apart : b + g.dataOffset();
     ll = reinterpret_cast<uint64_t*>(b + g.llOffset());
   }
   CHORUS_HOST_DEVICE uint32_t slot() const { return static_cast<uint32_t>(step % geo.nSlots); }

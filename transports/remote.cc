@@ -10,12 +10,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "core/checks.h"
 #include "core/debug.h"
 #include "core/params.h"
 #include "transports/net/net.h"
 #include "transports/net/net_proxy.h"
+#include "topo/topology.h"
 
 namespace chorus {
 namespace {
@@ -26,10 +28,15 @@ StrParam kNetName{
     "then IB, then Socket (docs/net.md).",
     "transports"};
 StrParam kNetGdrLevel{"NCCL_NET_GDR_LEVEL", "",
-                      "GPUDirect RDMA distance (NCCL's LOC, PIX, PXB, PHB, SYS or 0-5). chorus does not do GPUDirect "
-                      "RDMA yet: device buffers cross hosts through pinned host memory whatever this says; a setting "
-                      "is logged once.",
+                      "Device buffers between hosts: the farthest PCI distance between a GPU and its NIC at which the "
+                      "NIC reads and writes the GPU's FIFO memory in place (GPUDirect RDMA), when the net registers GPU "
+                      "memory: LOC (never), PIX, PXB, PHB, SYS, or NCCL's 0-5. Unset: PXB. Farther, or LOC: through "
+                      "pinned host memory.",
                       "transports"};
+IntParam kNetGdrRead{"NCCL_NET_GDR_READ", -1,
+                     "GPUDirect RDMA for the sending side too (the NIC reads the GPU's memory): 1 on, 0 off (the "
+                     "sender's FIFO stays in pinned host memory), -1 as NCCL: on from compute capability 8.0.",
+                     "transports"};
 IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
                     "transports"};
 
@@ -67,6 +74,7 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   // The socket net takes 32 requests a comm: a whole FIFO (8 slots) in flight. Others keep what a v6 plugin allows.
   out->inflightSlots = api == socketNet() ? kMaxInflightSlots : kInflightSlots;
   out->sendsUnregistered = api == socketNet();
+  out->flushesGpuMemory = api != ucxNet();
   return true;
 }
 
@@ -181,10 +189,59 @@ void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls) {
   __atomic_compare_exchange_n(&ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
-void* allocRemoteFifo(const FifoGeometry& geo) {
+bool parseGdrLevel(const std::string& text, int* level) {
+  static const struct {
+    const char* name;
+    int level;
+  } kNames[] = {{"LOC", -1}, {"NVL", -1}, {"NVB", -1}, {"C2C", -1},  // nearer than any GPU-NIC path chorus knows
+                {"PIX", static_cast<int>(PathClass::kPIX)},  {"PXB", static_cast<int>(PathClass::kPXB)},
+                {"PXN", static_cast<int>(PathClass::kPXB)},  {"P2C", static_cast<int>(PathClass::kPXB)},
+                {"PHB", static_cast<int>(PathClass::kPHB)},  {"SYS", static_cast<int>(PathClass::kSYS)}};
+  for (const auto& n : kNames)
+    if (strcasecmp(text.c_str(), n.name) == 0) return (*level = n.level), true;
+  // NCCL's numbers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 SYS (5, all, is SYS here too).
+  char* end = nullptr;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || end == nullptr || *end != '\0' || v < 0 || v > 5) return false;
+  *level = v == 0 ? -1 : static_cast<int>(std::min<long>(v - 1, static_cast<long>(PathClass::kSYS)));
+  return true;
+}
+
+bool useNetGdr(const RemoteDeviceInfo& info, bool isSend, bool runtimeOk, const std::string& runtimeWhy,
+               int computeCap, std::string* why) {
+  int level = static_cast<int>(PathClass::kPXB);
+  if (kNetGdrLevel.isSet() && !parseGdrLevel(kNetGdrLevel.get(), &level)) {
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      WARN("NCCL_NET_GDR_LEVEL=%s is not LOC, PIX, PXB, PHB, SYS or 0-5: PXB", kNetGdrLevel.get().c_str());
+    });
+    level = static_cast<int>(PathClass::kPXB);
+  }
+  const std::string dev = "net device " + (info.name.empty() ? std::string("?") : info.name);
+  if ((info.ptrSupport & NCCL_PTR_CUDA) == 0) return (*why = dev + " does not register GPU memory"), false;
+  if (!isSend && !info.flushesGpuMemory) return (*why = "the net does not flush receives into GPU memory"), false;
+  if (level < 0) return (*why = "NCCL_NET_GDR_LEVEL=" + kNetGdrLevel.get()), false;
+  if (info.gpuDistance < 0) return (*why = "the topology does not place " + dev + " beside the GPU"), false;
+  const char* dist = pathClassName(static_cast<PathClass>(info.gpuDistance));
+  if (info.gpuDistance > level)
+    return (*why = dev + " is " + dist + " from the GPU, past NCCL_NET_GDR_LEVEL " +
+                   pathClassName(static_cast<PathClass>(level))),
+           false;
+  if (!runtimeOk) return (*why = "the GPU runtime: " + runtimeWhy), false;
+  if (isSend) {
+    const int64_t read = kNetGdrRead.get();
+    if (read == 0 || (read < 0 && computeCap < 80))
+      return (*why = read == 0 ? "NCCL_NET_GDR_READ=0" : "compute capability below 8.0 (NCCL_NET_GDR_READ unset)"),
+             false;
+  }
+  *why = dev + ", " + dist + " from the GPU";
+  return true;
+}
+
+void* allocRemoteFifo(const FifoGeometry& geo, bool dataApart) {
   // Whole pages: the device path pins this memory for its GPU (network staging), and a page shared with another
-  // allocation could not be pinned twice.
-  size_t bytes = (geo.totalBytes() + 4095) / 4096 * 4096;
+  // allocation could not be pinned twice. (dataOffset() is a whole number of pages.)
+  size_t bytes = remoteHostBytes(geo, dataApart);
   void* mem = std::aligned_alloc(4096, bytes);
   if (mem != nullptr) std::memset(mem, 0, bytes);
   return mem;
@@ -227,11 +284,6 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
                 "same way on every rank",
                 comm->rank, mine.c_str(), r, theirs);
   }
-  if (kNetGdrLevel.isSet() && comm->rank == 0)
-    INFO(kNet | kInit,
-         "NCCL_NET_GDR_LEVEL=%s: GPUDirect RDMA is not supported; device buffers go through pinned "
-         "host memory",
-         kNetGdrLevel.get().c_str());
   INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s): %s (%s)", comm->rank, net.name.c_str(), net.ndev,
        describeDevices(net).c_str(), net.reason.c_str());
   net.commonDevices = std::max(common, 1);

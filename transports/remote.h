@@ -5,7 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "core/comm.h"
 #include "kernels/fifo.h"
@@ -25,14 +27,41 @@ inline bool poisonWordValid(uint64_t word, int nranks) {
          culpritPlus1 <= static_cast<uint32_t>(nranks);
 }
 
+/// GPU memory that holds a connection's Simple slot data instead of the FIFO's host memory (GPUDirect RDMA: the net
+/// reads and writes it in place). The FIFO's control words and headers stay in host memory.
+struct RemoteData {
+  char* ptr = nullptr;            ///< geo.nSlots x geo.slotBytes bytes
+  int ptrType = 0;                ///< how the net registers it (NCCL_PTR_CUDA)
+  std::function<void()> release;  ///< frees it; called once the transport no longer uses it
+  /// Copies GPU memory to host memory (a failure notice's payload arrives there); false on failure.
+  std::function<bool(void* dst, const void* src, size_t bytes)> toHost;
+};
+
+/// What a transport's connections of one channel can take, for the device path's choice of GPUDirect RDMA.
+struct RemoteDeviceInfo {
+  int ptrSupport = 0;     ///< NCCL_PTR_* the net device of that channel registers
+  int gpuDistance = -1;   ///< its PCI distance class to this rank's GPU (PathClass), -1 when the topology has none
+  std::string name;       ///< the net device's name
+  bool flushesGpuMemory = true;  ///< the net's iflush makes receives into GPU memory visible (NetChoice)
+};
+
 /// Connections to ranks on other hosts, progressed by one proxy thread per communicator.
 class RemoteTransport {
  public:
   virtual ~RemoteTransport() = default;
   /// Connects (lazily, once) the send side of (channel, peer); *out views the local FIFO. Never waits for the peer.
-  virtual ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) = 0;
+  /// With `data`, the FIFO's slot data is that GPU memory (the transport then owns it: see RemoteData).
+  virtual ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out,
+                                   const RemoteData* data = nullptr) = 0;
   /// Prepares the receive side of (channel, peer); *out views the local FIFO.
-  virtual ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) = 0;
+  virtual ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out,
+                                   const RemoteData* data = nullptr) = 0;
+  /// What the connections of `channel` would use; false when the transport cannot say (no GPUDirect RDMA then).
+  virtual bool deviceInfo(int channel, RemoteDeviceInfo* out) const {
+    (void)channel;
+    (void)out;
+    return false;
+  }
   /// Flushes what was published, closes every connection and stops the proxy (peers see the connection end).
   virtual void shutdown() = 0;
   /// This rank failed with FIFO poison `word`: the proxy passes it on to peers where the transport can.
@@ -96,8 +125,26 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
 /// word can name both calls.
 void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls = nullptr);
 
+/// NCCL_NET_GDR_LEVEL's value as the farthest PathClass (topo/topology.h) at which GPUDirect RDMA is used, -1 for
+/// never (LOC); false when it is none of NCCL's names or numbers.
+bool parseGdrLevel(const std::string& text, int* level);
+/// Whether a device-path connection to another host keeps its slot data in GPU memory for the net (GPUDirect RDMA),
+/// as NCCL decides: the connection's net device registers GPU memory (NCCL_PTR_CUDA), it is within
+/// NCCL_NET_GDR_LEVEL (default PXB) of the GPU, the GPU runtime supports it (`runtimeOk`, else `runtimeWhy`), and for
+/// a sending side NCCL_NET_GDR_READ allows it (default: compute capability `computeCap` 8.0 or more), for a receiving
+/// side the net flushes receives into GPU memory. *why says why, either way, in a phrase.
+bool useNetGdr(const RemoteDeviceInfo& info, bool isSend, bool runtimeOk, const std::string& runtimeWhy,
+               int computeCap, std::string* why);
+
 /// Page-aligned, zeroed memory for one FIFO of geometry `geo`, in whole pages (the device path pins it for its
-/// GPU); null when out of memory. Free with std::free.
-void* allocRemoteFifo(const FifoGeometry& geo);
+/// GPU); null when out of memory. Free with std::free. With `dataApart` (RemoteData) only the part before the slot
+/// data, and a page after it for a failure notice's payload (remoteNoticeArea).
+void* allocRemoteFifo(const FifoGeometry& geo, bool dataApart = false);
+/// The host memory a FIFO allocated with dataApart has for a failure notice's payload (a page).
+inline char* remoteNoticeArea(void* mem, const FifoGeometry& geo) { return static_cast<char*>(mem) + geo.dataOffset(); }
+/// Bytes of such a FIFO's host memory.
+inline size_t remoteHostBytes(const FifoGeometry& geo, bool dataApart) {
+  return dataApart ? geo.dataOffset() + 4096 : (geo.totalBytes() + 4095) / 4096 * 4096;
+}
 
 }  // namespace chorus

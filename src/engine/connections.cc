@@ -51,17 +51,25 @@ bool Connections::usesNet(const ncclComm* comm) {
   return false;
 }
 
-ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, bool hostChannel) {
+ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, bool hostChannel,
+                               const RemoteData* data) {
   auto key = std::make_tuple(channel, peer, isSend);
   std::lock_guard<std::mutex> lock(mutex_);
   if (hostChannel && channel > maxChannel_) maxChannel_ = channel;
+  // GPU memory for the slot data belongs to this call from here: to the transport once it is given there.
+  auto drop = [data]() {
+    if (data != nullptr && data->release) data->release();
+  };
   auto it = conns_.find(key);
   if (it != conns_.end()) {
+    drop();  // the connection keeps the memory it was made with (its fifo says where)
     *out = it->second.get();
     return ncclSuccess;
   }
-  if (peer < 0 || peer >= comm_->nranks || peer == comm_->rank)
+  if (peer < 0 || peer >= comm_->nranks || peer == comm_->rank) {
+    drop();
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: schedule names invalid peer %d", comm_->rank, peer);
+  }
   auto c = std::make_unique<Conn>();
   c->peer = peer;
   c->fifo.peer = peer;
@@ -76,11 +84,13 @@ ncclResult_t Connections::make(int channel, int peer, bool isSend, Conn** out, b
     INFO(kShm, "rank %d channel %d %s rank %d via shm (%s)", comm_->rank, channel, isSend ? "->" : "<-", peer,
          c->peerLocalProc ? "another process" : "same process");
   } else {
-    if (!remote_)
+    if (!remote_) {
+      drop();
       CHORUS_FAIL(comm_, ncclInternalError, "rank %d: no transport between hosts for remote rank %d", comm_->rank,
                   peer);
-    CHORUS_CHECK(isSend ? remote_->connectSend(channel, peer, geo_, &c->fifo)
-                        : remote_->connectRecv(channel, peer, geo_, &c->fifo));
+    }
+    CHORUS_CHECK(isSend ? remote_->connectSend(channel, peer, geo_, &c->fifo, data)
+                        : remote_->connectRecv(channel, peer, geo_, &c->fifo, data));
     c->byAddress = isSend && hostChannel && remote_->sendsByAddress();
     INFO(kNet, "rank %d channel %d %s rank %d via %s", comm_->rank, channel, isSend ? "->" : "<-", peer,
          remote_->name());

@@ -64,8 +64,9 @@ class Connections {
   /// FIFO the caller pins for its GPU. Socket channel kDeviceSocketChannelBase + channel, apart from the host
   /// path's channels, since device kernels and host operations progress independently. Poisoned and shut down
   /// with the others.
-  ncclResult_t staging(int channel, int peer, bool isSend, Conn** out) {
-    return make(kDeviceSocketChannelBase + channel, peer, isSend, out, false);
+  /// With `data`, the FIFO's slot data is that GPU memory (GPUDirect RDMA; the transport owns it from then on).
+  ncclResult_t staging(int channel, int peer, bool isSend, Conn** out, const RemoteData* data = nullptr) {
+    return make(kDeviceSocketChannelBase + channel, peer, isSend, out, false, data);
   }
   static constexpr int kDeviceSocketChannelBase = 64;
   /// Whether rank `peer` is reached through shared memory.
@@ -79,7 +80,8 @@ class Connections {
 
  private:
   /// `hostChannel`: a host-path channel (poisonAll opens shm FIFOs up to the highest one); false for staging.
-  ncclResult_t make(int channel, int peer, bool isSend, Conn** out, bool hostChannel = true);
+  ncclResult_t make(int channel, int peer, bool isSend, Conn** out, bool hostChannel = true,
+                    const RemoteData* data = nullptr);
   // table_[channel][2 * peer + isSend], filled by make() (only the operation thread reads it).
   Conn* lookup(int channel, int peer, bool isSend) const {
     if (channel >= static_cast<int>(table_.size()) || peer < 0 || peer >= comm_->nranks) return nullptr;

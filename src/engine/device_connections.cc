@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "chorus/net.h"
 #include "core/checks.h"
 #include "core/params.h"
 #include "core/process.h"
@@ -246,17 +247,49 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
 }
 
 ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c) {
+  // GPUDirect RDMA where the net and the GPU allow it: the slot data in GPU memory, which the NIC reads or writes in
+  // place; the control words and headers stay in the host memory the proxy polls.
+  RemoteTransport* remote = host_->remote();
+  RemoteDeviceInfo info;
+  RemoteData data;
+  std::string why = "no net device information";
+  bool gdr = false;
+  if (remote != nullptr && remote->deviceInfo(Connections::kDeviceSocketChannelBase + ch, &info)) {
+    std::string runtimeWhy;
+    const bool runtimeOk = rt_->gpuDirectRdma(comm_->cudaDev, &runtimeWhy);
+    gdr = useNetGdr(info, isSend, runtimeOk, runtimeWhy, rt_->computeCapability(comm_->cudaDev), &why);
+  }
+  if (gdr) {
+    void* p = nullptr;
+    if (rt_->deviceAlloc(static_cast<size_t>(geo_.nSlots) * geo_.slotBytes, &p) != ncclSuccess) {
+      why = "GPU memory for the FIFO: " + rt_->lastError();
+      gdr = false;
+    } else {
+      GpuRuntime* rt = rt_;
+      data.ptr = static_cast<char*>(p);
+      data.ptrType = NCCL_PTR_CUDA;
+      data.release = [rt, p]() { rt->deviceFree(p); };
+      data.toHost = [rt](void* dst, const void* src, size_t bytes) {
+        return rt->copyToHost(dst, src, bytes) == ncclSuccess;
+      };
+    }
+  }
   Conn* hc = nullptr;
-  CHORUS_CHECK(host_->staging(ch, peer, isSend, &hc));
+  CHORUS_CHECK(host_->staging(ch, peer, isSend, &hc, gdr ? &data : nullptr));
   void* mem = hc->fifo.ctrl;  // the FIFO memory starts with its control block
+  const bool apart = hc->fifo.data != static_cast<char*>(mem) + geo_.dataOffset();
   void* dev = nullptr;
-  if (rt_->hostRegister(mem, geo_.totalBytes(), &dev) != ncclSuccess)
+  if (rt_->hostRegister(mem, remoteHostBytes(geo_, apart), &dev) != ncclSuccess)
     CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: pinning the network staging FIFO %s rank %d: %s",
                 comm_->rank, isSend ? "to" : "from", peer, rt_->lastError().c_str());
   c->staged = mem;
   c->fifo.base = static_cast<char*>(dev);
+  c->fifo.data = apart ? hc->fifo.data : nullptr;
   c->fifo.flags = kDevFifoStaged;
-  c->kind = "network staging (pinned host memory, net proxy)";
+  c->kind = apart ? "network, GPUDirect RDMA (slot data in GPU memory, net proxy)"
+                  : "network staging (pinned host memory, net proxy)";
+  INFO(kNet, "rank %d: %s %s rank %d: %s (%s)", comm_->rank, describeDevChannel(ch).c_str(), isSend ? "->" : "<-",
+       peer, apart ? "GPUDirect RDMA" : "staged through pinned host memory", why.c_str());
   return ncclSuccess;
 }
 

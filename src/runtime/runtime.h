@@ -42,6 +42,18 @@ class GpuRuntime {
   virtual int64_t busId(int dev) = 0;
   /// Kind of memory at p; *dev receives the owning device for device and managed memory.
   virtual MemKind pointerKind(const void* p, int* dev) = 0;
+  /// Whether a NIC can read and write dev's memory in place (GPUDirect RDMA): the device and driver support it and
+  /// the kernel has a peer-memory module for it. *why says what is missing. Default: no.
+  virtual bool gpuDirectRdma(int dev, std::string* why) {
+    (void)dev;
+    *why = std::string(name()) + " runtime: not supported by chorus";
+    return false;
+  }
+  /// Compute capability as major * 10 + minor (CUDA), 0 when unknown.
+  virtual int computeCapability(int dev) {
+    (void)dev;
+    return 0;
+  }
   /// Zero-filled device memory on the current device.
   virtual ncclResult_t deviceAlloc(size_t bytes, void** p) = 0;
   virtual void deviceFree(void* p) = 0;

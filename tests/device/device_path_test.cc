@@ -765,6 +765,20 @@ TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
 }
 
 #ifdef CHORUS_TEST_NET_V11
+// In a rank process of two ranks: rank 0 on host dgx-a and rank 1 on dgx-b, both with the topology file `topo`,
+// over the test net plugin offering the node's eight HCAs by name (all over one TCP interface), logging INIT and NET
+// to `log`.RANK.
+void onDgxHostsOverTestNet(int rank, const std::string& topo, const std::string& log) {
+  setenv("NCCL_HOSTID", rank == 0 ? "dgx-a" : "dgx-b", 1);
+  setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
+  setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+  setenv("NCCL_NET", "ChorusTestNet", 1);
+  setenv("CHORUS_TEST_NET_DEVICES", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", 1);
+  logInfoTo(log + "." + std::to_string(rank), "INIT,NET");
+  ncclResetDebugInit();
+  chorus::paramsReload();
+}
+
 // Net connections between hosts leave through the NICs nearest each rank's GPU (topo/nic_choice.h). Two DGX H100-like
 // hosts (the topology file, with GPU0, GPU1 and GPU4 renumbered to emulated devices 0, 1 and 2, keeping their PCI
 // order), the test net plugin offering the node's eight HCAs by name (all over one TCP interface; it logs the device
@@ -780,15 +794,8 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
   forkRanksForLog(
       2,
       [&](int rank, const ncclUniqueId& id) {
-        setenv("NCCL_HOSTID", rank == 0 ? "dgx-a" : "dgx-b", 1);
-        setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
-        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
-        setenv("NCCL_NET", "ChorusTestNet", 1);
-        setenv("CHORUS_TEST_NET_DEVICES", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", 1);
         setenv("CHORUS_DEVICE_NCHANNELS", "2", 1);
-        logInfoTo(log + "." + std::to_string(rank), "INIT,NET");
-        ncclResetDebugInit();
-        chorus::paramsReload();
+        onDgxHostsOverTestNet(rank, topo, log);
         return allReduceOnDevice(rank, 2, rank + 1, id, 300000);  // enough that both channels carry data
       },
       log);
@@ -812,6 +819,74 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
       EXPECT_NE(std::count(used.begin(), used.end(), nic), 0) << "rank " << r << " " << nic;
     for (const std::string& u : used) EXPECT_TRUE(u == own[r][0] || u == own[r][1]) << "rank " << r << " used " << u;
   }
+  chorus::setGpuRuntimeForTesting(nullptr);
+  gEmu.devices = 1;
+  std::remove(topo.c_str());
+}
+
+// GPUDirect RDMA: where the net registers GPU memory (the test plugin with CHORUS_TEST_NET_PTR_CUDA=1), the runtime
+// supports it and the NIC is near enough the GPU (NCCL_NET_GDR_LEVEL, default PXB; here PIX), a device connection to
+// another host keeps its slot data in GPU memory: the proxy registers it as such, sends and receives there, and
+// flushes each receive. Rank 0 on GPU1 and rank 1 on GPU4 of two DGX H100-like hosts (as above). Every collective is
+// checked; the logs say which connections took GPU memory and why the others did not. Settings that turn it off, one
+// at a time: NCCL_NET_GDR_LEVEL=LOC; NCCL_NET_GDR_READ=0 (the receiving sides only); a runtime without it; a net
+// without NCCL_PTR_CUDA.
+TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) {
+  const std::string topo = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:99:00.0"}, "gdr");
+  gEmu.devices = 3;
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  struct Case {
+    const char* name;
+    const char* env;  // VAR=VALUE or ""
+    bool runtime;     // the runtime says GPUDirect RDMA works
+    bool netCuda;     // the net registers GPU memory
+    bool sendGdr, recvGdr;
+    const char* why;  // in the log of a staged connection
+  };
+  const Case cases[] = {
+      {"default", "", true, true, true, true, ""},
+      {"level LOC", "NCCL_NET_GDR_LEVEL=LOC", true, true, false, false, "(NCCL_NET_GDR_LEVEL=LOC)"},
+      {"level 1 (PIX)", "NCCL_NET_GDR_LEVEL=1", true, true, true, true, ""},
+      {"no GDR read", "NCCL_NET_GDR_READ=0", true, true, false, true, "(NCCL_NET_GDR_READ=0)"},
+      {"runtime without it", "", false, true, false, false, "(the GPU runtime: emu: gpuDirect is off)"},
+      {"net without it", "", true, false, false, false, "does not register GPU memory)"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    gEmu.gpuDirect = k.runtime;
+    const std::string log = "/tmp/chorus-gdr-log-" + std::to_string(getpid());
+    forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          setenv("CHORUS_TEST_NET_PTR_CUDA", k.netCuda ? "1" : "0", 1);
+          if (k.env[0] != '\0') putenv(const_cast<char*>(k.env));
+          onDgxHostsOverTestNet(rank, topo, log);
+          return ringCollectivesOnDevice(rank, 2, rank == 0 ? 1 : 2, id, false);
+        },
+        log);
+    for (int r = 0; r < 2; r++) {
+      const std::string file = log + "." + std::to_string(r);
+      const std::string text = readFile(file);
+      std::remove(file.c_str());
+      SCOPED_TRACE("rank " + std::to_string(r) + "\n" + text);
+      for (bool isSend : {true, false}) {
+        const bool gdr = isSend ? k.sendGdr : k.recvGdr;
+        const std::string line = std::string(isSend ? "-> rank " : "<- rank ") + std::to_string(1 - r) + ": ";
+        const size_t at = text.find(line + (gdr ? "GPUDirect RDMA (net device mlx5_" : "staged through pinned host"));
+        EXPECT_NE(at, std::string::npos) << (isSend ? "send" : "receive") << " side: expected " << (gdr ? "GPU" : "host")
+                                         << " memory";
+        if (!gdr && at != std::string::npos) {
+          EXPECT_NE(text.find(k.why, at), std::string::npos) << "the reason given";
+        }
+      }
+      const bool anyGdr = k.sendGdr || k.recvGdr;
+      EXPECT_EQ(text.find("ChorusTestNet: regMr: GPU memory") != std::string::npos, anyGdr);
+      // A receive into GPU memory is flushed before the kernel reads it.
+      EXPECT_EQ(text.find("ChorusTestNet: iflush of GPU memory") != std::string::npos, k.recvGdr);
+      EXPECT_EQ(text.find("connected (GPUDirect RDMA: payloads in GPU memory)") != std::string::npos, anyGdr);
+    }
+  }
+  gEmu.gpuDirect = false;
   chorus::setGpuRuntimeForTesting(nullptr);
   gEmu.devices = 1;
   std::remove(topo.c_str());

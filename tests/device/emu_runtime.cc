@@ -510,6 +510,13 @@ void EmuRuntime::ipcCloseHandle(void* p) {
   mem_->opened.erase(it);
 }
 
+bool EmuRuntime::gpuDirectRdma(int, std::string* why) {
+  if (!gpuDirect) *why = "emu: gpuDirect is off";
+  return gpuDirect;
+}
+
+int EmuRuntime::computeCapability(int) { return computeCap; }
+
 bool EmuRuntime::canAccessPeer(int, int) {
   EMU_REFUSE("canAccessPeer", false, false);
   return peerAccess;

@@ -61,6 +61,8 @@ class EmuRuntime : public chorus::GpuRuntime {
   ncclResult_t ipcOpenHandle(const chorus::IpcHandle& h, void** p) override;
   void ipcCloseHandle(void* p) override;
   bool canAccessPeer(int dev, int peerDev) override;
+  bool gpuDirectRdma(int dev, std::string* why) override;
+  int computeCapability(int dev) override;
   ncclResult_t enablePeerAccess(int peerDev) override;
   ncclResult_t streamCaptureInfo(cudaStream_t s, bool* capturing, uint64_t* id) override;
   /// Each stream has its own id, also one made with the handle of a destroyed one. Asked of a stream under capture it
@@ -112,6 +114,10 @@ class EmuRuntime : public chorus::GpuRuntime {
   // ---- knobs (set before the test's ranks start) ----
   int devices = 1;
   bool peerAccess = true;        ///< false: device connections fall back to pinned shared memory
+  /// GPUDirect RDMA as the runtime reports it ("device memory" is host memory here, so a net that reads it with the
+  /// CPU, as the tests' net plugin does, can serve it in place).
+  bool gpuDirect = false;
+  int computeCap = 90;           ///< computeCapability()
   int residentBlocks = 1024;     ///< blocks of the collective kernel one device runs at once (an H100 holds ~1000)
   int threadsPerBlock = 1;       ///< host threads per emulated block
   /// Blocks of one kernel run side by side (a thread each), as on a GPU, rather than one after the other: what

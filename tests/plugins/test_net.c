@@ -50,7 +50,7 @@
 
 /* ---- The ABI, as NCCL 2.28 defines it for NET_LAYOUT. ---- */
 
-enum { kHandleMax = 128, kPtrHost = 1, kLogWarn = 2, kLogInfo = 3, kSubsysNet = 0x10, kMaxReqs = 32 };
+enum { kHandleMax = 128, kPtrHost = 1, kPtrCuda = 2, kLogWarn = 2, kLogInfo = 3, kSubsysNet = 0x10, kMaxReqs = 32 };
 
 typedef void (*Logger)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
 typedef ncclResult_t (*ProfilerCallback)(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData);
@@ -190,6 +190,7 @@ typedef struct {
   uint32_t magic;
   char* base;
   size_t size;
+  int type; /* kPtrHost or kPtrCuda */
 } Mr;
 
 struct Comm;
@@ -215,6 +216,7 @@ typedef struct Comm {
   int order[kMaxReqs]; /* slots in posting order (a ring indexed by sequence number) */
   uint64_t posted;     /* requests posted so far */
   uint64_t head;       /* the oldest request whose bytes have not all moved */
+  Req flush;           /* the request iflush returns: done at once */
 } Comm;
 
 typedef struct {
@@ -228,6 +230,9 @@ enum { kMaxDevs = 16 };
 static char gDevNames[kMaxDevs][32]; /* CHORUS_TEST_NET_DEVICES's names; none: one device named gIfName */
 static int gNdevs = 1;
 static int gNamedDevs = 0;
+/* CHORUS_TEST_NET_PTR_CUDA=1: the devices say they register GPU memory (NCCL_PTR_CUDA), as a GPUDirect RDMA net
+   does. The emulated runtime's "GPU memory" is host memory, which this net reads and writes like any other. */
+static int gPtrCuda = 0;
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -411,6 +416,8 @@ static ncclResult_t netInit(Logger log, int again) {
     p += n + (p[n] == ',');
   }
   if (gNamedDevs > 0) gNdevs = gNamedDevs;
+  const char* cuda = getenv("CHORUS_TEST_NET_PTR_CUDA");
+  gPtrCuda = cuda != NULL && strcmp(cuda, "1") == 0;
   return ncclSuccess;
 }
 
@@ -425,7 +432,7 @@ static ncclResult_t netGetProperties(int dev, Props* props) {
   props->name = (char*)devName(dev);
   props->pciPath = NULL;
   props->guid = 0xC0DE0000u + NET_VERSION; /* tells tests which build they reached */
-  props->ptrSupport = kPtrHost;
+  props->ptrSupport = kPtrHost | (gPtrCuda ? kPtrCuda : 0);
   props->speed = 10000;
   props->port = 1;
   props->latency = 1.5f;
@@ -553,12 +560,14 @@ static ncclResult_t netAccept(void* listenComm, void** recvComm) {
 static ncclResult_t netRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   (void)comm;
   *mhandle = NULL;
-  if (type != kPtrHost) return ncclInvalidArgument; /* host memory only (ptrSupport) */
+  if (type != kPtrHost && !(type == kPtrCuda && gPtrCuda)) return ncclInvalidArgument; /* as ptrSupport says */
   Mr* mr = (Mr*)calloc(1, sizeof(Mr));
   if (mr == NULL) return ncclSystemError;
   mr->magic = kMrMagic;
   mr->base = (char*)data;
   mr->size = size;
+  mr->type = type;
+  if (type == kPtrCuda) say(kLogInfo, __LINE__, "regMr: GPU memory, %zu bytes", size);
   *mhandle = mr;
   return ncclSuccess;
 }
@@ -595,6 +604,24 @@ static ncclResult_t netIrecv(void* recvComm, int n, void** data, const size_t* s
   if (r == NULL) return ncclSuccess;
   progress(c);
   *request = r;
+  return ncclSuccess;
+}
+
+/* Flushes receives into GPU memory (a GPUDirect RDMA net makes them visible to the GPU); the request is done at once. */
+static ncclResult_t netIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  Comm* c = (Comm*)recvComm;
+  static int said = 0;
+  *request = NULL;
+  if (c->isSend || n != 1 || sizes[0] < 0 || !inRegion(mhandles[0], data[0], (size_t)sizes[0])) return ncclInvalidArgument;
+  if (((Mr*)mhandles[0])->type != kPtrCuda) return ncclSuccess; /* host memory: nothing to flush */
+  if (c->flush.used) return ncclInvalidArgument;                  /* one at a time, as chorus's proxy posts them */
+  if (!said) say(kLogInfo, __LINE__, "iflush of GPU memory"), said = 1;
+  memset(&c->flush, 0, sizeof(c->flush));
+  c->flush.comm = c;
+  c->flush.used = 1;
+  c->flush.done = 1;
+  c->flush.length = (size_t)sizes[0];
+  *request = &c->flush;
   return ncclSuccess;
 }
 
@@ -737,7 +764,7 @@ __attribute__((visibility("default"))) Net CONCAT(ncclNetPlugin_v, NET_VERSION) 
   .deregMr = netDeregMr,
   .isend = isendV,
   .irecv = irecvV,
-  .iflush = NULL, /* host memory only: nothing to flush */
+  .iflush = netIflush,
   .test = netTest,
   .closeSend = netClose,
   .closeRecv = netClose,

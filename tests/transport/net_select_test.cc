@@ -18,6 +18,7 @@
 #include "transport/thread_names.h"
 #include "transport/transport_env.h"
 #include "transports/net/net.h"
+#include "transports/remote.h"
 
 namespace chorus_test {
 namespace {
@@ -184,6 +185,59 @@ TEST_F(NetSelect, RanksThatChoseDifferentNetsFailNamingBoth) {
         return named ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
       });
   expectAllOk(status);
+}
+
+// NCCL_NET_GDR_LEVEL's names and numbers, and each condition of GPUDirect RDMA for the device path's connections.
+TEST(NetGpuDirect, LevelsAndConditionsAsNccl) {
+  int level = 0;
+  for (auto [text, want] : std::vector<std::pair<const char*, int>>{
+           {"LOC", -1}, {"pix", 0}, {"PXB", 1}, {"PHB", 2}, {"SYS", 3}, {"0", -1}, {"1", 0}, {"2", 1}, {"3", 2},
+           {"4", 3}, {"5", 3}, {"NVL", -1}, {"PXN", 1}}) {
+    EXPECT_TRUE(chorus::parseGdrLevel(text, &level)) << text;
+    EXPECT_EQ(level, want) << text;
+  }
+  for (const char* bad : {"", "6", "-1", "near", "2x"}) EXPECT_FALSE(chorus::parseGdrLevel(bad, &level)) << bad;
+
+  chorus::RemoteDeviceInfo pix{NCCL_PTR_HOST | NCCL_PTR_CUDA, 0, "mlx5_0"};
+  std::string why;
+  auto use = [&](const chorus::RemoteDeviceInfo& info, bool isSend, bool runtime = true, int cc = 90) {
+    chorus::paramsReload();
+    return chorus::useNetGdr(info, isSend, runtime, "no driver", cc, &why);
+  };
+  unsetenv("NCCL_NET_GDR_LEVEL");
+  unsetenv("NCCL_NET_GDR_READ");
+  EXPECT_TRUE(use(pix, false));
+  EXPECT_EQ(why, "net device mlx5_0, PIX from the GPU");
+  EXPECT_TRUE(use(pix, true));
+  EXPECT_FALSE(use(pix, true, true, 70));  // reads: from compute capability 8.0, as NCCL
+  EXPECT_NE(why.find("compute capability"), std::string::npos) << why;
+  EXPECT_TRUE(use(pix, false, true, 70));
+  EXPECT_FALSE(use(pix, false, false));
+  EXPECT_EQ(why, "the GPU runtime: no driver");
+  EXPECT_FALSE(use({NCCL_PTR_CUDA, 0, "mlx5_0", false}, false));
+  EXPECT_EQ(why, "the net does not flush receives into GPU memory");
+  EXPECT_TRUE(use({NCCL_PTR_CUDA, 0, "mlx5_0", false}, true));  // a send needs no flush
+  EXPECT_FALSE(use({NCCL_PTR_HOST, 0, "eth0"}, false));
+  EXPECT_EQ(why, "net device eth0 does not register GPU memory");
+  EXPECT_FALSE(use({NCCL_PTR_CUDA, -1, "eth0"}, false));
+  EXPECT_NE(why.find("does not place"), std::string::npos) << why;
+  chorus::RemoteDeviceInfo phb{NCCL_PTR_CUDA, 2, "mlx5_4"};
+  EXPECT_FALSE(use(phb, false));  // the default level is PXB
+  EXPECT_EQ(why, "net device mlx5_4 is PHB from the GPU, past NCCL_NET_GDR_LEVEL PXB");
+  setenv("NCCL_NET_GDR_LEVEL", "PHB", 1);
+  EXPECT_TRUE(use(phb, false));
+  setenv("NCCL_NET_GDR_LEVEL", "LOC", 1);
+  EXPECT_FALSE(use(pix, false));
+  EXPECT_EQ(why, "NCCL_NET_GDR_LEVEL=LOC");
+  unsetenv("NCCL_NET_GDR_LEVEL");
+  setenv("NCCL_NET_GDR_READ", "0", 1);
+  EXPECT_FALSE(use(pix, true));
+  EXPECT_EQ(why, "NCCL_NET_GDR_READ=0");
+  EXPECT_TRUE(use(pix, false));
+  setenv("NCCL_NET_GDR_READ", "1", 1);
+  EXPECT_TRUE(use(pix, true, true, 70));
+  unsetenv("NCCL_NET_GDR_READ");
+  chorus::paramsReload();
 }
 
 }  // namespace

@@ -57,6 +57,10 @@ struct NetChoice {
   /// can send a slot passed by address from that address. Nets that need registered memory (IB, UCX's memory
   /// handles, a plugin) get the data in the FIFO.
   bool sendsUnregistered = false;
+  /// The net's iflush makes what it received into GPU memory visible to the GPU, so GPUDirect RDMA may receive
+  /// there. External plugins are trusted to (NCCL calls their iflush alike); chorus's UCX net's iflush completes at
+  /// once without reading the GPU memory back, so its receives stay staged (its sends may read GPU memory).
+  bool flushesGpuMemory = true;
 };
 
 }  // namespace chorus

@@ -53,22 +53,30 @@ bool NetProxy::sendsByAddress() const { return net_.sendsUnregistered && kNetByA
 
 void NetProxy::chooseDevices() {
   deviceNames_.clear();
+  ptrSupport_.clear();
   for (int d = 0; d < net_.ndev; d++) {
     ncclNetProperties_v11_t props{};
     if (net_.api->getProperties(d, &props) != ncclSuccess) props = ncclNetProperties_v11_t{};
     deviceNames_.emplace_back(props.name != nullptr ? props.name : "", props.pciPath != nullptr ? props.pciPath : "");
+    ptrSupport_.push_back(props.ptrSupport);
   }
   const int64_t gpu = comm_->peers.empty() ? -1 : comm_->peers[rank_].busId;
   NicChoice choice = kNetNearGpu.get() != 0 ? chooseNics(processTopology(), gpu, deviceNames_)
                                             : chooseNics(HostTopology{}, -1, deviceNames_);
   if (kNetNearGpu.get() == 0) choice.why = "CHORUS_NET_NEAR_GPU=0";
   devices_ = choice.order;
-  if (devices_.empty()) devices_.push_back(0);  // a net reports at least one device (selectNet checks)
+  deviceClasses_.clear();
+  for (size_t i = 0; i < devices_.size(); i++)
+    deviceClasses_.push_back(choice.byTopology && i < choice.classes.size() && choice.classes[i] != PathClass::kNone
+                                 ? static_cast<int>(choice.classes[i])
+                                 : -1);
+  if (devices_.empty()) devices_.push_back(0), deviceClasses_.push_back(-1);  // a net reports at least one device
   // A rank listens on a channel's device, and its peers connect to that device's address. Where some rank's net
   // offers fewer devices (a NIC down, an interface missing), its peers may not reach the others: every rank keeps
   // to as many devices as every rank has.
   if (static_cast<int>(devices_.size()) > net_.commonDevices) {
     devices_.resize(static_cast<size_t>(net_.commonDevices));  // at least 1 (createRemoteTransport)
+    deviceClasses_.resize(devices_.size());
     choice.order = devices_;
     choice.why += std::string(choice.why.empty() ? "" : "; ") + "the first " + std::to_string(devices_.size()) +
                   ": some rank's net offers only " + std::to_string(net_.commonDevices);
@@ -98,8 +106,23 @@ NetProxy::NetProxy(ncclComm* comm, NetChoice net)
 
 NetProxy::~NetProxy() {
   shutdown();
-  for (auto& c : conns_) std::free(c->mem);
-  for (auto& c : newConns_) std::free(c->mem);
+  for (auto* list : {&conns_, &newConns_})
+    for (auto& c : *list) {
+      std::free(c->mem);
+      if (c->data.release) c->data.release();
+    }
+}
+
+bool NetProxy::deviceInfo(int channel, RemoteDeviceInfo* out) const {
+  if (devices_.empty() || channel < 0) return false;
+  const size_t i = static_cast<size_t>(channel) % devices_.size();
+  const int dev = devices_[i];
+  if (dev < 0 || dev >= static_cast<int>(ptrSupport_.size())) return false;
+  out->ptrSupport = ptrSupport_[static_cast<size_t>(dev)];
+  out->gpuDistance = i < deviceClasses_.size() ? deviceClasses_[i] : -1;
+  out->name = deviceNames_[static_cast<size_t>(dev)].first;
+  out->flushesGpuMemory = net_.flushesGpuMemory;
+  return true;
 }
 
 ncclResult_t NetProxy::start() {
@@ -126,13 +149,19 @@ std::string NetProxy::connName(const NetConn& c) const {
 
 // ---- executor side ----------------------------------------------------------------------------
 
-ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out) {
-  if (peer < 0 || peer >= comm_->nranks || peer == rank_)
+ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out,
+                               const RemoteData* data) {
+  if (peer < 0 || peer >= comm_->nranks || peer == rank_) {
+    if (data != nullptr && data->release) data->release();
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: %s: invalid peer %d", rank_, name(), peer);
-  void* mem = allocRemoteFifo(geo);
-  if (mem == nullptr)
+  }
+  const bool apart = data != nullptr && data->ptr != nullptr;
+  void* mem = allocRemoteFifo(geo, apart);
+  if (mem == nullptr) {
+    if (data != nullptr && data->release) data->release();  // the transport owns it from the call on
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: cannot allocate a %zu-byte FIFO for rank %d", rank_, name(),
-                geo.totalBytes(), peer);
+                remoteHostBytes(geo, apart), peer);
+  }
   auto c = std::make_unique<NetConn>();
   c->isSend = isSend;
   c->channel = channel;
@@ -140,17 +169,19 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
   // Each end picks its own device (a net connects any two of its devices); channels take this rank's in turn.
   c->dev = devices_[static_cast<size_t>(channel) % devices_.size()];
   c->mem = mem;
-  c->fifo.attach(mem, geo);
+  if (apart) c->data = *data;
+  c->fifo.attach(mem, geo, c->data.ptr);
   c->fifo.peer = peer;
   c->state = isSend ? NetConn::State::kAwaitHandle : NetConn::State::kListen;
   c->since = Clock::now();
   Fifo view;
-  view.attach(mem, geo);
+  view.attach(mem, geo, c->data.ptr);
   view.peer = peer;
   {
     std::lock_guard<std::mutex> lock(newMutex_);
     if (stop_.load(std::memory_order_acquire)) {
       std::free(mem);
+      if (c->data.release) c->data.release();
       CHORUS_FAIL(comm_, ncclInvalidUsage,
                   "rank %d: %s: connection %s rank %d requested after the transport was shut "
                   "down (the communicator failed or was aborted)",
@@ -164,12 +195,14 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
   return ncclSuccess;
 }
 
-ncclResult_t NetProxy::connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) {
-  return newConn(true, channel, peer, geo, out);
+ncclResult_t NetProxy::connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out,
+                                   const RemoteData* data) {
+  return newConn(true, channel, peer, geo, out, data);
 }
 
-ncclResult_t NetProxy::connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) {
-  return newConn(false, channel, peer, geo, out);
+ncclResult_t NetProxy::connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out,
+                                   const RemoteData* data) {
+  return newConn(false, channel, peer, geo, out, data);
 }
 
 void NetProxy::markFailedCalls(const uint64_t* calls) {
@@ -315,7 +348,9 @@ bool NetProxy::takeNotice(int peer) {
 void NetProxy::closeConn(NetConn& c) {
   const ncclNet_v11_t* n = net_.api;
   if (c.mhandle != nullptr && c.comm != nullptr) n->deregMr(c.comm, c.mhandle);
-  c.mhandle = nullptr;
+  if (c.dataMhandle != nullptr && c.comm != nullptr) n->deregMr(c.comm, c.dataMhandle);
+  c.mhandle = c.dataMhandle = nullptr;
+  c.flushReq = nullptr;
   if (c.comm != nullptr) (c.isSend ? n->closeSend : n->closeRecv)(c.comm);
   c.comm = nullptr;
   if (c.listenComm != nullptr) n->closeListen(c.listenComm);
@@ -402,14 +437,29 @@ bool NetProxy::setup(NetConn& c) {
     n->closeListen(c.listenComm);
     c.listenComm = nullptr;
   }
-  // One registration covers the FIFO: headers and payloads (and a failure notice, sent from a free header).
-  rc = n->regMr(c.comm, c.mem, c.fifo.geo.totalBytes(), NCCL_PTR_HOST, &c.mhandle);
+  // One registration covers the FIFO: headers and payloads (and a failure notice, sent from a free header). With
+  // GPUDirect RDMA the payloads are in GPU memory, registered apart.
+  const bool apart = c.data.ptr != nullptr;
+  rc = n->regMr(c.comm, c.mem, remoteHostBytes(c.fifo.geo, apart), NCCL_PTR_HOST, &c.mhandle);
   if (rc != ncclSuccess) {
     fail(c, "cannot register the FIFO memory (" + std::string(ncclGetErrorString(rc)) + ")");
     return true;
   }
+  if (apart) {
+    const size_t bytes = static_cast<size_t>(c.fifo.geo.nSlots) * c.fifo.geo.slotBytes;
+    rc = n->regMr(c.comm, c.data.ptr, bytes, c.data.ptrType, &c.dataMhandle);
+    if (rc != ncclSuccess) {
+      const char* said = threadLastError();
+      std::string why = "cannot register the FIFO's GPU memory with the net for GPUDirect RDMA (" +
+                        std::string(ncclGetErrorString(rc)) + (said != nullptr && said[0] ? std::string(": ") + said : "") +
+                        "); NCCL_NET_GDR_LEVEL=LOC stages through host memory instead";
+      WARN("%s: %s", connName(c).c_str(), why.c_str());
+      fail(c, why);
+      return true;
+    }
+  }
   c.state = NetConn::State::kOpen;
-  INFO(kNet, "%s: connected", connName(c).c_str());
+  INFO(kNet, "%s: connected%s", connName(c).c_str(), apart ? " (GPUDirect RDMA: payloads in GPU memory)" : "");
   return true;
 }
 
@@ -477,8 +527,10 @@ bool NetProxy::sendSlots(NetConn& c) {
       if (rc == ncclSuccess) c.halfPosted = true;
     }
     if (rc == ncclSuccess) {
-      void* data = c.fromSlot == c.posted ? const_cast<char*>(c.from) : slotData;
-      rc = n->isend(c.comm, data, f.hdrs[slot].bytes, 0, c.mhandle, nullptr, &r[1]);
+      const bool byAddress = c.fromSlot == c.posted;
+      void* data = byAddress ? const_cast<char*>(c.from) : slotData;
+      void* mh = c.dataMhandle != nullptr && !byAddress ? c.dataMhandle : c.mhandle;
+      rc = n->isend(c.comm, data, f.hdrs[slot].bytes, 0, mh, nullptr, &r[1]);
       if (rc == ncclSuccess && r[1] == nullptr) break;
     }
     if (rc != ncclSuccess) {
@@ -530,7 +582,11 @@ bool NetProxy::recvSlots(NetConn& c) {
       const char* data = f.slotData(slot);
       uint64_t calls[7];
       bool haveCalls = paySize == static_cast<int>(sizeof(calls));
-      if (haveCalls) memcpy(calls, data, sizeof(calls));
+      if (haveCalls && c.data.ptr != nullptr) {
+        haveCalls = c.data.toHost && c.data.toHost(calls, data, sizeof(calls));  // it arrived in GPU memory
+      } else if (haveCalls) {
+        memcpy(calls, data, sizeof(calls));
+      }
       poisonPeerConn(c, c.noticeWord, haveCalls && calls[6] != 0 ? calls : nullptr);
       return true;
     }
@@ -538,6 +594,26 @@ bool NetProxy::recvSlots(NetConn& c) {
       fail(c, "protocol error: a payload of " + std::to_string(paySize) + " bytes arrived where the header announced " +
                   std::to_string(f.hdrs[slot].bytes));
       return true;
+    }
+    // GPUDirect RDMA: what the NIC wrote into GPU memory is flushed before the kernel may read it.
+    if (c.data.ptr != nullptr && (paySize > 0 || c.flushPosted) && n->iflush != nullptr) {
+      if (!c.flushPosted) {
+        void* data = f.slotData(slot);
+        int bytes = paySize;
+        ncclResult_t rc = n->iflush(c.comm, 1, &data, &bytes, &c.dataMhandle, &c.flushReq);
+        if (rc != ncclSuccess) {
+          c.endWhy = std::string("iflush failed (") + ncclGetErrorString(rc) + ")";
+          c.testFailed = true;
+          break;
+        }
+        c.flushPosted = true;
+      }
+      if (c.flushReq != nullptr) {
+        int t = testReq(c, &c.flushReq, &size);
+        if (t < 0) c.testFailed = true;
+        if (t <= 0) break;
+      }
+      c.flushPosted = false;
     }
     storeRelease(&f.ctrl->tail, ++c.done);
     progress = true;
@@ -566,7 +642,8 @@ bool NetProxy::recvSlots(NetConn& c) {
     if (rc == ncclSuccess) {
       void* data = f.slotData(slot);
       size_t bytes = f.geo.slotBytes;
-      rc = n->irecv(c.comm, 1, &data, &bytes, &tag, &c.mhandle, nullptr, &r[1]);
+      rc = n->irecv(c.comm, 1, &data, &bytes, &tag, c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle, nullptr,
+                    &r[1]);
       if (rc == ncclSuccess && r[1] == nullptr) break;
     }
     if (rc != ncclSuccess) {
@@ -600,7 +677,8 @@ bool NetProxy::sendNotice(NetConn& c) {
   // Its payload, in the same slot's data, is a mismatch's 7 call words (zero otherwise): the receiver has that
   // slot's payload receive posted, so the two messages match as a slot's always do.
   const uint32_t slot = static_cast<uint32_t>(c.posted % c.fifo.geo.nSlots);
-  char* body = c.fifo.slotData(slot);
+  // (With GPUDirect RDMA the slots' data is GPU memory: the payload goes from the FIFO's host page for it.)
+  char* body = c.data.ptr != nullptr ? remoteNoticeArea(c.mem, c.fifo.geo) : c.fifo.slotData(slot);
   ncclResult_t rc = ncclSuccess;
   if (!c.noticeSent) {
     SlotHeader& h = c.fifo.hdrs[slot];

@@ -20,7 +20,13 @@
 // Threads and ownership: the executor calls connectSend/connectRecv (allocating the FIFO and handing the NetConn
 // over through newConns_ under newMutex_); the proxy thread owns every adopted NetConn and makes every net call
 // but init (the selector's, before the proxy starts); shutdown() joins the proxy, then closes the comms and
-// finalizes the net from the caller's thread. FIFO memory is freed by the destructor alone.
+// finalizes the net from the caller's thread. FIFO memory is freed by the destructor alone (a kernel may still touch
+// a failed connection's FIFO until the communicator is destroyed), GPU memory given with RemoteData too.
+//
+// GPUDirect RDMA (RemoteData): the device path may give a connection GPU memory for its slot data. The proxy then
+// registers it with the net as that memory (NCCL_PTR_CUDA) beside the FIFO's host memory, which keeps the control
+// words, the headers and a page for a failure notice's payload; payloads go to and from the GPU memory in place, and a
+// received payload is flushed (the net's iflush) before its slot is published to the kernel.
 #pragma once
 
 #include <atomic>
@@ -59,6 +65,7 @@ struct NetConn {
   int peer = -1;
   int dev = 0;
   void* mem = nullptr;  ///< the FIFO memory (allocRemoteFifo)
+  RemoteData data;      ///< GPUDirect RDMA: the slot data in GPU memory (data.ptr null: the data is in mem)
   Fifo fifo;            ///< the proxy's view
   // Proxy thread only, once adopted:
   State state = State::kListen;
@@ -66,6 +73,9 @@ struct NetConn {
   void* listenComm = nullptr;
   void* comm = nullptr;  ///< the sendComm or recvComm
   void* mhandle = nullptr;
+  void* dataMhandle = nullptr;  ///< data.ptr's registration
+  void* flushReq = nullptr;     ///< receive side, GPUDirect RDMA: the iflush of slot `done`, in flight
+  bool flushPosted = false;     ///< receive side: slot `done` arrived and its flush was posted
   uint64_t posted = 0;                 ///< slots whose requests are all posted
   uint64_t done = 0;                   ///< slots completed: freed (send side) or published (receive side)
   bool halfPosted = false;             ///< slot `posted` has its header request posted, not its payload's yet
@@ -93,8 +103,11 @@ class NetProxy : public RemoteTransport {
   ~NetProxy() override;
   /// Starts the proxy thread.
   ncclResult_t start();
-  ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
-  ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out) override;
+  ncclResult_t connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out,
+                           const RemoteData* data = nullptr) override;
+  ncclResult_t connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out,
+                           const RemoteData* data = nullptr) override;
+  bool deviceInfo(int channel, RemoteDeviceInfo* out) const override;
   void shutdown() override;
   void markFailed(uint64_t word) override;
   void markFailedCalls(const uint64_t* calls) override;
@@ -104,7 +117,7 @@ class NetProxy : public RemoteTransport {
   int commonDevices() const override { return net_.commonDevices; }
 
  private:
-  ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out);
+  ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out, const RemoteData* data);
   // ---- proxy thread ----
   void run();
   /// Picks the devices this rank's channels use (devices_, CHORUS_NET_NEAR_GPU) and logs them at INFO NET.
@@ -147,6 +160,8 @@ class NetProxy : public RemoteTransport {
   std::string label_;  ///< "net NAME"
   std::vector<std::pair<std::string, std::string>> deviceNames_;  ///< each device's name and PCI path
   std::vector<int> devices_;  ///< the devices channels use: channel c's connections use devices_[c % size]
+  std::vector<int> deviceClasses_;  ///< devices_[i]'s PCI distance class to this rank's GPU (PathClass), or -1
+  std::vector<int> ptrSupport_;     ///< each device's NCCL_PTR_* (its properties)
   ProxyWake wake_;
 
   std::vector<std::unique_ptr<NetConn>> conns_;  ///< the proxy's (the caller's after the join)

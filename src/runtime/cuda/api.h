@@ -101,6 +101,14 @@ inline Error gpuStreamWaitEvent(Stream s, Event ev) { return cudaStreamWaitEvent
 inline Error gpuMultiProcessorCount(int dev, int* n) {
   return cudaDeviceGetAttribute(n, cudaDevAttrMultiProcessorCount, dev);
 }
+/// Whether the device and driver support GPUDirect RDMA (1) or not (0); -1: this backend cannot say.
+inline Error gpuDirectRdmaAttr(int dev, int* v) {
+  return cudaDeviceGetAttribute(v, cudaDevAttrGPUDirectRDMASupported, dev);
+}
+inline Error gpuComputeCapability(int dev, int* major, int* minor) {
+  Error e = cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev);
+  return e != cudaSuccess ? e : cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, dev);
+}
 inline Error gpuStreamSynchronize(Stream s) { return cudaStreamSynchronize(s); }
 inline Error gpuDeviceSynchronize() { return cudaDeviceSynchronize(); }
 /// A process-unique id of the stream, never reused after the stream is destroyed (CUDA 12.0+).

@@ -12,6 +12,8 @@
 #error "gpu_runtime.cc is compiled only by GPU builds (CHORUS_HAVE_CUDA or CHORUS_HAVE_HIP)"
 #endif
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
@@ -227,6 +229,39 @@ class BuiltinGpuRuntime final : public GpuRuntime {
     int code = launchCopyKernel(dst, src, bytes, blocks, kDevThreads, static_cast<void*>(gpu::toStream(s)));
     return check(static_cast<gpu::Error>(code), "LaunchKernel(copyKernel, %zu bytes, stream %p)", bytes,
                  static_cast<void*>(s));
+  }
+
+  bool gpuDirectRdma(int dev, std::string* why) override {
+    int v = 0;
+    if (gpu::gpuDirectRdmaAttr(dev, &v) != gpu::kSuccess) {
+      (void)gpu::gpuGetLastError();
+      *why = "the device attribute could not be read";
+      return false;
+    }
+    if (v < 0) {
+      *why = std::string(name()) + ": not built";
+      return false;
+    }
+    if (v == 0) {
+      *why = "GPU " + std::to_string(dev) + " or its driver does not support it";
+      return false;
+    }
+    // The NIC's driver reaches GPU memory through a peer-memory module (as NCCL looks for it; dma-buf registration,
+    // the other way, is not built).
+    for (const char* f : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/module/nvidia_peermem/version",
+                          "/sys/module/nv_peer_mem/version"})
+      if (access(f, F_OK) == 0) return true;
+    *why = "no peer-memory kernel module (nvidia_peermem) is loaded";
+    return false;
+  }
+
+  int computeCapability(int dev) override {
+    int major = 0, minor = 0;
+    if (gpu::gpuComputeCapability(dev, &major, &minor) != gpu::kSuccess) {
+      (void)gpu::gpuGetLastError();
+      return 0;
+    }
+    return major * 10 + minor;
   }
 
   int maxResidentBlocks(int dev) override {

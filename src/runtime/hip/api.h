@@ -85,6 +85,16 @@ inline Error gpuStreamWaitEvent(Stream s, Event ev) { return hipStreamWaitEvent(
 inline Error gpuMultiProcessorCount(int dev, int* n) {
   return hipDeviceGetAttribute(n, hipDeviceAttributeMultiprocessorCount, dev);
 }
+/// GPUDirect RDMA on ROCm (a peer-memory module or dma-buf) is not built: -1, this backend cannot say.
+inline Error gpuDirectRdmaAttr(int, int* v) {
+  *v = -1;
+  return hipSuccess;
+}
+/// No CUDA compute capability.
+inline Error gpuComputeCapability(int, int* major, int* minor) {
+  *major = *minor = 0;
+  return hipSuccess;
+}
 inline Error gpuStreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
 inline Error gpuDeviceSynchronize() { return hipDeviceSynchronize(); }
 /// HIP 5.2 has no stream ids, and handles are reused after destruction: unknown.
