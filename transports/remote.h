@@ -45,6 +45,11 @@ struct RemoteDeviceInfo {
   bool flushesGpuMemory = true;  ///< the net's iflush makes receives into GPU memory visible (NetChoice)
 };
 
+/// Channels from this one up are the device path's (network staging, Connections::staging): their FIFOs are filled
+/// and drained by kernels, which poison them when they fail without telling the transport (RemoteTransport's
+/// markFailed), so the transport passes such a failure on itself.
+constexpr int kDeviceNetChannelBase = 64;
+
 /// Connections to ranks on other hosts, progressed by one proxy thread per communicator.
 class RemoteTransport {
  public:

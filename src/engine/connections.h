@@ -68,7 +68,7 @@ class Connections {
   ncclResult_t staging(int channel, int peer, bool isSend, Conn** out, const RemoteData* data = nullptr) {
     return make(kDeviceSocketChannelBase + channel, peer, isSend, out, false, data);
   }
-  static constexpr int kDeviceSocketChannelBase = 64;
+  static constexpr int kDeviceSocketChannelBase = kDeviceNetChannelBase;
   /// Whether rank `peer` is reached through shared memory.
   bool viaShm(int peer) const;
   /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting; remote peers learn it from the proxy.

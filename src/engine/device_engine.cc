@@ -391,7 +391,8 @@ ncclResult_t DeviceEngine::checkStatus() {
              st->step == 0 ? "start" : "finish with this rank's buffers", st->channel, stop ? stop : "it failed");
   } else if (st->what == kDevWaitWindow) {
     windowMismatchText(st->got, comm_->rank, peer, static_cast<unsigned long>(st->seq), msg, sizeof(msg));
-  } else if (reason == PoisonReason::kMismatch) {
+  } else if (reason == PoisonReason::kMismatch && (st->got[1] != 0 || st->got[2] != 0)) {
+    // The kernel saw the peer's call (a slot header: its count and description, never both zero).
     std::string theirs = describeFingerprint(st->got[0], st->got[1], static_cast<uint32_t>(st->got[2]),
                                              static_cast<int32_t>(st->got[2] >> 32));
     snprintf(msg, sizeof(msg), "rank %d: device operation #%lu does not match rank %d's call %s (channel %d, step %u)",
@@ -413,6 +414,16 @@ ncclResult_t DeviceEngine::checkStatus() {
              windows ? (st->step == 0 ? "kernel to start" : "kernel to finish with this rank's buffers")
                      : (st->step == 0 ? "input" : "reduced chunk"),
              st->channel, why.c_str());
+  } else if (reason == PoisonReason::kMismatch) {
+    // A peer's kernel found that two ranks' calls differ and poisoned its FIFOs; got[0] is the rank whose call it
+    // refused, plus one. That rank's error names both calls.
+    const int culprit = static_cast<int>(st->got[0]) - 1;
+    const std::string whose = culprit == comm_->rank ? "this rank's call" : "rank " + std::to_string(culprit) + "'s call";
+    snprintf(msg, sizeof(msg),
+             "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): another rank "
+             "found that %s does not match its own (a mismatched call; that rank's error names both calls)",
+             comm_->rank, static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel, st->step,
+             whose.c_str());
   } else {
     const char* why = stop ? stop : reason == PoisonReason::kPeerDied ? "a peer process died" : "a peer failed";
     int culprit = static_cast<int>(st->got[0]) - 1;

@@ -891,6 +891,61 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
   gEmu.devices = 1;
   std::remove(topo.c_str());
 }
+
+// A mismatch across hosts, with the slot data in GPU memory and staged: rank 1 calls another count. A kernel that sees
+// the peer's slot header names the peer's call. A kernel that fails poisons its FIFOs, and the net proxy passes that
+// on as a failure notice, so a peer whose kernel did not get as far (its slot was not sent) stops at once with the
+// mismatch as the cause: not at CHORUS_TIMEOUT_S, nor as a death once the first rank exits. (Before the proxy passed
+// kernel failures on, 6 of 20 runs of each mode ended that way.)
+TEST(DevicePathGpuDirect, MismatchAcrossHostsIsNamedOnBothRanks) {
+  const std::string topo = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:99:00.0"}, "gdrfail");
+  gEmu.devices = 3;
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  for (bool gdr : {true, false}) {
+    SCOPED_TRACE(gdr ? "GPUDirect RDMA" : "staged");
+    gEmu.gpuDirect = gdr;
+    const std::string log = "/tmp/chorus-gdrfail-log-" + std::to_string(getpid());
+    forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          setenv("CHORUS_TEST_NET_PTR_CUDA", "1", 1);
+          setenv("CHORUS_TIMEOUT_S", "30", 1);
+          onDgxHostsOverTestNet(rank, topo, log);
+          if (gEmu.setDevice(rank == 0 ? 1 : 2) != ncclSuccess) return 9;
+          ncclComm_t comm = nullptr;
+          if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+          allReduceChecked(comm, rank, 2, 100000);
+          DevBuf b(gEmu, 4096 * sizeof(float));
+          cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+          const size_t count = rank == 0 ? 1024 : 2048;
+          EXPECT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, comm, s), ncclSuccess);
+          sync(s);
+          EXPECT_EQ(asyncErrorOf(comm), ncclInvalidUsage);
+          // The rank whose kernel saw the other's call names it; the other, if its kernel did not get that far,
+          // learns it from the first's failure notice. Never "died": each is alive when the other fails.
+          const std::string text = ncclGetLastError(comm);
+          const std::string other = rank == 0 ? "rank 1's call ncclAllReduce #2 (count 2048" : "rank 0's call "
+                                                                                              "ncclAllReduce #2 (count 1024";
+          EXPECT_TRUE(text.find("does not match " + other) != std::string::npos ||
+                      text.find("another rank found that this rank's call does not match its own") != std::string::npos)
+              << text;
+          EXPECT_EQ(text.find("died"), std::string::npos) << text;
+          ncclCommDestroy(comm);
+          return ::testing::Test::HasFailure() ? 1 : 0;
+        },
+        log);
+    for (int r = 0; r < 2; r++) {
+      const std::string file = log + "." + std::to_string(r);
+      const std::string text = readFile(file);
+      std::remove(file.c_str());
+      EXPECT_EQ(text.find("connected (GPUDirect RDMA") != std::string::npos, gdr) << "rank " << r << "\n" << text;
+    }
+  }
+  gEmu.gpuDirect = false;
+  chorus::setGpuRuntimeForTesting(nullptr);
+  gEmu.devices = 1;
+  std::remove(topo.c_str());
+}
 #endif
 
 // A rank whose `var` differs from the other's is refused at init, on both ranks.

@@ -507,7 +507,17 @@ bool NetProxy::sendSlots(NetConn& c) {
       return true;
     }
   }
-  if (loadAcquire(&f.ctrl->poison) != 0) return progress;  // this rank failed: nothing more goes out
+  const uint64_t poison = loadAcquire(&f.ctrl->poison);
+  if (poison != 0) {  // this rank failed: nothing more goes out
+    // A kernel that failed poisons its FIFOs and nothing else: its peers on other hosts, which may wait for slots that
+    // will never come, learn why from this rank's failure notice, as they do from a failed host-path operation.
+    if (c.channel >= kDeviceNetChannelBase) {
+      uint64_t zero = 0;
+      if (failedWord_.compare_exchange_strong(zero, poison, std::memory_order_acq_rel))
+        INFO(kNet, "%s: this rank's kernel failed; passing it on", connName(c).c_str());
+    }
+    return progress;
+  }
   const uint64_t tail = loadAcquire(&f.ctrl->tail);
   while (c.posted < tail && c.posted - c.done < net_.inflightSlots) {
     const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
@@ -719,8 +729,10 @@ bool NetProxy::step(NetConn& c) {
   return sendSlots(c);
 }
 
-// Every published slot has gone (and every notice): the proxy may stop.
-bool NetProxy::flushed() const {
+// Every published slot has gone (and every notice in flight; with `notices`, every notice this rank owes too): the
+// proxy may stop.
+bool NetProxy::flushed(bool notices) const {
+  const bool failed = failedWord_.load(std::memory_order_acquire) != 0;
   for (const auto& c : conns_) {
     if (!c->isSend || c->state == NetConn::State::kFailed || c->state == NetConn::State::kSuspect) continue;
     if (c->state != NetConn::State::kOpen) {
@@ -729,6 +741,7 @@ bool NetProxy::flushed() const {
     }
     if (c->done < loadAcquire(&c->fifo.ctrl->tail) && loadAcquire(&c->fifo.ctrl->poison) == 0) return false;
     if (c->noticeReq != nullptr || c->noticeBodyReq != nullptr) return false;
+    if (notices && failed && (!c->noticeSent || !c->noticeBodySent)) return false;
   }
   return true;
 }
@@ -739,6 +752,7 @@ void NetProxy::run() {
   bindNearDevices();
   bool draining = false;
   Deadline drainBy;
+  Clock::time_point drainStart{};
   int idle = 0;
   constexpr int kMaxNetFds = 256;
   constexpr std::chrono::microseconds kSpin{1000};
@@ -750,12 +764,16 @@ void NetProxy::run() {
     if (stop_.load(std::memory_order_acquire) && !draining) {
       draining = true;
       drainBy = Deadline::fromEnv();
+      drainStart = Clock::now();
     }
     if (haveNew_.load(std::memory_order_acquire)) adopt();
     bool work = exchangeNotices();
     for (auto& c : conns_) work |= step(*c);
     if (draining) {
-      if (comm_->abortFlag.load(std::memory_order_relaxed) != 0 || flushed()) break;
+      // A rank that failed gives its notices a moment to go out (a peer that stopped receiving never takes them).
+      const bool notices = Clock::now() < drainStart + std::chrono::duration_cast<Clock::duration>(
+                                                           std::chrono::duration<double>(kSuspectS));
+      if (comm_->abortFlag.load(std::memory_order_relaxed) != 0 || flushed(notices)) break;
       if (drainBy.expired()) {
         WARN(
             "rank %d: %s: closing with data not yet delivered after %.0f s (CHORUS_TIMEOUT_S): a peer stopped "

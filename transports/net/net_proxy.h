@@ -151,7 +151,7 @@ class NetProxy : public RemoteTransport {
   /// Reads a failure notice from `peer` if one is there, and poisons every connection with it; true if one was.
   bool takeNotice(int peer);
   void closeConn(NetConn& c);
-  bool flushed() const;
+  bool flushed(bool notices) const;
   std::string connName(const NetConn& c) const;
 
   ncclComm* comm_;
