@@ -779,6 +779,23 @@ void onDgxHostsOverTestNet(int rank, const std::string& topo, const std::string&
   chorus::paramsReload();
 }
 
+// For a test's life: the DGX H100 topology file with GPU0, GPU1 and GPU4 renumbered to emulated devices 0, 1 and 2
+// (keeping their PCI order), three emulated devices, and the emulated runtime installed.
+struct DgxGpus {
+  std::string topo;
+  explicit DgxGpus(const char* what)
+      : topo(dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:99:00.0"}, what)) {
+    gEmu.devices = 3;
+    chorus::setGpuRuntimeForTesting(&gEmu);
+  }
+  ~DgxGpus() {
+    gEmu.gpuDirect = false;
+    chorus::setGpuRuntimeForTesting(nullptr);
+    gEmu.devices = 1;
+    std::remove(topo.c_str());
+  }
+};
+
 // Net connections between hosts leave through the NICs nearest each rank's GPU (topo/nic_choice.h). Two DGX H100-like
 // hosts (the topology file, with GPU0, GPU1 and GPU4 renumbered to emulated devices 0, 1 and 2, keeping their PCI
 // order), the test net plugin offering the node's eight HCAs by name (all over one TCP interface; it logs the device
@@ -786,9 +803,8 @@ void onDgxHostsOverTestNet(int rank, const std::string& topo, const std::string&
 // it starts at mlx5_1. Rank 1 runs on GPU4, on the other socket: mlx5_4, then mlx5_5. Two channels, so both of each
 // rank's NICs carry connections.
 TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
-  const std::string topo = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:99:00.0"}, "nic");
-  gEmu.devices = 3;
-  chorus::setGpuRuntimeForTesting(&gEmu);
+  DgxGpus dgx("nic");
+  const std::string& topo = dgx.topo;
   const std::string log = "/tmp/chorus-nic-log-" + std::to_string(getpid());
   std::vector<std::string> logs(2);
   forkRanksForLog(
@@ -819,9 +835,6 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
       EXPECT_NE(std::count(used.begin(), used.end(), nic), 0) << "rank " << r << " " << nic;
     for (const std::string& u : used) EXPECT_TRUE(u == own[r][0] || u == own[r][1]) << "rank " << r << " used " << u;
   }
-  chorus::setGpuRuntimeForTesting(nullptr);
-  gEmu.devices = 1;
-  std::remove(topo.c_str());
 }
 
 // GPUDirect RDMA: where the net registers GPU memory (the test plugin with CHORUS_TEST_NET_PTR_CUDA=1), the runtime
@@ -832,9 +845,8 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
 // at a time: NCCL_NET_GDR_LEVEL=LOC; NCCL_NET_GDR_READ=0 (the receiving sides only); a runtime without it; a net
 // without NCCL_PTR_CUDA.
 TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) {
-  const std::string topo = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:99:00.0"}, "gdr");
-  gEmu.devices = 3;
-  chorus::setGpuRuntimeForTesting(&gEmu);
+  DgxGpus dgx("gdr");
+  const std::string& topo = dgx.topo;
   struct Case {
     const char* name;
     const char* env;  // VAR=VALUE or ""
@@ -886,10 +898,6 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
       EXPECT_EQ(text.find("connected (GPUDirect RDMA: payloads in GPU memory)") != std::string::npos, anyGdr);
     }
   }
-  gEmu.gpuDirect = false;
-  chorus::setGpuRuntimeForTesting(nullptr);
-  gEmu.devices = 1;
-  std::remove(topo.c_str());
 }
 
 // A mismatch across hosts, with the slot data in GPU memory and staged: rank 1 calls another count. A kernel that sees
@@ -898,9 +906,8 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
 // mismatch as the cause: not at CHORUS_TIMEOUT_S, nor as a death once the first rank exits. (Before the proxy passed
 // kernel failures on, 6 of 20 runs of each mode ended that way.)
 TEST(DevicePathGpuDirect, MismatchAcrossHostsIsNamedOnBothRanks) {
-  const std::string topo = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:99:00.0"}, "gdrfail");
-  gEmu.devices = 3;
-  chorus::setGpuRuntimeForTesting(&gEmu);
+  DgxGpus dgx("gdrfail");
+  const std::string& topo = dgx.topo;
   for (bool gdr : {true, false}) {
     SCOPED_TRACE(gdr ? "GPUDirect RDMA" : "staged");
     gEmu.gpuDirect = gdr;
@@ -941,10 +948,6 @@ TEST(DevicePathGpuDirect, MismatchAcrossHostsIsNamedOnBothRanks) {
       EXPECT_EQ(text.find("connected (GPUDirect RDMA") != std::string::npos, gdr) << "rank " << r << "\n" << text;
     }
   }
-  gEmu.gpuDirect = false;
-  chorus::setGpuRuntimeForTesting(nullptr);
-  gEmu.devices = 1;
-  std::remove(topo.c_str());
 }
 #endif
 
