@@ -61,14 +61,13 @@ class Connections {
     return make(channel, peer, false, out);
   }
   /// The device path's network staging: a socket connection to or from `peer` (on another host) whose local
-  /// FIFO the caller pins for its GPU. Socket channel kDeviceSocketChannelBase + channel, apart from the host
+  /// FIFO the caller pins for its GPU. Socket channel kDeviceNetChannelBase + channel, apart from the host
   /// path's channels, since device kernels and host operations progress independently. Poisoned and shut down
   /// with the others.
   /// With `data`, the FIFO's slot data is that GPU memory (GPUDirect RDMA; the transport owns it from then on).
   ncclResult_t staging(int channel, int peer, bool isSend, Conn** out, const RemoteData* data = nullptr) {
-    return make(kDeviceSocketChannelBase + channel, peer, isSend, out, false, data);
+    return make(kDeviceNetChannelBase + channel, peer, isSend, out, false, data);
   }
-  static constexpr int kDeviceSocketChannelBase = kDeviceNetChannelBase;
   /// Whether rank `peer` is reached through shared memory.
   bool viaShm(int peer) const;
   /// Marks every FIFO failed (reason, culprit) so the far ends stop waiting; remote peers learn it from the proxy.

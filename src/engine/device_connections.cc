@@ -254,7 +254,7 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
   RemoteData data;
   std::string why = "no net device information";
   bool gdr = false;
-  if (remote != nullptr && remote->deviceInfo(Connections::kDeviceSocketChannelBase + ch, &info)) {
+  if (remote != nullptr && remote->deviceInfo(kDeviceNetChannelBase + ch, &info)) {
     std::string runtimeWhy;
     const bool runtimeOk = rt_->gpuDirectRdma(comm_->cudaDev, &runtimeWhy);
     gdr = useNetGdr(info, isSend, runtimeOk, runtimeWhy, rt_->computeCapability(comm_->cudaDev), &why);

@@ -606,8 +606,9 @@ bool NetProxy::recvSlots(NetConn& c) {
       return true;
     }
     // GPUDirect RDMA: what the NIC wrote into GPU memory is flushed before the kernel may read it.
-    if (c.data.ptr != nullptr && (paySize > 0 || c.flushPosted) && n->iflush != nullptr) {
-      if (!c.flushPosted) {
+    // (A payload that completed in an earlier pass left its flush in flight: flushReq.)
+    if (c.data.ptr != nullptr && (paySize > 0 || c.flushReq != nullptr) && n->iflush != nullptr) {
+      if (c.flushReq == nullptr) {
         void* data = f.slotData(slot);
         int bytes = paySize;
         ncclResult_t rc = n->iflush(c.comm, 1, &data, &bytes, &c.dataMhandle, &c.flushReq);
@@ -616,14 +617,12 @@ bool NetProxy::recvSlots(NetConn& c) {
           c.testFailed = true;
           break;
         }
-        c.flushPosted = true;
       }
-      if (c.flushReq != nullptr) {
+      if (c.flushReq != nullptr) {  // null: the net needs no flush for it
         int t = testReq(c, &c.flushReq, &size);
         if (t < 0) c.testFailed = true;
         if (t <= 0) break;
       }
-      c.flushPosted = false;
     }
     storeRelease(&f.ctrl->tail, ++c.done);
     progress = true;

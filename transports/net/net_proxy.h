@@ -74,8 +74,7 @@ struct NetConn {
   void* comm = nullptr;  ///< the sendComm or recvComm
   void* mhandle = nullptr;
   void* dataMhandle = nullptr;  ///< data.ptr's registration
-  void* flushReq = nullptr;     ///< receive side, GPUDirect RDMA: the iflush of slot `done`, in flight
-  bool flushPosted = false;     ///< receive side: slot `done` arrived and its flush was posted
+  void* flushReq = nullptr;     ///< receive side, GPUDirect RDMA: the iflush of slot `done` (arrived), in flight
   uint64_t posted = 0;                 ///< slots whose requests are all posted
   uint64_t done = 0;                   ///< slots completed: freed (send side) or published (receive side)
   bool halfPosted = false;             ///< slot `posted` has its header request posted, not its payload's yet
