@@ -202,8 +202,11 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
     bool checkPeer = conn && conn->peerLocalProc && now >= nextLiveCheck;
     if (checkPeer) nextLiveCheck = now + 10;
     if (checkPeer && processGone(conn->peerPid)) {
-      // What the peer wrote before it exited is all there will be: it may have finished its part and left.
+      // What the peer wrote before it exited is all there will be: it may have finished its part and left, or
+      // failed and poisoned this FIFO (naming the cause) after the poison was read above.
       if (ready()) return ncclSuccess;
+      const uint64_t late = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
+      if (late != 0) return poisoned(f, late, where().c_str());
       char msg[400];
       snprintf(msg, sizeof(msg), "%s: rank %d (pid %d on %s) died", where().c_str(), f->peer,
                static_cast<int>(conn->peerPid), comm_->peers[f->peer].hostname);
