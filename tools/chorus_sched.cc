@@ -23,7 +23,7 @@ int usage() {
       stderr,
       "usage: chorus-sched [--local-ranks P] <coll> <algo> <nranks> [rank|all] [channel] [root]\n"
       "  coll: allreduce allgather reducescatter broadcast reduce alltoall gather scatter sendrecv\n"
-      "  algo: ring tree direct oneshot twoshot hierarchical rail\n"
+      "  algo: ring tree direct oneshot twoshot hierarchical rail recdoubling\n"
       "  --local-ranks P: hierarchical, rail and tree over hosts of P consecutive ranks (default: one host)\n");
   return 2;
 }
@@ -40,9 +40,14 @@ bool parseInt(const char* s, int* v) {
 
 // Markdown table of which algorithm implements which collective (docs/algorithms.md).
 int printTable() {
-  std::printf(
-      "| collective | ring | tree | direct | one-shot | two-shot | hierarchical | rail |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+  static const char* const kHeads[] = {"ring",     "tree",         "direct", "one-shot",
+                                       "two-shot", "hierarchical", "rail",   "recursive doubling"};
+  static_assert(sizeof(kHeads) / sizeof(kHeads[0]) == static_cast<size_t>(Algo::kNumAlgos));
+  std::printf("| collective |");
+  for (const char* h : kHeads) std::printf(" %s |", h);
+  std::printf("\n|---|");
+  for (size_t a = 0; a < sizeof(kHeads) / sizeof(kHeads[0]); ++a) std::printf("---|");
+  std::printf("\n");
   for (int c = 0; c < static_cast<int>(Coll::kSendRecv); ++c) {
     std::printf("| %s |", collName(static_cast<Coll>(c)));
     for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); ++a) {

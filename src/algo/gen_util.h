@@ -69,6 +69,7 @@ void genOneShot(const ScheduleRequest& req, Schedule* out);
 void genTwoShot(const ScheduleRequest& req, Schedule* out);
 void genHier(const ScheduleRequest& req, Schedule* out);
 void genRail(const ScheduleRequest& req, Schedule* out);
+void genDoubling(const ScheduleRequest& req, Schedule* out);
 
 }  // namespace gen
 }  // namespace chorus

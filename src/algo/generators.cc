@@ -55,9 +55,15 @@ bool algoSupported(Coll coll, Algo algo, int nranks) {
       return coll == Coll::kAllReduce || coll == Coll::kAllGather || coll == Coll::kReduceScatter;
     case Algo::kRail:
       return coll == Coll::kAllGather || coll == Coll::kReduceScatter;
+    case Algo::kDoubling:
+      return coll == Coll::kAllReduce || coll == Coll::kAllGather;
     default:
       return false;
   }
+}
+
+bool algoRewritesSentBlocks(Coll coll, Algo algo) {
+  return algo == Algo::kTree || (algo == Algo::kDoubling && coll == Coll::kAllReduce);
 }
 
 bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks) {
@@ -69,7 +75,8 @@ namespace {
 
 /// Whether `algo` lays its schedules over the ring order (ScheduleRequest::ringOrder): genInOrder builds them.
 bool followsRingOrder(Algo algo) {
-  return algo == Algo::kRing || algo == Algo::kTree || algo == Algo::kHier || algo == Algo::kRail;
+  return algo == Algo::kRing || algo == Algo::kTree || algo == Algo::kHier || algo == Algo::kRail ||
+         algo == Algo::kDoubling;
 }
 
 /// Whether genInOrder renames per-rank blocks through the order: all but a ring allreduce, whose n blocks are slices
@@ -222,6 +229,9 @@ void buildChecked(const ScheduleRequest& req, const ChannelOrder& co, Schedule* 
       break;
     case Algo::kRail:
       genInOrder(req, co, out, gen::genRail);
+      break;
+    case Algo::kDoubling:
+      genInOrder(req, co, out, gen::genDoubling);
       break;
     default:
       break;

@@ -12,7 +12,11 @@
 // and a chain through each host's ranks from its entry, so that each tree crosses hosts H-1 times and a rank has up to
 // 3 children (gen_tree.cc). A rooted collective's root is its host's entry and that host the host tree's root.
 //
-// Block layouts (inBlocks/outBlocks): allreduce ring/two-shot n/n, tree/one-shot 1/1; allgather 1/n; reducescatter
+// Recursive doubling (gen_doubling.cc) runs allreduce and allgather in ceil(log2 n) rounds over the ring order's
+// positions, for small sizes: pairwise exchange for allreduce (ranks above the largest power of two fold in first),
+// recursive doubling for allgather over a power of two ranks and Bruck's dissemination otherwise.
+//
+// Block layouts (inBlocks/outBlocks): allreduce ring/two-shot n/n, tree/one-shot/doubling 1/1; allgather 1/n; reducescatter
 // n/1; broadcast and reduce 1/1; alltoall n/n; gather 1/n; scatter n/1; sendrecv = number of sends/recvs.
 //
 // Every schedule stays correct when the user's buffers alias (in place: verify.h lists the alias of each collective)
@@ -60,6 +64,11 @@ bool algoSupported(Coll coll, Algo algo, int nranks);
 /// other hosts' partials in out[0], in place its own input block, before it folds that block.
 /// Callers run it out of place only: stage an in-place call's input in scratch, or pick another algorithm.
 bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks = 0);
+
+/// Whether a rank's schedule may rewrite a block after a step sent it (tree reduce and allreduce accumulate in their
+/// output; recursive-doubling allreduce sends its value and then combines into it): such sends must copy the data into
+/// the FIFO, never pass the block's address (single copy within a host, sending by address over a net).
+bool algoRewritesSentBlocks(Coll coll, Algo algo);
 
 /// How many different schedules `algo` builds over the channels: channel c builds what channel c mod this builds.
 /// Rings over hosts of equal size (localRanks P as in ScheduleRequest) rotate P; trees alternate two, and over such

@@ -11,7 +11,8 @@ namespace {
 // NCCL's own spellings (ncclFuncStr, NCCL_ALGO) where NCCL has the name.
 constexpr const char* kCollNames[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce",
                                       "AllToAll",  "Gather",    "Scatter",       "SendRecv"};
-constexpr const char* kAlgoNames[] = {"Ring", "Tree", "Direct", "OneShot", "TwoShot", "Hierarchical", "Rail"};
+constexpr const char* kAlgoNames[] = {"Ring", "Tree", "Direct", "OneShot", "TwoShot", "Hierarchical", "Rail",
+                                      "RecDoubling"};
 constexpr const char* kStepOpNames[] = {
     "send", "recv", "recvReduceSend", "recvReduceCopy", "recvReduceCopySend", "recvCopySend", "copy", "localReduce"};
 static_assert(sizeof(kCollNames) / sizeof(kCollNames[0]) == static_cast<size_t>(Coll::kNumColls));

@@ -33,7 +33,7 @@ enum class Coll : uint8_t {
 };
 
 /// Algorithm families.
-enum class Algo : uint8_t { kRing, kTree, kDirect, kOneShot, kTwoShot, kHier, kRail, kNumAlgos };
+enum class Algo : uint8_t { kRing, kTree, kDirect, kOneShot, kTwoShot, kHier, kRail, kDoubling, kNumAlgos };
 
 /// Which user buffer a step reads or writes.
 enum class Buf : uint8_t { kNone, kInput, kOutput };

@@ -195,9 +195,8 @@ class HostEngine : public Engine {
     if (res != ncclSuccess) return platform_->internalError("no schedule for this collective");
     if (empty) return ncclSuccess;
     platform_->setOp(plan.label, plan.red, plan.fp);
-    // By-address slices need a schedule that never rewrites a block it sent from (ring, direct,
-    // one-shot and two-shot; tree accumulates in its output) and distinct buffers.
-    bool describe = !plan.inPlace && plan.choice.algo != Algo::kTree;
+    // By-address slices need a schedule that never rewrites a block it sent from, and distinct buffers.
+    bool describe = !plan.inPlace && !algoRewritesSentBlocks(op.coll, plan.choice.algo);
     Executor<HostPlatform> exec(*platform_, plan.fp, plan.reducing, plan.choice.proto == Proto::kLL, plan.sliceBytes,
                                 describe);
     // Each channel runs its tiles in TileOrder. Channels with data run side by side on this thread (fibers): a

@@ -156,7 +156,7 @@ std::vector<Case> buildMatrix() {
   const int ranks[] = {1, 2, 3, 4, 5, 8};
   const size_t counts[] = {0, 1, 7, 1031, (1u << 20) + 3};
   const int ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, kPreMul2};
-  const char* algos[] = {"", "Ring", "Tree", "Direct", "OneShot", "TwoShot"};
+  const char* algos[] = {"", "Ring", "Tree", "Direct", "OneShot", "TwoShot"};  // RecDoubling: below
   const char* protos[] = {"", "Simple", "LL"};
   std::mt19937 rng(20261122);
   std::vector<Case> out;
@@ -179,6 +179,20 @@ std::vector<Case> buildMatrix() {
     if (hasOp(k.coll)) k.op = pick(ops);
     out.push_back(k);
   }
+  // Recursive doubling, appended so that the sample above stays as it was: both collectives over a power of two
+  // ranks and others (folded ranks, Bruck's rounds), every op, in and out of place, both protocols, tiles of several.
+  const C doublingColls[] = {C::kAllReduce, C::kAllGather};
+  const int doublingRanks[] = {2, 3, 5, 8};
+  int variant = 0;
+  for (C c : doublingColls)
+    for (int n : doublingRanks)
+      for (size_t count : {size_t{7}, size_t{1031}, size_t{(1u << 18) + 5}}) {
+        const int op = c == C::kAllReduce ? ops[variant % 6] : ncclSum;
+        const ncclDataType_t dt = variant % 3 == 0 ? ncclFloat32 : variant % 3 == 1 ? ncclInt32 : ncclFloat16;
+        out.push_back(Case{c, dt, op, count, variant % 2 == 0, n, variant % 4 == 3 ? Driver::kProcesses : Driver::kThreads,
+                           "RecDoubling", variant % 5 == 2 ? "LL" : "", 0});
+        variant++;
+      }
   for (Case& k : out) {
     // Keep the big counts affordable on 2 cores: n-fold buffers get count/n, and few ranks.
     if (k.count > 100000) {

@@ -165,6 +165,43 @@ TEST_P(DeviceLanes, TreeAllReducePipelined) {
   chorus::paramsReload();
 }
 
+// Recursive doubling (NCCL_ALGO=RecDoubling) through device launches: allreduce over a power of two ranks and over 3
+// (a rank folded in), every op, in and out of place, one tile to many tiles a lane, on blocks of 4 threads with random
+// delays too; and allgather (the other collectives, which it does not implement, run the ring).
+TEST_P(DeviceLanes, RecursiveDoubling) {
+  setenv("NCCL_ALGO", "RecDoubling", 1);
+  chorus::paramsReload();
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) {
+      gEmu.threadsPerBlock = 4;
+      gEmu.delayPercent = 10;
+      gEmu.delayMaxUs = 30;
+    }
+    for (int n : {4, 3}) {
+      runRanks(n, GetParam(), [pass](RankCtx& c) {
+        for (size_t count : {size_t(1), size_t(2049), size_t(40001), size_t(262147)}) {
+          if (pass == 1 && count > 40001) continue;
+          for (bool inPlace : {false, true})
+            checkAllReduce(gEmu, c, ncclInt32, ncclSum, count, inPlace, laneLaunches, usesLanes(count * 4), false,
+                           int(count));
+        }
+        for (int op : {int(ncclProd), int(ncclMax), int(ncclMin), int(ncclAvg), kPreMul2})
+          checkAllReduce(gEmu, c, ncclFloat32, op, 3001, op % 2 == 0, laneLaunches, usesLanes(3001 * 4), false, op);
+        const int ranks = c.nranks;
+        for (size_t N : {size_t(700), size_t(9000)}) {
+          if (pass == 1 && N > 700) continue;
+          checkOtherCollectives(gEmu, c, N, laneLaunches, [N, ranks](const std::string& coll, bool) {
+            const bool whole = coll == "Broadcast" || coll == "Reduce";
+            return usesLanes(N * 4 * (whole ? 1 : ranks));
+          });
+        }
+      });
+    }
+  }
+  unsetenv("NCCL_ALGO");
+  chorus::paramsReload();
+}
+
 // Many calls in a row on blocks of 4 threads with random delays: a lane's FIFO is its own, and its step counters carry
 // over from call to call whatever number of lanes each call used.
 TEST_P(DeviceLanes, ManyCallsOnBlocksOfThreadsWithDelays) {

@@ -68,17 +68,17 @@ TEST_P(GeneratorSweep, Ranks257) {
   sweep(coll, algo, 257);
 }
 
-// 1024 ranks, ring and tree only (plus gather and scatter, O(n) steps): alltoall, direct allgather, one-shot and
+// 1024 ranks, ring, tree and recursive doubling only (plus gather and scatter, O(n) steps): alltoall, direct allgather, one-shot and
 // two-shot are O(n^2) steps over O(n^2) FIFOs, seconds each at this size; 257 ranks covers them. Ring allreduce,
-// allgather and reducescatter are O(n^2) steps too, so they run channel 0 only: ring schedules do not depend on the
-// channel (RingIgnoresChannel).
+// allgather and reducescatter are O(n^2) steps too (as is the doubling allgather, over O(n log n) FIFOs), so they run
+// channel 0 only: ring and doubling schedules do not depend on the channel (RingIgnoresChannel).
 TEST_P(GeneratorSweep, Ranks1024) {
   const auto [coll, algo] = GetParam();
   const int n = 1024;
   if (algo == Algo::kTree || coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather ||
       coll == Coll::kScatter) {
     sweep(coll, algo, n);
-  } else if (algo == Algo::kRing) {
+  } else if (algo == Algo::kRing || algo == Algo::kDoubling) {
     sweep(coll, algo, n, {0});
   }
 }
@@ -159,9 +159,9 @@ TEST(GeneratorSweep, EachRankScheduleIsBuildSchedules) {
 }
 
 TEST(GeneratorSweep, CoversEveryRequestedPair) {
-  // The brief's matrix (rail: allgather, reduce-scatter): a pair dropped from algoSupported would silently leave the
-  // sweep.
-  EXPECT_EQ(supportedPairs().size(), 19u);
+  // The brief's matrix (rail: allgather, reduce-scatter; recursive doubling: allreduce, allgather): a pair dropped
+  // from algoSupported would silently leave the sweep.
+  EXPECT_EQ(supportedPairs().size(), 21u);
 }
 
 // Deeper and shallower FIFOs and more tiles: the schedules must not depend on the default depth.
