@@ -15,7 +15,7 @@ namespace {
 
 StrParam kAlgo{"NCCL_ALGO", "",
                "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot, "
-               "Hierarchical, Rail (NCCL's other names are accepted and ignored). An algorithm that cannot run a "
+               "Hierarchical, Rail, RecDoubling (NCCL's other names are accepted and ignored). An algorithm that cannot run a "
                "collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as many ranks "
                "on each.",
                "tuning"};
@@ -60,6 +60,17 @@ IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65536,
                   "Largest allreduce (bytes) that runs the node-aware tree when ranks span several hosts with as many "
                   "ranks on each (0: never by default).",
                   "tuning"};
+// Small allreduces across hosts (docs/perf/net.md, "Recursive doubling": 4 hosts x 2 ranks, 1 Gbit/s, both
+// placements, six runs): the ring was the fastest at 8-64 B in every run (0.43-0.59 ms, the tree 0.55-0.85 ms);
+// recursive doubling at 128 B - 8 KB in most (0.55-0.91 ms, the tree 0.80-1.1 ms); from 16 KB the tree.
+IntParam kTreeMin{"CHORUS_TREE_MIN_BYTES", 128,
+                  "Smallest allreduce (bytes) that runs the node-aware tree or recursive doubling when ranks span "
+                  "several hosts with as many ranks on each; below it the ring.",
+                  "tuning"};
+IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 8192,
+                      "Largest allreduce (bytes) that runs recursive doubling by default across hosts, from "
+                      "CHORUS_TREE_MIN_BYTES (0: never).",
+                      "tuning"};
 IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 16384,
                   "Smallest allgather output or reduce-scatter input (bytes) that runs rail when ranks span several "
                   "hosts with as many ranks on each (up to CHORUS_RAIL_MAX_BYTES).",
@@ -82,6 +93,8 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool h
       // Across hosts one-shot sends every rank's buffer over the NICs n-1 times: at 4 KB on 4 hosts x 2 ranks it
       // took twice the ring's time (docs/perf/net.md).
       if (nranks >= 2 && !hosts && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
+      if (hosts && full < kTreeMin.get()) return Algo::kRing;
+      if (hosts && full <= kDoublingMax.get()) return Algo::kDoubling;
       if (hosts && full <= kTreeMax.get()) return Algo::kTree;
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllGather:
@@ -158,7 +171,8 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
   if (al.algoSet && !al.algo[static_cast<int>(def)]) {
     // Prefer, in order, the algorithms a user is most likely to force.
     static const Algo kOrder[] = {Algo::kRing,    Algo::kTree, Algo::kDirect, Algo::kOneShot,
-                                  Algo::kTwoShot, Algo::kHier, Algo::kRail};
+                                  Algo::kTwoShot, Algo::kHier, Algo::kRail, Algo::kDoubling};
+    static_assert(sizeof(kOrder) / sizeof(kOrder[0]) == static_cast<size_t>(Algo::kNumAlgos));
     for (Algo a : kOrder) {
       // Rail without hosts of equal size would be the direct allgather under another name.
       if (a == Algo::kRail && !hosts) continue;
@@ -195,7 +209,8 @@ bool tuningForced() {
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
-                  std::to_string(kTreeMax.get()) + "|" + std::to_string(kRailMin.get()) + "|" +
+                  std::to_string(kTreeMax.get()) + "|" + std::to_string(kTreeMin.get()) + "|" +
+                  std::to_string(kDoublingMax.get()) + "|" + std::to_string(kRailMin.get()) + "|" +
                   std::to_string(kRailMax.get()) + "|" + kHierRingBand.get() + "|" + std::to_string(kTunerModel.get()) +
                   "|" + kCostIntra.get() + "|" + kCostInter.get();
   return fnv1a64(s);

@@ -1,6 +1,7 @@
 // The tuner's default choice across hosts, by the collective's full buffer (allreduce's buffer, allgather's output,
-// reduce-scatter's input): hierarchical from CHORUS_HIER_MIN_BYTES; below it the node-aware tree for allreduces up to
-// CHORUS_TREE_MAX_BYTES and rail for allgathers and reduce-scatters from CHORUS_RAIL_MIN_BYTES to
+// reduce-scatter's input): hierarchical from CHORUS_HIER_MIN_BYTES; below it, for allreduces, recursive doubling from
+// CHORUS_TREE_MIN_BYTES to CHORUS_DOUBLING_MAX_BYTES, the node-aware tree up to CHORUS_TREE_MAX_BYTES and the ring
+// below CHORUS_TREE_MIN_BYTES; for allgathers and reduce-scatters rail from CHORUS_RAIL_MIN_BYTES to
 // CHORUS_RAIL_MAX_BYTES, else the ring; the ring or one-shot on one host; NCCL_ALGO still forcing.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -17,6 +18,8 @@ class Tuner : public ::testing::Test {
     unsetenv("NCCL_ALGO");
     unsetenv("CHORUS_HIER_MIN_BYTES");
     unsetenv("CHORUS_TREE_MAX_BYTES");
+    unsetenv("CHORUS_TREE_MIN_BYTES");
+    unsetenv("CHORUS_DOUBLING_MAX_BYTES");
     unsetenv("CHORUS_RAIL_MIN_BYTES");
     unsetenv("CHORUS_RAIL_MAX_BYTES");
     unsetenv("CHORUS_HIER_RING_BAND");
@@ -38,9 +41,22 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kTree);
-  // Small allreduces: one-shot within a host, the node-aware tree across hosts (one-shot would send every buffer
-  // n-1 times).
+  // Small allreduces: one-shot within a host; across hosts (where one-shot would send every buffer n-1 times) the
+  // node-aware tree above 8 KB, recursive doubling from 128 B to 8 KB, the ring below 128 B.
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 16384, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8193, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8192, n, -1, true).algo, Algo::kDoubling);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kDoubling);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 128, n, -1, true).algo, Algo::kDoubling);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, n, -1, true).algo, Algo::kRing);
+  // Without recursive doubling the tree takes its sizes.
+  setenv("CHORUS_DOUBLING_MAX_BYTES", "0", 1);
+  paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kRing);
+  unsetenv("CHORUS_DOUBLING_MAX_BYTES");
+  paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
   // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 256 KB, the ring in
   // the band, hierarchical from 2 MB.
@@ -60,11 +76,12 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
 }
 
 TEST_F(Tuner, ThresholdAndForcing) {
-  // No band, no rail, no tree: hierarchical from its threshold, the ring below.
+  // No band, no rail, no tree, no recursive doubling: hierarchical from its threshold, the ring below.
   setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);
   setenv("CHORUS_HIER_RING_BAND", "0,0", 1);
   setenv("CHORUS_RAIL_MAX_BYTES", "0", 1);
   setenv("CHORUS_TREE_MAX_BYTES", "0", 1);
+  setenv("CHORUS_DOUBLING_MAX_BYTES", "0", 1);
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8192, 8, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8191, 8, -1, true).algo, Algo::kRing);
@@ -73,6 +90,7 @@ TEST_F(Tuner, ThresholdAndForcing) {
   unsetenv("CHORUS_HIER_RING_BAND");
   unsetenv("CHORUS_RAIL_MAX_BYTES");
   unsetenv("CHORUS_TREE_MAX_BYTES");
+  unsetenv("CHORUS_DOUBLING_MAX_BYTES");
   setenv("NCCL_ALGO", "Ring", 1);
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 64 * kMB, 8, -1, true).algo, Algo::kRing);
