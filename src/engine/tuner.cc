@@ -61,13 +61,14 @@ IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65536,
                   "ranks on each (0: never by default).",
                   "tuning"};
 // Small allreduces across hosts (docs/perf/net.md, "Recursive doubling": 4 hosts x 2 ranks, 1 Gbit/s, both
-// placements, six runs): the ring was the fastest at 8-64 B in every run (0.43-0.59 ms, the tree 0.55-0.85 ms);
-// recursive doubling at 128 B - 8 KB in most (0.55-0.91 ms, the tree 0.80-1.1 ms); from 16 KB the tree.
+// placements, six runs of 8 B - 32 KB, four of the sizes between and to 64 KB): the ring was the fastest of the ring,
+// the tree and recursive doubling at 8-64 B in 38 of 40 series (0.43-0.59 ms, the tree 0.50-1.50 ms); recursive
+// doubling at 128 B - 16 KB in 64 of 80 (0.55-1.19 ms, the tree 0.74-2.0 ms); the tree at 32-64 KB in 18 of 20.
 IntParam kTreeMin{"CHORUS_TREE_MIN_BYTES", 128,
                   "Smallest allreduce (bytes) that runs the node-aware tree or recursive doubling when ranks span "
                   "several hosts with as many ranks on each; below it the ring.",
                   "tuning"};
-IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 8192,
+IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 16384,
                       "Largest allreduce (bytes) that runs recursive doubling by default across hosts, from "
                       "CHORUS_TREE_MIN_BYTES (0: never).",
                       "tuning"};

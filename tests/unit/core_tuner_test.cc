@@ -42,10 +42,10 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kTree);
   // Small allreduces: one-shot within a host; across hosts (where one-shot would send every buffer n-1 times) the
-  // node-aware tree above 8 KB, recursive doubling from 128 B to 8 KB, the ring below 128 B.
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 16384, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8193, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8192, n, -1, true).algo, Algo::kDoubling);
+  // node-aware tree above 16 KB, recursive doubling from 128 B to 16 KB, the ring below 128 B.
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 32768, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 16385, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 16384, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 128, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kRing);
