@@ -5,7 +5,7 @@
 # and round-robin (rank r on host r % 4), each with rings (NCCL_ALGO=ring) host by host and in rank order
 # (CHORUS_RING_BY_HOST=1 and 0), hierarchical (NCCL_ALGO=Hierarchical), the tuner's own choice (NCCL_ALGO
 # unset), for allgather and reduce-scatter rail (NCCL_ALGO=Rail), and for allreduce trees over the host order
-# (node-aware) and rank order (NCCL_ALGO=Tree). Prints a Markdown table of
+# (node-aware) and rank order (NCCL_ALGO=Tree); CONFIGS may add others (RecDoubling:1). Prints a Markdown table of
 # time and of the share of the link bound reached: allreduce must move 2(H-1)/H x S through each host's link, allgather
 # (H-1)/H x S_out and reduce-scatter (H-1)/H x S_in (H hosts, S bytes a rank), at the iperf3 goodput. A benchmark,
 # not a test. Needs root, iperf3 and python3.
@@ -118,7 +118,8 @@ for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgat
     for place in ("host", "cyclic"):
         for algo, byhost, suffix in (("ring", "1", ""), ("ring", "0", ""), ("hierarchical", "1", "-Hierarchical"),
                                      ("rail", "1", "-Rail"), ("tuner's choice", "1", "-default"),
-                                     ("tree", "1", "-Tree"), ("tree", "0", "-Tree")):
+                                     ("tree", "1", "-Tree"), ("tree", "0", "-Tree"),
+                                     ("recursive doubling", "1", "-RecDoubling")):
             path = f"{out}/{tool}-{place}-{byhost}{suffix}.json"
             if not os.path.exists(path):
                 continue
@@ -129,6 +130,6 @@ for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgat
                 t_us = row["out_of_place"]["time"]
                 link = (2 if coll == "allreduce" else 1) * (H - 1) / H * size  # bytes through each host's link
                 bound_ms = link / goodput * 1e3
-                print(f"| {coll} | {algo} | {place} | {byhost} | {size} | {t_us/1e3:.1f} | {row['out_of_place']['bus_bw']:.4f} | "
+                print(f"| {coll} | {algo} | {place} | {byhost} | {size} | {t_us/1e3:.2f} | {row['out_of_place']['bus_bw']:.4f} | "
                       f"{bound_ms:.1f} | {100*bound_ms/(t_us/1e3):.0f}% |")
 EOF

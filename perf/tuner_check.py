@@ -48,7 +48,8 @@ def main():
             chosen = times(outs, f"{tool}-{place}-1-default.json")
             forced = {name: times(outs, f"{tool}-{place}-1{suffix}.json")
                       for name, suffix in (("ring", ""), ("hierarchical", "-Hierarchical"), ("rail", "-Rail"),
-                                           ("tree", "-Tree"))}
+                                           ("tree", "-Tree"),
+                                           ("recursive doubling", "-RecDoubling"))}
             for size, t in sorted(chosen.items()):
                 cands = [(f[size], name) for name, f in forced.items() if size in f]
                 if not cands:
