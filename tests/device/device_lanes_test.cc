@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -140,8 +141,9 @@ TEST_P(DeviceLanes, OtherCollectives) {
 // A tree allreduce (NCCL_ALGO=Tree) over 5 ranks runs each rank's down phase its depth in tiles behind its up phase
 // (Schedule::lag, algo/schedule.h's TileOrder over the lane's own tiles): sizes of one tile to many tiles a lane, in and
 // out of place, with the launch carrying the lags; then on blocks of 4 threads with random delays.
-TEST_P(DeviceLanes, TreeAllReducePipelined) {
-  setenv("NCCL_ALGO", "Tree", 1);
+// Runs body(pass) under NCCL_ALGO=algo twice: as configured, then (pass 1) on blocks of 4 threads with random delays.
+void forcedAlgoTwoPasses(const char* algo, const std::function<void(int pass)>& body) {
+  setenv("NCCL_ALGO", algo, 1);
   chorus::paramsReload();
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) {
@@ -149,6 +151,14 @@ TEST_P(DeviceLanes, TreeAllReducePipelined) {
       gEmu.delayPercent = 10;
       gEmu.delayMaxUs = 30;
     }
+    body(pass);
+  }
+  unsetenv("NCCL_ALGO");
+  chorus::paramsReload();
+}
+
+TEST_P(DeviceLanes, TreeAllReducePipelined) {
+  forcedAlgoTwoPasses("Tree", [this](int pass) {
     runRanks(5, GetParam(), [pass](RankCtx& c) {
       for (size_t count : {size_t(1), size_t(2049), size_t(40001), size_t(262147)}) {
         if (pass == 1 && count > 40001) continue;
@@ -160,23 +170,14 @@ TEST_P(DeviceLanes, TreeAllReducePipelined) {
       }
       checkAllReduce(gEmu, c, ncclFloat32, ncclAvg, 40001, false, laneLaunches, true, false, 3);
     });
-  }
-  unsetenv("NCCL_ALGO");
-  chorus::paramsReload();
+  });
 }
 
 // Recursive doubling (NCCL_ALGO=RecDoubling) through device launches: allreduce over a power of two ranks and over 3
 // (a rank folded in), every op, in and out of place, one tile to many tiles a lane, on blocks of 4 threads with random
 // delays too; and allgather (the other collectives, which it does not implement, run the ring).
 TEST_P(DeviceLanes, RecursiveDoubling) {
-  setenv("NCCL_ALGO", "RecDoubling", 1);
-  chorus::paramsReload();
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1) {
-      gEmu.threadsPerBlock = 4;
-      gEmu.delayPercent = 10;
-      gEmu.delayMaxUs = 30;
-    }
+  forcedAlgoTwoPasses("RecDoubling", [this](int pass) {
     for (int n : {4, 3}) {
       runRanks(n, GetParam(), [pass](RankCtx& c) {
         for (size_t count : {size_t(1), size_t(2049), size_t(40001), size_t(262147)}) {
@@ -197,9 +198,7 @@ TEST_P(DeviceLanes, RecursiveDoubling) {
         }
       });
     }
-  }
-  unsetenv("NCCL_ALGO");
-  chorus::paramsReload();
+  });
 }
 
 // Many calls in a row on blocks of 4 threads with random delays: a lane's FIFO is its own, and its step counters carry
