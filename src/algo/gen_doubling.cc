@@ -1,8 +1,8 @@
 // Recursive-doubling schedules: ceil(log2 n) rounds whose distance doubles each round, for the sizes where a
 // collective's time is its steps' latency rather than its bytes (a ring takes n-1 steps, a tree 2 log2 n one after
 // another). Over positions laid host by host with a power-of-two number of ranks a host, the first rounds stay within
-// a host and only the last log2(hosts) cross. Every rank sends the whole value each round, so from a few hundred KB
-// the ring or hierarchical schedules are faster (the tuner's thresholds, src/engine/tuner.cc).
+// a host and only the last log2(hosts) cross. Every rank sends the whole value each round, so from some tens of KB
+// the tree, ring or hierarchical schedules are faster (the tuner's thresholds, src/engine/tuner.cc).
 #include <vector>
 
 #include "algo/gen_util.h"
