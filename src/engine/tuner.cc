@@ -61,16 +61,18 @@ IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65536,
                   "ranks on each (0: never by default).",
                   "tuning"};
 // Small allreduces across hosts (docs/perf/net.md, "Recursive doubling": 4 hosts x 2 ranks, 1 Gbit/s, both
-// placements, six runs of 8 B - 32 KB, four of the sizes between and to 64 KB): the ring was the fastest of the ring,
-// the tree and recursive doubling at 8-64 B in 38 of 40 series (0.43-0.59 ms, the tree 0.50-1.50 ms); recursive
-// doubling at 128 B - 16 KB in 64 of 80 (0.55-1.19 ms, the tree 0.74-2.0 ms); the tree at 32-64 KB in 18 of 20.
-IntParam kTreeMin{"CHORUS_TREE_MIN_BYTES", 128,
-                  "Smallest allreduce (bytes) that runs the node-aware tree or recursive doubling when ranks span "
-                  "several hosts with as many ranks on each; below it the ring.",
-                  "tuning"};
-IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 16384,
-                      "Largest allreduce (bytes) that runs recursive doubling by default across hosts, from "
-                      "CHORUS_TREE_MIN_BYTES (0: never).",
+// placements). Recursive doubling to 16 KB and the ring below 128 B against the tree alone, two pairs of runs in
+// turn: faster at 256 B - 4 KB in 18 of 20 series (0.68-0.92 ms against 0.71-1.17 ms), not at 128 B and 8-16 KB
+// (2, 1 and 2 of 4), and the ring below 128 B slower in 14 of 16. Forced, each algorithm alone, recursive doubling
+// was the fastest of the ring, the tree and itself at 128 B - 16 KB in 64 of 80 series and the ring at 8-64 B in 38
+// of 40; a communicator that has run several algorithms pays for their idle connections, which the forced runs
+// do not show.
+IntParam kDoublingMin{"CHORUS_DOUBLING_MIN_BYTES", 128,
+                      "Smallest allreduce (bytes) that runs recursive doubling when ranks span several hosts with as "
+                      "many ranks on each (up to CHORUS_DOUBLING_MAX_BYTES).",
+                      "tuning"};
+IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
+                      "Largest allreduce (bytes) that runs recursive doubling by default across hosts (0: never).",
                       "tuning"};
 IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 16384,
                   "Smallest allgather output or reduce-scatter input (bytes) that runs rail when ranks span several "
@@ -94,8 +96,7 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool h
       // Across hosts one-shot sends every rank's buffer over the NICs n-1 times: at 4 KB on 4 hosts x 2 ranks it
       // took twice the ring's time (docs/perf/net.md).
       if (nranks >= 2 && !hosts && bytes <= static_cast<size_t>(oneShotMax)) return Algo::kOneShot;
-      if (hosts && full < kTreeMin.get()) return Algo::kRing;
-      if (hosts && full <= kDoublingMax.get()) return Algo::kDoubling;
+      if (hosts && full >= kDoublingMin.get() && full <= kDoublingMax.get()) return Algo::kDoubling;
       if (hosts && full <= kTreeMax.get()) return Algo::kTree;
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllGather:
@@ -210,7 +211,7 @@ bool tuningForced() {
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
-                  std::to_string(kTreeMax.get()) + "|" + std::to_string(kTreeMin.get()) + "|" +
+                  std::to_string(kTreeMax.get()) + "|" + std::to_string(kDoublingMin.get()) + "|" +
                   std::to_string(kDoublingMax.get()) + "|" + std::to_string(kRailMin.get()) + "|" +
                   std::to_string(kRailMax.get()) + "|" + kHierRingBand.get() + "|" + std::to_string(kTunerModel.get()) +
                   "|" + kCostIntra.get() + "|" + kCostInter.get();

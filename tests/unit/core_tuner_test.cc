@@ -1,7 +1,7 @@
 // The tuner's default choice across hosts, by the collective's full buffer (allreduce's buffer, allgather's output,
 // reduce-scatter's input): hierarchical from CHORUS_HIER_MIN_BYTES; below it, for allreduces, recursive doubling from
-// CHORUS_TREE_MIN_BYTES to CHORUS_DOUBLING_MAX_BYTES, the node-aware tree up to CHORUS_TREE_MAX_BYTES and the ring
-// below CHORUS_TREE_MIN_BYTES; for allgathers and reduce-scatters rail from CHORUS_RAIL_MIN_BYTES to
+// CHORUS_DOUBLING_MIN_BYTES to CHORUS_DOUBLING_MAX_BYTES and the node-aware tree otherwise up to
+// CHORUS_TREE_MAX_BYTES; for allgathers and reduce-scatters rail from CHORUS_RAIL_MIN_BYTES to
 // CHORUS_RAIL_MAX_BYTES, else the ring; the ring or one-shot on one host; NCCL_ALGO still forcing.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -18,7 +18,7 @@ class Tuner : public ::testing::Test {
     unsetenv("NCCL_ALGO");
     unsetenv("CHORUS_HIER_MIN_BYTES");
     unsetenv("CHORUS_TREE_MAX_BYTES");
-    unsetenv("CHORUS_TREE_MIN_BYTES");
+    unsetenv("CHORUS_DOUBLING_MIN_BYTES");
     unsetenv("CHORUS_DOUBLING_MAX_BYTES");
     unsetenv("CHORUS_RAIL_MIN_BYTES");
     unsetenv("CHORUS_RAIL_MAX_BYTES");
@@ -42,19 +42,18 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kTree);
   // Small allreduces: one-shot within a host; across hosts (where one-shot would send every buffer n-1 times) the
-  // node-aware tree above 16 KB, recursive doubling from 128 B to 16 KB, the ring below 128 B.
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 32768, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 16385, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 16384, n, -1, true).algo, Algo::kDoubling);
+  // node-aware tree, but recursive doubling from 128 B to 4 KB.
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8192, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4097, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4096, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 128, n, -1, true).algo, Algo::kDoubling);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kRing);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, n, -1, true).algo, Algo::kTree);
   // Without recursive doubling the tree takes its sizes.
   setenv("CHORUS_DOUBLING_MAX_BYTES", "0", 1);
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kRing);
   unsetenv("CHORUS_DOUBLING_MAX_BYTES");
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
