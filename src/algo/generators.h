@@ -16,8 +16,8 @@
 // positions, for small sizes: pairwise exchange for allreduce (ranks above the largest power of two fold in first),
 // recursive doubling for allgather over a power of two ranks and Bruck's dissemination otherwise.
 //
-// Block layouts (inBlocks/outBlocks): allreduce ring/two-shot n/n, tree/one-shot/doubling 1/1; allgather 1/n; reducescatter
-// n/1; broadcast and reduce 1/1; alltoall n/n; gather 1/n; scatter n/1; sendrecv = number of sends/recvs.
+// Block layouts (inBlocks/outBlocks): allreduce ring/two-shot n/n, tree/one-shot/doubling 1/1; allgather 1/n;
+// reducescatter n/1; broadcast and reduce 1/1; alltoall n/n; gather 1/n; scatter n/1; sendrecv = number of sends/recvs.
 //
 // Every schedule stays correct when the user's buffers alias (in place: verify.h lists the alias of each collective)
 // except one-shot allreduce for nranks >= 3 and rail reduce-scatter over hosts of 3 ranks or more: see

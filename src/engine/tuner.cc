@@ -15,8 +15,8 @@ namespace {
 
 StrParam kAlgo{"NCCL_ALGO", "",
                "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot, "
-               "Hierarchical, Rail, RecDoubling (NCCL's other names are accepted and ignored). An algorithm that cannot run a "
-               "collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as many ranks "
+               "Hierarchical, Rail, RecDoubling (NCCL's other names are accepted and ignored). An algorithm that "
+               "cannot run a collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as many ranks "
                "on each.",
                "tuning"};
 StrParam kProto{"NCCL_PROTO", "",
@@ -60,13 +60,12 @@ IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65536,
                   "Largest allreduce (bytes) that runs the node-aware tree when ranks span several hosts with as many "
                   "ranks on each (0: never by default).",
                   "tuning"};
-// Small allreduces across hosts (docs/perf/net.md, "Recursive doubling": 4 hosts x 2 ranks, 1 Gbit/s, both
-// placements). Recursive doubling to 16 KB and the ring below 128 B against the tree alone, two pairs of runs in
-// turn: faster at 256 B - 4 KB in 18 of 20 series (0.68-0.92 ms against 0.71-1.17 ms), not at 128 B and 8-16 KB
-// (2, 1 and 2 of 4), and the ring below 128 B slower in 14 of 16. Forced, each algorithm alone, recursive doubling
-// was the fastest of the ring, the tree and itself at 128 B - 16 KB in 64 of 80 series and the ring at 8-64 B in 38
-// of 40; a communicator that has run several algorithms pays for their idle connections, which the forced runs
-// do not show.
+// Small allreduces across hosts (docs/perf/net.md, "Recursive doubling" and "The tuner's choice": 4 hosts x 2 ranks,
+// 1 Gbit/s, both placements). As the tuner's choice against the tree's, in pairs of runs with the tree first,
+// recursive doubling was faster at 128 B - 4 KB in 30 of 36 series (0.58-0.92 ms against 0.71-1.23 ms), and not at
+// 8-16 KB. Forced, each algorithm alone, it was the fastest of the ring, the tree and itself at 128 B - 16 KB in 64 of
+// 80 series, and the ring at 8-64 B in 38 of 40; but as the tuner's choice the ring below 128 B was slower than the
+// tree in 14 of 16 series, by no more than this VM drifts between consecutive runs, so the tree keeps those sizes.
 IntParam kDoublingMin{"CHORUS_DOUBLING_MIN_BYTES", 128,
                       "Smallest allreduce (bytes) that runs recursive doubling when ranks span several hosts with as "
                       "many ranks on each (up to CHORUS_DOUBLING_MAX_BYTES).",

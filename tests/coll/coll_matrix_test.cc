@@ -189,8 +189,8 @@ std::vector<Case> buildMatrix() {
       for (size_t count : {size_t{7}, size_t{1031}, size_t{(1u << 18) + 5}}) {
         const int op = c == C::kAllReduce ? ops[variant % 6] : ncclSum;
         const ncclDataType_t dt = variant % 3 == 0 ? ncclFloat32 : variant % 3 == 1 ? ncclInt32 : ncclFloat16;
-        out.push_back(Case{c, dt, op, count, variant % 2 == 0, n, variant % 4 == 3 ? Driver::kProcesses : Driver::kThreads,
-                           "RecDoubling", variant % 5 == 2 ? "LL" : "", 0});
+        const Driver driver = variant % 4 == 3 ? Driver::kProcesses : Driver::kThreads;
+        out.push_back(Case{c, dt, op, count, variant % 2 == 0, n, driver, "RecDoubling", variant % 5 == 2 ? "LL" : "", 0});
         variant++;
       }
   for (Case& k : out) {

@@ -57,10 +57,18 @@ TEST(Doubling, AllReduceTakesLog2RoundsAndFoldsTheRest) {
       const size_t expect = r >= p ? 2 : 2 * ceilLog2(p) + (folds ? 2 : 0);
       ASSERT_EQ(all[r].steps.size(), expect) << "n=" << n << " rank " << r << "\n" << formatSchedule(all[r]);
       if (r < p) {
-        // Round d's peer is r xor d, and the last combine is the final one.
+        // Round d's peer is r xor d, and the last combine is the final one (the only final step).
         std::vector<int> peers = peersInOrder(all[r]);
         if (r < n - p) peers.erase(peers.begin());  // the folded rank
         for (int k = 0; (1 << k) < p; k++) EXPECT_EQ(peers[k], r ^ (1 << k)) << "n=" << n << " rank " << r;
+        int finals = 0, lastCombine = -1;
+        for (size_t i = 0; i < all[r].steps.size(); i++) {
+          finals += all[r].steps[i].final;
+          if (all[r].steps[i].op == StepOp::kRecvReduceCopy) lastCombine = static_cast<int>(i);
+        }
+        EXPECT_EQ(finals, 1) << "n=" << n << " rank " << r;
+        ASSERT_GE(lastCombine, 0);
+        EXPECT_TRUE(all[r].steps[lastCombine].final) << "n=" << n << " rank " << r;
       }
     }
   }
@@ -105,13 +113,8 @@ TEST(Doubling, HostByHostOnlyTheLastRoundsCrossHosts) {
 }
 
 TEST(Doubling, ThousandRanks) {
-  for (int n : {1000, 1024}) {
-    const auto all = buildHostSchedules(Coll::kAllReduce, Algo::kDoubling, n, 8);
-    VerifyOptions opt;
-    EXPECT_EQ(verifySchedules(all, opt), "") << n;
-    opt.inPlace = true;
-    EXPECT_EQ(verifySchedules(all, opt), "") << n;
-  }
+  for (int n : {1000, 1024})
+    EXPECT_EQ(verifyEachWay(buildHostSchedules(Coll::kAllReduce, Algo::kDoubling, n, 8), true), "") << n;
 }
 
 // The allreduce sends its value and then combines into it, so its sends must copy (no single copy, no sending by

@@ -68,10 +68,11 @@ TEST_P(GeneratorSweep, Ranks257) {
   sweep(coll, algo, 257);
 }
 
-// 1024 ranks, ring, tree and recursive doubling only (plus gather and scatter, O(n) steps): alltoall, direct allgather, one-shot and
-// two-shot are O(n^2) steps over O(n^2) FIFOs, seconds each at this size; 257 ranks covers them. Ring allreduce,
-// allgather and reducescatter are O(n^2) steps too (as is the doubling allgather, over O(n log n) FIFOs), so they run
-// channel 0 only: ring and doubling schedules do not depend on the channel (RingIgnoresChannel).
+// 1024 ranks, ring, tree and recursive doubling only (plus gather and scatter, O(n) steps): alltoall, direct
+// allgather, one-shot and two-shot are O(n^2) steps over O(n^2) FIFOs, seconds each at this size; 257 ranks covers
+// them. Ring allreduce, allgather and reducescatter are O(n^2) steps too (as is the doubling allgather, over O(n log n)
+// FIFOs), so they run channel 0 only: ring and doubling schedules do not depend on the channel
+// (RingAndDoublingIgnoreChannel).
 TEST_P(GeneratorSweep, Ranks1024) {
   const auto [coll, algo] = GetParam();
   const int n = 1024;
@@ -83,14 +84,17 @@ TEST_P(GeneratorSweep, Ranks1024) {
   }
 }
 
-TEST(GeneratorSweep, RingIgnoresChannel) {
-  for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter, Coll::kBroadcast, Coll::kReduce}) {
-    for (int n : {2, 5, 8}) {
-      const auto a = buildAll(coll, Algo::kRing, n, 0, n - 1), b = buildAll(coll, Algo::kRing, n, 1, n - 1);
-      for (int r = 0; r < n; ++r) {
-        Schedule x = a[r], y = b[r];
-        x.channel = y.channel = 0;
-        EXPECT_EQ(formatSchedule(x), formatSchedule(y));
+TEST(GeneratorSweep, RingAndDoublingIgnoreChannel) {
+  for (Algo algo : {Algo::kRing, Algo::kDoubling}) {
+    for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter, Coll::kBroadcast, Coll::kReduce}) {
+      for (int n : {2, 5, 8}) {
+        if (!algoSupported(coll, algo, n)) continue;
+        const auto a = buildAll(coll, algo, n, 0, n - 1), b = buildAll(coll, algo, n, 1, n - 1);
+        for (int r = 0; r < n; ++r) {
+          Schedule x = a[r], y = b[r];
+          x.channel = y.channel = 0;
+          EXPECT_EQ(formatSchedule(x), formatSchedule(y)) << algoName(algo) << " " << collName(coll);
+        }
       }
     }
   }
