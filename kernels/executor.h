@@ -115,6 +115,7 @@ struct StepRun {
   uint16_t repeat;                                 ///< steps in the run, at least 1
   int16_t dSendPeer, dRecvPeer, dSrcBlock, dDstBlock;
   uint16_t ordered;  ///< StepRunOrdered bits: blocks are ring positions, looked up in `order`
+  uint16_t span;     ///< Step::span of every step of the run
 
   /// Step k of the run; `order` is the channel's ring order (needed only when `ordered` is set).
   CHORUS_HOST_DEVICE Step at(uint32_t k, const int32_t* order = nullptr) const {
@@ -130,6 +131,7 @@ struct StepRun {
     if (ordered & kStepRunSrcOrdered) st.src.block = order[st.src.block];
     if (ordered & kStepRunDstOrdered) st.dst.block = order[st.dst.block];
     st.final = final != 0;
+    st.span = span > 1 ? span : 1;  // runs built before spans (zeroed) move one block
     return st;
   }
 };
@@ -209,22 +211,95 @@ class Executor {
   /// Step `idx` of the schedule for tile `tile`, unless the tile is past the end of the blocks it moves.
   CHORUS_HOST_DEVICE ncclResult_t runTileStep(int channel, const Step& st, uint32_t idx, const BlockMap& map,
                                               size_t tile) {
+    if (st.span > 1) return runSpanStep(channel, st, idx, map, tile);
     BufRef ref = execRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
     if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
     size_t n = 0;
     map.range(ref.buf, ref.block, tile, &n);
     if (n == 0) return ncclSuccess;
-    return runStep(channel, st, idx, map, tile, n);
-  }
-
-  CHORUS_HOST_DEVICE ncclResult_t runStep(int channel, const Step& st, uint32_t idx, const BlockMap& map, size_t tile,
-                                          size_t n) {
-    // Point-to-point steps carry the fingerprint of their own send/recv; collectives one for all.
-    const Fingerprint& sfp = map.p2p && st.src.buf == Buf::kInput ? map.sendFps[st.src.block] : fp_;
-    const Fingerprint& rfp = map.p2p && st.dst.buf == Buf::kOutput ? map.recvFps[st.dst.block] : fp_;
     size_t dummy;
     const char* src = st.src.buf != Buf::kNone ? map.range(st.src.buf, st.src.block, tile, &dummy) : nullptr;
     char* dst = st.dst.buf != Buf::kNone ? map.range(st.dst.buf, st.dst.block, tile, &dummy) : nullptr;
+    return runStep(channel, st, idx, map, src, dst, n, nullptr);
+  }
+
+  /// A send or receive of several blocks (Step::span): the tile-t slices of blocks b .. b+span-1 as one message of
+  /// their lengths' sum. Where they lie end to end (a tile is a whole block) the message is one range and runs as any
+  /// step; otherwise `pieces` gathers it into the slot and scatters it out. Sender and receiver tile alike, so both
+  /// see the same lengths.
+  CHORUS_HOST_DEVICE ncclResult_t runSpanStep(int channel, const Step& st, uint32_t idx, const BlockMap& map,
+                                              size_t tile) {
+    if (st.op != StepOp::kSend && st.op != StepOp::kRecv) return p_.internalError("a span on a step that reduces");
+    const BufRef ref = st.op == StepOp::kSend ? st.src : st.dst;
+    size_t total = 0;
+    char* first = nullptr;
+    bool contiguous = true;
+    for (int j = 0; j < st.span; j++) {
+      size_t n = 0;
+      char* p = map.range(ref.buf, ref.block + j, tile, &n);
+      if (n == 0) continue;
+      if (total == 0) {
+        first = p;
+      } else if (p != first + total * map.esize) {
+        contiguous = false;
+      }
+      total += n;
+    }
+    if (total == 0) return ncclSuccess;
+    if (contiguous) {
+      return runStep(channel, st, idx, map, st.op == StepOp::kSend ? first : nullptr,
+                     st.op == StepOp::kRecv ? first : nullptr, total, nullptr);
+    }
+    const SpanPieces pieces{&map, ref, st.span, tile};
+    return runStep(channel, st, idx, map, nullptr, nullptr, total, &pieces);
+  }
+
+  /// The blocks of a span step whose slices do not lie end to end: the message is their concatenation.
+  struct SpanPieces {
+    const BlockMap* map;
+    BufRef ref;
+    int span;
+    size_t tile;
+
+    /// Copies the blocks' part of message bytes [off, off + bytes) to `msg`, which holds that range.
+    template <class P>
+    CHORUS_HOST_DEVICE void gather(P& p, char* msg, size_t off, size_t bytes, uint32_t flags) const {
+      copy<false>(p, msg, off, bytes, flags);
+    }
+    /// Copies message bytes [off, off + bytes), held at `msg`, to the blocks.
+    template <class P>
+    CHORUS_HOST_DEVICE void scatter(P& p, const char* msg, size_t off, size_t bytes, uint32_t flags) const {
+      copy<true>(p, msg, off, bytes, flags);
+    }
+
+   private:
+    template <bool kToBlocks, class P, class M>
+    CHORUS_HOST_DEVICE void copy(P& p, M* msg, size_t off, size_t bytes, uint32_t flags) const {
+      const size_t es = map->esize;
+      size_t at = 0;  // message offset of block j's slice
+      for (int j = 0; j < span && at < off + bytes; j++) {
+        size_t n = 0;
+        char* b = map->range(ref.buf, ref.block + j, tile, &n);
+        const size_t len = n * es, lo = off > at ? off : at, hi = off + bytes < at + len ? off + bytes : at + len;
+        if (lo < hi) {
+          if constexpr (kToBlocks) {
+            p.copy(b + (lo - at), msg + (lo - off), (hi - lo) / es, flags);
+          } else {
+            p.copy(msg + (lo - off), b + (lo - at), (hi - lo) / es, flags);
+          }
+        }
+        at += len;
+      }
+    }
+  };
+
+  /// Runs step `st` over n elements at src and dst (either null where the step has none), or, with `pieces`, a send
+  /// or receive of several blocks gathered or scattered piece by piece.
+  CHORUS_HOST_DEVICE ncclResult_t runStep(int channel, const Step& st, uint32_t idx, const BlockMap& map,
+                                          const char* src, char* dst, size_t n, const SpanPieces* pieces) {
+    // Point-to-point steps carry the fingerprint of their own send/recv; collectives one for all.
+    const Fingerprint& sfp = map.p2p && st.src.buf == Buf::kInput ? map.sendFps[st.src.block] : fp_;
+    const Fingerprint& rfp = map.p2p && st.dst.buf == Buf::kOutput ? map.recvFps[st.dst.block] : fp_;
     uint32_t localFlags = (reducing_ && st.src.buf == Buf::kInput ? kExecPreLocal : 0) | (st.final ? kExecPostOp : 0);
     bool recv = execRecvs(st.op), send = execSends(st.op);
     Fifo* rf = nullptr;
@@ -235,7 +310,7 @@ class Executor {
     size_t bytes = n * map.esize;
     size_t es = map.esize;
     // Which local memory could stand for the outgoing data (so the receiver reads it in place).
-    bool canDescribe = send && !sll && describe_ && p_.canDescribe(sf, bytes) &&
+    bool canDescribe = send && !sll && describe_ && !pieces && p_.canDescribe(sf, bytes) &&
                        ((st.op == StepOp::kSend && p_.identityCopy(localFlags)) ||
                         st.op == StepOp::kRecvReduceCopySend || st.op == StepOp::kRecvCopySend);
     for (size_t off = 0; off < bytes; off += sliceBytes_) {
@@ -250,7 +325,7 @@ class Executor {
         if (!rll && (rf->hdrs[rf->slot()].step & kDescribedSlot)) {
           uint64_t remote = *reinterpret_cast<const uint64_t*>(r);  // slots are 4 KiB aligned
           // Data that only lands in dst is read straight there; an operand goes to staging.
-          fetchedToDst = st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend;
+          fetchedToDst = (st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend) && !pieces;
           char* into = fetchedToDst ? dstp : p_.staging(0, b);
           CHORUS_EXEC_CHECK(p_.fetch(rf, into, remote, b));
           r = into;
@@ -266,12 +341,17 @@ class Executor {
         case StepOp::kSend:
           if (canDescribe) {
             sendFrom = srcp;
+          } else if (pieces) {
+            pieces->gather(p_, out, off, b, localFlags);
           } else {
             p_.copy(out, srcp, ne, localFlags);
           }
           break;
         case StepOp::kRecv:
-          if (!fetchedToDst) {
+          if (pieces) {
+            // A described slot was fetched to staging (fetchedToDst needs a dst range): scatter from there.
+            pieces->scatter(p_, r, off, b, st.final ? kExecPostOp : 0);
+          } else if (!fetchedToDst) {
             p_.copy(dstp, r, ne, st.final ? kExecPostOp : 0);
           } else if (st.final && !p_.identityCopy(kExecPostOp)) {
             p_.copy(dstp, dstp, ne, kExecPostOp);

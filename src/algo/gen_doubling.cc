@@ -3,6 +3,8 @@
 // another). Over positions laid host by host with a power-of-two number of ranks a host, the first rounds stay within
 // a host and only the last log2(hosts) cross. Every rank sends the whole value each round, so from some tens of KB
 // the tree, ring or hierarchical schedules are faster (the tuner's thresholds, src/engine/tuner.cc).
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "algo/gen_util.h"
@@ -45,46 +47,74 @@ void doublingAllReduce(int n, int r, Steps& st) {
   if (r < e) st.send(r + p, out(0));
 }
 
-// One round of the allgather: sends[j] goes to `to` and recvs[j] comes from `from`, j = 0..cnt-1. Two sends go
-// before the first receive and each receive lets one more go, so a round of cnt blocks waits about cnt/2 times for
-// its peer rather than cnt times (each receive waits for a send its peer made after its own previous receive), and no
-// FIFO holds more than two of a round's messages: the depth the verifier proves deadlock freedom with, and what a
-// FIFO holds of tiles of half its size.
+// One round of the allgather: the blocks of `sends` go to `to` and those of `recvs` come from `from`, both lists in
+// the order the sender and the receiver agree on (below). A message carries a run of consecutive blocks (Step::span),
+// so a round over ranks laid in rank order is one message a direction, and otherwise one a run. Two messages go before
+// the first receive and each receive lets one more go, so that no FIFO holds more than two of a round's messages: the
+// depth the verifier proves deadlock freedom with, and what a FIFO holds of messages of span tiles when the planner
+// divides a tile by spanBound().
 void gatherRound(int to, int from, const std::vector<int>& sends, const std::vector<int>& recvs, Steps& st) {
-  const size_t cnt = sends.size();
+  auto runs = [](const std::vector<int>& blocks) {
+    std::vector<std::pair<int, int>> out;  // (first block, span)
+    for (int b : blocks) {
+      if (!out.empty() && out.back().first + out.back().second == b) {
+        out.back().second++;
+      } else {
+        out.emplace_back(b, 1);
+      }
+    }
+    return out;
+  };
+  const std::vector<std::pair<int, int>> s = runs(sends), r = runs(recvs);
   size_t sent = 0;
-  for (; sent < cnt && sent < 2; ++sent) st.send(to, out(sends[sent]));
-  for (size_t j = 0; j < cnt; ++j) {
-    st.recv(from, out(recvs[j]));
-    if (sent < cnt) st.send(to, out(sends[sent++]));
+  for (; sent < s.size() && sent < 2; ++sent) st.send(to, out(s[sent].first), false, s[sent].second);
+  for (size_t j = 0; j < r.size(); ++j) {
+    st.recv(from, out(r[j].first), r[j].second);
+    if (sent < s.size()) st.send(to, out(s[sent].first), false, s[sent].second), ++sent;
   }
+  for (; sent < s.size(); ++sent) st.send(to, out(s[sent].first), false, s[sent].second);
 }
 
-// Allgather. With n a power of two, recursive doubling: in round d rank r holds the d blocks of its aligned group
-// (r & ~(d-1) and on) and swaps them with r xor d, whose group is the next (or previous) d blocks. Otherwise Bruck's
-// dissemination: in round d rank r holds blocks r, r+1, ..., r+d-1 (mod n), sends them to r-d and receives blocks
-// r+d, ... from r+d, min(d, n-d) of them, so that ceil(log2 n) rounds gather all n. Blocks keep their ranks' names,
-// so no rotation is needed at the end. In place in[0] is out[r]: copied onto itself.
-void doublingAllGather(int n, int r, Steps& st) {
-  st.copy(in(0), out(r));
+// Allgather over positions, r being this rank's. With n a power of two, recursive doubling: in round d position r
+// holds the d blocks of its aligned group (r & ~(d-1) and on) and swaps them with r xor d, whose group is the next (or
+// previous) d blocks. Otherwise Bruck's dissemination: in round d position r holds the blocks of positions r, r+1,
+// ..., r+d-1 (mod n), sends them to r-d and receives those of r+d, ... from r+d, min(d, n-d) of them, so that
+// ceil(log2 n) rounds gather all n. Peers are positions, which genInOrder renames; blocks keep their ranks' names
+// (order[position]; rank order when `order` is empty), named here, so no rotation is needed at the end, and a round's blocks are sorted by name, so that the runs of
+// consecutive ranks among them go as one message each. Sender and receiver list the same blocks, so they split them
+// alike. In place in[0] is out[rank]: copied onto itself.
+void doublingAllGather(int n, int r, const std::vector<int>& order, Steps& st) {
+  auto name = [&](int position) { return order.empty() ? position : order[position]; };
+  st.copy(in(0), out(name(r)));
   std::vector<int> sends, recvs;
   const bool pow2 = (n & (n - 1)) == 0;
   for (int d = 1; d < n; d *= 2) {
     sends.clear();
     recvs.clear();
+    int to, from;
     if (pow2) {
       const int mine = r & ~(d - 1), theirs = (r ^ d) & ~(d - 1);
-      for (int j = 0; j < d; ++j) sends.push_back(mine + j), recvs.push_back(theirs + j);
-      gatherRound(r ^ d, r ^ d, sends, recvs, st);
+      for (int j = 0; j < d; ++j) sends.push_back(name(mine + j)), recvs.push_back(name(theirs + j));
+      to = from = r ^ d;
     } else {
       const int cnt = d < n - d ? d : n - d;
-      for (int j = 0; j < cnt; ++j) sends.push_back(mod(r + j, n)), recvs.push_back(mod(r + d + j, n));
-      gatherRound(mod(r - d, n), mod(r + d, n), sends, recvs, st);
+      for (int j = 0; j < cnt; ++j) sends.push_back(name(mod(r + j, n))), recvs.push_back(name(mod(r + d + j, n)));
+      to = mod(r - d, n), from = mod(r + d, n);
     }
+    std::sort(sends.begin(), sends.end());
+    std::sort(recvs.begin(), recvs.end());
+    gatherRound(to, from, sends, recvs, st);  // peers as positions: genInOrder names them
   }
 }
 
 }  // namespace
+
+int doublingSpanBound(Coll coll, int n) {
+  if (coll != Coll::kAllGather) return 1;
+  int most = 1;
+  for (int d = 1; d < n; d *= 2) most = std::max(most, std::min(d, n - d));
+  return most;
+}
 
 void genDoubling(const ScheduleRequest& req, Schedule* s) {
   Steps st(s);
@@ -93,7 +123,8 @@ void genDoubling(const ScheduleRequest& req, Schedule* s) {
       doublingAllReduce(req.nranks, req.rank, st);
       break;
     case Coll::kAllGather:
-      doublingAllGather(req.nranks, req.rank, st);
+      // Over positions (genInOrder), but naming blocks and peers itself through the order (generators.cc).
+      doublingAllGather(req.nranks, req.rank, req.ringOrder != nullptr ? *req.ringOrder : std::vector<int>(), st);
       break;
     default:
       break;

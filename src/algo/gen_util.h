@@ -24,10 +24,16 @@ class Steps {
  public:
   explicit Steps(Schedule* s) : steps_(&s->steps) {}
 
-  /// send(src) to `to`.
-  void send(int to, BufRef src, bool final = false) { add(StepOp::kSend, to, -1, src, {}, final); }
-  /// dst = recv from `from`.
-  void recv(int from, BufRef dst) { add(StepOp::kRecv, -1, from, {}, dst, false); }
+  /// send(src) to `to`; with span > 1, blocks src.block .. src.block + span - 1 as one message (Step::span).
+  void send(int to, BufRef src, bool final = false, int span = 1) {
+    add(StepOp::kSend, to, -1, src, {}, final);
+    steps_->back().span = static_cast<uint16_t>(span);
+  }
+  /// dst = recv from `from`; with span > 1, into blocks dst.block .. dst.block + span - 1.
+  void recv(int from, BufRef dst, int span = 1) {
+    add(StepOp::kRecv, -1, from, {}, dst, false);
+    steps_->back().span = static_cast<uint16_t>(span);
+  }
   /// send(recv op src).
   void recvReduceSend(int from, int to, BufRef src) { add(StepOp::kRecvReduceSend, to, from, src, {}, false); }
   /// dst = recv op src.
@@ -70,6 +76,8 @@ void genTwoShot(const ScheduleRequest& req, Schedule* out);
 void genHier(const ScheduleRequest& req, Schedule* out);
 void genRail(const ScheduleRequest& req, Schedule* out);
 void genDoubling(const ScheduleRequest& req, Schedule* out);
+/// spanBound() of recursive doubling.
+int doublingSpanBound(Coll coll, int nranks);
 
 }  // namespace gen
 }  // namespace chorus

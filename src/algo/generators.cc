@@ -66,6 +66,10 @@ bool algoRewritesSentBlocks(Coll coll, Algo algo) {
   return algo == Algo::kTree || (algo == Algo::kDoubling && coll == Coll::kAllReduce);
 }
 
+int spanBound(Coll coll, Algo algo, int nranks) {
+  return algo == Algo::kDoubling ? gen::doublingSpanBound(coll, nranks) : 1;
+}
+
 bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks) {
   if (coll == Coll::kReduceScatter && algo == Algo::kRail) return localRanks < 3 || localRanks >= nranks;
   return !(coll == Coll::kAllReduce && algo == Algo::kOneShot && nranks >= 3);
@@ -79,9 +83,16 @@ bool followsRingOrder(Algo algo) {
          algo == Algo::kDoubling;
 }
 
+/// Whether the generator names per-rank blocks itself, from the order genInOrder passes it (ScheduleRequest::ringOrder)
+/// while it renames only the peers: recursive-doubling allgather groups a round's blocks into runs of consecutive
+/// ranks (Step::span), which renaming block by block afterwards would break.
+bool namesOwnBlocks(Coll coll, Algo algo) { return algo == Algo::kDoubling && coll == Coll::kAllGather; }
+
 /// Whether genInOrder renames per-rank blocks through the order: all but a ring allreduce, whose n blocks are slices
 /// no rank owns (below).
-bool renamesBlocks(Coll coll, Algo algo) { return !(algo == Algo::kRing && coll == Coll::kAllReduce); }
+bool renamesBlocks(Coll coll, Algo algo) {
+  return !(algo == Algo::kRing && coll == Coll::kAllReduce) && !namesOwnBlocks(coll, algo);
+}
 
 /// A channel's ring order (the request's, rotated within hosts where hostRotation says so) and its inverse, the
 /// position of each rank; both empty for rank order. The same for every rank of the channel.
@@ -106,7 +117,7 @@ void genInOrder(const ScheduleRequest& req, const ChannelOrder& co, Schedule* ou
   ScheduleRequest at = req;
   at.rank = pos[req.rank];
   at.root = collRooted(req.coll) ? pos[req.root] : req.root;
-  at.ringOrder = nullptr;
+  at.ringOrder = namesOwnBlocks(req.coll, req.algo) ? &order : nullptr;
   gen(at, out);
   auto rename = [&](BufRef& b, int blocks) {
     if (renameBlocks && b.buf != Buf::kNone && blocks == req.nranks) b.block = order[b.block];

@@ -70,6 +70,11 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks = 0);
 /// the FIFO, never pass the block's address (single copy within a host, sending by address over a net).
 bool algoRewritesSentBlocks(Coll coll, Algo algo);
 
+/// The largest Step::span any rank's schedule of (coll, algo) over nranks uses: recursive-doubling allgather's largest
+/// round, 1 elsewhere. The same on every rank, so that the planner, which divides the tile by it (a message carries
+/// span tiles), tiles every rank alike.
+int spanBound(Coll coll, Algo algo, int nranks);
+
 /// How many different schedules `algo` builds over the channels: channel c builds what channel c mod this builds.
 /// Rings over hosts of equal size (localRanks P as in ScheduleRequest) rotate P; trees alternate two, and over such
 /// hosts rotate too: P kinds for even P (the two trees' rotations pair up), 2P for odd P; the other families build one.

@@ -27,9 +27,11 @@ bool equalsIgnoreCase(const std::string& a, const char* b) {
   return i == a.size() && b[i] == '\0';
 }
 
-std::string formatRef(const char* key, BufRef ref) {
+std::string formatRef(const char* key, BufRef ref, int span) {
   if (ref.buf == Buf::kNone) return "";
-  return std::string(" ") + key + (ref.buf == Buf::kInput ? "=in[" : "=out[") + std::to_string(ref.block) + "]";
+  std::string blocks = std::to_string(ref.block);
+  if (span > 1) blocks += ".." + std::to_string(ref.block + span - 1);
+  return std::string(" ") + key + (ref.buf == Buf::kInput ? "=in[" : "=out[") + blocks + "]";
 }
 
 }  // namespace
@@ -110,12 +112,18 @@ bool scheduleUses(const Schedule& s, Buf b) {
   return false;
 }
 
+int maxSpan(const Schedule& s) {
+  int most = 1;
+  for (const Step& step : s.steps) most = step.span > most ? step.span : most;
+  return most;
+}
+
 std::string formatStep(const Step& step) {
   std::string line = stepOpName(step.op);
   if (step.recvPeer >= 0) line += " from " + std::to_string(step.recvPeer);
   if (step.sendPeer >= 0) line += " to " + std::to_string(step.sendPeer);
-  line += formatRef("src", step.src);
-  line += formatRef("dst", step.dst);
+  line += formatRef("src", step.src, step.span);
+  line += formatRef("dst", step.dst, step.span);
   if (step.final) line += " final";
   return line;
 }

@@ -10,6 +10,11 @@
 // schedule describes one tile; the same steps run once per tile. A step moves the
 // tile-t slice of the blocks it names. For send/recv, a block is one operation of the
 // group (input block i = i-th send, output block i = i-th recv).
+//
+// A send or receive may move several consecutive blocks as one message (Step::span): the tile-t slices of blocks
+// b, b+1, ..., b+span-1, one after another. Where a tile is a whole block those are one range of memory; otherwise the
+// executor gathers and scatters them. Recursive-doubling allgather sends a round's blocks this way, so that a round is
+// one message whatever its number of blocks.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +72,9 @@ struct Step {
   /// The value this step produces holds every rank's contribution: the executor applies
   /// the post-op (integer average's division) here, before it is written or sent.
   bool final = false;
+  /// Blocks the step moves as one message: src.block (or dst.block) and the span - 1 blocks after it. Only sends and
+  /// receives (kSend, kRecv) take more than one; the sender's and the receiver's spans must be equal.
+  uint16_t span = 1;
 };
 
 /// The steps of one rank on one channel, and the block layout they assume.
@@ -86,6 +94,10 @@ struct Schedule {
   int lag = 0;
   std::vector<Step> steps;
 };
+
+/// The largest Step::span of a schedule (1 when it has no steps). A message of a step carries span tiles, so the
+/// planner divides the tile by it, to keep a message within the half FIFO the verifier's depth of 2 assumes.
+int maxSpan(const Schedule& s);
 
 /// The order in which a rank runs its steps over the tiles, shared by the executor's callers (host and device) and
 /// the verifier. Round k runs part 0, steps [0, split) of tile k, then part 1, steps [split, nSteps) of tile k - lag,

@@ -84,8 +84,10 @@ class ValueTable {
 
 /// One message in flight: the value and the sender's step, for reports.
 struct Message {
-  Value value;
+  Value value;                ///< the first block's
+  std::vector<Value> others;  ///< blocks 1 .. span - 1 of a step that moves several (Step::span)
   int32_t step = 0;
+  int32_t span = 1;
 };
 
 /// Bounded FIFO of one ordered pair; its messages live in Verifier::slots_ at base..base+depth-1.
@@ -196,13 +198,16 @@ class Verifier {
     return "";
   }
 
-  std::string checkRef(const Schedule& s, BufRef ref, const char* what, bool needed) {
+  std::string checkRef(const Schedule& s, BufRef ref, const char* what, bool needed, int span) {
     if (!needed) return ref.buf == Buf::kNone ? "" : cat(what, " is set but the op has none");
     if (ref.buf == Buf::kNone) return cat(what, " is missing");
     const int blocks = ref.buf == Buf::kInput ? s.inBlocks : s.outBlocks;
     if (ref.buf != Buf::kInput && ref.buf != Buf::kOutput) return cat(what, " names an unknown buffer");
     if (ref.block < 0 || ref.block >= blocks) {
       return cat(what, " block ", ref.block, " out of range [0, ", blocks, ")");
+    }
+    if (span > 1 && ref.block + span > blocks) {
+      return cat(what, " blocks ", ref.block, "..", ref.block + span - 1, " out of range [0, ", blocks, ")");
     }
     return "";
   }
@@ -225,10 +230,13 @@ class Verifier {
         } else {
           const bool hasSrc = st.op != StepOp::kRecv && st.op != StepOp::kRecvCopySend;
           const bool hasDst = st.op != StepOp::kSend && st.op != StepOp::kRecvReduceSend;
-          e = checkPeer(r, st.recvPeer, stepRecvs(st.op), "recvPeer");
+          if (st.span < 1) e = "span 0";
+          if (st.span > 1 && st.op != StepOp::kSend && st.op != StepOp::kRecv)
+            e = cat("span ", st.span, " on an op other than send or recv");
+          if (e.empty()) e = checkPeer(r, st.recvPeer, stepRecvs(st.op), "recvPeer");
           if (e.empty()) e = checkPeer(r, st.sendPeer, stepSends(st.op), "sendPeer");
-          if (e.empty()) e = checkRef(s, st.src, "src", hasSrc);
-          if (e.empty()) e = checkRef(s, st.dst, "dst", hasDst);
+          if (e.empty()) e = checkRef(s, st.src, "src", hasSrc, st.span);
+          if (e.empty()) e = checkRef(s, st.dst, "dst", hasDst, st.span);
           if (e.empty() && hasDst && st.dst.buf != Buf::kOutput) e = "writes the input buffer";
         }
         if (!e.empty()) return cat("rank ", r, " step ", i, " (", formatStep(st), "): ", e);
@@ -458,10 +466,16 @@ class Verifier {
     const int64_t k = stepBase_[r] + i;
     Value got, local, produced;
     bool ok = true;
+    others_.clear();
     if (stepRecvs(st.op)) {
       Fifo& f = fifos_[recvFifo_[k]];
-      const Message& m = messages_[static_cast<size_t>(recvFifo_[k]) * opt_.fifoDepth + f.head];
+      Message& m = messages_[static_cast<size_t>(recvFifo_[k]) * opt_.fifoDepth + f.head];
       got = m.value;
+      others_.swap(m.others);
+      if (m.span != st.span) {
+        ok = fail("receives ", st.span, " block(s) from ", st.recvPeer, " in one message, but its step ", m.step,
+                  " sent ", m.span);
+      }
       f.head = (f.head + 1) % opt_.fifoDepth;
       --f.count;
       if (waitFifo_[f.src] == recvFifo_[k]) wake(f.src);
@@ -473,6 +487,12 @@ class Verifier {
     if (ok) {
       switch (st.op) {
         case StepOp::kSend:
+          ok = read(r, tile, st.src, &produced);
+          for (int j = 1; ok && j < st.span; ++j) {
+            others_.emplace_back();
+            ok = read(r, tile, BufRef{st.src.buf, st.src.block + j}, &others_.back());
+          }
+          break;
         case StepOp::kCopy:
           ok = read(r, tile, st.src, &produced);
           break;
@@ -496,11 +516,22 @@ class Verifier {
       err_ = where(r, i, tile) + err_;
       return false;
     }
-    if (st.dst.buf == Buf::kOutput) slot(r, tile, outSlot_[r][st.dst.block]) = store(produced);
+    if (st.dst.buf == Buf::kOutput) {
+      slot(r, tile, outSlot_[r][st.dst.block]) = store(produced);
+      for (size_t j = 0; j < others_.size(); ++j) {  // a receive of several blocks (its span checked above)
+        if (others_[j].tile != tile) {
+          err_ = where(r, i, tile) + cat("receives block ", j + 1, " of tile ", others_[j].tile);
+          return false;
+        }
+        slot(r, tile, outSlot_[r][st.dst.block + 1 + static_cast<int>(j)]) = store(others_[j]);
+      }
+    }
     if (stepSends(st.op)) {
       Fifo& f = fifos_[sendFifo_[k]];
       Message& m = messages_[static_cast<size_t>(sendFifo_[k]) * opt_.fifoDepth + (f.head + f.count) % opt_.fifoDepth];
       m.value = produced;
+      m.others.swap(others_);  // a send of several blocks: the rest (receives of several only write, never send)
+      m.span = st.span;
       m.step = i;
       ++f.count;
       if (waitFifo_[f.dst] == sendFifo_[k]) wake(f.dst);
@@ -685,6 +716,7 @@ class Verifier {
 
   std::vector<Fifo> fifos_;
   std::vector<Message> messages_;         // fifo f's ring at f * fifoDepth
+  std::vector<Value> others_;             // the step being run: blocks 1 .. span - 1 it sends or received
   std::vector<int> recvFifo_, sendFifo_;  // per (rank, step): FIFO used, or -1
   int tiles_ = 1;                         // tiles simulated (VerifyOptions::tiles, more for lagged schedules)
   std::vector<Cursor> cursor_;            // per rank: where it is in its tile order

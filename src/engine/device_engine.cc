@@ -464,7 +464,7 @@ namespace {
 
 bool sameRef(const BufRef& a, const BufRef& b) { return a.buf == b.buf && a.block == b.block; }
 bool sameStep(const Step& a, const Step& b) {
-  return a.op == b.op && sameRef(a.src, b.src) && sameRef(a.dst, b.dst) && a.final == b.final;
+  return a.op == b.op && sameRef(a.src, b.src) && sameRef(a.dst, b.dst) && a.final == b.final && a.span == b.span;
 }
 
 // The plain copies of a schedule the copy engine can do before the kernel: input block to output block, in every

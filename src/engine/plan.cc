@@ -292,7 +292,8 @@ namespace {
 
 bool sameStepExactly(const Step& a, const Step& b) {
   return a.op == b.op && a.sendPeer == b.sendPeer && a.recvPeer == b.recvPeer && a.src.buf == b.src.buf &&
-         a.src.block == b.src.block && a.dst.buf == b.dst.buf && a.dst.block == b.dst.block && a.final == b.final;
+         a.src.block == b.src.block && a.dst.buf == b.dst.buf && a.dst.block == b.dst.block && a.final == b.final &&
+         a.span == b.span;
 }
 
 // The amount a field moves by from step a to step b, when it fits a run's delta.
@@ -322,6 +323,7 @@ StepRun runAt(const Step* steps, size_t n, size_t i, uint16_t ordered, const Run
   r.srcBlock = block(a.src, kStepRunSrcOrdered);
   r.dstBlock = block(a.dst, kStepRunDstOrdered);
   r.ordered = ordered;
+  r.span = a.span;
   r.repeat = 1;
   const int32_t* order = ordered != 0 ? bo->order : nullptr;
   if (i + 1 < n) {
@@ -454,7 +456,10 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   map.blockElems = blocks > 1 ? roundUp((N + blocks - 1) / blocks, 16) : N;
   p.chanElems = roundUp((map.blockElems + nch - 1) / nch, 16);
   p.sliceBytes = p.choice.proto == Proto::kLL ? geo_.llPayload() & ~7u : geo_.slotBytes;
-  map.tileElems = std::max<size_t>(1, (static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2) / es);
+  // A tile is half a FIFO, the two messages in flight the verifier proves schedules with; a step that moves several
+  // blocks as one message (Step::span) carries that many tiles, so its tiles are shorter.
+  const size_t span = static_cast<size_t>(spanBound(op.coll, p.choice.algo, n));
+  map.tileElems = std::max<size_t>(1, (static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2) / es / span);
   p.nTiles = (p.chanElems + map.tileElems - 1) / map.tileElems;
   p.reducing = collReducing(op.coll);
   p.fp = collFingerprint(seq, op);

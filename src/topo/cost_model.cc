@@ -176,8 +176,9 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
       for (const Step& st : s.steps) {
         const bool sends = stepSends(st.op), recvs = stepRecvs(st.op);
         if (!sends && !recvs) continue;  // local copies: memory bandwidth, not modelled
-        // What a send carries: the step's source block, or what it received (the size of its destination).
-        const double bytes = st.src.buf != Buf::kNone ? blockBytes(st.src) : blockBytes(st.dst);
+        // What a send carries: the step's source block, or what it received (the size of its destination); a step
+        // of several blocks (Step::span) carries them all in one message, at one step's latency.
+        const double bytes = (st.src.buf != Buf::kNone ? blockBytes(st.src) : blockBytes(st.dst)) * st.span;
         const bool sendAcross = sends && st.sendPeer / P != host, recvAcross = recvs && st.recvPeer / P != host;
         chLatency += sendAcross || recvAcross ? shape.inter.latencyUs : shape.intra.latencyUs;
         steps++;

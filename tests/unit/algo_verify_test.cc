@@ -346,6 +346,44 @@ TEST(VerifyCatches, BufferMisuse) {
   expectError(verify(all), {"rank 0 step", "AllGather does not combine values"});
 }
 
+// Steps that move several blocks as one message (Step::span): a sender and receiver that disagree on the count, a span
+// past the buffer's end, a span on a step that reduces, and a receive into the wrong run of blocks.
+TEST(VerifyCatches, SpanMisuse) {
+  // Recursive-doubling allgather over 4 ranks in rank order: rank 0 sends out[0..1] to rank 2 in round 2.
+  auto all = buildAll(Coll::kAllGather, Algo::kDoubling, 4);
+  ASSERT_EQ(verify(all), "");
+  auto spanned = [](const Schedule& s, StepOp op) {
+    for (size_t i = 0; i < s.steps.size(); i++)
+      if (s.steps[i].op == op && s.steps[i].span > 1) return static_cast<int>(i);
+    return -1;
+  };
+  const int send0 = spanned(all[0], StepOp::kSend), recv2 = spanned(all[2], StepOp::kRecv);
+  ASSERT_GE(send0, 0);
+  ASSERT_GE(recv2, 0);
+  EXPECT_EQ(all[0].steps[send0].span, 2);
+
+  auto bad = all;
+  bad[2].steps[recv2].span = 1;  // takes one block of rank 0's two-block message
+  expectError(verify(bad), {"rank 2 step", "receives 1 block(s) from 0 in one message", "sent 2"});
+
+  bad = all;
+  bad[0].steps[send0].src.block = 3;  // out[3..4] of 4 blocks
+  expectError(verify(bad), {"rank 0 step", "src blocks 3..4 out of range [0, 4)"});
+
+  bad = all;
+  bad[2].steps[recv2].dst.block = 1;  // rank 0's blocks 0..1 land on out[1..2]
+  EXPECT_FALSE(verify(bad).empty());
+
+  bad = all;
+  bad[0].steps[send0].span = 0;
+  expectError(verify(bad), {"rank 0 step", "span 0"});
+
+  all = buildAll(Coll::kAllReduce, Algo::kRing, 3);
+  ASSERT_EQ(all[1].steps[1].op, StepOp::kRecvReduceSend);
+  all[1].steps[1].span = 2;
+  expectError(verify(all), {"rank 1 step 1", "span 2 on an op other than send or recv"});
+}
+
 TEST(VerifyCatches, InconsistentHeaders) {
   EXPECT_EQ(verifySchedules({}, VerifyOptions()), "no schedules");
   auto all = buildAll(Coll::kAllReduce, Algo::kRing, 3);
