@@ -208,50 +208,56 @@ class Executor {
 
  private:
 
-  /// Step `idx` of the schedule for tile `tile`, unless the tile is past the end of the blocks it moves.
+  /// Step `idx` of the schedule for tile `tile`, unless the tile is past the end of the blocks it moves. runStep has
+  /// this one call site, so that it is inlined once (the device kernel's compile time grows with its copies).
   CHORUS_HOST_DEVICE ncclResult_t runTileStep(int channel, const Step& st, uint32_t idx, const BlockMap& map,
                                               size_t tile) {
-    if (st.span > 1) return runSpanStep(channel, st, idx, map, tile);
-    BufRef ref = execRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
-    if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
+    const char* src = nullptr;
+    char* dst = nullptr;
     size_t n = 0;
-    map.range(ref.buf, ref.block, tile, &n);
+    bool gathered = false;
+    if (st.span > 1) {
+      CHORUS_EXEC_CHECK(spanRange(st, map, tile, &src, &dst, &n, &gathered));
+    } else {
+      BufRef ref = execRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce ? st.dst : st.src;
+      if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
+      map.range(ref.buf, ref.block, tile, &n);
+      size_t dummy;
+      if (st.src.buf != Buf::kNone) src = map.range(st.src.buf, st.src.block, tile, &dummy);
+      if (st.dst.buf != Buf::kNone) dst = map.range(st.dst.buf, st.dst.block, tile, &dummy);
+    }
     if (n == 0) return ncclSuccess;
-    size_t dummy;
-    const char* src = st.src.buf != Buf::kNone ? map.range(st.src.buf, st.src.block, tile, &dummy) : nullptr;
-    char* dst = st.dst.buf != Buf::kNone ? map.range(st.dst.buf, st.dst.block, tile, &dummy) : nullptr;
-    return runStep(channel, st, idx, map, src, dst, n, nullptr);
+    const SpanPieces pieces{&map, st.op == StepOp::kSend ? st.src : st.dst, st.span, tile};
+    return runStep(channel, st, idx, map, src, dst, n, gathered ? &pieces : nullptr);
   }
 
-  /// A send or receive of several blocks (Step::span): the tile-t slices of blocks b .. b+span-1 as one message of
-  /// their lengths' sum. Where they lie end to end (a tile is a whole block) the message is one range and runs as any
-  /// step; otherwise `pieces` gathers it into the slot and scatters it out. Sender and receiver tile alike, so both
-  /// see the same lengths.
-  CHORUS_HOST_DEVICE ncclResult_t runSpanStep(int channel, const Step& st, uint32_t idx, const BlockMap& map,
-                                              size_t tile) {
+  /// A send or receive of several blocks (Step::span) is one message: the tile-t slices of blocks b .. b+span-1, their
+  /// lengths summed into *n. Where they lie end to end (a tile is a whole block) the message is one range, at *src (a
+  /// send) or *dst (a receive), and runs as any step; otherwise *gathered: runStep gathers it into the slot and
+  /// scatters it out (SpanPieces). Sender and receiver tile alike, so both see the same lengths.
+  CHORUS_HOST_DEVICE ncclResult_t spanRange(const Step& st, const BlockMap& map, size_t tile, const char** src,
+                                            char** dst, size_t* n, bool* gathered) {
     if (st.op != StepOp::kSend && st.op != StepOp::kRecv) return p_.internalError("a span on a step that reduces");
     const BufRef ref = st.op == StepOp::kSend ? st.src : st.dst;
     size_t total = 0;
     char* first = nullptr;
     bool contiguous = true;
     for (int j = 0; j < st.span; j++) {
-      size_t n = 0;
-      char* p = map.range(ref.buf, ref.block + j, tile, &n);
-      if (n == 0) continue;
+      size_t len = 0;
+      char* p = map.range(ref.buf, ref.block + j, tile, &len);
+      if (len == 0) continue;
       if (total == 0) {
         first = p;
       } else if (p != first + total * map.esize) {
         contiguous = false;
       }
-      total += n;
+      total += len;
     }
-    if (total == 0) return ncclSuccess;
-    if (contiguous) {
-      return runStep(channel, st, idx, map, st.op == StepOp::kSend ? first : nullptr,
-                     st.op == StepOp::kRecv ? first : nullptr, total, nullptr);
-    }
-    const SpanPieces pieces{&map, ref, st.span, tile};
-    return runStep(channel, st, idx, map, nullptr, nullptr, total, &pieces);
+    *n = total;
+    *gathered = !contiguous;
+    if (contiguous && st.op == StepOp::kSend) *src = first;
+    if (contiguous && st.op == StepOp::kRecv) *dst = first;
+    return ncclSuccess;
   }
 
   /// The blocks of a span step whose slices do not lie end to end: the message is their concatenation.
@@ -261,20 +267,10 @@ class Executor {
     int span;
     size_t tile;
 
-    /// Copies the blocks' part of message bytes [off, off + bytes) to `msg`, which holds that range.
+    /// Copies message bytes [off, off + bytes), which `msg` holds, between it and the blocks: to the blocks
+    /// (toBlocks: a receive; msg is only read then) or from them (a send). One copy call, inlined once.
     template <class P>
-    CHORUS_HOST_DEVICE void gather(P& p, char* msg, size_t off, size_t bytes, uint32_t flags) const {
-      copy<false>(p, msg, off, bytes, flags);
-    }
-    /// Copies message bytes [off, off + bytes), held at `msg`, to the blocks.
-    template <class P>
-    CHORUS_HOST_DEVICE void scatter(P& p, const char* msg, size_t off, size_t bytes, uint32_t flags) const {
-      copy<true>(p, msg, off, bytes, flags);
-    }
-
-   private:
-    template <bool kToBlocks, class P, class M>
-    CHORUS_HOST_DEVICE void copy(P& p, M* msg, size_t off, size_t bytes, uint32_t flags) const {
+    CHORUS_HOST_DEVICE void move(P& p, char* msg, size_t off, size_t bytes, bool toBlocks, uint32_t flags) const {
       const size_t es = map->esize;
       size_t at = 0;  // message offset of block j's slice
       for (int j = 0; j < span && at < off + bytes; j++) {
@@ -282,11 +278,9 @@ class Executor {
         char* b = map->range(ref.buf, ref.block + j, tile, &n);
         const size_t len = n * es, lo = off > at ? off : at, hi = off + bytes < at + len ? off + bytes : at + len;
         if (lo < hi) {
-          if constexpr (kToBlocks) {
-            p.copy(b + (lo - at), msg + (lo - off), (hi - lo) / es, flags);
-          } else {
-            p.copy(msg + (lo - off), b + (lo - at), (hi - lo) / es, flags);
-          }
+          char* m = msg + (lo - off);
+          char* blk = b + (lo - at);
+          p.copy(toBlocks ? blk : m, toBlocks ? m : blk, (hi - lo) / es, flags);
         }
         at += len;
       }
@@ -337,21 +331,21 @@ class Executor {
         out = sll ? p_.staging(1, b) : canDescribe ? nullptr : sf->slotData();
       }
       const char* sendFrom = nullptr;  // set when the slice goes by address
-      switch (st.op) {
+      // A send or receive of blocks that do not lie end to end (only kSend and kRecv take a span): gathered into the
+      // slot, or scattered from what arrived (a described slot was fetched to staging, as fetchedToDst needs a range).
+      if (pieces) {
+        pieces->move(p_, send ? out : const_cast<char*>(r), off, b, /*toBlocks=*/!send,
+                     send ? localFlags : (st.final ? kExecPostOp : 0));
+      } else switch (st.op) {
         case StepOp::kSend:
           if (canDescribe) {
             sendFrom = srcp;
-          } else if (pieces) {
-            pieces->gather(p_, out, off, b, localFlags);
           } else {
             p_.copy(out, srcp, ne, localFlags);
           }
           break;
         case StepOp::kRecv:
-          if (pieces) {
-            // A described slot was fetched to staging (fetchedToDst needs a dst range): scatter from there.
-            pieces->scatter(p_, r, off, b, st.final ? kExecPostOp : 0);
-          } else if (!fetchedToDst) {
+          if (!fetchedToDst) {
             p_.copy(dstp, r, ne, st.final ? kExecPostOp : 0);
           } else if (st.final && !p_.identityCopy(kExecPostOp)) {
             p_.copy(dstp, dstp, ne, kExecPostOp);
