@@ -1,7 +1,8 @@
 // Recursive-doubling schedules: ceil(log2 n) rounds whose distance doubles each round, for the sizes where a
 // collective's time is its steps' latency rather than its bytes (a ring takes n-1 steps, a tree 2 log2 n one after
-// another). Over positions laid host by host with a power-of-two number of ranks a host, the first rounds stay within
-// a host and only the last log2(hosts) cross. Every rank sends the whole value each round, so from some tens of KB
+// another). Allreduce runs over the ring order's positions: laid host by host with a power-of-two number of ranks a
+// host, the first rounds stay within a host and only the last log2(hosts) cross. Allgather runs in rank order, so
+// that a round's blocks are consecutive and go as one message (below). Every rank sends the whole value each round, so from some tens of KB
 // the tree, ring or hierarchical schedules are faster (the tuner's thresholds, src/engine/tuner.cc).
 #include <algorithm>
 #include <utility>
@@ -48,8 +49,8 @@ void doublingAllReduce(int n, int r, Steps& st) {
 }
 
 // One round of the allgather: the blocks of `sends` go to `to` and those of `recvs` come from `from`, both lists in
-// the order the sender and the receiver agree on (below). A message carries a run of consecutive blocks (Step::span),
-// so a round over ranks laid in rank order is one message a direction, and otherwise one a run. Two messages go before
+// the order the sender and the receiver agree on (below). A message carries a run of consecutive blocks (Step::span):
+// a power-of-two round is one message a direction, a Bruck round one or two. Two messages go before
 // the first receive and each receive lets one more go, so that no FIFO holds more than two of a round's messages: the
 // depth the verifier proves deadlock freedom with, and what a FIFO holds of messages of span tiles when the planner
 // divides a tile by spanBound().
@@ -75,35 +76,31 @@ void gatherRound(int to, int from, const std::vector<int>& sends, const std::vec
   for (; sent < s.size(); ++sent) st.send(to, out(s[sent].first), false, s[sent].second);
 }
 
-// Allgather over positions, r being this rank's. With n a power of two, recursive doubling: in round d position r
-// holds the d blocks of its aligned group (r & ~(d-1) and on) and swaps them with r xor d, whose group is the next (or
-// previous) d blocks. Otherwise Bruck's dissemination: in round d position r holds the blocks of positions r, r+1,
-// ..., r+d-1 (mod n), sends them to r-d and receives those of r+d, ... from r+d, min(d, n-d) of them, so that
-// ceil(log2 n) rounds gather all n. Peers are positions, which genInOrder renames; blocks keep their ranks' names
-// (order[position]; rank order when `order` is empty), named here, so no rotation is needed at the end, and a round's blocks are sorted by name, so that the runs of
-// consecutive ranks among them go as one message each. Sender and receiver list the same blocks, so they split them
-// alike. In place in[0] is out[rank]: copied onto itself.
-void doublingAllGather(int n, int r, const std::vector<int>& order, Steps& st) {
-  auto name = [&](int position) { return order.empty() ? position : order[position]; };
-  st.copy(in(0), out(name(r)));
+// Allgather, in rank order (generators.cc, followsRingOrder). With n a power of two, recursive doubling: in round d
+// rank r holds the d blocks of its aligned group (r & ~(d-1) and on) and swaps them with r xor d, whose group is the
+// next (or previous) d blocks: one message each way a round. Otherwise Bruck's dissemination: in round d rank r holds
+// blocks r, r+1, ..., r+d-1 (mod n), sends them to r-d and receives blocks r+d, ... from r+d, min(d, n-d) of them,
+// so that ceil(log2 n) rounds gather all n; a round whose blocks wrap past n-1 is two runs, two messages. Blocks keep
+// their ranks' names, so no rotation is needed at the end. In place in[0] is out[r]: copied onto itself.
+void doublingAllGather(int n, int r, Steps& st) {
+  st.copy(in(0), out(r));
   std::vector<int> sends, recvs;
   const bool pow2 = (n & (n - 1)) == 0;
   for (int d = 1; d < n; d *= 2) {
     sends.clear();
     recvs.clear();
-    int to, from;
     if (pow2) {
       const int mine = r & ~(d - 1), theirs = (r ^ d) & ~(d - 1);
-      for (int j = 0; j < d; ++j) sends.push_back(name(mine + j)), recvs.push_back(name(theirs + j));
-      to = from = r ^ d;
+      for (int j = 0; j < d; ++j) sends.push_back(mine + j), recvs.push_back(theirs + j);
+      gatherRound(r ^ d, r ^ d, sends, recvs, st);
     } else {
       const int cnt = d < n - d ? d : n - d;
-      for (int j = 0; j < cnt; ++j) sends.push_back(name(mod(r + j, n))), recvs.push_back(name(mod(r + d + j, n)));
-      to = mod(r - d, n), from = mod(r + d, n);
+      for (int j = 0; j < cnt; ++j) sends.push_back(mod(r + j, n)), recvs.push_back(mod(r + d + j, n));
+      // Sorted, the blocks that wrap come first: the same runs on the sender and the receiver, which list the same.
+      std::sort(sends.begin(), sends.end());
+      std::sort(recvs.begin(), recvs.end());
+      gatherRound(mod(r - d, n), mod(r + d, n), sends, recvs, st);
     }
-    std::sort(sends.begin(), sends.end());
-    std::sort(recvs.begin(), recvs.end());
-    gatherRound(to, from, sends, recvs, st);  // peers as positions: genInOrder names them
   }
 }
 
@@ -123,8 +120,7 @@ void genDoubling(const ScheduleRequest& req, Schedule* s) {
       doublingAllReduce(req.nranks, req.rank, st);
       break;
     case Coll::kAllGather:
-      // Over positions (genInOrder), but naming blocks and peers itself through the order (generators.cc).
-      doublingAllGather(req.nranks, req.rank, req.ringOrder != nullptr ? *req.ringOrder : std::vector<int>(), st);
+      doublingAllGather(req.nranks, req.rank, st);
       break;
     default:
       break;

@@ -77,22 +77,20 @@ bool algoAliasSafe(Coll coll, Algo algo, int nranks, int localRanks) {
 
 namespace {
 
-/// Whether `algo` lays its schedules over the ring order (ScheduleRequest::ringOrder): genInOrder builds them.
-bool followsRingOrder(Algo algo) {
+/// Whether `algo` lays its schedules of `coll` over the ring order (ScheduleRequest::ringOrder): genInOrder builds
+/// them. Recursive-doubling allgather runs in rank order whatever the placement: a round sends a run of consecutive
+/// blocks as one message (Step::span), and only in rank order are a round's blocks consecutive, so a round is one
+/// message each way. Over the ring order, ranks placed round-robin would split a round into runs, a message each
+/// (measured slower: docs/perf/net.md). Which rounds cross hosts then depends on the placement: host by host the last
+/// log2(hosts), round-robin the first, which carry the fewest blocks.
+bool followsRingOrder(Coll coll, Algo algo) {
   return algo == Algo::kRing || algo == Algo::kTree || algo == Algo::kHier || algo == Algo::kRail ||
-         algo == Algo::kDoubling;
+         (algo == Algo::kDoubling && coll != Coll::kAllGather);
 }
-
-/// Whether the generator names per-rank blocks itself, from the order genInOrder passes it (ScheduleRequest::ringOrder)
-/// while it renames only the peers: recursive-doubling allgather groups a round's blocks into runs of consecutive
-/// ranks (Step::span), which renaming block by block afterwards would break.
-bool namesOwnBlocks(Coll coll, Algo algo) { return algo == Algo::kDoubling && coll == Coll::kAllGather; }
 
 /// Whether genInOrder renames per-rank blocks through the order: all but a ring allreduce, whose n blocks are slices
 /// no rank owns (below).
-bool renamesBlocks(Coll coll, Algo algo) {
-  return !(algo == Algo::kRing && coll == Coll::kAllReduce) && !namesOwnBlocks(coll, algo);
-}
+bool renamesBlocks(Coll coll, Algo algo) { return !(algo == Algo::kRing && coll == Coll::kAllReduce); }
 
 /// A channel's ring order (the request's, rotated within hosts where hostRotation says so) and its inverse, the
 /// position of each rank; both empty for rank order. The same for every rank of the channel.
@@ -117,7 +115,7 @@ void genInOrder(const ScheduleRequest& req, const ChannelOrder& co, Schedule* ou
   ScheduleRequest at = req;
   at.rank = pos[req.rank];
   at.root = collRooted(req.coll) ? pos[req.root] : req.root;
-  at.ringOrder = namesOwnBlocks(req.coll, req.algo) ? &order : nullptr;
+  at.ringOrder = nullptr;
   gen(at, out);
   auto rename = [&](BufRef& b, int blocks) {
     if (renameBlocks && b.buf != Buf::kNone && blocks == req.nranks) b.block = order[b.block];
@@ -158,7 +156,7 @@ std::vector<int> rotatedHostOrder(const ScheduleRequest& req) {
 ChannelOrder channelOrder(const ScheduleRequest& req) {
   ChannelOrder co;
   if (req.algo == Algo::kRing || req.algo == Algo::kTree) co.order = rotatedHostOrder(req);
-  if (co.order.empty() && followsRingOrder(req.algo) && req.ringOrder != nullptr) co.order = *req.ringOrder;
+  if (co.order.empty() && followsRingOrder(req.coll, req.algo) && req.ringOrder != nullptr) co.order = *req.ringOrder;
   co.pos.resize(co.order.size());
   for (size_t p = 0; p < co.order.size(); p++) co.pos[co.order[p]] = static_cast<int>(p);
   return co;
@@ -186,7 +184,7 @@ std::string requestProblem(const ScheduleRequest& req) {
     why = std::string(req.algo == Algo::kHier ? "hierarchical" : "rail") +
           " needs the same number of ranks on every host (" + std::to_string(req.localRanks) + " does not divide " +
           std::to_string(req.nranks) + ")";
-  } else if (followsRingOrder(req.algo) && req.ringOrder != nullptr && !req.ringOrder->empty()) {
+  } else if (followsRingOrder(req.coll, req.algo) && req.ringOrder != nullptr && !req.ringOrder->empty()) {
     std::vector<char> seen(req.nranks, 0);
     bool perm = static_cast<int>(req.ringOrder->size()) == req.nranks;
     for (size_t i = 0; perm && i < req.ringOrder->size(); i++) {
@@ -263,7 +261,7 @@ std::vector<int> hostRotatedOrder(const std::vector<int>* ringOrder, int n, int 
 
 int blockRotation(const ScheduleRequest& req) {
   if (req.nranks < 2) return -1;
-  if (!followsRingOrder(req.algo) || !renamesBlocks(req.coll, req.algo)) return -1;
+  if (!followsRingOrder(req.coll, req.algo) || !renamesBlocks(req.coll, req.algo)) return -1;
   int inBlocks, outBlocks;
   blockLayout(req.coll, req.algo, req.nranks, &inBlocks, &outBlocks);
   if (inBlocks != req.nranks && outBlocks != req.nranks) return -1;  // no per-rank blocks
