@@ -73,9 +73,18 @@ IntParam kDoublingMin{"CHORUS_DOUBLING_MIN_BYTES", 128,
 IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
                       "Largest allreduce (bytes) that runs recursive doubling by default across hosts (0: never).",
                       "tuning"};
+// Small allgathers across hosts (docs/perf/net.md, "Recursive-doubling allgather, a round as one message": 4 hosts x 2
+// ranks, 1 Gbit/s, both placements, two runs in opposite orders of the algorithms): forced, recursive doubling was
+// the fastest of it, the ring, rail and hierarchical at 128 B - 64 KB in 39 of 40 series (0.68-1.18 ms, the others
+// 0.83-2.06 ms). Larger sizes were not measured; host by host it sends twice the ring's bytes across hosts.
+IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65536,
+                            "Largest allgather output (bytes) that runs recursive doubling by default when ranks span "
+                            "several hosts with as many ranks on each (0: never).",
+                            "tuning"};
 IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 16384,
                   "Smallest allgather output or reduce-scatter input (bytes) that runs rail when ranks span several "
-                  "hosts with as many ranks on each (up to CHORUS_RAIL_MAX_BYTES).",
+                  "hosts with as many ranks on each (up to CHORUS_RAIL_MAX_BYTES; allgathers up to "
+                  "CHORUS_DOUBLING_ALLGATHER_MAX_BYTES run recursive doubling).",
                   "tuning"};
 IntParam kRailMax{"CHORUS_RAIL_MAX_BYTES", 262144,
                   "Largest allgather output or reduce-scatter input (bytes) that runs rail by default.", "tuning"};
@@ -100,6 +109,7 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool h
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
+      if (coll == Coll::kAllGather && hosts && full <= kDoublingGatherMax.get()) return Algo::kDoubling;
       if (hosts && full >= kRailMin.get() && full <= kRailMax.get()) return Algo::kRail;
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllToAll:
@@ -211,7 +221,8 @@ unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
                   std::to_string(kTreeMax.get()) + "|" + std::to_string(kDoublingMin.get()) + "|" +
-                  std::to_string(kDoublingMax.get()) + "|" + std::to_string(kRailMin.get()) + "|" +
+                  std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" +
+                  std::to_string(kRailMin.get()) + "|" +
                   std::to_string(kRailMax.get()) + "|" + kHierRingBand.get() + "|" + std::to_string(kTunerModel.get()) +
                   "|" + kCostIntra.get() + "|" + kCostInter.get();
   return fnv1a64(s);

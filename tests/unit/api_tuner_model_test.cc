@@ -1,8 +1,8 @@
 // CHORUS_TUNER_MODEL=1: the algorithm is the cost model's cheapest under CHORUS_COST_INTRA / CHORUS_COST_INTER.
 // Four process ranks on two NCCL_HOSTID hosts run a 32 KB allgather, below CHORUS_HIER_MIN_BYTES, where the
-// thresholds pick rail; with slow links between hosts the model picks hierarchical, which sends as few bytes across
-// as rail (2 blocks a host against the ring's 3) in fewer steps; with the model off, rail. Results are exact either
-// way.
+// thresholds pick recursive doubling; with slow links between hosts the model picks hierarchical, which sends the
+// fewest bytes across (2 blocks a host against the ring's 3, rail's 2 in more steps, and recursive doubling's 4);
+// with the model off, recursive doubling. Results are exact either way.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -50,8 +50,9 @@ TEST(TunerModel, SlowLinksBetweenHostsPickHierarchical) {
   EXPECT_NE(on.find("AllGather Hierarchical nranks=4"), std::string::npos) << on;
   EXPECT_EQ(on.find("AllGather Ring"), std::string::npos) << on;
   EXPECT_EQ(on.find("AllGather Rail"), std::string::npos) << on;
+  EXPECT_EQ(on.find("AllGather RecDoubling"), std::string::npos) << on;
   const std::string off = allGatherLog("0");
-  EXPECT_NE(off.find("AllGather Rail nranks=4"), std::string::npos) << off;
+  EXPECT_NE(off.find("AllGather RecDoubling nranks=4"), std::string::npos) << off;
   EXPECT_EQ(off.find("AllGather Hierarchical"), std::string::npos) << off;
 }
 

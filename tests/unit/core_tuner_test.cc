@@ -58,15 +58,30 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
   // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 256 KB, the ring in
-  // the band, hierarchical from 2 MB.
+  // the band, hierarchical from 2 MB; but allgathers to 64 KB run recursive doubling.
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
+    const bool gather = coll == Coll::kAllGather;
     EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n, n, -1, true).algo, Algo::kHier) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 262144 / n + 1, n, -1, true).algo, Algo::kRing) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 262144 / n, n, -1, true).algo, Algo::kRail) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 16384 / n, n, -1, true).algo, Algo::kRail) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 16384 / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 65536 / n + 1, n, -1, true).algo, Algo::kRail) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 65536 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
+        << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 16384 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
+        << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 16384 / n - 1, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRing)
+        << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 1, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRing) << collName(coll);
   }
+  // Without recursive doubling for allgather, the ring and rail take its sizes; within a host, the ring.
+  setenv("CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", "0", 1);
+  paramsReload();
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 16384 / n - 1, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 16384 / n, n, -1, true).algo, Algo::kRail);
+  unsetenv("CHORUS_DOUBLING_ALLGATHER_MAX_BYTES");
+  paramsReload();
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 1024, n, -1, false).algo, Algo::kRing);
   // One host, or hosts of unequal size: the ring.
   for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter})
     EXPECT_EQ(chooseAlgo(coll, 64 * kMB, n, -1, false).algo, Algo::kRing) << collName(coll);
@@ -81,6 +96,7 @@ TEST_F(Tuner, ThresholdAndForcing) {
   setenv("CHORUS_RAIL_MAX_BYTES", "0", 1);
   setenv("CHORUS_TREE_MAX_BYTES", "0", 1);
   setenv("CHORUS_DOUBLING_MAX_BYTES", "0", 1);
+  setenv("CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", "0", 1);
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8192, 8, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8191, 8, -1, true).algo, Algo::kRing);
@@ -90,6 +106,7 @@ TEST_F(Tuner, ThresholdAndForcing) {
   unsetenv("CHORUS_RAIL_MAX_BYTES");
   unsetenv("CHORUS_TREE_MAX_BYTES");
   unsetenv("CHORUS_DOUBLING_MAX_BYTES");
+  unsetenv("CHORUS_DOUBLING_ALLGATHER_MAX_BYTES");
   setenv("NCCL_ALGO", "Ring", 1);
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 64 * kMB, 8, -1, true).algo, Algo::kRing);
