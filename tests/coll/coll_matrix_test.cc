@@ -207,8 +207,8 @@ std::vector<Case> buildMatrix() {
 
 class CollMatrix : public ::testing::TestWithParam<Case> {};
 
-TEST_P(CollMatrix, MatchesClosedForm) {
-  const Case& c = GetParam();
+// Runs case c under its NCCL_ALGO / NCCL_PROTO, and unsets them after.
+void runForced(const Case& c) {
   setenv("NCCL_ALGO", c.algo, 1);
   setenv("NCCL_PROTO", c.proto, 1);
   ncclResetDebugInit();
@@ -218,23 +218,20 @@ TEST_P(CollMatrix, MatchesClosedForm) {
   ncclResetDebugInit();
 }
 
+TEST_P(CollMatrix, MatchesClosedForm) { runForced(GetParam()); }
+
 // Recursive-doubling allgather sends a round's blocks as one message. Over two host-path channels a block's part of
 // a tile is half the block, so the blocks of a message do not lie end to end and the executor gathers and scatters
 // them piece by piece; the cases above have one channel, where they do. Simple and LL, threads and processes, over a
 // power of two ranks and Bruck's 5 (a round whose blocks wrap past the last rank is two runs).
 TEST(CollMatrixSpans, AllGatherOverTwoChannels) {
   setenv("CHORUS_HOST_NCHANNELS", "2", 1);
-  for (const Case& c : {Case{C::kAllGather, ncclFloat32, ncclSum, 1031, false, 8, Driver::kThreads, "RecDoubling", "", 0},
-                        Case{C::kAllGather, ncclInt32, ncclSum, 5003, true, 4, Driver::kProcesses, "RecDoubling", "", 0},
-                        Case{C::kAllGather, ncclFloat16, ncclSum, 777, false, 5, Driver::kThreads, "RecDoubling", "LL", 0}}) {
-    setenv("NCCL_ALGO", c.algo, 1);
-    setenv("NCCL_PROTO", c.proto, 1);
-    ncclResetDebugInit();
-    runRanks(c.nranks, c.driver, [&](RankCtx& ctx) { runCase(c, ctx); });
-  }
+  for (const Case& c :
+       {Case{C::kAllGather, ncclFloat32, ncclSum, 1031, false, 8, Driver::kThreads, "RecDoubling", "", 0},
+        Case{C::kAllGather, ncclInt32, ncclSum, 5003, true, 4, Driver::kProcesses, "RecDoubling", "", 0},
+        Case{C::kAllGather, ncclFloat16, ncclSum, 777, false, 5, Driver::kThreads, "RecDoubling", "LL", 0}})
+    runForced(c);
   unsetenv("CHORUS_HOST_NCHANNELS");
-  unsetenv("NCCL_ALGO");
-  unsetenv("NCCL_PROTO");
   ncclResetDebugInit();
 }
 
