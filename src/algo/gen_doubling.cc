@@ -2,8 +2,9 @@
 // collective's time is its steps' latency rather than its bytes (a ring takes n-1 steps, a tree 2 log2 n one after
 // another). Allreduce runs over the ring order's positions: laid host by host with a power-of-two number of ranks a
 // host, the first rounds stay within a host and only the last log2(hosts) cross. Allgather runs in rank order, so
-// that a round's blocks are consecutive and go as one message (below). Every rank sends the whole value each round, so from some tens of KB
-// the tree, ring or hierarchical schedules are faster (the tuner's thresholds, src/engine/tuner.cc).
+// that a round's blocks are consecutive and go as one message (below). Every rank sends the whole value each round,
+// so from some tens of KB the tree, ring or hierarchical schedules are faster (the tuner's thresholds,
+// src/engine/tuner.cc).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -14,6 +15,9 @@ namespace chorus {
 namespace gen {
 
 namespace {
+
+/// The most blocks a step moves (Step::span is 16 bits): over 131072 ranks a round's run is cut into messages of this.
+constexpr int kMaxSpan = 65535;
 
 /// The largest power of two <= n (n >= 1).
 int floorPow2(int n) {
@@ -56,9 +60,9 @@ void doublingAllReduce(int n, int r, Steps& st) {
 // divides a tile by spanBound().
 void gatherRound(int to, int from, const std::vector<int>& sends, const std::vector<int>& recvs, Steps& st) {
   auto runs = [](const std::vector<int>& blocks) {
-    std::vector<std::pair<int, int>> out;  // (first block, span)
+    std::vector<std::pair<int, int>> out;  // (first block, span), a span at most kMaxSpan
     for (int b : blocks) {
-      if (!out.empty() && out.back().first + out.back().second == b) {
+      if (!out.empty() && out.back().first + out.back().second == b && out.back().second < kMaxSpan) {
         out.back().second++;
       } else {
         out.emplace_back(b, 1);
@@ -110,7 +114,7 @@ int doublingSpanBound(Coll coll, int n) {
   if (coll != Coll::kAllGather) return 1;
   int most = 1;
   for (int d = 1; d < n; d *= 2) most = std::max(most, std::min(d, n - d));
-  return most;
+  return std::min(most, kMaxSpan);
 }
 
 void genDoubling(const ScheduleRequest& req, Schedule* s) {

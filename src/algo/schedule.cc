@@ -112,12 +112,6 @@ bool scheduleUses(const Schedule& s, Buf b) {
   return false;
 }
 
-int maxSpan(const Schedule& s) {
-  int most = 1;
-  for (const Step& step : s.steps) most = step.span > most ? step.span : most;
-  return most;
-}
-
 std::string formatStep(const Step& step) {
   std::string line = stepOpName(step.op);
   if (step.recvPeer >= 0) line += " from " + std::to_string(step.recvPeer);

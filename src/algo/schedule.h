@@ -95,10 +95,6 @@ struct Schedule {
   std::vector<Step> steps;
 };
 
-/// The largest Step::span of a schedule (1 when it has no steps). A message of a step carries span tiles, so the
-/// planner divides the tile by it, to keep a message within the half FIFO the verifier's depth of 2 assumes.
-int maxSpan(const Schedule& s);
-
 /// The order in which a rank runs its steps over the tiles, shared by the executor's callers (host and device) and
 /// the verifier. Round k runs part 0, steps [0, split) of tile k, then part 1, steps [split, nSteps) of tile k - lag,
 /// each only where that tile exists; without a lag that is every tile whole, one round a tile. constexpr, so that
