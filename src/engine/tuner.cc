@@ -76,7 +76,8 @@ IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
 // Small allgathers across hosts (docs/perf/net.md, "Recursive-doubling allgather, a round as one message": 4 hosts x 2
 // ranks, 1 Gbit/s, both placements, two runs in opposite orders of the algorithms): forced, recursive doubling was
 // the fastest of it, the ring, rail and hierarchical at 128 B - 64 KB in 39 of 40 series (0.68-1.18 ms, the others
-// 0.83-2.06 ms). Larger sizes were not measured; host by host it sends twice the ring's bytes across hosts.
+// 0.83-2.06 ms). Host by host it sends twice the ring's bytes across hosts: in one run at larger sizes it was even
+// with rail at 128 KB and slower at 256 KB.
 IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65536,
                             "Largest allgather output (bytes) that runs recursive doubling by default when ranks span "
                             "several hosts with as many ranks on each (0: never).",
