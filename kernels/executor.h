@@ -131,7 +131,7 @@ struct StepRun {
     if (ordered & kStepRunSrcOrdered) st.src.block = order[st.src.block];
     if (ordered & kStepRunDstOrdered) st.dst.block = order[st.dst.block];
     st.final = final != 0;
-    st.span = span > 1 ? span : 1;  // runs built before spans (zeroed) move one block
+    st.span = span;
     return st;
   }
 };

@@ -25,15 +25,9 @@ class Steps {
   explicit Steps(Schedule* s) : steps_(&s->steps) {}
 
   /// send(src) to `to`; with span > 1, blocks src.block .. src.block + span - 1 as one message (Step::span).
-  void send(int to, BufRef src, bool final = false, int span = 1) {
-    add(StepOp::kSend, to, -1, src, {}, final);
-    steps_->back().span = static_cast<uint16_t>(span);
-  }
+  void send(int to, BufRef src, bool final = false, int span = 1) { add(StepOp::kSend, to, -1, src, {}, final, span); }
   /// dst = recv from `from`; with span > 1, into blocks dst.block .. dst.block + span - 1.
-  void recv(int from, BufRef dst, int span = 1) {
-    add(StepOp::kRecv, -1, from, {}, dst, false);
-    steps_->back().span = static_cast<uint16_t>(span);
-  }
+  void recv(int from, BufRef dst, int span = 1) { add(StepOp::kRecv, -1, from, {}, dst, false, span); }
   /// send(recv op src).
   void recvReduceSend(int from, int to, BufRef src) { add(StepOp::kRecvReduceSend, to, from, src, {}, false); }
   /// dst = recv op src.
@@ -52,7 +46,7 @@ class Steps {
   void localReduce(BufRef src, BufRef dst, bool final = false) { add(StepOp::kLocalReduce, -1, -1, src, dst, final); }
 
  private:
-  void add(StepOp op, int sendPeer, int recvPeer, BufRef src, BufRef dst, bool final) {
+  void add(StepOp op, int sendPeer, int recvPeer, BufRef src, BufRef dst, bool final, int span = 1) {
     Step s;
     s.op = op;
     s.sendPeer = sendPeer;
@@ -60,6 +54,7 @@ class Steps {
     s.src = src;
     s.dst = dst;
     s.final = final;
+    s.span = static_cast<uint16_t>(span);
     steps_->push_back(s);
   }
 

@@ -16,8 +16,8 @@ namespace {
 StrParam kAlgo{"NCCL_ALGO", "",
                "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot, "
                "Hierarchical, Rail, RecDoubling (NCCL's other names are accepted and ignored). An algorithm that "
-               "cannot run a collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as many ranks "
-               "on each.",
+               "cannot run a collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as "
+               "many ranks on each.",
                "tuning"};
 StrParam kProto{"NCCL_PROTO", "",
                 "Allowed protocols: Simple, LL (LL128 is accepted and treated as Simple); ^ excludes.", "tuning"};

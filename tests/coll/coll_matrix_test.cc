@@ -190,7 +190,8 @@ std::vector<Case> buildMatrix() {
         const int op = c == C::kAllReduce ? ops[variant % 6] : ncclSum;
         const ncclDataType_t dt = variant % 3 == 0 ? ncclFloat32 : variant % 3 == 1 ? ncclInt32 : ncclFloat16;
         const Driver driver = variant % 4 == 3 ? Driver::kProcesses : Driver::kThreads;
-        out.push_back(Case{c, dt, op, count, variant % 2 == 0, n, driver, "RecDoubling", variant % 5 == 2 ? "LL" : "", 0});
+        const char* proto = variant % 5 == 2 ? "LL" : "";
+        out.push_back(Case{c, dt, op, count, variant % 2 == 0, n, driver, "RecDoubling", proto, 0});
         variant++;
       }
   for (Case& k : out) {
