@@ -77,6 +77,14 @@ class RemoteTransport {
   /// Called by the executor after it published or freed a slot: wakes a sleeping proxy (a fence and a load when
   /// the proxy is awake).
   virtual void kick() = 0;
+  /// Called by a rank's thread that published a slot of FIFO `f` of this transport (data, or a freed slot): moves what
+  /// can move now on f's connection (posts sends or receives, tests completions) on the calling thread, so that a
+  /// small message need not wait for the proxy thread to be scheduled. Does nothing, and returns false, where the net
+  /// takes calls from one thread only, while the proxy is in a pass, or once shutdown began. True if something moved.
+  virtual bool progress(const Fifo* f) {
+    (void)f;
+    return false;
+  }
   /// The transport's name for logs ("net Socket", "net UCX", ...).
   virtual const char* name() const = 0;
   /// Whether the proxy sends a slot passed by address (kDescribedSlot) from that address in this process's memory,

@@ -105,34 +105,80 @@ TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
       2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
 }
 
-// NCCL_DEBUG=INFO names the net, each device (its interface, speed and PCI path) and why the net was chosen.
-TEST_F(NetSelect, InfoNamesTheNetItsDeviceAndWhy) {
+// Runs 2 ranks over the socket net on lo with NCCL_DEBUG=INFO for NET, each calling `use`; returns every line both
+// logged.
+std::vector<std::string> socketNetInfoLines(ScopedEnv& env, const std::function<int(int, ncclComm_t)>& use) {
   char dir[] = "/tmp/chorus-netlog-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  env_.set("NCCL_NET", "Socket");
-  env_.set("NCCL_SOCKET_IFNAME", "=lo");
-  env_.set("NCCL_DEBUG", "INFO");
-  env_.set("NCCL_DEBUG_SUBSYS", "NET");
-  env_.set("NCCL_DEBUG_FILE", (std::string(dir) + "/log.%p").c_str());
-  expectAllOk(runHosts(
-      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
-  int found = 0;
-  std::string text;
+  if (mkdtemp(dir) == nullptr) return {};
+  env.set("NCCL_NET", "Socket");
+  env.set("NCCL_SOCKET_IFNAME", "=lo");
+  env.set("NCCL_DEBUG", "INFO");
+  env.set("NCCL_DEBUG_SUBSYS", "NET");
+  env.set("NCCL_DEBUG_FILE", (std::string(dir) + "/log.%p").c_str());
+  expectAllOk(runHosts(2, [](int) {}, use, unexpectedFailure));
+  std::vector<std::string> lines;
   for (const std::string& path : listDir(dir)) {
     FILE* f = fopen(path.c_str(), "r");
     if (f == nullptr) continue;
     char line[1024];
-    while (fgets(line, sizeof(line), f) != nullptr) {
-      text += line;
-      if (strstr(line, "net Socket between hosts, 1 device(s): lo ") != nullptr && strstr(line, "Mbit/s") != nullptr &&
-          strstr(line, "(NCCL_NET=Socket)") != nullptr)
-        found++;
-    }
+    while (fgets(line, sizeof(line), f) != nullptr) lines.push_back(line);
     fclose(f);
     unlink(path.c_str());
   }
   rmdir(dir);
-  EXPECT_EQ(found, 2) << "each rank logs its net, device and reason once; the logs:\n" << text;
+  return lines;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& l : lines) text += l;
+  return text;
+}
+
+// NCCL_DEBUG=INFO names the net, each device (its interface, speed and PCI path) and why the net was chosen.
+TEST_F(NetSelect, InfoNamesTheNetItsDeviceAndWhy) {
+  std::vector<std::string> lines =
+      socketNetInfoLines(env_, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); });
+  int found = 0;
+  for (const std::string& line : lines)
+    if (line.find("net Socket between hosts, 1 device(s): lo ") != std::string::npos &&
+        line.find("Mbit/s") != std::string::npos && line.find("(NCCL_NET=Socket)") != std::string::npos)
+      found++;
+  EXPECT_EQ(found, 2) << "each rank logs its net, device and reason once; the logs:\n" << joined(lines);
+}
+
+// CHORUS_NET_RANK_PROGRESS: with 1 (the default) a rank's thread hands what it publishes to the socket net itself,
+// and each rank's proxy says at shutdown how often that moved data; with 0 it never does. Both compute right.
+TEST_F(NetSelect, RankThreadsHandTheirSlotsToTheSocketNet) {
+  for (const char* setting : {"1", "0"}) {
+    env_.set("CHORUS_NET_RANK_PROGRESS", setting);
+    std::vector<std::string> lines = socketNetInfoLines(env_, [](int, ncclComm_t comm) {
+      std::vector<float> in(8), out(8);
+      for (int i = 0; i < 200; i++) {
+        for (size_t k = 0; k < in.size(); k++) in[k] = static_cast<float>(i + k);
+        if (ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+          return static_cast<int>(kInitFailed);
+        for (size_t k = 0; k < out.size(); k++)
+          if (out[k] != 2.0f * static_cast<float>(i + k)) return static_cast<int>(kWrongText);
+      }
+      return static_cast<int>(kOk);
+    });
+    const std::string tag = std::string("(CHORUS_NET_RANK_PROGRESS=") + setting + ")";
+    std::vector<unsigned long long> moves;
+    for (const std::string& line : lines) {
+      size_t at = line.find("moved data itself ");
+      if (at == std::string::npos || line.find(tag) == std::string::npos) continue;
+      moves.push_back(std::stoull(line.substr(at + strlen("moved data itself "))));
+    }
+    ASSERT_EQ(moves.size(), 2u) << "each rank's proxy logs once at shutdown; the logs:\n" << joined(lines);
+    if (setting[0] == '1') {
+      // 200 calls publish hundreds of slots each way. A publish finds the proxy thread in a pass (then it is the
+      // proxy's) more often on the rank that answers than on the one that starts a call, so only the sum is sure.
+      EXPECT_GT(moves[0] + moves[1], 0u) << joined(lines);
+    } else {
+      EXPECT_EQ(moves[0] + moves[1], 0u) << joined(lines);
+    }
+  }
 }
 
 TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {

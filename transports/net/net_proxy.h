@@ -67,7 +67,7 @@ struct NetConn {
   void* mem = nullptr;  ///< the FIFO memory (allocRemoteFifo)
   RemoteData data;      ///< GPUDirect RDMA: the slot data in GPU memory (data.ptr null: the data is in mem)
   Fifo fifo;            ///< the proxy's view
-  // Proxy thread only, once adopted:
+  // Once adopted, under NetProxy::passMu_: the proxy thread's, or a rank's thread's in NetProxy::progress():
   State state = State::kListen;
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* listenComm = nullptr;
@@ -111,6 +111,7 @@ class NetProxy : public RemoteTransport {
   void markFailed(uint64_t word) override;
   void markFailedCalls(const uint64_t* calls) override;
   void kick() override { wake_.kick(); }
+  bool progress(const Fifo* f) override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
@@ -124,6 +125,8 @@ class NetProxy : public RemoteTransport {
   /// CHORUS_PROXY_BIND: the proxy thread moves to the CPUs near the devices it uses.
   void bindNearDevices();
   void adopt();
+  /// The proxy's pass: adopts new connections and steps every one; true if one made progress. Under passMu_.
+  bool pass();
   /// One step of one connection; true if it made progress.
   bool step(NetConn& c);
   bool setup(NetConn& c);
@@ -164,6 +167,10 @@ class NetProxy : public RemoteTransport {
   ProxyWake wake_;
 
   std::vector<std::unique_ptr<NetConn>> conns_;  ///< the proxy's (the caller's after the join)
+  /// Held by whichever thread makes a pass over conns_: the proxy thread, or a rank's thread in progress().
+  std::mutex passMu_;
+  std::atomic<uint64_t> rankMoves_{0};  ///< progress() calls that moved data
+  const bool rankProgress_;  ///< CHORUS_NET_RANK_PROGRESS and a net that takes calls from any thread
 
   std::mutex newMutex_;  ///< guards newConns_ and the refusal of new conns after stop_
   std::vector<std::unique_ptr<NetConn>> newConns_;
