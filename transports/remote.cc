@@ -75,7 +75,7 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   out->inflightSlots = api == socketNet() ? kMaxInflightSlots : kInflightSlots;
   out->sendsUnregistered = api == socketNet();
   out->flushesGpuMemory = api != ucxNet();
-  out->anyThread = api == socketNet();
+  out->anyThread = api == socketNet() || (api == ucxNet() && api != nullptr);
   return true;
 }
 

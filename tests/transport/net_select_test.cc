@@ -105,12 +105,12 @@ TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
       2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
 }
 
-// Runs 2 ranks over the socket net on lo with NCCL_DEBUG=INFO for NET, each calling `use`; returns every line both
-// logged.
-std::vector<std::string> socketNetInfoLines(ScopedEnv& env, const std::function<int(int, ncclComm_t)>& use) {
+// Runs 2 ranks over net `net` with NCCL_DEBUG=INFO for NET, each calling `use`; returns every line both logged.
+std::vector<std::string> netInfoLines(ScopedEnv& env, const char* net,
+                                      const std::function<int(int, ncclComm_t)>& use) {
   char dir[] = "/tmp/chorus-netlog-XXXXXX";
   if (mkdtemp(dir) == nullptr) return {};
-  env.set("NCCL_NET", "Socket");
+  env.set("NCCL_NET", net);
   env.set("NCCL_SOCKET_IFNAME", "=lo");
   env.set("NCCL_DEBUG", "INFO");
   env.set("NCCL_DEBUG_SUBSYS", "NET");
@@ -138,7 +138,7 @@ std::string joined(const std::vector<std::string>& lines) {
 // NCCL_DEBUG=INFO names the net, each device (its interface, speed and PCI path) and why the net was chosen.
 TEST_F(NetSelect, InfoNamesTheNetItsDeviceAndWhy) {
   std::vector<std::string> lines =
-      socketNetInfoLines(env_, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); });
+      netInfoLines(env_, "Socket", [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); });
   int found = 0;
   for (const std::string& line : lines)
     if (line.find("net Socket between hosts, 1 device(s): lo ") != std::string::npos &&
@@ -147,38 +147,63 @@ TEST_F(NetSelect, InfoNamesTheNetItsDeviceAndWhy) {
   EXPECT_EQ(found, 2) << "each rank logs its net, device and reason once; the logs:\n" << joined(lines);
 }
 
-// CHORUS_NET_RANK_PROGRESS: with 1 (the default) a rank's thread hands what it publishes to the socket net itself,
-// and each rank's proxy says at shutdown how often that moved data; with 0 it never does. Both compute right.
-TEST_F(NetSelect, RankThreadsHandTheirSlotsToTheSocketNet) {
-  for (const char* setting : {"1", "0"}) {
-    env_.set("CHORUS_NET_RANK_PROGRESS", setting);
-    std::vector<std::string> lines = socketNetInfoLines(env_, [](int, ncclComm_t comm) {
-      std::vector<float> in(8), out(8);
-      for (int i = 0; i < 200; i++) {
-        for (size_t k = 0; k < in.size(); k++) in[k] = static_cast<float>(i + k);
-        if (ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
-          return static_cast<int>(kInitFailed);
-        for (size_t k = 0; k < out.size(); k++)
-          if (out[k] != 2.0f * static_cast<float>(i + k)) return static_cast<int>(kWrongText);
+// CHORUS_NET_RANK_PROGRESS: with 1 (the default) a rank's thread hands what it publishes to the socket or UCX net
+// itself, and each rank's proxy says at shutdown how often that moved data; with 0 it never does. A plugin net is
+// driven by its proxy alone whatever the setting. Every run computes right.
+int smallAllreduces(int, ncclComm_t comm) {
+  std::vector<float> in(8), out(8);
+  for (int i = 0; i < 200; i++) {
+    for (size_t k = 0; k < in.size(); k++) in[k] = static_cast<float>(i + k);
+    if (ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+      return kInitFailed;
+    for (size_t k = 0; k < out.size(); k++)
+      if (out[k] != 2.0f * static_cast<float>(i + k)) return kWrongText;
+  }
+  return kOk;
+}
+
+/// The two ranks' counts from the proxies' shutdown lines naming `setting` (CHORUS_NET_RANK_PROGRESS as applied).
+std::vector<unsigned long long> rankMoves(const std::vector<std::string>& lines, int setting) {
+  const std::string tag = "(CHORUS_NET_RANK_PROGRESS=" + std::to_string(setting) + ")";
+  const std::string said = "moved data itself ";
+  std::vector<unsigned long long> moves;
+  for (const std::string& line : lines) {
+    size_t at = line.find(said);
+    if (at != std::string::npos && line.find(tag) != std::string::npos)
+      moves.push_back(std::stoull(line.substr(at + said.size())));
+  }
+  return moves;
+}
+
+TEST_F(NetSelect, RankThreadsHandTheirSlotsToTheSocketAndUcxNets) {
+  std::vector<const char*> nets = {"Socket"};
+  if (chorus::ucxNet() != nullptr) nets.push_back("UCX");
+  env_.set("UCX_TLS", "tcp");
+  for (const char* net : nets) {
+    for (int setting : {1, 0}) {
+      env_.set("CHORUS_NET_RANK_PROGRESS", std::to_string(setting).c_str());
+      std::vector<std::string> lines = netInfoLines(env_, net, smallAllreduces);
+      std::vector<unsigned long long> moves = rankMoves(lines, setting);
+      ASSERT_EQ(moves.size(), 2u) << net << ": each rank's proxy logs once at shutdown; the logs:\n" << joined(lines);
+      if (setting == 1) {
+        // 200 calls publish hundreds of slots each way. A publish finds the proxy thread in a pass (then it is the
+        // proxy's) more often on the rank that answers than on the one that starts a call, so only the sum is sure.
+        EXPECT_GT(moves[0] + moves[1], 0u) << net << ":\n" << joined(lines);
+      } else {
+        EXPECT_EQ(moves[0] + moves[1], 0u) << net << ":\n" << joined(lines);
       }
-      return static_cast<int>(kOk);
-    });
-    const std::string tag = std::string("(CHORUS_NET_RANK_PROGRESS=") + setting + ")";
-    std::vector<unsigned long long> moves;
-    for (const std::string& line : lines) {
-      size_t at = line.find("moved data itself ");
-      if (at == std::string::npos || line.find(tag) == std::string::npos) continue;
-      moves.push_back(std::stoull(line.substr(at + strlen("moved data itself "))));
-    }
-    ASSERT_EQ(moves.size(), 2u) << "each rank's proxy logs once at shutdown; the logs:\n" << joined(lines);
-    if (setting[0] == '1') {
-      // 200 calls publish hundreds of slots each way. A publish finds the proxy thread in a pass (then it is the
-      // proxy's) more often on the rank that answers than on the one that starts a call, so only the sum is sure.
-      EXPECT_GT(moves[0] + moves[1], 0u) << joined(lines);
-    } else {
-      EXPECT_EQ(moves[0] + moves[1], 0u) << joined(lines);
     }
   }
+}
+
+TEST_F(NetSelect, PluginNetsAreDrivenByTheirProxyAlone) {
+  if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+  env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
+  env_.set("CHORUS_NET_RANK_PROGRESS", "1");
+  std::vector<std::string> lines = netInfoLines(env_, "ChorusTestNet", smallAllreduces);
+  std::vector<unsigned long long> moves = rankMoves(lines, 0);
+  ASSERT_EQ(moves.size(), 2u) << "each rank's proxy logs once, without rank progress; the logs:\n" << joined(lines);
+  EXPECT_EQ(moves[0] + moves[1], 0u);
 }
 
 TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {

@@ -61,9 +61,10 @@ struct NetChoice {
   /// there. External plugins are trusted to (NCCL calls their iflush alike); chorus's UCX net's iflush completes at
   /// once without reading the GPU memory back, so its receives stay staged (its sends may read GPU memory).
   bool flushesGpuMemory = true;
-  /// The net takes calls from any thread, one at a time (the built-in socket net keeps no per-thread state), so a
-  /// rank's thread may hand it what it has just published (RemoteTransport::progress). UCX's worker is single-threaded, IB's
-  /// and plugins' are not promised to be: their proxy alone calls them.
+  /// The net takes calls from any thread, one at a time, so a rank's thread may hand it what it has just published
+  /// (RemoteTransport::progress): the built-in socket net (no per-thread state) and UCX net (its worker in
+  /// UCS_THREAD_MODE_SERIALIZED). IB's and plugins' calls are not promised to be safe from another thread: their
+  /// proxy alone calls them, as NCCL's proxy does.
   bool anyThread = false;
 };
 

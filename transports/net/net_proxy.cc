@@ -48,12 +48,13 @@ IntParam kNetByAddress{"CHORUS_NET_SEND_BY_ADDRESS", 0,
                        "transports"};
 
 IntParam kRankProgress{"CHORUS_NET_RANK_PROGRESS", 1,
-                       "Host buffers, connections to other hosts over the socket net: 1: a rank's thread that "
+                       "Host buffers, connections to other hosts over the socket or UCX net: 1: a rank's thread that "
                        "publishes a slot (data to send, or a slot it has read) hands it to the net at once itself, "
                        "where it can without waiting, so that a small message does not wait for the proxy thread "
-                       "to be scheduled (4 hosts x 2 ranks on 2 cores: 11-13% faster at 8 B - 8 KB, "
-                       "docs/perf/net.md); the proxy thread does the rest. 0: the proxy thread alone. Other nets "
-                       "always take the proxy alone (their calls are not promised to be safe from another thread).",
+                       "to be scheduled (4 hosts x 2 ranks on 2 cores: 11-15% faster at 8 B - 8 KB, "
+                       "docs/perf/net.md); the proxy thread does the rest. 0: the proxy thread alone. IB and plugin "
+                       "nets always take the proxy alone (their calls are not promised to be safe from another "
+                       "thread).",
                        "transports"};
 
 }  // namespace

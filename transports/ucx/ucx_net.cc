@@ -258,10 +258,11 @@ ncclResult_t makeContext(NetContext* n, int dev, Context** out) {
     return res;
   }
   c->listenAddr.setPort(0);
-  // One thread drives the worker (the communicator's proxy), so UCX needs no locks of its own.
+  // One thread at a time drives the worker: the communicator's proxy, or a rank's thread handing it what it just
+  // published (NetProxy::progress), both under the proxy's lock. So UCX needs no locks of its own.
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   ucs_status_t st = ucp_worker_create(c->context, &wp, &c->worker);
   if (st != UCS_OK) {
     destroyContext(c->context);
