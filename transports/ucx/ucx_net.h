@@ -2,8 +2,10 @@
 //
 // Built only with UCX (CHORUS_HAVE_UCX). One NetContext per init(); in it, one Context per device the
 // communicator uses (ucx_devices.h): its own ucp_context, restricted to that device (UCX_NET_DEVICES), and one
-// ucp_worker in UCS_THREAD_MODE_SINGLE. Every object below belongs to the one thread that drives its init (the proxy
-// of one communicator); UCX callbacks run inside ucp_worker_progress() on that same thread, so nothing is locked.
+// ucp_worker in UCS_THREAD_MODE_SERIALIZED. Every object below is driven by one thread at a time, under the net
+// proxy's lock (NetProxy::passMu_): the proxy of one communicator, or its rank's thread handing over a slot it has
+// just published (NetProxy::progress). UCX callbacks run inside ucp_worker_progress() on whichever thread that is,
+// so nothing here is locked.
 //
 // Data moves with UCP tag matching: a send carries tag (connId << 32 | NCCL tag) and the receiver posts the same
 // tag with a full mask on its worker. connId is chosen by listen() (unique in the process, hence on every worker)
