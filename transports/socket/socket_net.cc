@@ -164,11 +164,13 @@ void helperLoop(Comm* c, Helper* h) {
         }
         if (t->done < t->size) break;
         Request* r = t->req;
+        // Read before this chunk counts: once the last one does, the proxy may complete the request and reuse it.
+        const int nChunks = r->nChunks;
         {
           std::lock_guard<std::mutex> lock(h->mu);
           h->queues[k].pop_front();
         }
-        if (r->chunksDone.fetch_add(1, std::memory_order_acq_rel) + 1 == r->nChunks) wakeProxy(c);
+        if (r->chunksDone.fetch_add(1, std::memory_order_acq_rel) + 1 == nChunks) wakeProxy(c);
       }
     }
   }
