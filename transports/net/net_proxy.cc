@@ -240,6 +240,9 @@ void NetProxy::shutdown() {
   }
   if (wake_.fd() >= 0) wake_.wake();
   if (thread_.joinable()) thread_.join();  // the proxy first flushes what was published (NetProxy::run)
+  // A rank's thread that took the lock before stop_ was set may still be stepping a connection (progress()): wait
+  // for it. Any later one sees stop_ and leaves.
+  std::lock_guard<std::mutex> pass(passMu_);
   for (auto& c : conns_) closeConn(*c);
   if (net_.api != nullptr && net_.api->finalize != nullptr && net_.ctx != nullptr) net_.api->finalize(net_.ctx);
   net_.ctx = nullptr;
