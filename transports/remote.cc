@@ -47,6 +47,7 @@ bool sameName(const std::string& a, const char* b) { return b != nullptr && strc
 bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason, NetChoice* out, std::string* why) {
   void* ctx = nullptr;
   ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  std::lock_guard<std::mutex> setup(netSetupMutex());
   // A net that cannot run here is not an error of this call (most hosts have no HCA): its text goes into *why, and
   // the thread's last error is put back.
   const std::string before = threadLastError();
@@ -265,7 +266,9 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   entries[comm->rank].ndev = chosen != ncclSuccess ? 0 : net.ndev;
   ncclResult_t ag = comm->bootstrap->allGather(entries.data(), sizeof(Entry));
   auto release = [&]() {
-    if (net.api != nullptr && net.api->finalize != nullptr && net.ctx != nullptr) net.api->finalize(net.ctx);
+    if (net.api == nullptr || net.api->finalize == nullptr || net.ctx == nullptr) return;
+    std::lock_guard<std::mutex> setup(netSetupMutex());
+    net.api->finalize(net.ctx);
   };
   if (chosen != ncclSuccess || ag != ncclSuccess) {
     release();

@@ -392,6 +392,21 @@ static void sayDevice(const char* what, int dev) {
   if (gNamedDevs > 0) say(kLogInfo, __LINE__, "%s on device %d (%s)", what, dev, devName(dev));
 }
 
+/* NCCL calls a net's init, devices and finalize one at a time, however many threads make communicators (its
+ * netPluginMutex), so plugins written for it need not guard their set-up. This one holds each such call a moment and
+ * fails one that finds another in progress, so that a library calling them at once fails the tests. */
+static int gInSetup;
+static int enterSetup(const char* what) {
+  if (__atomic_fetch_add(&gInSetup, 1, __ATOMIC_ACQ_REL) != 0) {
+    __atomic_fetch_sub(&gInSetup, 1, __ATOMIC_ACQ_REL);
+    fprintf(stderr, "ChorusTestNet: %s called while another thread was in init, devices or finalize\n", what);
+    return 0;
+  }
+  usleep(2000);
+  return 1;
+}
+static void leaveSetup(void) { __atomic_fetch_sub(&gInSetup, 1, __ATOMIC_ACQ_REL); }
+
 /* Initializes the plugin; `again` says whether a second call is allowed (v11) or refused (older layouts). */
 static ncclResult_t netInit(Logger log, int again) {
   const char* failWhat = getenv("CHORUS_TEST_NET_FAIL");
@@ -422,8 +437,18 @@ static ncclResult_t netInit(Logger log, int again) {
 }
 
 static ncclResult_t netDevices(int* ndev) {
+  if (!enterSetup("devices")) return ncclInternalError;
   *ndev = gNdevs;
+  leaveSetup();
   return ncclSuccess;
+}
+
+/* init in any layout, held as enterSetup says. */
+static ncclResult_t netInitOnce(Logger log, int again) {
+  if (!enterSetup("init")) return ncclInternalError;
+  ncclResult_t rc = netInit(log, again);
+  leaveSetup();
+  return rc;
 }
 
 static ncclResult_t netGetProperties(int dev, Props* props) {
@@ -657,16 +682,20 @@ static int gCtxToken;
 static ncclResult_t initV(void** ctx, uint64_t commId, CommConfig* config, Logger log, ProfilerCallback prof) {
   (void)commId, (void)config, (void)prof;
   *ctx = &gCtxToken;
-  return netInit(log, 1);
+  return netInitOnce(log, 1);
 }
-static ncclResult_t finalizeV(void* ctx) { return ctx == &gCtxToken ? ncclSuccess : ncclInvalidArgument; }
+static ncclResult_t finalizeV(void* ctx) {
+  if (!enterSetup("finalize")) return ncclInternalError;
+  leaveSetup();
+  return ctx == &gCtxToken ? ncclSuccess : ncclInvalidArgument;
+}
 #elif NET_LAYOUT == 10
 static ncclResult_t initV(Logger log, ProfilerCallback prof) {
   (void)prof;
-  return netInit(log, 0);
+  return netInitOnce(log, 0);
 }
 #else
-static ncclResult_t initV(Logger log) { return netInit(log, 0); }
+static ncclResult_t initV(Logger log) { return netInitOnce(log, 0); }
 #endif
 
 #if NET_LAYOUT >= 11

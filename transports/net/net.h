@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "chorus/net.h"
@@ -42,6 +43,10 @@ const ncclNet_v11_t* ibNet();
 /// when none was found or it is not usable, with *why saying so (one line, for INFO or the error of NCCL_NET=name).
 /// *version is the plugin version found (6-11).
 const ncclNet_v11_t* pluginNet(std::string* why, int* version);
+
+/// Held around a net's init, devices and finalize: communicators made at once by several threads of a process call
+/// them one at a time, as NCCL's netPluginMutex does, so a plugin written for NCCL need not guard its own set-up.
+std::mutex& netSetupMutex();
 
 /// One net chosen for a communicator, initialized: its table and the context init returned.
 struct NetChoice {

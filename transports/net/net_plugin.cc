@@ -138,6 +138,11 @@ Cache& cache() {
 
 }  // namespace
 
+std::mutex& netSetupMutex() {
+  static std::mutex* mu = new std::mutex;  // never destroyed: a proxy may finalize its net during static destruction
+  return *mu;
+}
+
 const ncclNet_v11_t* pluginNet(std::string* why, int* version) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);

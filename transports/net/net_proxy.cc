@@ -244,7 +244,10 @@ void NetProxy::shutdown() {
   // for it. Any later one sees stop_ and leaves.
   std::lock_guard<std::mutex> pass(passMu_);
   for (auto& c : conns_) closeConn(*c);
-  if (net_.api != nullptr && net_.api->finalize != nullptr && net_.ctx != nullptr) net_.api->finalize(net_.ctx);
+  if (net_.api != nullptr && net_.api->finalize != nullptr && net_.ctx != nullptr) {
+    std::lock_guard<std::mutex> setup(netSetupMutex());
+    net_.api->finalize(net_.ctx);
+  }
   net_.ctx = nullptr;
   INFO(kNet, "rank %d: %s shut down; the rank's thread moved data itself %llu times (CHORUS_NET_RANK_PROGRESS=%d)",
        rank_, name(), static_cast<unsigned long long>(rankMoves_.load(std::memory_order_relaxed)),
