@@ -260,19 +260,20 @@ static int ifSelected(const char* name, const char* spec) {
   return exclude ? !match : match;
 }
 
-/* The IPv4 address peers reach this host at; also sets gIfName (the device's name). */
-static struct in_addr pickAddress(void) {
+/* The IPv4 address peers reach this host at, and its device's name in ifName (IF_NAMESIZE + 1 bytes). listen calls it
+ * from several communicators' threads at once, so it writes no global. */
+static struct in_addr pickAddress(char* ifName) {
   struct in_addr found;
   struct ifaddrs* list = NULL;
   const char* spec = getenv("NCCL_SOCKET_IFNAME");
   found.s_addr = htonl(INADDR_LOOPBACK);
-  snprintf(gIfName, sizeof(gIfName), "lo");
+  snprintf(ifName, IF_NAMESIZE + 1, "lo");
   if (getifaddrs(&list) != 0) return found;
   for (struct ifaddrs* i = list; i != NULL; i = i->ifa_next) {
     if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
     if (spec != NULL && spec[0] != '\0' ? !ifSelected(i->ifa_name, spec) : (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
     found = ((struct sockaddr_in*)i->ifa_addr)->sin_addr;
-    snprintf(gIfName, sizeof(gIfName), "%s", i->ifa_name);
+    snprintf(ifName, IF_NAMESIZE + 1, "%s", i->ifa_name);
     break;
   }
   freeifaddrs(list);
@@ -418,7 +419,7 @@ static ncclResult_t netInit(Logger log, int again) {
     return ncclInternalError;
   }
   gInits++;
-  struct in_addr a = pickAddress();
+  struct in_addr a = pickAddress(gIfName);
   char text[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &a, text, sizeof(text));
   say(kLogInfo, __LINE__, "init (v%d): device %s, address %s", NET_VERSION, gIfName, text);
@@ -507,7 +508,8 @@ static ncclResult_t netListen(int dev, void* handle, void** listenComm) {
   memset(h, 0, sizeof(*h));
   h->magic = kHandleMagic;
   h->addr.sin_family = AF_INET;
-  h->addr.sin_addr = pickAddress();
+  char ifName[IF_NAMESIZE + 1];
+  h->addr.sin_addr = pickAddress(ifName);
   h->addr.sin_port = any.sin_port;
   h->fd = -1;
   *listenComm = l;
