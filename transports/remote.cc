@@ -71,12 +71,13 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   out->name = api->name;
   out->reason = reason;
   out->ndev = ndev;
-  out->hooks = api == socketNet() ? socketNetHooks() : (api == ucxNet() && api != nullptr) ? ucxNetHooks() : nullptr;
+  // api is not null here (its init ran), so comparing with ucxNet() is false in a build without UCX.
+  out->hooks = api == socketNet() ? socketNetHooks() : api == ucxNet() ? ucxNetHooks() : nullptr;
   // The socket net takes 32 requests a comm: a whole FIFO (8 slots) in flight. Others keep what a v6 plugin allows.
   out->inflightSlots = api == socketNet() ? kMaxInflightSlots : kInflightSlots;
   out->sendsUnregistered = api == socketNet();
   out->flushesGpuMemory = api != ucxNet();
-  out->anyThread = api == socketNet() || (api == ucxNet() && api != nullptr);
+  out->anyThread = api == socketNet() || api == ucxNet();
   return true;
 }
 
