@@ -151,5 +151,38 @@ TEST(ShmSweep, RemovesRendezvousRecordsWhoseEndsHaveExited) {
     shm_unlink(n.c_str());
 }
 
+// Both ends of a FIFO in one process (ranks as threads) share one mapping of its segment, which stays until the last
+// end closes. A segment made again under a name whose first file was unlinked is another file, mapped apart.
+TEST(ShmFifo, EndsInOneProcessShareOneMapping) {
+  chorus::FifoGeometry geo;
+  geo.nSlots = 2;
+  geo.slotBytes = 4096;
+  geo.llLines = 64;
+  const std::string name = testName("shared", 'x'), other = testName("other", 'x');
+  const uint64_t me = static_cast<uint64_t>(getpid());
+  chorus::ShmSegment sender, receiver, third;
+  ASSERT_EQ(chorus::shmFifoOpen(name, geo, &sender, me), ncclSuccess);
+  ASSERT_EQ(chorus::shmFifoOpen(name, geo, &receiver, me), ncclSuccess);
+  EXPECT_EQ(sender.base, receiver.base) << "the two ends of one FIFO in one process must share its mapping";
+  EXPECT_FALSE(exists(name)) << "the second end to attach unlinks the name";
+  ASSERT_EQ(chorus::shmFifoOpen(other, geo, &third, me), ncclSuccess);
+  EXPECT_NE(third.base, sender.base) << "another FIFO is another segment";
+
+  // The sender leaves first: the receiver's view stays mapped and keeps what was written.
+  auto* bytes = static_cast<unsigned char*>(sender.base) + geo.totalBytes() - 1;
+  *bytes = 0x5a;
+  chorus::shmFifoClose(&sender, false);
+  EXPECT_EQ(static_cast<unsigned char*>(receiver.base)[geo.totalBytes() - 1], 0x5a);
+
+  // The name is free again: a new FIFO under it is a new, zero-filled segment, not the receiver's old one.
+  chorus::ShmSegment again;
+  ASSERT_EQ(chorus::shmFifoOpen(name, geo, &again, me), ncclSuccess);
+  EXPECT_NE(again.base, receiver.base) << "a segment made again under an unlinked name is another file";
+  EXPECT_EQ(static_cast<unsigned char*>(again.base)[geo.totalBytes() - 1], 0);
+  chorus::shmFifoClose(&receiver, false);
+  chorus::shmFifoClose(&again, true);
+  chorus::shmFifoClose(&third, true);
+}
+
 }  // namespace
 }  // namespace chorus_test

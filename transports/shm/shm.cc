@@ -9,6 +9,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "core/checks.h"
 #include "core/process.h"
@@ -65,11 +68,76 @@ void shmFifoRecordEnds(FifoCtrl* ctrl, uint64_t peerPid) {
                               __ATOMIC_ACQUIRE);
 }
 
+namespace {
+
+// The FIFOs this process has mapped, by file: with ranks as threads of one process both ends of a FIFO open the same
+// segment, and they share one mapping of it. Then both ends reach the FIFO's counters (and the data) at the same
+// addresses, which tools that track memory by address (ThreadSanitizer) need in order to pair a release with its
+// acquire; and the process holds one mapping where it held two.
+struct Mapping {
+  void* base = nullptr;
+  size_t size = 0;
+  int users = 0;
+};
+std::mutex gMappingsMu;
+std::map<std::pair<dev_t, ino_t>, Mapping>& mappings() {
+  static auto* m = new std::map<std::pair<dev_t, ino_t>, Mapping>();  // never destroyed: closes may run at exit
+  return *m;
+}
+
+// shmMapNamed for FIFOs: the mapping of the same file this process already holds, if one is large enough.
+void* mapFifo(const std::string& name, size_t size, int* err, const char** call) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
+  if (fd < 0) return *err = errno, *call = "shm_open", nullptr;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    *err = errno, *call = "fstat";
+    close(fd);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(gMappingsMu);
+  const auto key = std::make_pair(st.st_dev, st.st_ino);
+  auto it = mappings().find(key);
+  if (it != mappings().end() && it->second.size >= size) {
+    close(fd);
+    it->second.users++;
+    return it->second.base;
+  }
+  // Only grow: the other end may have created (and written) it already.
+  if (static_cast<size_t>(st.st_size) < size && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    *err = errno, *call = "ftruncate";
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *err = errno, *call = "mmap";
+  close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  if (it == mappings().end()) mappings()[key] = Mapping{p, size, 1};  // a smaller one found stays apart
+  return p;
+}
+
+void unmapFifo(void* base, size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(gMappingsMu);
+    for (auto it = mappings().begin(); it != mappings().end(); ++it) {
+      if (it->second.base != base) continue;
+      if (--it->second.users > 0) return;
+      size = it->second.size;
+      mappings().erase(it);
+      break;
+    }
+  }
+  munmap(base, size);
+}
+
+}  // namespace
+
 ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg, uint64_t peerPid) {
   size_t size = geo.totalBytes();
   int err = 0;
   const char* call = "";
-  void* p = shmMapNamed(name, size, true, &err, &call);
+  void* p = mapFifo(name, size, &err, &call);
   if (p == nullptr)
     CHORUS_FAIL(nullptr, ncclSystemError, "%s(%s, %zu) failed: %s%s", call, name.c_str(), size, strerror(err),
                 strcmp(call, "ftruncate") == 0 ? " (is /dev/shm large enough?)" : "");
@@ -86,7 +154,7 @@ ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSe
 }
 
 void shmFifoClose(ShmSegment* seg, bool unlinkName) {
-  if (seg->base) munmap(seg->base, seg->size);
+  if (seg->base) unmapFifo(seg->base, seg->size);
   if (unlinkName && !seg->name.empty()) shm_unlink(seg->name.c_str());
   seg->base = nullptr;
   seg->name.clear();

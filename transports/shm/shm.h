@@ -29,7 +29,8 @@ ShmKind shmKind(const char* name);
 void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call);
 /// Creates or opens the named segment (whichever end comes first creates it zero-filled, which
 /// is a valid empty FIFO) and maps it; the second end to attach unlinks the name. `peerPid` is the process of
-/// the other end (recorded with this one, for shmSweepStale).
+/// the other end (recorded with this one, for shmSweepStale). Both ends in one process (ranks as threads) share one
+/// mapping, so that both see the FIFO at the same addresses; shmFifoClose unmaps it after the last.
 ncclResult_t shmFifoOpen(const std::string& name, const FifoGeometry& geo, ShmSegment* seg, uint64_t peerPid);
 /// Records the processes of a FIFO's two ends in its control block unless an end already did.
 void shmFifoRecordEnds(FifoCtrl* ctrl, uint64_t peerPid);
