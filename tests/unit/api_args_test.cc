@@ -16,8 +16,11 @@ class ApiArgs : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_EQ(ncclCommInitAll(comms_, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr); }
   void TearDown() override {
-    for (auto c : comms_)
-      if (c) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    for (auto c : comms_) {
+      if (c) {
+        EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+      }
+    }
   }
   // Both ranks all-reduce; proves the communicators still work.
   void expectWorks() {
