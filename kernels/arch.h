@@ -137,6 +137,18 @@ CHORUS_HOST_DEVICE CHORUS_INLINE uint64_t loadAcquire(const uint64_t* p) {
 #endif
 }
 
+/// A poll of a word a peer releases (a FIFO counter, an LL line, a meeting counter): relaxed on the device, where the
+/// wait's fence after its loop orders what follows and a fence a poll would cost too much; acquire on the host, where
+/// it is a plain load on x86, and where ThreadSanitizer, which ignores standalone fences, then pairs it with the
+/// peer's release (the host runs this code for the emulated device of the test suite).
+CHORUS_HOST_DEVICE CHORUS_INLINE uint64_t loadPoll(const uint64_t* p) {
+#if CHORUS_ON_DEVICE
+  return *reinterpret_cast<const volatile uint64_t*>(p);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
 /// Relaxed 64-bit store.
 CHORUS_HOST_DEVICE CHORUS_INLINE void storeRelaxed(uint64_t* p, uint64_t v) {
 #if CHORUS_ON_DEVICE

@@ -91,10 +91,10 @@ class DevicePlatform {
 
   CHORUS_HOST_DEVICE ncclResult_t waitSendSpace(Fifo* f) {
     uint64_t limit = f->geo.nSlots;
-    return waitFor(f, kDevWaitSpace, [f, limit]() { return f->step - loadRelaxed(&f->ctrl->head) < limit; });
+    return waitFor(f, kDevWaitSpace, [f, limit]() { return f->step - loadPoll(&f->ctrl->head) < limit; });
   }
   CHORUS_HOST_DEVICE ncclResult_t waitRecvData(Fifo* f) {
-    return waitFor(f, kDevWaitData, [f]() { return loadRelaxed(&f->ctrl->tail) > f->step; });
+    return waitFor(f, kDevWaitData, [f]() { return loadPoll(&f->ctrl->tail) > f->step; });
   }
 
   /// LL: thread t waits for lines t, t + nt, ...; a line is ready when its flag half equals `flag`.
@@ -104,13 +104,13 @@ class DevicePlatform {
       uint64_t v;
       uint32_t iter = 0;
       uint64_t start = 0;
-      while (static_cast<uint32_t>((v = loadRelaxed(&lines[i])) >> 32) != flag) {
+      while (static_cast<uint32_t>((v = loadPoll(&lines[i])) >> 32) != flag) {
         pollPause(iter);
         if ((++iter & 1023) != 0) continue;
         if ((res = check(f, kDevWaitLL, &start)) != 0) break;
         if (peerGone(f)) {  // what the peer wrote before it exited is all there will be
           memoryFence();
-          if (static_cast<uint32_t>((v = loadRelaxed(&lines[i])) >> 32) != flag) res = peerDied(f, kDevWaitLL);
+          if (static_cast<uint32_t>((v = loadPoll(&lines[i])) >> 32) != flag) res = peerDied(f, kDevWaitLL);
           break;
         }
       }
@@ -189,7 +189,7 @@ class DevicePlatform {
       uint64_t start = 0;
       for (int k = 0; k < n && res == 0; k++) {
         uint32_t iter = 0;
-        while (loadRelaxed(base + k * stride) < value) {
+        while (loadPoll(base + k * stride) < value) {
           pollPause(iter);
           if ((++iter & 255) != 0) continue;
           if (*w_.abortFlag != 0) {
@@ -247,7 +247,7 @@ class DevicePlatform {
         const uint64_t* line = reinterpret_cast<const uint64_t*>(w_.ipcFrom[q] + off);
         const uint64_t* poisonWord = &reinterpret_cast<const FifoCtrl*>(w_.ipcFrom[q])->poison;
         uint32_t iter = 0;
-        while (loadRelaxed(line) < epoch) {
+        while (loadPoll(line) < epoch) {
           pollPause(iter);
           if ((++iter & 255) != 0) continue;
           uint64_t poison = loadRelaxed(poisonWord);
@@ -261,7 +261,7 @@ class DevicePlatform {
                          culprit, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr, q);
           } else if (w_.deadPeers != nullptr && w_.deadPeers[q] != 0) {
             memoryFence();  // what the peer wrote before it exited is all there will be
-            if (loadRelaxed(line) >= epoch) break;
+            if (loadPoll(line) >= epoch) break;
             res = record(ncclRemoteError, PoisonReason::kPeerDied, q, kDevWaitIpc, nullptr, w_.fp.seq, phase, nullptr);
           } else {
             uint64_t now = deviceClock();
