@@ -61,7 +61,7 @@ bool IntParam::isSet() const {
   return set_.load(std::memory_order_relaxed);
 }
 
-StrParam::StrParam(const char* env, const char* def, const char* help, const char* group) {
+StrParam::StrParam(const char* env, const char* def, const char* help, const char* group) : cache_(new Cache) {
   info_ = ParamInfo{env, def ? def : "", help, group};
   paramRegistry().push_back(&info_);
 }
@@ -69,18 +69,20 @@ StrParam::StrParam(const char* env, const char* def, const char* help, const cha
 std::string StrParam::get() const {
   uint64_t gen = paramsGeneration();
   std::lock_guard<std::mutex> lock(gParamMutex);
-  if (gen_ != gen) {
+  Cache& c = *cache_;
+  if (c.gen != gen) {
     const char* v = readEnv(info_.env);
-    set_ = v != nullptr && *v != '\0';
-    value_ = set_ ? std::string(v) : std::string(info_.def);
-    gen_ = gen;
+    c.set = v != nullptr && *v != '\0';
+    c.value = c.set ? std::string(v) : std::string(info_.def);
+    c.gen = gen;
   }
-  return value_;
+  return c.value;
 }
 
 bool StrParam::isSet() const {
   get();
-  return set_;
+  std::lock_guard<std::mutex> lock(gParamMutex);
+  return cache_->set;
 }
 
 std::string paramsMarkdown() {

@@ -52,15 +52,22 @@ class IntParam {
 class StrParam {
  public:
   StrParam(const char* env, const char* def, const char* help, const char* group = "general");
+  StrParam(const StrParam&) = delete;
+  StrParam& operator=(const StrParam&) = delete;
   std::string get() const;
   bool isSet() const;
   const ParamInfo& info() const { return info_; }
 
  private:
   ParamInfo info_;
-  mutable uint64_t gen_ = 0;
-  mutable std::string value_;
-  mutable bool set_ = false;
+  // On the heap and never freed: a thread that outlives main (the detached bootstrap root) may read a parameter while
+  // the exiting process runs the destructors of static objects, as this one is.
+  struct Cache {
+    uint64_t gen = 0;
+    std::string value;
+    bool set = false;
+  };
+  Cache* cache_;
 };
 
 /// Markdown table of every parameter (the content of docs/env.md).
