@@ -22,6 +22,10 @@
 
 #include "kernels/device_kernel.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace chorus_test {
 namespace {
 
@@ -394,6 +398,11 @@ ncclResult_t EmuRuntime::deviceAlloc(size_t bytes, void** p) {
     mem_->fail(std::string("emu: mmap: ") + strerror(errno));
     return ncclUnhandledCudaError;
   }
+#if defined(__SANITIZE_ADDRESS__)
+  // A new mapping is all accessible. In a rank forked from a test process with threads, AddressSanitizer's shadow of
+  // these addresses may still hold the poison of a thread stack that was there in the parent.
+  __asan_unpoison_memory_region(m, bytes);
+#endif
   std::lock_guard<std::mutex> lock(mem_->mutex);
   mem_->allocs[static_cast<char*>(m)] = Mem::Alloc{bytes, fd, tCurrentDevice};
   *p = m;
@@ -496,6 +505,9 @@ ncclResult_t EmuRuntime::ipcOpenHandle(const chorus::IpcHandle& h, void** p) {
     mem_->lastError = std::string("emu: opening ") + path + ": " + strerror(e);
     return ncclUnhandledCudaError;
   }
+#if defined(__SANITIZE_ADDRESS__)
+  __asan_unpoison_memory_region(m, hb.size);  // as in deviceAlloc
+#endif
   mem_->opened[static_cast<char*>(m)] = hb.size;
   *p = m;
   return ncclSuccess;
