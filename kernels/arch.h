@@ -142,11 +142,7 @@ CHORUS_HOST_DEVICE CHORUS_INLINE uint64_t loadAcquire(const uint64_t* p) {
 /// it is a plain load on x86, and where ThreadSanitizer, which ignores standalone fences, then pairs it with the
 /// peer's release (the host runs this code for the emulated device of the test suite).
 CHORUS_HOST_DEVICE CHORUS_INLINE uint64_t loadPoll(const uint64_t* p) {
-#if CHORUS_ON_DEVICE
-  return *reinterpret_cast<const volatile uint64_t*>(p);
-#else
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-#endif
+  return CHORUS_ON_DEVICE ? loadRelaxed(p) : loadAcquire(p);
 }
 
 /// Relaxed 64-bit store.
