@@ -43,12 +43,13 @@ ShmKind shmKind(const char* name) {
   }
 }
 
-void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call) {
-  int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT : 0), 0600);
-  if (fd < 0) return *err = errno, *call = "shm_open", nullptr;
-  // Only grow: the other end may have created (and written) it already.
-  struct stat st;
-  if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) < size && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+namespace {
+
+// Maps `size` bytes of the segment open on fd and closes fd. Where `st` (the segment's fstat) says it is shorter, it
+// is grown first; never shrunk, since the other end may have created (and written) it already. On failure null, with
+// errno in *err and the failing call in *call.
+void* growAndMap(int fd, const struct stat* st, size_t size, int* err, const char** call) {
+  if (st != nullptr && static_cast<size_t>(st->st_size) < size && ftruncate(fd, static_cast<off_t>(size)) != 0) {
     *err = errno, *call = "ftruncate";
     close(fd);
     return nullptr;
@@ -57,6 +58,15 @@ void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, c
   *err = errno, *call = "mmap";
   close(fd);
   return p == MAP_FAILED ? nullptr : p;
+}
+
+}  // namespace
+
+void* shmMapNamed(const std::string& name, size_t size, bool create, int* err, const char** call) {
+  int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT : 0), 0600);
+  if (fd < 0) return *err = errno, *call = "shm_open", nullptr;
+  struct stat st;
+  return growAndMap(fd, fstat(fd, &st) == 0 ? &st : nullptr, size, err, call);
 }
 
 void shmFifoRecordEnds(FifoCtrl* ctrl, uint64_t peerPid) {
@@ -103,17 +113,8 @@ void* mapFifo(const std::string& name, size_t size, int* err, const char** call)
     it->second.users++;
     return it->second.base;
   }
-  // Only grow: the other end may have created (and written) it already.
-  if (static_cast<size_t>(st.st_size) < size && ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    *err = errno, *call = "ftruncate";
-    close(fd);
-    return nullptr;
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  *err = errno, *call = "mmap";
-  close(fd);
-  if (p == MAP_FAILED) return nullptr;
-  if (it == mappings().end()) mappings()[key] = Mapping{p, size, 1};  // a smaller one found stays apart
+  void* p = growAndMap(fd, &st, size, err, call);
+  if (p != nullptr && it == mappings().end()) mappings()[key] = Mapping{p, size, 1};  // a smaller one found stays apart
   return p;
 }
 
