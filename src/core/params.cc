@@ -66,9 +66,8 @@ StrParam::StrParam(const char* env, const char* def, const char* help, const cha
   paramRegistry().push_back(&info_);
 }
 
-std::string StrParam::get() const {
+const StrParam::Cache& StrParam::fresh() const {
   uint64_t gen = paramsGeneration();
-  std::lock_guard<std::mutex> lock(gParamMutex);
   Cache& c = *cache_;
   if (c.gen != gen) {
     const char* v = readEnv(info_.env);
@@ -76,13 +75,17 @@ std::string StrParam::get() const {
     c.value = c.set ? std::string(v) : std::string(info_.def);
     c.gen = gen;
   }
-  return c.value;
+  return c;
+}
+
+std::string StrParam::get() const {
+  std::lock_guard<std::mutex> lock(gParamMutex);
+  return fresh().value;
 }
 
 bool StrParam::isSet() const {
-  get();
   std::lock_guard<std::mutex> lock(gParamMutex);
-  return cache_->set;
+  return fresh().set;
 }
 
 std::string paramsMarkdown() {

@@ -68,6 +68,8 @@ class StrParam {
     bool set = false;
   };
   Cache* cache_;
+  /// The cache, read again from the environment if paramsReload() ran since. Under the parameter lock.
+  const Cache& fresh() const;
 };
 
 /// Markdown table of every parameter (the content of docs/env.md).
