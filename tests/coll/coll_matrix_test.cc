@@ -148,8 +148,9 @@ void runCase(const Case& c, RankCtx& ctx) {
     ASSERT_EQ(static_cast<unsigned char>(sendEnd[g]), kGuardByte) << caseName(c) << " wrote past sendbuff";
   }
   // (memcmp of 0 bytes still needs valid pointers: a count-0 case may pass a null sendbuff)
-  if (!inPlace && !sendCopy.empty())
+  if (!inPlace && !sendCopy.empty()) {
     EXPECT_EQ(std::memcmp(sendCopy.data(), send, sendCopy.size()), 0) << caseName(c) << " modified sendbuff";
+  }
 }
 
 std::vector<Case> buildMatrix() {

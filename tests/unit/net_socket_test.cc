@@ -177,8 +177,9 @@ TEST_P(SocketNetStriping, MessagesArriveWholeAndInOrder) {
       ncclResult_t rc = ncclSuccess;
       ASSERT_TRUE(waitReq(rreq[k], &size, &rc)) << ncclGetErrorString(rc) << ": " << threadLastError();
       EXPECT_EQ(size, static_cast<int>(sizes[base + k]));
-      if (sizes[base + k] > 0)
+      if (sizes[base + k] > 0) {
         EXPECT_EQ(0, memcmp(got[base + k].data(), sent[base + k].data(), sizes[base + k])) << "message " << base + k;
+      }
     }
     for (void* r : sreq) {
       int size = -1;

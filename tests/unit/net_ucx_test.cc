@@ -157,7 +157,9 @@ void transfer(Conn* c, Buffers* b, size_t bytes, size_t recvBytes, int seed) {
   ASSERT_EQ(out[1].res, ncclSuccess);
   ASSERT_TRUE(out[0].done && out[1].done) << "transfer of " << bytes << " bytes did not finish in time";
   EXPECT_EQ(out[0].size, static_cast<int>(bytes));
-  if (bytes > 0) EXPECT_EQ(memcmp(b->recvBuf.data(), want.data(), bytes), 0) << bytes << " bytes arrived wrong";
+  if (bytes > 0) {
+    EXPECT_EQ(memcmp(b->recvBuf.data(), want.data(), bytes), 0) << bytes << " bytes arrived wrong";
+  }
   if (recvBytes > bytes) {
     EXPECT_EQ(b->recvBuf[bytes], 0x5a) << "the receive was written past the message";
   }
@@ -382,7 +384,9 @@ TEST(NetUcx, ReceivesMatchInPostingOrder) {
     ASSERT_TRUE(out[i].done);
     EXPECT_EQ(out[i].size, static_cast<int>(sizes[i]));
     std::vector<char> p = pattern(sizes[i], 100 + static_cast<int>(i));
-    if (sizes[i] > 0) EXPECT_EQ(memcmp(recvBuf.data() + i * slot, p.data(), sizes[i]), 0);
+    if (sizes[i] > 0) {
+      EXPECT_EQ(memcmp(recvBuf.data() + i * slot, p.data(), sizes[i]), 0);
+    }
   }
   EXPECT_EQ(net()->deregMr(c.send, sendMr), ncclSuccess);
   EXPECT_EQ(net()->deregMr(c.recv, recvMr), ncclSuccess);
