@@ -57,9 +57,11 @@ void runAllToAllv(RankCtx& ctx, ncclDataType_t dtype) {
           << "rank " << r << ": element " << i << " from rank " << p;
     }
   }
-  for (size_t k = 0; k < recv.size(); k++)
-    if (!inBlock[k])
+  for (size_t k = 0; k < recv.size(); k++) {
+    if (!inBlock[k]) {
       ASSERT_EQ(recv[k], static_cast<T>(kUntouched)) << "rank " << r << " wrote outside its blocks at " << k;
+    }
+  }
 }
 
 class AllToAllv : public ::testing::TestWithParam<int> {};

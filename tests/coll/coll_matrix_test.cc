@@ -105,7 +105,9 @@ void runCase(const Case& c, RankCtx& ctx) {
     case C::kScatter: res = ncclScatter(send, recv, N, c.dt, c.root, ctx.comm, nullptr); break;
   }
   ASSERT_EQ(res, ncclSuccess) << caseName(c) << " rank " << r << ": " << ncclGetLastError(ctx.comm);
-  if (c.op == kPreMul2) EXPECT_EQ(ncclRedOpDestroy(op, ctx.comm), ncclSuccess);
+  if (c.op == kPreMul2) {
+    EXPECT_EQ(ncclRedOpDestroy(op, ctx.comm), ncclSuccess);
+  }
 
   // Expected output, element by element.
   bool hasOutput = !((c.coll == C::kReduce || c.coll == C::kGather) && r != c.root);

@@ -54,9 +54,13 @@ TEST_P(P2P, RingShiftAllPairsAndSelf) {
       ASSERT_EQ(ncclGroupStart(), ncclSuccess);
       for (int k = 0; k < n; k++) {
         int p = (r + k) % n;
-        if (r % 2) ASSERT_EQ(ncclRecv(ins[p].data(), count, ncclInt32, p, ctx.comm, nullptr), ncclSuccess);
+        if (r % 2) {
+          ASSERT_EQ(ncclRecv(ins[p].data(), count, ncclInt32, p, ctx.comm, nullptr), ncclSuccess);
+        }
         ASSERT_EQ(ncclSend(outs[p].data(), count, ncclInt32, p, ctx.comm, nullptr), ncclSuccess);
-        if (!(r % 2)) ASSERT_EQ(ncclRecv(ins[p].data(), count, ncclInt32, p, ctx.comm, nullptr), ncclSuccess);
+        if (!(r % 2)) {
+          ASSERT_EQ(ncclRecv(ins[p].data(), count, ncclInt32, p, ctx.comm, nullptr), ncclSuccess);
+        }
       }
       ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(ctx.comm);
       for (int p = 0; p < n; p++) checkFrom(ins[p], p, r, "all pairs");

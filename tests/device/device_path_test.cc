@@ -177,7 +177,9 @@ TEST_P(DevicePath, EveryCollective) {
         ASSERT_EQ(ip[i], sum / n);
       }
       ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess);
-      if (n > 1) EXPECT_GE(gEmu.launches - launches, 6) << "every collective must have run as a kernel";
+      if (n > 1) {
+        EXPECT_GE(gEmu.launches - launches, 6) << "every collective must have run as a kernel";
+      }
     });
 }
 
@@ -406,7 +408,9 @@ TEST_P(DevicePath, SendsToMorePeersThanALaunchHolds) {
     for (int q = 0; q < n; q++)
       for (size_t i = 0; i < bytesOf(q, r); i++) ASSERT_EQ(recvs[q]->as<uint8_t>()[i], value(q, r, i)) << q << " " << i;
     for (size_t i = 0; i < 5000; i++) ASSERT_EQ(gotAgain.as<uint8_t>()[i], uint8_t(i * 13 + prev)) << i;
-    if (chorus::kDevMaxP2P < n - 1) EXPECT_GE(gEmu.launches - launches, 3) << "the first batch was not split";
+    if (chorus::kDevMaxP2P < n - 1) {
+      EXPECT_GE(gEmu.launches - launches, 3) << "the first batch was not split";
+    }
   });
 }
 
@@ -432,9 +436,10 @@ TEST_P(DevicePath, AllToAllGatherAndScatterPastTheConnectionsOfALaunch) {
       fill(op, N * n, [](size_t) { return int32_t(-1); });
       ASSERT_EQ(ncclGather(ip, op, N, ncclInt32, root, c.comm, streamOf(c)), ncclSuccess);
       sync(c);
-      if (r == root)
+      if (r == root) {
         for (int q = 0; q < n; q++)
           for (size_t i = 0; i < N; i++) ASSERT_EQ(op[q * N + i], v(q, i)) << q << " " << i;
+      }
       ASSERT_EQ(ncclScatter(ip, op, N, ncclInt32, root, c.comm, streamOf(c)), ncclSuccess);
       sync(c);
       for (size_t i = 0; i < N; i++) ASSERT_EQ(op[i], v(root, r * N + i)) << i;
@@ -707,9 +712,10 @@ int ringCollectivesOnDevice(int rank, int nranks, int device, const ncclUniqueId
   allReduceChecked(comm, rank, nranks, 100000);
   allGatherReduceScatterChecked(comm, rank, nranks, reinterpret_cast<cudaStream_t>(uintptr_t(1)), 3001,
                                 [expectOrdered](const char* call) {
-                                  if (expectOrdered)
+                                  if (expectOrdered) {
                                     EXPECT_GT(gEmu.lastOrderedRuns.load(), 0)
                                         << "the " << call << "'s blocks did not go by ring position";
+                                  }
                                 });
   EXPECT_EQ(asyncErrorOf(comm), ncclSuccess) << ncclGetLastError(comm);
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);

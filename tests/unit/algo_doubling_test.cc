@@ -105,7 +105,9 @@ TEST(Doubling, AllGatherTakesLog2Rounds) {
         const size_t most = pow2 ? ceilLog2(n) : 2 * ceilLog2(n);
         EXPECT_LE(sends, most) << "n=" << n << " rank " << r << "\n" << formatSchedule(all[r]);
         EXPECT_LE(recvs, most) << "n=" << n << " rank " << r;
-        if (pow2) EXPECT_EQ(sends, static_cast<size_t>(ceilLog2(n))) << "n=" << n << " rank " << r;
+        if (pow2) {
+          EXPECT_EQ(sends, static_cast<size_t>(ceilLog2(n))) << "n=" << n << " rank " << r;
+        }
       }
       // The bound the planner divides tiles by is reached, so it is no looser than it needs to be.
       EXPECT_EQ(widest, spanBound(Coll::kAllGather, Algo::kDoubling, n)) << "n=" << n;

@@ -78,7 +78,9 @@ TEST_F(Logging, VersionLevelPrintsTheVersionOnly) {
   EXPECT_EQ(log.find(" chorus WARN "), std::string::npos) << log;
   // Printed once per process; an earlier test in this process may already have printed it.
   EXPECT_LE(std::count(log.begin(), log.end(), '\n'), 1) << log;
-  if (!log.empty()) EXPECT_NE(log.find("(NCCL 2.28.9 API"), std::string::npos) << log;
+  if (!log.empty()) {
+    EXPECT_NE(log.find("(NCCL 2.28.9 API"), std::string::npos) << log;
+  }
 }
 
 TEST_F(Logging, UnsetPrintsNothing) {

@@ -44,9 +44,13 @@ TEST(CallBoard, MatchingCallsAreNoConflict) {
   ASSERT_NO_FATAL_FAILURE(openBoth(a, b));
   for (uint64_t s = 1; s <= 50; s++) {
     a.post(rec(s, 100 * s, CallPath::kFifos));
-    if (s % 7 == 0) EXPECT_EQ(a.check(), "");
+    if (s % 7 == 0) {
+      EXPECT_EQ(a.check(), "");
+    }
     b.post(rec(s, 100 * s, CallPath::kFifos));
-    if (s % 5 == 0) EXPECT_EQ(b.check(), "");
+    if (s % 5 == 0) {
+      EXPECT_EQ(b.check(), "");
+    }
   }
   EXPECT_EQ(a.check(), "");
   EXPECT_EQ(b.check(), "");

@@ -170,7 +170,9 @@ TEST(StepRuns, PerRankBlocksInAnyOrderAreAFewRunsByPosition) {
             const BlockOrderOf byPosition(req, s);
             ASSERT_EQ(byPosition.ordered, order != nullptr || ch != 0) << what;
             mostPlain = std::max(mostPlain, roundTrip(s, what));
-            if (byPosition.ordered) EXPECT_LE(roundTrip(s, what + " by position", byPosition.get()), 5u) << what;
+            if (byPosition.ordered) {
+              EXPECT_LE(roundTrip(s, what + " by position", byPosition.get()), 5u) << what;
+            }
           }
         }
         EXPECT_GT(mostPlain, static_cast<size_t>(hosts)) << "the plain runs were already few: the test proves nothing";
