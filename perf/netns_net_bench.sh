@@ -16,7 +16,8 @@
 #
 # Usage: perf/netns_net_bench.sh BUILD_DIR OUT_DIR [RATE (1gbit)] [HOSTS (2)] [MAX_BYTES (256M)]
 # Environment: MIN_BYTES (1M), FACTOR (4: each size is the one before times FACTOR), ITERS (5), LIBS (default
-# "Socket UCX Gloo MPI"), PER (1), PLACE (host), MPI_ARGS (more mpirun arguments, e.g. "--mca mpi_yield_when_idle 1").
+# "Socket UCX Gloo MPI"), PER (1), PLACE (host), MPI_ARGS (more mpirun arguments, e.g. "--mca mpi_yield_when_idle 1"),
+# TCP_CC (cubic: the hosts' TCP congestion control, as in perf/netns_ring_bench.sh).
 set -u
 build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
 out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
@@ -47,6 +48,7 @@ trap cleanup EXIT
 trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TERM) still runs cleanup
 trap 'exit 143' TERM
 
+export NETNS_TCP_CC=${TCP_CC:-cubic}
 netns_hosts "$net" "$H" $subnet "$rate" || exit 1
 
 ip netns exec "${net}_h2" iperf3 -s -D -1 -p 5201 >/dev/null 2>&1
@@ -57,7 +59,7 @@ import json,sys
 e=json.load(open(sys.argv[1]))["end"]
 print(min(e["sum_sent"]["bits_per_second"], e["sum_sent_bidir_reverse"]["bits_per_second"])/8)
 ' "$out/iperf3.json") || { echo "iperf3 failed: $(tail -3 "$out/iperf3.json")"; exit 1; }
-echo "link $rate, $H hosts x $P ranks (placed by $place): TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s)"
+echo "link $rate, $H hosts x $P ranks (placed by $place): TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s; TCP $NETNS_TCP_CC)"
 
 # mpirun's rsh agent: host $subnet.i is namespace ${net}_hi, with a host name of its own (a UTS namespace), since
 # Open MPI names its shared-memory segments by host name and local rank.

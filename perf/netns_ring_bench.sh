@@ -16,7 +16,9 @@
 # (default "ring:1 ring:0 Hierarchical:1 Rail:1 default:1 Tree:1 Tree:0"); HOST_SYSCTL, key=value settings applied
 # with sysctl in every host's namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0); RAILS=2 gives every host a
 # second NIC on a second rail (hy, 10.82.0.i, shaped to RATE too), the ranks NCCL_SOCKET_IFNAME==hx,hy, and the
-# bound the sum of both rails' goodput, measured at once.
+# bound the sum of both rails' goodput, measured at once. TCP_CC, the hosts' TCP congestion control (default cubic,
+# Linux's and Debian's default; a namespace otherwise takes the kernel's, bbr on some, under which schedules with
+# several flows a link ran up to 17% slower here: docs/perf/net.md, "TCP congestion control").
 set -u
 build=${1:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
 out=${2:?usage: netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE] [MAX_BYTES]}
@@ -42,6 +44,7 @@ trap 'exit 130' INT  # so that an interrupted or timed-out run (timeout sends TE
 trap 'exit 143' TERM
 
 rails=${RAILS:-1}
+export NETNS_TCP_CC=${TCP_CC:-cubic}
 case $rails in 1) netns_hosts "$net" $H 10.81.0 "$rate" || exit 1; ifname="=hx" ;;
   2) netns_hosts "$net" $H 10.81.0 "$rate" 10.82.0 || exit 1; ifname="=hx,hy" ;;
   *) echo "RAILS must be 1 or 2"; exit 2 ;;
@@ -69,7 +72,7 @@ for path in sys.argv[1:]:
 print(total)
 ' "$out/iperf3.json" $([ "$rails" = 2 ] && echo "$out/iperf3-hy.json")) ||
   { echo "iperf3 failed: $(tail -3 "$out"/iperf3*.json)"; exit 1; }
-echo "link $rate x $rails rail(s): TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s, rails summed)"
+echo "link $rate x $rails rail(s): TCP goodput $(python3 -c "print(round($goodput/1e6,1))") MB/s each way (iperf3 --bidir, 5 s, rails summed; TCP $NETNS_TCP_CC)"
 
 # run TOOL PLACEMENT BYHOST ALGO: 8 ranks, JSON to $out/TOOL-PLACEMENT-BYHOST[-ALGO].json.
 port=29700

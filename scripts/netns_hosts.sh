@@ -4,7 +4,9 @@
 #   netns_hosts PREFIX N SUBNET RATE [SUBNET2]: namespaces ${PREFIX}_h1 .. ${PREFIX}_hN, each with one interface
 #     "hx" at SUBNET.i/24, joined by a bridge in namespace ${PREFIX}_sw; every link shaped with HTB to RATE both ways
 #     (egress of hx and of the bridge port). With SUBNET2, every host has a second NIC on a second rail: "hy" at
-#     SUBNET2.i/24 on a second bridge of the switch, shaped alike. Returns 1 on the first failure.
+#     SUBNET2.i/24 on a second bridge of the switch, shaped alike. With NETNS_TCP_CC set (cubic, bbr, reno), every
+#     host's TCP uses that congestion control (a namespace otherwise takes the kernel's default, which is cubic on
+#     Debian and bbr on some kernels). Returns 1 on the first failure.
 #   netns_reshape PREFIX I RATE [DEV]: changes host I's link rate on DEV (hx, or hy), both ways.
 #   netns_hosts_del PREFIX N: deletes them (the veth pairs go with their namespaces).
 
@@ -41,6 +43,18 @@ netns_link() {
   netns_shape "$sw" "s$i$tag$prefix" "$rate" || return 1
 }
 
+# netns_tcp_cc NS CC: NS's TCP congestion control. A namespace may pick only what the kernel allows
+# (net.ipv4.tcp_allowed_congestion_control, set from the first namespace), so CC is allowed first where it is not.
+netns_tcp_cc() {
+  local allowed
+  allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control) || return 1
+  case " $allowed " in
+    *" $2 "*) ;;
+    *) sysctl -qw net.ipv4.tcp_allowed_congestion_control="$allowed $2" || return 1 ;;
+  esac
+  ip netns exec "$1" sysctl -qw net.ipv4.tcp_congestion_control="$2" || return 1
+}
+
 netns_hosts() {
   local prefix=$1 n=$2 subnet=$3 rate=$4 subnet2=${5:-} sw=${1}_sw i ns br
   netns_add "$sw" || return 1
@@ -52,6 +66,7 @@ netns_hosts() {
     ns=${prefix}_h$i
     netns_add "$ns" || return 1
     ip -n "$ns" link set lo up || return 1
+    if [ -n "${NETNS_TCP_CC:-}" ]; then netns_tcp_cc "$ns" "$NETNS_TCP_CC" || return 1; fi
     netns_link "$prefix" "$i" hx br0 "$subnet" "$rate" "" || return 1
     if [ -n "$subnet2" ]; then netns_link "$prefix" "$i" hy br1 "$subnet2" "$rate" y || return 1; fi
   done
