@@ -42,7 +42,9 @@ bool allowed(const std::string& list, const char* name) {
 // input):
 // - allreduce: the node-aware tree took 0.6-2.3 ms at 4-64 KB where the ring took 1.0-3.0 ms, and 3x the ring's time
 //   from 256 KB. Hierarchical beat the ring by 10-20% at 128-256 KB and from 2 MB, and lost by 5-35% at 512 KB - 1 MB
-//   (the ring band below);
+//   (the ring band below). Those runs had BBR congestion control in the hosts; with cubic ("TCP congestion control",
+//   two runs of 256 KB - 2 MB) hierarchical was faster than the ring at every allreduce and reduce-scatter size, and
+//   for allgather at all but 1 MB, where the two were within 3% either way, so the band is off by default;
 // - allgather and reduce-scatter: rail took 0.8-1.2 ms at 16-64 KB where the ring and hierarchical took 0.9-1.6 ms,
 //   was even with the ring at 4 KB and with hierarchical at 256 KB, and 35% slower than the ring at 1 MB, where
 //   hierarchical was 3-9% slower than the ring.
@@ -51,10 +53,11 @@ IntParam kHierMin{"CHORUS_HIER_MIN_BYTES", 65536,
                   "when ranks span several hosts with as many ranks on each (a ring whose hops cross hosts the "
                   "fewest times), outside CHORUS_HIER_RING_BAND.",
                   "tuning"};
-StrParam kHierRingBand{"CHORUS_HIER_RING_BAND", "262144,2097152",
+StrParam kHierRingBand{"CHORUS_HIER_RING_BAND", "0,0",
                        "\"LOW,HIGH\": sizes above LOW and below HIGH (bytes) run the ring rather than hierarchical "
-                       "(0,0: no band). There every rank of a host sends across hosts at the same steps and the "
-                       "link idles between them; smaller sizes are bound by steps, larger ones pipeline it away.",
+                       "(0,0, the default: no band). With BBR congestion control on the hosts, 262144,2097152 "
+                       "measured faster: there hierarchical's two flows a link lost to the ring's one "
+                       "(docs/perf/net.md, \"TCP congestion control\").",
                        "tuning"};
 IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65536,
                   "Largest allreduce (bytes) that runs the node-aware tree when ranks span several hosts with as many "

@@ -32,12 +32,24 @@ constexpr size_t kMB = 1 << 20;
 
 TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   const int n = 8;
-  // Allreduce: the buffer itself. The node-aware tree up to 64 KB, hierarchical above, except in the ring band
-  // (above 256 KB, below 2 MB).
+  // Allreduce: the buffer itself. The node-aware tree up to 64 KB, hierarchical above.
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4 * kMB, n, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2 * kMB - 1, n, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024 + 1, n, -1, true).algo, Algo::kHier);
+  // A ring band (CHORUS_HIER_RING_BAND, none by default): the ring above LOW and below HIGH.
+  setenv("CHORUS_HIER_RING_BAND", "262144,2097152", 1);
+  paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2 * kMB, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2 * kMB - 1, n, -1, true).algo, Algo::kRing);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024 + 1, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024, n, -1, true).algo, Algo::kHier);
+  for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
+    EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n, n, -1, true).algo, Algo::kHier) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 262144 / n + 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+  }
+  unsetenv("CHORUS_HIER_RING_BAND");
+  paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kTree);
@@ -57,13 +69,13 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   unsetenv("CHORUS_DOUBLING_MAX_BYTES");
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
-  // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 256 KB, the ring in
-  // the band, hierarchical from 2 MB; but allgathers to 64 KB run recursive doubling.
+  // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 256 KB, hierarchical
+  // above; but allgathers to 64 KB run recursive doubling.
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
     const bool gather = coll == Coll::kAllGather;
     EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n, n, -1, true).algo, Algo::kHier) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n - 1, n, -1, true).algo, Algo::kRing) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 262144 / n + 1, n, -1, true).algo, Algo::kRing) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n - 1, n, -1, true).algo, Algo::kHier) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 262144 / n + 1, n, -1, true).algo, Algo::kHier) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 262144 / n, n, -1, true).algo, Algo::kRail) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 65536 / n + 1, n, -1, true).algo, Algo::kRail) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 65536 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
