@@ -90,7 +90,9 @@ IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 16384,
                   "hosts with as many ranks on each (up to CHORUS_RAIL_MAX_BYTES; allgathers up to "
                   "CHORUS_DOUBLING_ALLGATHER_MAX_BYTES run recursive doubling).",
                   "tuning"};
-IntParam kRailMax{"CHORUS_RAIL_MAX_BYTES", 262144,
+// Rail to 64 KB: with cubic in the hosts (docs/perf/net.md, "TCP congestion control", two runs) hierarchical was
+// faster than rail at 128 KB in 7 of 8 series and at 256 KB in 8 of 8, rail faster at 64 KB in 6 of 8.
+IntParam kRailMax{"CHORUS_RAIL_MAX_BYTES", 65536,
                   "Largest allgather output or reduce-scatter input (bytes) that runs rail by default.", "tuning"};
 
 // CHORUS_HIER_RING_BAND's bounds; a setting that does not parse is no band (0, 0).

@@ -69,15 +69,15 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   unsetenv("CHORUS_DOUBLING_MAX_BYTES");
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
-  // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 256 KB, hierarchical
+  // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 64 KB, hierarchical
   // above; but allgathers to 64 KB run recursive doubling.
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
     const bool gather = coll == Coll::kAllGather;
     EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n, n, -1, true).algo, Algo::kHier) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n - 1, n, -1, true).algo, Algo::kHier) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 262144 / n + 1, n, -1, true).algo, Algo::kHier) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 262144 / n, n, -1, true).algo, Algo::kRail) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 65536 / n + 1, n, -1, true).algo, Algo::kRail) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 262144 / n, n, -1, true).algo, Algo::kHier) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 65536 / n + 1, n, -1, true).algo, Algo::kHier) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 65536 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
         << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 16384 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
