@@ -44,7 +44,8 @@ netns_link() {
 }
 
 # netns_tcp_cc NS CC: NS's TCP congestion control. A namespace may pick only what the kernel allows
-# (net.ipv4.tcp_allowed_congestion_control, set from the first namespace), so CC is allowed first where it is not.
+# (net.ipv4.tcp_allowed_congestion_control, one list for every namespace, set here from the caller's), so CC is added
+# to it first where it is missing.
 netns_tcp_cc() {
   local allowed
   allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control) || return 1
