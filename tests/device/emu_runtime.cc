@@ -32,6 +32,17 @@ namespace {
 thread_local int tCurrentDevice = 0;
 thread_local int tSetupDepth = 0;
 
+/// Marks a new mapping all accessible to AddressSanitizer (nothing without it). In a rank forked from a test process
+/// with threads, the shadow of these addresses may still hold the poison of a thread stack that was there in the
+/// parent.
+void unpoisonNewMapping(void* p, size_t bytes) {
+#if defined(__SANITIZE_ADDRESS__)
+  __asan_unpoison_memory_region(p, bytes);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 struct HandleBytes {
   uint64_t pid;
   int32_t fd;
@@ -398,11 +409,7 @@ ncclResult_t EmuRuntime::deviceAlloc(size_t bytes, void** p) {
     mem_->fail(std::string("emu: mmap: ") + strerror(errno));
     return ncclUnhandledCudaError;
   }
-#if defined(__SANITIZE_ADDRESS__)
-  // A new mapping is all accessible. In a rank forked from a test process with threads, AddressSanitizer's shadow of
-  // these addresses may still hold the poison of a thread stack that was there in the parent.
-  __asan_unpoison_memory_region(m, bytes);
-#endif
+  unpoisonNewMapping(m, bytes);
   std::lock_guard<std::mutex> lock(mem_->mutex);
   mem_->allocs[static_cast<char*>(m)] = Mem::Alloc{bytes, fd, tCurrentDevice};
   *p = m;
@@ -505,9 +512,7 @@ ncclResult_t EmuRuntime::ipcOpenHandle(const chorus::IpcHandle& h, void** p) {
     mem_->lastError = std::string("emu: opening ") + path + ": " + strerror(e);
     return ncclUnhandledCudaError;
   }
-#if defined(__SANITIZE_ADDRESS__)
-  __asan_unpoison_memory_region(m, hb.size);  // as in deviceAlloc
-#endif
+  unpoisonNewMapping(m, hb.size);
   mem_->opened[static_cast<char*>(m)] = hb.size;
   *p = m;
   return ncclSuccess;
