@@ -59,7 +59,10 @@ StrParam kHierRingBand{"CHORUS_HIER_RING_BAND", "0,0",
                        "measured faster: there hierarchical's two flows a link lost to the ring's one "
                        "(docs/perf/net.md, \"TCP congestion control\").",
                        "tuning"};
-IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65536,
+// The tree below 64 KB: with cubic in the hosts (docs/perf/net.md, "64 KB and below with cubic": three rounds, both
+// placements) the tree was the fastest of it, hierarchical and recursive doubling at 16 and 32 KB in every series, and
+// hierarchical faster than the tree at 64 KB in 5 of 6 (even in the sixth; 1.34-1.58 ms against 1.57-1.88).
+IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65535,
                   "Largest allreduce (bytes) that runs the node-aware tree when ranks span several hosts with as many "
                   "ranks on each (0: never by default).",
                   "tuning"};
@@ -81,11 +84,16 @@ IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
 // the fastest of it, the ring, rail and hierarchical at 128 B - 64 KB in 39 of 40 series (0.68-1.18 ms, the others
 // 0.83-2.06 ms). Host by host it sends twice the ring's bytes across hosts: in one run at larger sizes it was even
 // with rail at 128 KB and slower at 256 KB.
-IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65536,
+// With cubic ("64 KB and below with cubic", three rounds) at 64 KB host by host it took 1.05-1.27 ms against rail's
+// 0.67-0.73 (round-robin the two were even), so it stops below 64 KB. At 32 KB it was the fastest round-robin in 3 of
+// 3 series, and host by host slower than hierarchical in 2 of 3 (0.61-0.66 ms against 0.50-0.51).
+IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65535,
                             "Largest allgather output (bytes) that runs recursive doubling by default when ranks span "
                             "several hosts with as many ranks on each (0: never).",
                             "tuning"};
-IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 16384,
+// Rail from 8 KB: at 8 KB reduce-scatter, rail took 0.24-0.35 ms against the ring's 0.29-0.45 in 6 of 6 series
+// (cubic, "64 KB and below with cubic"; hierarchical 0.21-0.31).
+IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 8192,
                   "Smallest allgather output or reduce-scatter input (bytes) that runs rail when ranks span several "
                   "hosts with as many ranks on each (up to CHORUS_RAIL_MAX_BYTES; allgathers up to "
                   "CHORUS_DOUBLING_ALLGATHER_MAX_BYTES run recursive doubling).",

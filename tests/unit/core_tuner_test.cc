@@ -32,7 +32,7 @@ constexpr size_t kMB = 1 << 20;
 
 TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   const int n = 8;
-  // Allreduce: the buffer itself. The node-aware tree up to 64 KB, hierarchical above.
+  // Allreduce: the buffer itself. The node-aware tree below 64 KB, hierarchical from 64 KB.
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4 * kMB, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2 * kMB - 1, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024 + 1, n, -1, true).algo, Algo::kHier);
@@ -52,9 +52,10 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 256 * 1024, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, true).algo, Algo::kHier);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kHier);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65535, n, -1, true).algo, Algo::kTree);
   // Small allreduces: one-shot within a host; across hosts (where one-shot would send every buffer n-1 times) the
-  // node-aware tree, but recursive doubling from 128 B to 4 KB.
+  // node-aware tree below 64 KB, but recursive doubling from 128 B to 4 KB.
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8192, n, -1, true).algo, Algo::kTree);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4097, n, -1, true).algo, Algo::kTree);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4096, n, -1, true).algo, Algo::kDoubling);
@@ -69,8 +70,8 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   unsetenv("CHORUS_DOUBLING_MAX_BYTES");
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
-  // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 16 KB, rail to 64 KB, hierarchical
-  // above; but allgathers to 64 KB run recursive doubling.
+  // Allgather and reduce-scatter: bytes a rank times the ranks; the ring below 8 KB, rail to 64 KB, hierarchical
+  // above; but allgathers below 64 KB run recursive doubling.
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter}) {
     const bool gather = coll == Coll::kAllGather;
     EXPECT_EQ(chooseAlgo(coll, 2 * kMB / n, n, -1, true).algo, Algo::kHier) << collName(coll);
@@ -78,19 +79,20 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
     EXPECT_EQ(chooseAlgo(coll, 262144 / n + 1, n, -1, true).algo, Algo::kHier) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 262144 / n, n, -1, true).algo, Algo::kHier) << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 65536 / n + 1, n, -1, true).algo, Algo::kHier) << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 65536 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
+    EXPECT_EQ(chooseAlgo(coll, 65536 / n, n, -1, true).algo, Algo::kRail) << collName(coll);
+    EXPECT_EQ(chooseAlgo(coll, 65536 / n - 1, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
         << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 16384 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
+    EXPECT_EQ(chooseAlgo(coll, 8192 / n, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRail)
         << collName(coll);
-    EXPECT_EQ(chooseAlgo(coll, 16384 / n - 1, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRing)
+    EXPECT_EQ(chooseAlgo(coll, 8192 / n - 1, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRing)
         << collName(coll);
     EXPECT_EQ(chooseAlgo(coll, 1, n, -1, true).algo, gather ? Algo::kDoubling : Algo::kRing) << collName(coll);
   }
   // Without recursive doubling for allgather, the ring and rail take its sizes; within a host, the ring.
   setenv("CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", "0", 1);
   paramsReload();
-  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 16384 / n - 1, n, -1, true).algo, Algo::kRing);
-  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 16384 / n, n, -1, true).algo, Algo::kRail);
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8192 / n - 1, n, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8192 / n, n, -1, true).algo, Algo::kRail);
   unsetenv("CHORUS_DOUBLING_ALLGATHER_MAX_BYTES");
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllGather, 1024, n, -1, false).algo, Algo::kRing);
