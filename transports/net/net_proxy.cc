@@ -339,6 +339,17 @@ bool NetProxy::exchangeNotices() {
            sent ? "sent" : "not sent: ", sent ? "" : why.c_str());
       progress = true;
     }
+    // Then every other rank: one may be setting up a connection from this rank, which connects only when a step first
+    // sends to it (recursive doubling's later rounds), and wait for data that will never come.
+    for (int p = 0; p < comm_->nranks; p++) {
+      if (p == rank_ || noticeSentTo_[p]) continue;
+      noticeSentTo_[p] = true;
+      std::string why;
+      bool sent = comm_->bootstrap->sendQuiet(p, kNetFailTag, notice, sizeof(notice), 0.5, &why, false);
+      INFO(kNet, "rank %d: %s: failure notice to rank %d (no connection yet) %s%s", rank_, name(), p,
+           sent ? "sent" : "not sent: ", sent ? "" : why.c_str());
+      progress = true;
+    }
   }
   const Clock::time_point now = Clock::now();
   if (now < nextNoticePoll_) return progress;
