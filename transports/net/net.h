@@ -25,6 +25,9 @@ struct NetProgressHooks {
   int (*pollFds)(void* ctx, struct pollfd* fds, int max);
   /// Gives the net a function that wakes its proxy (for the net's own threads); `arg` is passed to it.
   void (*setWaker)(void* ctx, void (*wake)(void* arg), void* arg);
+  /// With hold 1, isend on `sendComm` only queues; hold 0 moves what was queued, together (the socket net: one
+  /// sendmsg for a FIFO slot's header and payload, so they leave as one segment). Null: isend moves at once.
+  void (*holdSends)(void* sendComm, int hold);
 };
 
 /// The socket net (transports/socket/socket_net.cc): always built.

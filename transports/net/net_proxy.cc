@@ -552,6 +552,9 @@ bool NetProxy::sendSlots(NetConn& c) {
     return progress;
   }
   const uint64_t tail = loadAcquire(&f.ctrl->tail);
+  // Slots posted together go to the net together where it can hold them (NetProgressHooks::holdSends).
+  const bool hold = c.posted < tail && net_.hooks != nullptr && net_.hooks->holdSends != nullptr;
+  if (hold) net_.hooks->holdSends(c.comm, 1);
   while (c.posted < tail && c.posted - c.done < net_.inflightSlots) {
     const uint32_t slot = static_cast<uint32_t>(c.posted % f.geo.nSlots);
     void** r = c.reqs[c.posted % net_.inflightSlots];
@@ -584,6 +587,7 @@ bool NetProxy::sendSlots(NetConn& c) {
     c.posted++;
     progress = true;
   }
+  if (hold) net_.hooks->holdSends(c.comm, 0);
   return progress;
 }
 

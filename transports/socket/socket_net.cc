@@ -652,7 +652,9 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void*, void
   r->hdr = MsgHeader{size, tag, kMsgMagic};
   if (!inlined(c, r)) queueChunks(c, r);
   *request = r;
-  progress(c);  // moves what it can now; a failure it finds is the request's, reported by test()
+  // Moves what it can now (unless the proxy holds this comm's sends, holdSends); a failure it finds is the
+  // request's, reported by test().
+  if (!c->held) progress(c);
   return ncclSuccess;
 }
 
@@ -668,7 +670,8 @@ ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
   r->size = 0;
   r->tag = tags != nullptr ? tags[0] : 0;
   *request = r;
-  progress(c);  // as in isend
+  // Data moves at test(): a receive is posted when its slot is freed, before any data for it can have come, and a
+  // recvmsg here would find nothing.
   return ncclSuccess;
 }
 
@@ -761,7 +764,13 @@ const ncclNet_v11_t kTable = {
     closeListen, getDeviceMr, irecvConsumed, makeVDevice,   finalize, setNetAttr,
 };
 
-const NetProgressHooks kHooks = {pollFds, setWaker};
+void holdSends(void* sendComm, int hold) {
+  Comm* c = static_cast<Comm*>(sendComm);
+  c->held = hold != 0;
+  if (!c->held) progress(c);  // everything queued meanwhile, in one sendmsg; a failure is a request's, for test()
+}
+
+const NetProgressHooks kHooks = {pollFds, setWaker, holdSends};
 
 }  // namespace
 }  // namespace socknet

@@ -121,6 +121,7 @@ struct Context;
 struct Comm {
   Context* ctx = nullptr;
   bool isSend = false;
+  bool held = false;  ///< send side: isend queues without moving (holdSends)
   Socket ctrl;
   std::vector<Socket> data;  ///< D data sockets (empty: inline)
   std::vector<std::unique_ptr<Helper>> helpers;
