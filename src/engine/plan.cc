@@ -122,7 +122,7 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
     }
     const size_t size = fullBuffer(op);
     CostEstimate e;
-    Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0);
+    Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1);
     if (!tuningForced() && tunerByModel()) modelChoice(op, nChannels, &c);
     if (modelEstimate(op.coll, c.algo, size, nChannels, &e) || modelEstimate(op.coll, Algo::kRing, size, nChannels, &e))
       us += e.timeUs;
@@ -387,7 +387,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   CollPlan& p = *out;
   int n = comm_->nranks;
   size_t es = DType::size(op.dtype);
-  p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0);
+  p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1);
   if (!tuningForced()) {
     if (tunerByModel()) modelChoice(op, nChannels, &p.choice);
     if (tuner_) consultTuner(op, &nChannels, &p.choice);

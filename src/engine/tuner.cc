@@ -79,6 +79,17 @@ IntParam kDoublingMin{"CHORUS_DOUBLING_MIN_BYTES", 128,
 IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
                       "Largest allreduce (bytes) that runs recursive doubling by default across hosts (0: never).",
                       "tuning"};
+// Ranks on several hosts but not as many on each laid host by host (one rank a host, say): no tree or rail is node
+// aware there, and the alternatives to recursive doubling are the plain tree, one-shot (n-1 messages a rank across the
+// links) and the ring. Forced on 4 hosts x 1 rank (2-core VM, 1 Gbit/s; docs/perf/net.md, "7. Small calls driven by
+// the rank's thread") recursive doubling took 95 us at 512 B where the others took 110-206, 159 at 4 KB against
+// 189-252, 571 at 32 KB against 606-902; at 8-64 B the four were within the runs' spread (81-111 us). On 2 hosts it
+// was even with one-shot (one exchange either way) and ahead of the tree and the ring to 4 KB.
+IntParam kDoublingSpreadMax{"CHORUS_DOUBLING_SPREAD_MAX_BYTES", 65536,
+                            "Largest allreduce (bytes) that runs recursive doubling by default when ranks span several "
+                            "hosts without as many on each laid out host by host (one rank a host, say); larger ones "
+                            "run the ring (0: never). Allgathers there follow CHORUS_DOUBLING_ALLGATHER_MAX_BYTES.",
+                            "tuning"};
 // Small allgathers across hosts (docs/perf/net.md, "Recursive-doubling allgather, a round as one message": 4 hosts x 2
 // ranks, 1 Gbit/s, both placements, two runs in opposite orders of the algorithms): forced, recursive doubling was
 // the fastest of it, the ring, rail and hierarchical at 128 B - 64 KB in 39 of 40 series (0.68-1.18 ms, the others
@@ -89,7 +100,7 @@ IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
 // 3 series, and host by host slower than hierarchical in 2 of 3 (0.61-0.66 ms against 0.50-0.51).
 IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65535,
                             "Largest allgather output (bytes) that runs recursive doubling by default when ranks span "
-                            "several hosts with as many ranks on each (0: never).",
+                            "several hosts (0: never).",
                             "tuning"};
 // Rail from 8 KB: at 8 KB reduce-scatter, rail took 0.24-0.35 ms against the ring's 0.29-0.45 in 6 of 6 series
 // (cubic, "64 KB and below with cubic"; hierarchical 0.21-0.31).
@@ -110,8 +121,14 @@ void parseRingBand(const std::string& band, int64_t* lo, int64_t* hi) {
   *lo = l, *hi = h;
 }
 
-Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts, int64_t bandLo, int64_t bandHi) {
+Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts, bool spread, int64_t bandLo,
+                 int64_t bandHi) {
   const int64_t full = static_cast<int64_t>(fullBufferBytes(coll, bytes, nranks));
+  if (spread && !hosts) {
+    if (coll == Coll::kAllReduce && full <= kDoublingSpreadMax.get()) return Algo::kDoubling;
+    if (coll == Coll::kAllGather && full <= kDoublingGatherMax.get()) return Algo::kDoubling;
+    if (coll == Coll::kAllReduce || coll == Coll::kAllGather || coll == Coll::kReduceScatter) return Algo::kRing;
+  }
   const bool hier = hosts && full >= kHierMin.get() && !(full > bandLo && full < bandHi);
   switch (coll) {
     case Coll::kAllReduce:
@@ -188,10 +205,10 @@ const Allowed& allowedNow() {
 
 }  // namespace
 
-Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts) {
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts, bool spread) {
   const Allowed& al = allowedNow();
   Choice c;
-  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts, al.bandLo, al.bandHi);
+  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts, spread, al.bandLo, al.bandHi);
   c.algo = def;
   if (al.algoSet && !al.algo[static_cast<int>(def)]) {
     // Prefer, in order, the algorithms a user is most likely to force.
@@ -235,7 +252,7 @@ unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
                   std::to_string(kTreeMax.get()) + "|" + std::to_string(kDoublingMin.get()) + "|" +
-                  std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" +
+                  std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" + std::to_string(kDoublingSpreadMax.get()) + "|" +
                   std::to_string(kRailMin.get()) + "|" +
                   std::to_string(kRailMax.get()) + "|" + kHierRingBand.get() + "|" + std::to_string(kTunerModel.get()) +
                   "|" + kCostIntra.get() + "|" + kCostInter.get();

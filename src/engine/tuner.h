@@ -22,8 +22,10 @@ struct Choice {
 /// Picks the algorithm and protocol; honours NCCL_ALGO and NCCL_PROTO when they allow one that applies.
 /// llMax: largest message that uses LL by default (-1: CHORUS_LL_MAX_BYTES, the host path's setting). hosts: the
 /// communicator spans several hosts with the same number of ranks (at least 2) on each, so hierarchical
-/// allreduce, allgather and reduce-scatter apply.
-Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool hosts = false);
+/// allreduce, allgather and reduce-scatter apply. spread (without hosts): the ranks span several hosts, but not as
+/// many on each laid out host by host (one rank a host, say): small allreduces and allgathers run recursive doubling
+/// (CHORUS_DOUBLING_SPREAD_MAX_BYTES, CHORUS_DOUBLING_ALLGATHER_MAX_BYTES), the rest the ring.
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool hosts = false, bool spread = false);
 /// The cost model's links, from CHORUS_COST_INTRA / CHORUS_COST_INTER (a setting that does not parse gives the
 /// default).
 LinkCost costIntra();

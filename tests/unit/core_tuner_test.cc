@@ -103,6 +103,29 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   EXPECT_EQ(chooseAlgo(Coll::kBroadcast, 64 * kMB, n, -1, true).algo, Algo::kRing);
 }
 
+// Several hosts without as many ranks on each laid out host by host (one rank a host): recursive doubling for allreduce
+// to CHORUS_DOUBLING_SPREAD_MAX_BYTES and allgather below CHORUS_DOUBLING_ALLGATHER_MAX_BYTES, whatever the rank
+// count; the ring above and for reduce-scatter; never one-shot, whose n-1 messages a rank all cross hosts.
+TEST_F(Tuner, RanksSpreadOverHosts) {
+  for (int n : {2, 4, 3}) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, n, -1, false, true).algo, Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false, true).algo, Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, false, true).algo, Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, false, true).algo, Algo::kRing);
+    EXPECT_EQ(chooseAlgo(Coll::kAllGather, 65535 / n, n, -1, false, true).algo, Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllGather, 65536 / n + 1, n, -1, false, true).algo, Algo::kRing);
+    EXPECT_EQ(chooseAlgo(Coll::kReduceScatter, 1024, n, -1, false, true).algo, Algo::kRing);
+  }
+  // Within one host, as before: one-shot for small allreduces.
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, 4, -1, false, false).algo, Algo::kOneShot);
+  setenv("CHORUS_DOUBLING_SPREAD_MAX_BYTES", "0", 1);
+  paramsReload();
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, 4, -1, false, true).algo, Algo::kRing);
+  unsetenv("CHORUS_DOUBLING_SPREAD_MAX_BYTES");
+  paramsReload();
+}
+
 TEST_F(Tuner, ThresholdAndForcing) {
   // No band, no rail, no tree, no recursive doubling: hierarchical from its threshold, the ring below.
   setenv("CHORUS_HIER_MIN_BYTES", "65536", 1);
