@@ -85,6 +85,22 @@ class RemoteTransport {
     (void)f;
     return false;
   }
+  /// A rank's thread starts (true) or ends (false) an operation during which it drives this transport's open
+  /// connections itself, in its waits (progressAll): the proxy thread steps aside meanwhile, sleeping rather than
+  /// spinning, so that the two do not take turns on a shared core. Returns whether the rank's thread drives: false
+  /// where the net takes calls from one thread only (IB, plugins), whose proxy then goes on as always.
+  virtual bool engage(bool on) {
+    (void)on;
+    return false;
+  }
+  /// While engaged, on the calling thread: steps every open send connection with slots to hand over or complete, and
+  /// the receive connection of `waitingOn` (a FIFO of this transport the caller waits for), or every receive
+  /// connection when `waitingOn` is null. Data for another receive connection waits in the net until its turn. True
+  /// if something moved.
+  virtual bool progressAll(const Fifo* waitingOn) {
+    (void)waitingOn;
+    return false;
+  }
   /// The transport's name for logs ("net Socket", "net UCX", ...).
   virtual const char* name() const = 0;
   /// Whether the proxy sends a slot passed by address (kDescribedSlot) from that address in this process's memory,

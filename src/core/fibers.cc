@@ -164,8 +164,10 @@ ncclResult_t Fibers::run(const std::vector<Task>& tasks) {
     }
     if (ran) {
       backoff_.reset();
-    } else {
+    } else if (poll_ == nullptr) {
       backoff_.pause();
+    } else if (!poll_(pollArg_)) {
+      backoff_.yield();
     }
   }
   running_ = false;

@@ -36,6 +36,12 @@ class Fibers {
   /// Runs every task to its end on this thread. A task that fails stops the others: their next wait() returns with
   /// stopped() set, and they are expected to return it. Returns the first failure, or ncclSuccess.
   ncclResult_t run(const std::vector<Task>& tasks);
+  /// With a poller, a sweep in which no task could run calls it (it moves data the tasks wait for: a rank's thread
+  /// that drives its net) and, when it moved nothing, yields at once instead of spinning first. Null: none.
+  void setPoller(bool (*poll)(void*), void* arg) {
+    poll_ = poll;
+    pollArg_ = arg;
+  }
 
   /// From inside a task whose wait found nothing ready: hands the thread to the other tasks until ready(arg) holds,
   /// or until it has been polled kPolls times without (so the caller can make the checks of a long wait: deadline,
@@ -91,6 +97,8 @@ class Fibers {
   int live_ = 0;
   bool running_ = false;
   Backoff backoff_;
+  bool (*poll_)(void*) = nullptr;
+  void* pollArg_ = nullptr;
   ncclResult_t stop_ = ncclSuccess;
   int mapErrno_ = 0;
 };

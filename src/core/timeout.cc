@@ -93,4 +93,14 @@ void Backoff::pause() {
   }
 }
 
+void Backoff::yield() {
+  ++iter_;
+  if (iter_ < 20000) {
+    sched_yield();
+  } else {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
 }  // namespace chorus

@@ -70,6 +70,9 @@ class SlowWait {
 class Backoff {
  public:
   void pause();
+  /// pause() without the spinning phase: yields at once (then sleeps as pause() does). For a wait whose polls are
+  /// system calls, which a rank sharing the core should not wait behind.
+  void yield();
   void reset() { iter_ = 0; }
   uint64_t iterations() const { return iter_; }
 

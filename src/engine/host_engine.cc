@@ -44,6 +44,11 @@ IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 0,
                     "for the next. Over a net a rank's link idles while it waits at the end of a tile, and a longer "
                     "tile makes that a smaller share (docs/perf/net.md).",
                     "performance"};
+IntParam kDriveMaxBytes{"CHORUS_NET_RANK_DRIVE_MAX_BYTES", 65536,
+                        "Host buffers, a net that takes calls from any thread (socket, UCX): a group whose largest "
+                        "operation (its full buffer) is at most this many bytes has the rank's thread drive the "
+                        "connections to other hosts in its waits while the proxy thread sleeps (docs/net.md). 0: off.",
+                        "performance"};
 IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072, "Bytes in each Simple FIFO slot.", "performance"};
 IntParam kLLLines{"CHORUS_LL_LINES", 512, "8-byte lines in each LL FIFO slot (4 payload bytes a line).", "performance"};
 IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
@@ -125,6 +130,16 @@ class HostEngine : public Engine {
       nEmpty += !op.device && op.count == 0;
     }
     if (nDevice > 0) return runDevice(ops, nDevice + nEmpty);
+    size_t largest = 0;
+    for (const OpDesc& op : ops) largest = std::max(largest, planner_->fullBuffer(op));
+    const int64_t driveMax = kDriveMaxBytes.get();
+    platform_->drive(driveMax > 0 && largest <= static_cast<size_t>(driveMax));
+    ncclResult_t res = runHost(ops);
+    platform_->drive(false);
+    return res;
+  }
+
+  ncclResult_t runHost(const std::vector<OpDesc>& ops) {
     std::vector<OpDesc> p2p;
     for (const OpDesc& op : ops) {
       if (op.coll == Coll::kSendRecv) {

@@ -161,14 +161,20 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   if (ready()) return ncclSuccess;
   Backoff backoff;
   // Polls `ready` kPolls times: on this rank's other channels' turns when they run side by side, or with a backoff.
+  RemoteTransport* remote = drive_ ? conns_->remote() : nullptr;
   auto poll = [&]() -> ncclResult_t {
+    if (remote != nullptr) remote->progressAll(f);
     if (fibers_.wait(ready)) {
       if (ready()) return ncclSuccess;
       return fibers_.stopped() != ncclSuccess ? fibers_.stopped() : ncclInProgress;
     }
     for (int i = 0; i < Fibers::kPolls; i++) {
       if (ready()) return ncclSuccess;
-      backoff.pause();
+      if (remote == nullptr) {
+        backoff.pause();
+      } else if (!remote->progressAll(f)) {
+        backoff.yield();
+      }
     }
     return ncclInProgress;
   };
@@ -369,7 +375,11 @@ void HostPlatform::sendLL(Fifo* f, const SlotHeader& h, const char* payload, siz
 }
 
 ncclResult_t HostPlatform::runSideBySide(const std::vector<Fibers::Task>& tasks) {
+  RemoteTransport* remote = drive_ ? conns_->remote() : nullptr;
+  if (remote != nullptr)
+    fibers_.setPoller([](void* r) { return static_cast<RemoteTransport*>(r)->progressAll(nullptr); }, remote);
   ncclResult_t res = fibers_.run(tasks);
+  fibers_.setPoller(nullptr, nullptr);
   if (res == ncclSystemError && fibers_.mapErrno() != 0) {
     char msg[200];
     snprintf(msg, sizeof(msg), "rank %d: mapping stacks to run %zu channels side by side failed: %s", comm_->rank,

@@ -54,14 +54,21 @@ class HostPlatform {
     moveNow(f);
   }
   /// After a publish on f: a connection to another host moves at once, on this thread, where its net allows (a
-  /// slot goes to the net, a freed slot's receive is posted: RemoteTransport::progress); the proxy is woken in any
-  /// case. Only here, not while waiting: progressing from the waits too measured no faster (docs/perf/net.md).
+  /// slot goes to the net, a freed slot's receive is posted: RemoteTransport::progress); the proxy is woken unless
+  /// this operation drives the net itself (drive()), whose waits then step every connection (docs/net.md).
   void moveNow(Fifo* f) {
     RemoteTransport* s = conns_->remote();
     if (s == nullptr) return;
     Conn* c = connOf(f);
     if (c != nullptr && !c->shm) s->progress(f);
-    s->kick();
+    if (!drive_) s->kick();
+  }
+  /// The operation about to run (drive true) or just run: a small one drives the net's connections from this
+  /// thread's waits, the proxy stepping aside (RemoteTransport::engage).
+  void drive(bool on) {
+    RemoteTransport* s = conns_->remote();
+    if (s == nullptr || on == drive_) return;
+    drive_ = s->engage(on);
   }
   /// Writes a slot header (before publishTail releases it).
   static void writeHeader(SlotHeader* h, const SlotHeader& v) { *h = v; }
@@ -131,6 +138,7 @@ class HostPlatform {
   PoisonReason failReason_ = PoisonReason::kNone;
   int failCulprit_ = -1;
   Fibers fibers_;
+  bool drive_ = false;  ///< this operation drives the remote transport from its waits (drive())
 };
 
 /// Describes a fingerprint as "ncclAllReduce #5 (count 1024, float32, op 0)".

@@ -162,17 +162,21 @@ int smallAllreduces(int, ncclComm_t comm) {
   return kOk;
 }
 
-/// The two ranks' counts from the proxies' shutdown lines naming `setting` (CHORUS_NET_RANK_PROGRESS as applied).
-std::vector<unsigned long long> rankMoves(const std::vector<std::string>& lines, int setting) {
-  const std::string tag = "(CHORUS_NET_RANK_PROGRESS=" + std::to_string(setting) + ")";
-  const std::string said = "moved data itself ";
-  std::vector<unsigned long long> moves;
+/// The number after `said` in each log line that holds it and `tag` (the proxies' shutdown lines: one a rank).
+std::vector<unsigned long long> numbersAfter(const std::vector<std::string>& lines, const std::string& said,
+                                             const std::string& tag = "") {
+  std::vector<unsigned long long> numbers;
   for (const std::string& line : lines) {
     size_t at = line.find(said);
     if (at != std::string::npos && line.find(tag) != std::string::npos)
-      moves.push_back(std::stoull(line.substr(at + said.size())));
+      numbers.push_back(std::stoull(line.substr(at + said.size())));
   }
-  return moves;
+  return numbers;
+}
+
+/// The two ranks' counts from the proxies' shutdown lines naming `setting` (CHORUS_NET_RANK_PROGRESS as applied).
+std::vector<unsigned long long> rankMoves(const std::vector<std::string>& lines, int setting) {
+  return numbersAfter(lines, "moved data itself ", "(CHORUS_NET_RANK_PROGRESS=" + std::to_string(setting) + ")");
 }
 
 TEST_F(NetSelect, RankThreadsHandTheirSlotsToTheSocketAndUcxNets) {
@@ -196,6 +200,48 @@ TEST_F(NetSelect, RankThreadsHandTheirSlotsToTheSocketAndUcxNets) {
   }
 }
 
+// CHORUS_NET_RANK_DRIVE_MAX_BYTES: a call no larger than it (64 KB by default) has the rank's thread drive the socket
+// or UCX net's connections from its waits while the proxy thread sleeps; larger calls are the proxy's, and so is every
+// call with 0. Each rank's proxy says at shutdown through how many calls the rank's thread drove it: here the 200 small
+// ones, and not the 3 of 280 KB among them. Every call computes right.
+int smallAndLargeAllreduces(int rank, ncclComm_t comm) {
+  std::vector<float> in(70001), out(70001);
+  for (int i = 0; i < 3; i++) {
+    if (int code = smallAllreduces(rank, comm); code != kOk) return code;
+    for (size_t k = 0; k < in.size(); k++) in[k] = static_cast<float>(k % 1000 + i);
+    if (ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+      return kInitFailed;
+    for (size_t k = 0; k < out.size(); k++)
+      if (out[k] != 2.0f * static_cast<float>(k % 1000 + i)) return kWrongText;
+  }
+  return kOk;
+}
+
+std::vector<unsigned long long> drivenCalls(const std::vector<std::string>& lines) {
+  return numbersAfter(lines, "drove the net through ");
+}
+
+TEST_F(NetSelect, RankThreadsDriveTheNetThroughSmallCalls) {
+  std::vector<const char*> nets = {"Socket"};
+  if (chorus::ucxNet() != nullptr) nets.push_back("UCX");
+  env_.set("UCX_TLS", "tcp");
+  for (const char* net : nets) {
+    for (const char* setting : {static_cast<const char*>(nullptr), "0"}) {
+      if (setting == nullptr) {
+        env_.unset("CHORUS_NET_RANK_DRIVE_MAX_BYTES");
+      } else {
+        env_.set("CHORUS_NET_RANK_DRIVE_MAX_BYTES", setting);
+      }
+      std::vector<std::string> lines = netInfoLines(env_, net, smallAndLargeAllreduces);
+      std::vector<unsigned long long> calls = drivenCalls(lines);
+      ASSERT_EQ(calls.size(), 2u) << net << ": each rank's proxy logs once at shutdown; the logs:\n" << joined(lines);
+      const unsigned long long expected = setting == nullptr ? 3 * 200 : 0;
+      EXPECT_EQ(calls[0], expected) << net << ", CHORUS_NET_RANK_DRIVE_MAX_BYTES=" << (setting ? setting : "unset");
+      EXPECT_EQ(calls[1], expected) << net << ", CHORUS_NET_RANK_DRIVE_MAX_BYTES=" << (setting ? setting : "unset");
+    }
+  }
+}
+
 TEST_F(NetSelect, PluginNetsAreDrivenByTheirProxyAlone) {
   if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
   env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
@@ -204,6 +250,9 @@ TEST_F(NetSelect, PluginNetsAreDrivenByTheirProxyAlone) {
   std::vector<unsigned long long> moves = rankMoves(lines, 0);
   ASSERT_EQ(moves.size(), 2u) << "each rank's proxy logs once, without rank progress; the logs:\n" << joined(lines);
   EXPECT_EQ(moves[0] + moves[1], 0u);
+  std::vector<unsigned long long> calls = drivenCalls(lines);
+  ASSERT_EQ(calls.size(), 2u) << joined(lines);
+  EXPECT_EQ(calls[0] + calls[1], 0u) << "small calls over a plugin net are its proxy's too";
 }
 
 TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {

@@ -84,6 +84,13 @@ class ScopedEnv {
     setenv(name, value, 1);
     chorus::paramsReload();
   }
+  /// Unsets `name` until the end of the scope (the setting's default applies).
+  void unset(const char* name) {
+    const char* old = getenv(name);
+    saved_.push_back({name, old ? old : "", old != nullptr});
+    unsetenv(name);
+    chorus::paramsReload();
+  }
   /// Selects transport `t` for ranks started in this scope.
   void select(Transport t) {
     set("NCCL_SHM_DISABLE", t == Transport::kShm ? "0" : "1");

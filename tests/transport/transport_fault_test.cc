@@ -66,13 +66,14 @@ void expectRankOk(const std::vector<int>& status, int r, const char* who = "rank
                                      << (exited ? std::string(": ") + exitText(code) : std::string());
 }
 
-int rankMain(int rank, const ncclUniqueId& id, int n, int victim) {
+// Large allreduces (4 MB), or small ones (4 KB: over a net, the rank's thread drives the connections in its waits
+// while the proxy sleeps: CHORUS_NET_RANK_DRIVE_MAX_BYTES).
+int rankMain(int rank, const ncclUniqueId& id, int n, int victim, size_t count = (1u << 20) + 3) {
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
     fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(nullptr));
     return kInitFailed;
   }
-  const size_t count = (1u << 20) + 3;
   std::vector<float> in(count, 1.0f), out(count);
   if (rank == victim) {
     // Killed from a second thread so that the main thread is inside an operation when it dies; the clock starts
@@ -116,16 +117,14 @@ class TransportFault : public testing::TestWithParam<Param> {
   }
 };
 
-TEST_P(TransportFault, KilledPeerIsNamed) {
-  const Transport t = std::get<0>(GetParam());
-  const int n = std::get<1>(GetParam());
+void killedPeerIsNamed(Transport t, int n, size_t count) {
   const int victim = n - 1;
   ScopedEnv env;
   env.select(t);
   env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int> status = forkRanks(
-      n, [&](int rank, const ncclUniqueId& id) { return rankMain(rank, id, n, victim); }, 3.0 * kTimeoutS);
+      n, [&](int rank, const ncclUniqueId& id) { return rankMain(rank, id, n, victim, count); }, 3.0 * kTimeoutS);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int r = 0; r < n; r++) {
     if (r == victim) {
@@ -136,6 +135,14 @@ TEST_P(TransportFault, KilledPeerIsNamed) {
     expectRankOk(status, r, "survivor rank");
   }
   EXPECT_LT(took, 2.0 * kTimeoutS) << "the run took " << took << " s";
+}
+
+TEST_P(TransportFault, KilledPeerIsNamed) {
+  killedPeerIsNamed(std::get<0>(GetParam()), std::get<1>(GetParam()), (1u << 20) + 3);
+}
+
+TEST_P(TransportFault, KilledPeerIsNamedInSmallCalls) {
+  killedPeerIsNamed(std::get<0>(GetParam()), std::get<1>(GetParam()), 1024);
 }
 
 // Rank 1 aborts after one good allreduce while the others start the next: the abort must reach

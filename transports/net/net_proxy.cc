@@ -249,9 +249,12 @@ void NetProxy::shutdown() {
     net_.api->finalize(net_.ctx);
   }
   net_.ctx = nullptr;
-  INFO(kNet, "rank %d: %s shut down; the rank's thread moved data itself %llu times (CHORUS_NET_RANK_PROGRESS=%d)",
+  INFO(kNet,
+       "rank %d: %s shut down; the rank's thread moved data itself %llu times (CHORUS_NET_RANK_PROGRESS=%d), and drove "
+       "the net through %llu calls while the proxy slept %llu times",
        rank_, name(), static_cast<unsigned long long>(rankMoves_.load(std::memory_order_relaxed)),
-       rankProgress_ ? 1 : 0);
+       rankProgress_ ? 1 : 0, static_cast<unsigned long long>(drivenOps_.load(std::memory_order_relaxed)),
+       static_cast<unsigned long long>(asideSleeps_));
 }
 
 // ---- proxy thread: setup ----------------------------------------------------------------------
@@ -785,8 +788,59 @@ bool NetProxy::flushed(bool notices) const {
 bool NetProxy::pass() {
   if (haveNew_.load(std::memory_order_acquire)) adopt();
   bool work = false;
-  for (auto& c : conns_) work |= step(*c);
+  bool quiet = failedWord_.load(std::memory_order_acquire) == 0;
+  for (auto& c : conns_) {
+    work |= step(*c);
+    quiet &= c->state == NetConn::State::kOpen;
+  }
+  quiet_.store(quiet, std::memory_order_release);
   return work;
+}
+
+bool NetProxy::engage(bool on) {
+  if (!rankProgress_) return false;
+  if (on) {
+    drivenOps_.fetch_add(1, std::memory_order_relaxed);
+    engaged_.store(true, std::memory_order_release);
+    return true;
+  }
+  stepDriven(nullptr, false);
+  engaged_.store(false, std::memory_order_release);
+  // Slots not yet handed to the net are the proxy's again: wake it if it sleeps.
+  if (rankPending_) wake_.kick();
+  return false;
+}
+
+bool NetProxy::progressAll(const Fifo* waitingOn) { return stepDriven(waitingOn, waitingOn == nullptr); }
+
+bool NetProxy::stepDriven(const Fifo* waitingOn, bool everyRecv) {
+  if (!rankProgress_ || stop_.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> lock(passMu_, std::try_to_lock);
+  if (!lock.owns_lock() || stop_.load(std::memory_order_acquire)) return false;
+  bool moved = false;
+  bool pending = false;
+  bool allOpen = true;
+  for (auto& c : conns_) {
+    if (c->state != NetConn::State::kOpen) {
+      allOpen = false;
+      continue;
+    }
+    // A step of a receive connection is a system call or more, whether or not data came: only the one waited on
+    // (every one when the caller cannot say). A send connection is stepped while it has slots in hand.
+    const bool busy = c->isSend ? c->posted < loadAcquire(&c->fifo.ctrl->tail) || c->done < c->posted
+                                : everyRecv || (waitingOn != nullptr && c->fifo.ctrl == waitingOn->ctrl);
+    if (!busy) continue;
+    moved |= step(*c);
+    allOpen &= c->state == NetConn::State::kOpen;
+    if (c->isSend && c->state == NetConn::State::kOpen && c->posted < loadAcquire(&c->fifo.ctrl->tail)) pending = true;
+  }
+  rankPending_ = pending;
+  if (!allOpen) {  // a connection failed on this thread: judging it is the proxy's
+    quiet_.store(false, std::memory_order_release);
+    wake_.wake();
+  }
+  if (moved) rankMoves_.fetch_add(1, std::memory_order_relaxed);
+  return moved;
 }
 
 bool NetProxy::progress(const Fifo* f) {
@@ -827,6 +881,26 @@ void NetProxy::run() {
       draining = true;
       drainBy = Deadline::fromEnv();
       drainStart = Clock::now();
+    }
+    if (!draining && quiet_.load(std::memory_order_acquire) && engaged_.load(std::memory_order_acquire)) {
+      // A rank's thread drives the connections in its waits: sleep on the wake-up descriptor alone, and make a pass
+      // every 1 ms for what only the proxy does (failure notices; a connection that failed is the proxy's again).
+      wake_.sleeping(true);
+      if (engaged_.load(std::memory_order_acquire) && !haveNew_.load(std::memory_order_acquire) &&
+          !stop_.load(std::memory_order_acquire)) {
+        pollfd wfd{wake_.fd(), POLLIN, 0};
+        timespec ts = {0, 1000 * 1000};
+        if (ppoll(&wfd, 1, &ts, nullptr) > 0) wake_.drain();
+        asideSleeps_++;
+      }
+      wake_.sleeping(false);
+      std::unique_lock<std::mutex> lock(passMu_, std::try_to_lock);
+      if (lock.owns_lock()) {
+        exchangeNotices();
+        pass();
+      }
+      idle = 0;
+      continue;
     }
     // A rank's thread in a pass holds the lock for a moment: yield rather than block on it (a futex wait and wake
     // cost more than the pass).

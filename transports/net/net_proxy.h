@@ -112,6 +112,8 @@ class NetProxy : public RemoteTransport {
   void markFailedCalls(const uint64_t* calls) override;
   void kick() override { wake_.kick(); }
   bool progress(const Fifo* f) override;
+  bool engage(bool on) override;
+  bool progressAll(const Fifo* waitingOn) override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
@@ -125,6 +127,10 @@ class NetProxy : public RemoteTransport {
   /// CHORUS_PROXY_BIND: the proxy thread moves to the CPUs near the devices it uses.
   void bindNearDevices();
   void adopt();
+  /// A rank's thread that drives the net (progressAll, engage): under passMu_ if free, steps the open send
+  /// connections with slots in hand, the receive connection of `waitingOn`, and with `everyRecv` every receive
+  /// connection; true if something moved.
+  bool stepDriven(const Fifo* waitingOn, bool everyRecv);
   /// The proxy's pass: adopts new connections and steps every one; true if one made progress. Under passMu_.
   bool pass();
   /// One step of one connection; true if it made progress.
@@ -171,6 +177,11 @@ class NetProxy : public RemoteTransport {
   std::mutex passMu_;
   std::atomic<uint64_t> rankMoves_{0};  ///< progress() calls that moved data
   const bool rankProgress_;  ///< CHORUS_NET_RANK_PROGRESS and a net that takes calls from any thread
+  std::atomic<bool> engaged_{false};  ///< a rank's thread drives the open connections (engage)
+  std::atomic<uint64_t> drivenOps_{0};  ///< operations whose rank's thread drove the net (engage)
+  uint64_t asideSleeps_ = 0;  ///< proxy thread: its sleeps while a rank's thread drove the net (read after the join)
+  std::atomic<bool> quiet_{false};  ///< at the last pass every connection was open and nothing failed
+  bool rankPending_ = false;  ///< the rank's thread: its last progressAll left a send connection with slots to go
 
   std::mutex newMutex_;  ///< guards newConns_ and the refusal of new conns after stop_
   std::vector<std::unique_ptr<NetConn>> newConns_;
