@@ -55,7 +55,8 @@ class HostPlatform {
   }
   /// After a publish on f: a connection to another host moves at once, on this thread, where its net allows (a
   /// slot goes to the net, a freed slot's receive is posted: RemoteTransport::progress); the proxy is woken unless
-  /// this operation drives the net itself (drive()), whose waits then step every connection (docs/net.md).
+  /// this operation drives the net itself (drive()), whose waits then step the connection waited on and the send
+  /// connections with slots in hand (RemoteTransport::progressAll, docs/net.md).
   void moveNow(Fifo* f) {
     RemoteTransport* s = conns_->remote();
     if (s == nullptr) return;
