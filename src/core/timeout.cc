@@ -82,22 +82,20 @@ void Backoff::pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
-  } else if (static_cast<int64_t>(iter_) < spin + 20000) {
+  } else {
+    yieldOrSleep(static_cast<uint64_t>(static_cast<int64_t>(iter_) - spin));
+  }
+}
+
+void Backoff::yield() { yieldOrSleep(++iter_); }
+
+void Backoff::yieldOrSleep(uint64_t polls) {
+  if (polls < 20000) {
     // Yielding hands the core to a rank that shares it and costs nothing when none does;
     // this phase covers peers that arrive a few milliseconds late without adding latency.
     sched_yield();
   } else {
     // A long wait: sleep briefly so an idle rank does not burn a core.
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, nullptr);
-  }
-}
-
-void Backoff::yield() {
-  ++iter_;
-  if (iter_ < 20000) {
-    sched_yield();
-  } else {
     struct timespec ts = {0, 20000};
     nanosleep(&ts, nullptr);
   }

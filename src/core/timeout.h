@@ -77,6 +77,8 @@ class Backoff {
   uint64_t iterations() const { return iter_; }
 
  private:
+  /// The phases after spinning: yields for the first 20000 polls, then sleeps 20 us a poll.
+  static void yieldOrSleep(uint64_t polls);
   uint64_t iter_ = 0;
 };
 

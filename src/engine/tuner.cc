@@ -252,7 +252,8 @@ unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
                   std::to_string(kTreeMax.get()) + "|" + std::to_string(kDoublingMin.get()) + "|" +
-                  std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" + std::to_string(kDoublingSpreadMax.get()) + "|" +
+                  std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" +
+                  std::to_string(kDoublingSpreadMax.get()) + "|" +
                   std::to_string(kRailMin.get()) + "|" +
                   std::to_string(kRailMax.get()) + "|" + kHierRingBand.get() + "|" + std::to_string(kTunerModel.get()) +
                   "|" + kCostIntra.get() + "|" + kCostInter.get();

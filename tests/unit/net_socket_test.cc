@@ -86,9 +86,9 @@ void connectPair(NetCtx& from, NetCtx& to, Conn* c) {
   finishConnect(from.ctx, c);
 }
 
-/// Tests `req` until it is done (true, *size set) or fails (false, *rc set) or the deadline passes (false).
-// Waits for `req`. A net moves data only when its requests are tested (NCCL's contract): the requests in `others`
-// (the other end's sends) are tested meanwhile too, each set to null once done.
+/// Tests `req` until it is done (true, *size set) or fails (false, *rc set) or the deadline passes (false). A net moves
+/// data only when its requests are tested (NCCL's contract): the requests in `others` (the other end's sends) are
+/// tested meanwhile too, each set to null once done.
 bool waitReq(void* req, int* size, ncclResult_t* rc, std::vector<void*>* others = nullptr) {
   auto end = Clock::now() + kDeadline;
   while (Clock::now() < end) {

@@ -331,28 +331,21 @@ bool NetProxy::exchangeNotices() {
     uint64_t notice[8] = {mine};
     for (int i = 0; i < 7; i++) notice[1 + i] = failedCalls_[i];
     // Once, to every rank this one has a connection with, however far its setup got: a peer blocked on this rank
-    // learns the cause (the culprit) rather than only that the connection closed. Bounded, best effort.
+    // learns the cause (the culprit) rather than only that the connection closed. Then every other rank: one may be
+    // setting up a connection from this rank, which connects only when a step first sends to it (recursive doubling's
+    // later rounds), and wait for data that will never come. Bounded, best effort.
     if (noticeSentTo_.empty()) noticeSentTo_.assign(comm_->nranks, false);
-    for (auto& c : conns_) {
-      if (noticeSentTo_[c->peer]) continue;
-      noticeSentTo_[c->peer] = true;
+    auto tell = [&](int peer, const char* how) {
+      if (peer == rank_ || noticeSentTo_[peer]) return;
+      noticeSentTo_[peer] = true;
       std::string why;
-      bool sent = comm_->bootstrap->sendQuiet(c->peer, kNetFailTag, notice, sizeof(notice), 0.5, &why, false);
-      INFO(kNet, "rank %d: %s: failure notice to rank %d %s%s", rank_, name(), c->peer,
-           sent ? "sent" : "not sent: ", sent ? "" : why.c_str());
+      bool sent = comm_->bootstrap->sendQuiet(peer, kNetFailTag, notice, sizeof(notice), 0.5, &why, false);
+      INFO(kNet, "rank %d: %s: failure notice to rank %d%s %s%s", rank_, name(), peer, how, sent ? "sent" : "not sent: ",
+           sent ? "" : why.c_str());
       progress = true;
-    }
-    // Then every other rank: one may be setting up a connection from this rank, which connects only when a step first
-    // sends to it (recursive doubling's later rounds), and wait for data that will never come.
-    for (int p = 0; p < comm_->nranks; p++) {
-      if (p == rank_ || noticeSentTo_[p]) continue;
-      noticeSentTo_[p] = true;
-      std::string why;
-      bool sent = comm_->bootstrap->sendQuiet(p, kNetFailTag, notice, sizeof(notice), 0.5, &why, false);
-      INFO(kNet, "rank %d: %s: failure notice to rank %d (no connection yet) %s%s", rank_, name(), p,
-           sent ? "sent" : "not sent: ", sent ? "" : why.c_str());
-      progress = true;
-    }
+    };
+    for (auto& c : conns_) tell(c->peer, "");
+    for (int p = 0; p < comm_->nranks; p++) tell(p, " (no connection yet)");
   }
   const Clock::time_point now = Clock::now();
   if (now < nextNoticePoll_) return progress;
@@ -835,7 +828,7 @@ bool NetProxy::stepDriven(const Fifo* waitingOn, bool everyRecv) {
     if (c->isSend && c->state == NetConn::State::kOpen && c->posted < loadAcquire(&c->fifo.ctrl->tail)) pending = true;
   }
   rankPending_ = pending;
-  if (!allOpen) {  // a connection failed on this thread: judging it is the proxy's
+  if (!allOpen) {  // a connection that failed on this thread (judging it is the proxy's) or is still being set up
     quiet_.store(false, std::memory_order_release);
     wake_.wake();
   }
