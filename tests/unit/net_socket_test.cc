@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -321,6 +322,63 @@ TEST(SocketNet, ReceiveAfterThePeerClosedFails) {
     EXPECT_EQ(size, 300000);
     EXPECT_EQ(in, out);
     ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    EXPECT_FALSE(waitReq(rr, &size, &rc));
+    EXPECT_EQ(rc, ncclRemoteError);
+    EXPECT_NE(std::string(threadLastError()).find("closed"), std::string::npos) << threadLastError();
+  }
+}
+
+// Messages sent back to back before any receive is posted (so one read of the control socket brings several, and the
+// bytes past the receive being filled wait in the comm's stage) arrive whole and in order: receives posted one at a
+// time, each larger than its message, around the stage's size and beyond it; then the sender's close is reported.
+TEST(SocketNet, MessagesThatArrivedBeforeTheirReceivesAreTakenInOrder) {
+  for (auto layout : {std::make_pair(1, 1), std::make_pair(2, 1)}) {
+    SCOPED_TRACE(std::to_string(layout.first) + "x" + std::to_string(layout.second));
+    Striping s(layout.first, layout.second);
+    NetCtx a, b;
+    Conn c;
+    connectPair(a, b, &c);
+    const size_t st = socknet::kStageBytes;
+    const std::vector<size_t> sizes = {0, 5, 32, 4096, st - 16, st, st + 1, 12000, 1, 40};
+    std::vector<std::vector<char>> sent;
+    std::vector<void*> sreq;
+    for (size_t i = 0; i < sizes.size(); i++) {
+      sent.push_back(pattern(sizes[i], static_cast<int>(i) + 20));
+      void* r = nullptr;
+      ASSERT_EQ(net()->isend(c.send, sent[i].data(), sizes[i], 3, nullptr, nullptr, &r), ncclSuccess);
+      ASSERT_NE(r, nullptr);
+      sreq.push_back(r);
+    }
+    for (void* r : sreq) {  // about 40 KB: the loopback socket's buffers hold it all
+      int size = -1;
+      ncclResult_t rc = ncclSuccess;
+      ASSERT_TRUE(waitReq(r, &size, &rc)) << threadLastError();
+    }
+    ASSERT_EQ(net()->closeSend(c.send), ncclSuccess);
+    c.send = nullptr;
+    for (size_t i = 0; i < sizes.size(); i++) {
+      std::vector<char> in(sizes[i] + 64, 0);
+      void* data = in.data();
+      size_t cap = in.size();
+      int tag = 3;
+      void* rr = nullptr;
+      ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+      int size = -1;
+      ncclResult_t rc = ncclSuccess;
+      ASSERT_TRUE(waitReq(rr, &size, &rc)) << "message " << i << ": " << threadLastError();
+      ASSERT_EQ(size, static_cast<int>(sizes[i])) << "message " << i;
+      EXPECT_TRUE(std::equal(sent[i].begin(), sent[i].end(), in.begin())) << "message " << i;
+      EXPECT_TRUE(std::all_of(in.begin() + sizes[i], in.end(), [](char x) { return x == 0; }))
+          << "message " << i << ": bytes written past its end";
+    }
+    std::vector<char> in(64);
+    void* data = in.data();
+    size_t cap = in.size();
+    int tag = 3;
+    void* rr = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    int size = -1;
+    ncclResult_t rc = ncclSuccess;
     EXPECT_FALSE(waitReq(rr, &size, &rc));
     EXPECT_EQ(rc, ncclRemoteError);
     EXPECT_NE(std::string(threadLastError()).find("closed"), std::string::npos) << threadLastError();

@@ -302,17 +302,36 @@ ncclResult_t progressSend(Comm* c) {
   }
 }
 
-/// Receive side, in request order: a header, then its payload (inline) read together with the next request's
-/// header, which follows it on the stream: one recvmsg a message.
+/// Receive side: fills [dst, dst + need) as far as the control socket has bytes, first from the bytes an earlier
+/// read left in the comm's stage; else with one recvmsg whose overflow - the next messages' headers and small payloads,
+/// which follow on the stream - lands in the stage. So a FIFO slot (its header's message and its payload's, sent in one
+/// sendmsg) is usually read with one recvmsg. *got: the bytes placed at dst (0: none there yet).
+IoResult ctrlRead(Comm* c, char* dst, size_t need, size_t* got) {
+  *got = 0;
+  if (c->stageBeg < c->stageEnd) {
+    *got = std::min(need, c->stageEnd - c->stageBeg);
+    std::memcpy(dst, c->stage.get() + c->stageBeg, *got);
+    c->stageBeg += *got;
+    return IoResult();
+  }
+  c->stageBeg = c->stageEnd = 0;
+  iovec iov[2] = {{dst, need}, {c->stage.get(), kStageBytes}};
+  size_t moved = 0;
+  IoResult io = c->ctrl.recvv(iov, 2, &moved);
+  if (!io.ok()) return io;
+  *got = std::min(moved, need);
+  c->stageEnd = moved - *got;
+  return io;
+}
+
+/// Receive side, in request order: a header, then its payload (inline), each through ctrlRead.
 ncclResult_t progressRecv(Comm* c) {
-  for (auto it = c->queue.begin(); it != c->queue.end(); ++it) {
-    Request* r = *it;
+  for (Request* r : c->queue) {
     if (!r->hdrComplete) {
       if (c->ctrlClosed) return ncclSuccess;
-      if (r->hdrDone < sizeof(MsgHeader)) {
-        iovec iov = {reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone};
-        size_t moved = 0;
-        IoResult io = c->ctrl.recvv(&iov, 1, &moved);
+      while (r->hdrDone < sizeof(MsgHeader)) {
+        size_t got = 0;
+        IoResult io = ctrlRead(c, reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone, &got);
         if (io.status == IoStatus::kEof && r->hdrDone == 0) {
           // The sender closed between messages: what it sent before still arrives on the data sockets.
           c->ctrlClosed = true;
@@ -323,29 +342,21 @@ ncclResult_t progressRecv(Comm* c) {
           failComm(c, io.what + " (within a message header)");
           return commError(c);
         }
-        r->hdrDone += moved;
-        if (r->hdrDone < sizeof(MsgHeader)) return ncclSuccess;
+        if (got == 0) return ncclSuccess;
+        r->hdrDone += got;
       }
       CHORUS_CHECK(headerArrived(c, r));
     }
     if (!inlined(c, r)) continue;
     while (r->payDone < r->size) {
-      iovec iov[2] = {{r->data + r->payDone, r->size - r->payDone}, {nullptr, 0}};
-      int n = 1;
-      auto next = std::next(it);
-      Request* nr = next != c->queue.end() ? *next : nullptr;
-      if (nr != nullptr && nr->hdrDone < sizeof(MsgHeader))
-        iov[n++] = {reinterpret_cast<char*>(&nr->hdr) + nr->hdrDone, sizeof(MsgHeader) - nr->hdrDone};
-      size_t moved = 0;
-      IoResult io = c->ctrl.recvv(iov, n, &moved);
+      size_t got = 0;
+      IoResult io = ctrlRead(c, r->data + r->payDone, r->size - r->payDone, &got);
       if (!io.ok()) {
         failComm(c, io.what + " (within a message of " + std::to_string(r->size) + " bytes)");
         return commError(c);
       }
-      if (moved == 0) return ncclSuccess;
-      size_t p = std::min(moved, r->size - r->payDone);
-      r->payDone += p;
-      if (nr != nullptr) nr->hdrDone += moved - p;
+      if (got == 0) return ncclSuccess;
+      r->payDone += got;
     }
   }
   return ncclSuccess;
@@ -393,6 +404,7 @@ ncclResult_t openComm(Comm* c, std::vector<Socket>* socks) {
   c->peer = c->ctrl.peer().str();
   for (size_t i = 1; i < socks->size(); i++) c->data.push_back(std::move((*socks)[i]));
   socks->clear();
+  if (!c->isSend) c->stage.reset(new char[kStageBytes]);
   CHORUS_CHECK(startHelpers(c));
   c->ctx->comms.push_back(c);
   return ncclSuccess;

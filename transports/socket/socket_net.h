@@ -46,6 +46,9 @@ constexpr size_t kMinChunk = 64 * 1024;
 /// Largest message sent on the control socket even when the connection has data sockets (FIFO slot headers, failure
 /// notices).
 constexpr size_t kInlineBytes = 4096;
+/// Receive side: bytes a read of the control socket may take beyond what the request being filled needs (the
+/// stream's next headers and small payloads), kept in the comm's stage for the requests after it.
+constexpr size_t kStageBytes = 8192;
 /// Most data sockets a connection may have (NCCL's limit).
 constexpr int kMaxDataSocks = 64;
 /// Requests a comm may have outstanding (NCCL_NET_MAX_REQUESTS).
@@ -136,6 +139,11 @@ struct Comm {
   /// still finish on the data sockets; later receives fail with `closedWhy`.
   bool ctrlClosed = false;
   std::string closedWhy;
+  /// Receive side: control-socket bytes read past the request that was being filled, [stageBeg, stageEnd) not yet
+  /// taken by a request (kStageBytes).
+  std::unique_ptr<char[]> stage;
+  size_t stageBeg = 0;
+  size_t stageEnd = 0;
   // connect() in progress (send side): sockets not yet connected or whose hello is not yet written.
   std::vector<Socket> connecting;
   std::vector<size_t> helloDone;
