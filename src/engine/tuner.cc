@@ -85,7 +85,10 @@ IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
 // the rank's thread") recursive doubling took 95 us at 512 B where the others took 110-206, 159 at 4 KB against
 // 189-252, 571 at 32 KB against 606-902; at 8-64 B the four were within the runs' spread (81-111 us). On 2 hosts it
 // was even with one-shot (one exchange either way) and ahead of the tree and the ring to 4 KB.
-IntParam kDoublingSpreadMax{"CHORUS_DOUBLING_SPREAD_MAX_BYTES", 65536,
+// It stops at 32 KB: forced at 16 KB - 128 KB (docs/perf/net.md, "8. One read a small slot"), at 64 KB it took
+// 1298-1301 us over 4 hosts x 1 where the ring took 881-980 (it sends log2(n) x S bytes a rank, the ring 2(n-1)/n x
+// S), and over 2 hosts 594-602 against the ring's 561-588; at 32 KB the two were even on both.
+IntParam kDoublingSpreadMax{"CHORUS_DOUBLING_SPREAD_MAX_BYTES", 32768,
                             "Largest allreduce (bytes) that runs recursive doubling by default when ranks span several "
                             "hosts without as many on each laid out host by host (one rank a host, say); larger ones "
                             "run the ring (0: never). Allgathers there follow CHORUS_DOUBLING_ALLGATHER_MAX_BYTES.",

@@ -111,8 +111,8 @@ TEST_F(Tuner, RanksSpreadOverHosts) {
     SCOPED_TRACE(n);
     EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, n, -1, false, true).algo, Algo::kDoubling);
     EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false, true).algo, Algo::kDoubling);
-    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, false, true).algo, Algo::kDoubling);
-    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65537, n, -1, false, true).algo, Algo::kRing);
+    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 32768, n, -1, false, true).algo, Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 32769, n, -1, false, true).algo, Algo::kRing);
     EXPECT_EQ(chooseAlgo(Coll::kAllGather, 65535 / n, n, -1, false, true).algo, Algo::kDoubling);
     EXPECT_EQ(chooseAlgo(Coll::kAllGather, 65536 / n + 1, n, -1, false, true).algo, Algo::kRing);
     EXPECT_EQ(chooseAlgo(Coll::kReduceScatter, 1024, n, -1, false, true).algo, Algo::kRing);
