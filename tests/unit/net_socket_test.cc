@@ -296,15 +296,37 @@ TEST(SocketNet, MessageLargerThanTheReceiveFails) {
   EXPECT_NE(why.find("4000 bytes"), std::string::npos) << why;
 }
 
-// A sender that closes after its last message: that message is received whole; the next receive fails, saying the
-// connection was closed.
-TEST(SocketNet, ReceiveAfterThePeerClosedFails) {
+/// Runs body(c) on a fresh connection c, once with one socket a connection and once striped (2 x 1).
+template <class Body>
+void inEachLayout(Body body) {
   for (auto layout : {std::make_pair(1, 1), std::make_pair(2, 1)}) {
     SCOPED_TRACE(std::to_string(layout.first) + "x" + std::to_string(layout.second));
     Striping s(layout.first, layout.second);
     NetCtx a, b;
     Conn c;
     connectPair(a, b, &c);
+    body(c);
+  }
+}
+
+/// A receive posted on c (whose sender closed) fails, saying the connection was closed.
+void expectClosed(const Conn& c, int tag) {
+  std::vector<char> in(64);
+  void* data = in.data();
+  size_t cap = in.size();
+  void* rr = nullptr;
+  ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+  int size = -1;
+  ncclResult_t rc = ncclSuccess;
+  EXPECT_FALSE(waitReq(rr, &size, &rc));
+  EXPECT_EQ(rc, ncclRemoteError);
+  EXPECT_NE(std::string(threadLastError()).find("closed"), std::string::npos) << threadLastError();
+}
+
+// A sender that closes after its last message: that message is received whole; the next receive fails, saying the
+// connection was closed.
+TEST(SocketNet, ReceiveAfterThePeerClosedFails) {
+  inEachLayout([](Conn& c) {
     std::vector<char> out = pattern(300000, 3), in(300000);
     void* sr = nullptr;
     ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
@@ -321,23 +343,15 @@ TEST(SocketNet, ReceiveAfterThePeerClosedFails) {
     ASSERT_TRUE(waitReq(rr, &size, &rc)) << threadLastError();
     EXPECT_EQ(size, 300000);
     EXPECT_EQ(in, out);
-    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
-    EXPECT_FALSE(waitReq(rr, &size, &rc));
-    EXPECT_EQ(rc, ncclRemoteError);
-    EXPECT_NE(std::string(threadLastError()).find("closed"), std::string::npos) << threadLastError();
-  }
+    expectClosed(c, 0);
+  });
 }
 
 // Messages sent back to back before any receive is posted (so one read of the control socket brings several, and the
 // bytes past the receive being filled wait in the comm's stage) arrive whole and in order: receives posted one at a
 // time, each larger than its message, around the stage's size and beyond it; then the sender's close is reported.
 TEST(SocketNet, MessagesThatArrivedBeforeTheirReceivesAreTakenInOrder) {
-  for (auto layout : {std::make_pair(1, 1), std::make_pair(2, 1)}) {
-    SCOPED_TRACE(std::to_string(layout.first) + "x" + std::to_string(layout.second));
-    Striping s(layout.first, layout.second);
-    NetCtx a, b;
-    Conn c;
-    connectPair(a, b, &c);
+  inEachLayout([](Conn& c) {
     const size_t st = socknet::kStageBytes;
     const std::vector<size_t> sizes = {0, 5, 32, 4096, st - 16, st, st + 1, 12000, 1, 40};
     std::vector<std::vector<char>> sent;
@@ -371,18 +385,8 @@ TEST(SocketNet, MessagesThatArrivedBeforeTheirReceivesAreTakenInOrder) {
       EXPECT_TRUE(std::all_of(in.begin() + sizes[i], in.end(), [](char x) { return x == 0; }))
           << "message " << i << ": bytes written past its end";
     }
-    std::vector<char> in(64);
-    void* data = in.data();
-    size_t cap = in.size();
-    int tag = 3;
-    void* rr = nullptr;
-    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
-    int size = -1;
-    ncclResult_t rc = ncclSuccess;
-    EXPECT_FALSE(waitReq(rr, &size, &rc));
-    EXPECT_EQ(rc, ncclRemoteError);
-    EXPECT_NE(std::string(threadLastError()).find("closed"), std::string::npos) << threadLastError();
-  }
+    expectClosed(c, 3);
+  });
 }
 
 // The hooks that let an idle proxy sleep: a pending receive names its socket, which becomes readable when data comes;
