@@ -582,6 +582,13 @@ IoResult Socket::recvv(const iovec* iov, int n, size_t* moved) {
   }
 }
 
+void Socket::delayAcks() {
+#ifdef TCP_QUICKACK
+  int zero = 0;
+  setsockopt(fd_, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
+#endif
+}
+
 IoResult Socket::sendSome(const void* data, size_t len, size_t* done) {
   while (*done < len) {
     iovec v = {const_cast<char*>(static_cast<const char*>(data)) + *done, len - *done};

@@ -165,6 +165,11 @@ class Socket {
   /// One recvmsg into the `n` buffers of `iov` without waiting: *moved gets the bytes read (0 when none are there);
   /// kEof when the peer closed.
   IoResult recvv(const iovec* iov, int n, size_t* moved);
+  /// Lets the kernel hold back the ACKs of what arrives here until they can go together or with data (Linux:
+  /// TCP_QUICKACK off), not one ACK per small segment the moment it is read, which a one-way connection otherwise
+  /// gets. The kernel drops back to quick ACKs when a held ACK's timer fires (after a quiet spell), so a caller sets
+  /// it again from time to time. No effect where the system has no such option.
+  void delayAcks();
 
   /// Wakes any thread blocked on this socket and tells the peer we are gone (fd stays open).
   void shutdown();

@@ -3,6 +3,7 @@
 // NCCL_NSOCKS_PERTHREAD), the chunk layout, what a stranger on the listen port gets, and how failures surface.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -387,6 +388,49 @@ TEST(SocketNet, MessagesThatArrivedBeforeTheirReceivesAreTakenInOrder) {
     }
     expectClosed(c, 3);
   });
+}
+
+/// Whether the kernel acknowledges each segment on fd at once (TCP_QUICKACK reads 1) or may hold ACKs back (0).
+int quickAcks(int fd) {
+  int v = -1;
+  socklen_t len = sizeof(v);
+  EXPECT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &v, &len), 0);
+  return v;
+}
+
+// The receiving end of a connection never sends data, so no reply can carry its ACKs: it asks the kernel to hold them
+// back (CHORUS_SOCKET_DELAYED_ACKS, on by default) when a read first brings bytes. One small message, sent in one
+// segment: the first read acknowledges it before delayed ACKs are set, so no held ACK's timer can undo them.
+TEST(SocketNet, ReceivingEndHoldsItsAcksBack) {
+  const NetProgressHooks* hooks = socketNetHooks();
+  ASSERT_NE(hooks, nullptr);
+  for (const char* setting : {"1", "0"}) {
+    SCOPED_TRACE(std::string("CHORUS_SOCKET_DELAYED_ACKS=") + setting);
+    setenv("CHORUS_SOCKET_DELAYED_ACKS", setting, 1);
+    Striping s(1, 1);
+    NetCtx a, b;
+    unsetenv("CHORUS_SOCKET_DELAYED_ACKS");
+    paramsReload();
+    Conn c;
+    connectPair(a, b, &c);
+    std::vector<char> in(64), out = pattern(40, 1);
+    void* data = in.data();
+    size_t cap = in.size();
+    int tag = 0;
+    void *rr = nullptr, *sr = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    pollfd fds[8];
+    ASSERT_EQ(hooks->pollFds(b.ctx, fds, 8), 1);  // the receive comm's control socket
+    EXPECT_EQ(quickAcks(fds[0].fd), 1);            // the kernel's default
+    ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sr), ncclSuccess);
+    int size = -1;
+    ncclResult_t rc = ncclSuccess;
+    ASSERT_TRUE(waitReq(rr, &size, &rc)) << threadLastError();
+    ASSERT_TRUE(waitReq(sr, &size, &rc)) << threadLastError();
+    ASSERT_EQ(size, 40);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), in.begin()));
+    EXPECT_EQ(quickAcks(fds[0].fd), std::string(setting) == "1" ? 0 : 1);
+  }
 }
 
 // The hooks that let an idle proxy sleep: a pending receive names its socket, which becomes readable when data comes;

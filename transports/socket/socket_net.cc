@@ -29,6 +29,11 @@ IntParam kSocketNsocksPerThread{"NCCL_NSOCKS_PERTHREAD", 1,
                                 "Data sockets per helper thread of a socket-net connection (1-64; see "
                                 "NCCL_SOCKET_NTHREADS).",
                                 "network"};
+IntParam kSocketDelayedAcks{"CHORUS_SOCKET_DELAYED_ACKS", 1,
+                            "1: a socket-net connection's receiving end lets the kernel hold its ACKs back (TCP_QUICKACK "
+                            "off), so a run of small messages is acknowledged every second segment instead of every "
+                            "one (connections are one-way: no reply carries the ACK). 0: the kernel's default.",
+                            "network"};
 
 namespace socknet {
 
@@ -319,6 +324,7 @@ IoResult ctrlRead(Comm* c, char* dst, size_t need, size_t* got) {
   size_t moved = 0;
   IoResult io = c->ctrl.recvv(iov, 2, &moved);
   if (!io.ok()) return io;
+  if (moved > 0 && c->ctx->delayAcks && c->dataReads++ % kDelayAcksEvery == 0) c->ctrl.delayAcks();
   *got = std::min(moved, need);
   c->stageEnd = moved - *got;
   return io;
@@ -429,6 +435,7 @@ ncclResult_t init(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogge
   CHORUS_CHECK(probeDevices(&c->devs));
   c->nThreads = static_cast<int>(kSocketNThreads.get());
   c->nPerThread = static_cast<int>(kSocketNsocksPerThread.get());
+  c->delayAcks = kSocketDelayedAcks.get() != 0;
   int threads = 0;
   int nData = dataSockets(c->nThreads, c->nPerThread, &threads);
   std::string ifs;

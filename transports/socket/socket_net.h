@@ -49,6 +49,9 @@ constexpr size_t kInlineBytes = 4096;
 /// Receive side: bytes a read of the control socket may take beyond what the request being filled needs (the
 /// stream's next headers and small payloads), kept in the comm's stage for the requests after it.
 constexpr size_t kStageBytes = 8192;
+/// A receive comm sets delayed ACKs on its control socket at its first read that brings bytes and every this many
+/// after (the kernel drops back to quick ACKs after a quiet spell).
+constexpr uint64_t kDelayAcksEvery = 64;
 /// Most data sockets a connection may have (NCCL's limit).
 constexpr int kMaxDataSocks = 64;
 /// Requests a comm may have outstanding (NCCL_NET_MAX_REQUESTS).
@@ -144,6 +147,8 @@ struct Comm {
   std::unique_ptr<char[]> stage;
   size_t stageBeg = 0;
   size_t stageEnd = 0;
+  /// Receive side: reads of the control socket that brought bytes (to set delayed ACKs again every kDelayAcksEvery).
+  uint64_t dataReads = 0;
   // connect() in progress (send side): sockets not yet connected or whose hello is not yet written.
   std::vector<Socket> connecting;
   std::vector<size_t> helloDone;
@@ -183,6 +188,7 @@ struct Context {
   std::vector<Device> devs;
   int nThreads = 1;
   int nPerThread = 1;
+  bool delayAcks = true;  ///< CHORUS_SOCKET_DELAYED_ACKS
   std::vector<Comm*> comms;       ///< open comms, for pollFds
   std::vector<Comm*> connecting;  ///< comms connect() started and has not returned (freed by finalize if abandoned)
   void (*wake)(void*) = nullptr;
