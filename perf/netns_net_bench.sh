@@ -17,7 +17,9 @@
 # Usage: perf/netns_net_bench.sh BUILD_DIR OUT_DIR [RATE (1gbit)] [HOSTS (2)] [MAX_BYTES (256M)]
 # Environment: MIN_BYTES (1M), FACTOR (4: each size is the one before times FACTOR), ITERS (5), LIBS (default
 # "Socket UCX Gloo MPI"), PER (1), PLACE (host), MPI_ARGS (more mpirun arguments, e.g. "--mca mpi_yield_when_idle 1"),
-# TCP_CC (cubic: the hosts' TCP congestion control, as in perf/netns_ring_bench.sh).
+# TCP_CC (cubic: the hosts' TCP congestion control, as in perf/netns_ring_bench.sh), PACKETS (1: print the TCP
+# segments host 1 sent and received during each run, and per call, counting 2 x ITERS calls a size: run one size,
+# MIN_BYTES = MAX_BYTES, with ITERS in the thousands so that warm-up and setup are lost in it).
 set -u
 build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
 out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
@@ -105,9 +107,18 @@ run() {
   return $rc
 }
 
+# TCP segments host 1 has sent and received (OutSegs, InSegs of /proc/net/snmp in its namespace).
+segs() { ip netns exec "${net}_h1" awk '/^Tcp:/ { getline; print $12, $11 }' /proc/net/snmp; }
+
 for coll in allreduce allgather; do
   for lib in $libs; do
+    [ "${PACKETS:-0}" = 1 ] && before=$(segs)
     run "$lib" "$coll" || echo "$lib $coll failed (logs in $out)"
+    if [ "${PACKETS:-0}" = 1 ]; then
+      set -- $before $(segs)
+      echo "$lib $coll: host 1 sent $(($3 - $1)) and received $(($4 - $2)) TCP segments;" \
+        "$(python3 -c "print(f'{($3 - $1) / (2 * ${ITERS:-5}):.2f} and {($4 - $2) / (2 * ${ITERS:-5}):.2f}')") a call"
+    fi
   done
 done
 
