@@ -173,6 +173,8 @@ class Socket {
 
   /// Wakes any thread blocked on this socket and tells the peer we are gone (fd stays open).
   void shutdown();
+  /// Ends our direction only: the peer reads the end after what was sent; it may still send to us.
+  void shutdownWrite();
   /// Closes the descriptor.
   void close();
 

@@ -241,7 +241,8 @@ TEST(SocketNet, GarbageOnTheListenPortIsRefused) {
   int fd = ::socket(to.family(), SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&to.storage), to.len), 0);
-  const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n";  // longer than a hello
+  static_assert(sizeof(garbage) > sizeof(socknet::Hello), "the listener must have a whole hello to refuse");
   ASSERT_EQ(::send(fd, garbage, sizeof(garbage), 0), static_cast<ssize_t>(sizeof(garbage)));
   // The listener reads the garbage as a hello, refuses it and closes: the stranger sees EOF.
   auto end = Clock::now() + kDeadline;
@@ -430,6 +431,74 @@ TEST(SocketNet, ReceivingEndHoldsItsAcksBack) {
     ASSERT_EQ(size, 40);
     EXPECT_TRUE(std::equal(out.begin(), out.end(), in.begin()));
     EXPECT_EQ(quickAcks(fds[0].fd), std::string(setting) == "1" ? 0 : 1);
+  }
+}
+
+/// The one socket a context waits on (a single receive pending in it): "local port > peer port".
+std::string waitedEnds(void* ctx) {
+  pollfd fds[8];
+  EXPECT_EQ(socketNetHooks()->pollFds(ctx, fds, 8), 1);
+  sockaddr_storage local{}, peer{};
+  socklen_t ll = sizeof(local), pl = sizeof(peer);
+  EXPECT_EQ(getsockname(fds[0].fd, reinterpret_cast<sockaddr*>(&local), &ll), 0);
+  EXPECT_EQ(getpeername(fds[0].fd, reinterpret_cast<sockaddr*>(&peer), &pl), 0);
+  auto port = [](const sockaddr_storage& a) {
+    return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(a).sin6_port
+                                         : reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  };
+  return std::to_string(port(local)) + ">" + std::to_string(port(peer));
+}
+
+// A connection from b back to a, where a already sends to b over one socket, runs over that socket
+// (CHORUS_SOCKET_TWO_WAY, on by default): each end then waits on the same TCP connection. Messages go both ways at
+// once and arrive whole and in order; b closing its send comm ends a's receives cleanly while a's sends to b go on.
+TEST(SocketNet, AConnectionBackToItsSenderSharesItsSocket) {
+  for (const char* setting : {"1", "0"}) {
+    SCOPED_TRACE(std::string("CHORUS_SOCKET_TWO_WAY=") + setting);
+    const bool twoWay = std::string(setting) == "1";
+    setenv("CHORUS_SOCKET_TWO_WAY", setting, 1);
+    Striping s(1, 1);
+    NetCtx a, b;
+    unsetenv("CHORUS_SOCKET_TWO_WAY");
+    paramsReload();
+    Conn ab, ba;
+    connectPair(a, b, &ab);  // a sends to b
+    connectPair(b, a, &ba);  // b sends to a
+    const std::vector<size_t> sizes = {40, 0, socknet::kStageBytes + 1, 5, 100000};
+    for (size_t i = 0; i < sizes.size(); i++) {
+      std::vector<char> toB = pattern(sizes[i], static_cast<int>(i)), toA = pattern(sizes[i], static_cast<int>(i) + 50);
+      std::vector<char> inB(sizes[i] + 8, 0), inA(sizes[i] + 8, 0);
+      void *dB = inB.data(), *dA = inA.data();
+      size_t capB = inB.size(), capA = inA.size();
+      int tag = 1;
+      void *rB = nullptr, *rA = nullptr, *sB = nullptr, *sA = nullptr;
+      ASSERT_EQ(net()->irecv(ab.recv, 1, &dB, &capB, &tag, nullptr, nullptr, &rB), ncclSuccess);
+      ASSERT_EQ(net()->irecv(ba.recv, 1, &dA, &capA, &tag, nullptr, nullptr, &rA), ncclSuccess);
+      if (i == 0) {
+        const std::string inBEnds = waitedEnds(b.ctx), inAEnds = waitedEnds(a.ctx);
+        const std::string flipped = inAEnds.substr(inAEnds.find('>') + 1) + ">" + inAEnds.substr(0, inAEnds.find('>'));
+        EXPECT_EQ(inBEnds == flipped, twoWay) << "b receives on " << inBEnds << ", a on " << inAEnds;
+      }
+      ASSERT_EQ(net()->isend(ab.send, toB.data(), sizes[i], 1, nullptr, nullptr, &sB), ncclSuccess);
+      ASSERT_EQ(net()->isend(ba.send, toA.data(), sizes[i], 1, nullptr, nullptr, &sA), ncclSuccess);
+      std::vector<void*> sends = {sB, sA, rA};
+      int size = -1;
+      ncclResult_t rc = ncclSuccess;
+      ASSERT_TRUE(waitReq(rB, &size, &rc, &sends)) << "message " << i << ": " << threadLastError();
+      EXPECT_EQ(size, static_cast<int>(sizes[i]));
+      for (void* r : sends) {
+        if (r == nullptr) continue;
+        ASSERT_TRUE(waitReq(r, &size, &rc)) << "message " << i << ": " << threadLastError();
+      }
+      EXPECT_TRUE(std::equal(toB.begin(), toB.end(), inB.begin())) << "message " << i;
+      EXPECT_TRUE(std::equal(toA.begin(), toA.end(), inA.begin())) << "message " << i;
+    }
+    ASSERT_EQ(net()->closeSend(ba.send), ncclSuccess);
+    ba.send = nullptr;
+    expectClosed(ba, 1);
+    std::vector<char> out = pattern(3000, 9), in(3000);
+    ASSERT_NO_FATAL_FAILURE(transfer(ab, out, &in));
+    EXPECT_EQ(in, out);
   }
 }
 

@@ -28,6 +28,10 @@ struct NetProgressHooks {
   /// With hold 1, isend on `sendComm` only queues; hold 0 moves what was queued, together (the socket net: one
   /// sendmsg for a FIFO slot's header and payload, so they leave as one segment). Null: isend moves at once.
   void (*holdSends)(void* sendComm, int hold);
+  /// Nonzero when a connection this context connects to a peer that already connected to it runs over that
+  /// connection's socket (the socket net, CHORUS_SOCKET_TWO_WAY). The proxy then lets the lower rank of a pair connect
+  /// first (NetProxy::setup). Null: never.
+  int (*sharesSockets)(void* ctx);
 };
 
 /// The socket net (transports/socket/socket_net.cc): always built.

@@ -390,6 +390,17 @@ void NetProxy::closeConn(NetConn& c) {
   c.noticeBodyReq = nullptr;
 }
 
+bool NetProxy::acceptingFrom(int peer) const {
+  if (net_.hooks == nullptr || net_.hooks->sharesSockets == nullptr || net_.hooks->sharesSockets(net_.ctx) == 0)
+    return false;
+  for (const auto& r : conns_) {
+    if (!r->isSend && r->peer == peer &&
+        (r->state == NetConn::State::kListen || r->state == NetConn::State::kAccepting))
+      return true;
+  }
+  return false;
+}
+
 bool NetProxy::setup(NetConn& c) {
   const ncclNet_v11_t* n = net_.api;
   const int tag = kNetHandleTag + c.channel;
@@ -434,9 +445,13 @@ bool NetProxy::setup(NetConn& c) {
       }
       if (!got) break;
       c.state = NetConn::State::kConnecting;
+      c.shareUntil = Clock::now() + kShareWait;
       return true;
     }
     case NetConn::State::kConnecting:
+      // Where the net runs a pair's two directions over one socket, the lower rank connects first and the higher
+      // shares that socket: it waits (briefly) while its receive connection from the peer is still being accepted.
+      if (rank_ > c.peer && Clock::now() < c.shareUntil && acceptingFrom(c.peer)) break;
       rc = n->connect(net_.ctx, c.dev, c.handle, &c.comm, &devHandle);
       if (rc != ncclSuccess) {
         setupFailed(c, "connect", rc);

@@ -47,6 +47,10 @@ constexpr int kNetHandleTag = 0x4e000;
 /// Bootstrap tag of a failure notice: the failed rank's FIFO poison word, then a mismatch's 7 call words (zero
 /// otherwise), 64 bytes.
 constexpr int kNetFailTag = 0x4dfff;
+/// How long the higher rank of a pair waits, before it connects, for the lower rank's connection to it, whose socket
+/// it would share (NetProgressHooks::sharesSockets). Bounded: the lower rank may connect only after data this
+/// connection is to carry (a tree's child sends up before its parent sends down).
+constexpr std::chrono::milliseconds kShareWait{10};
 /// How long a connection the net failed waits for the peer's failure notice before naming the peer itself.
 constexpr double kSuspectS = 1.0;
 /// Slots in flight per connection (two net requests each) for a net that says no more: within NCCL_NET_MAX_REQUESTS
@@ -91,6 +95,9 @@ struct NetConn {
   uint64_t noticeWord = 0;  ///< receive side: the peer's failure notice arrived; its payload (calls) is awaited
   std::chrono::steady_clock::time_point since{};          ///< when setup started (for slow-setup messages)
   std::chrono::steady_clock::time_point nextLiveCheck{};  ///< setup: when to check again that the peer lives
+  /// Send side, a net that shares sockets, this rank above the peer: until when connect() waits for this rank's
+  /// receive connection from the peer to be accepted, whose socket it would then share (NetProxy::setup).
+  std::chrono::steady_clock::time_point shareUntil{};
   bool slowWarned = false;
 };
 
@@ -135,6 +142,8 @@ class NetProxy : public RemoteTransport {
   bool pass();
   /// One step of one connection; true if it made progress.
   bool step(NetConn& c);
+  /// Whether the net shares sockets and a receive connection from `peer` is still waiting to be accepted.
+  bool acceptingFrom(int peer) const;
   bool setup(NetConn& c);
   bool sendSlots(NetConn& c);
   bool recvSlots(NetConn& c);

@@ -29,6 +29,11 @@ IntParam kSocketNsocksPerThread{"NCCL_NSOCKS_PERTHREAD", 1,
                                 "Data sockets per helper thread of a socket-net connection (1-64; see "
                                 "NCCL_SOCKET_NTHREADS).",
                                 "network"};
+IntParam kSocketTwoWay{"CHORUS_SOCKET_TWO_WAY", 1,
+                       "1: when a socket-net connection has one socket and its receiving end later connects back to "
+                       "the sender's communicator, the new connection runs over the same socket, so that each "
+                       "direction's ACKs ride on the other's data. 0: one socket each way, as NCCL's socket net.",
+                       "network"};
 IntParam kSocketDelayedAcks{"CHORUS_SOCKET_DELAYED_ACKS", 1,
                             "1: a socket-net connection's receiving end lets the kernel hold its ACKs back (TCP_QUICKACK "
                             "off), so a run of small messages is acknowledged every second segment instead of every "
@@ -286,7 +291,7 @@ ncclResult_t progressSend(Comm* c) {
     }
     if (n == 0) return ncclSuccess;
     size_t moved = 0;
-    IoResult io = c->ctrl.sendv(iov, n, &moved);
+    IoResult io = c->ctrl->sendv(iov, n, &moved);
     if (!io.ok()) {
       failComm(c, io.what);
       return commError(c);
@@ -322,9 +327,9 @@ IoResult ctrlRead(Comm* c, char* dst, size_t need, size_t* got) {
   c->stageBeg = c->stageEnd = 0;
   iovec iov[2] = {{dst, need}, {c->stage.get(), kStageBytes}};
   size_t moved = 0;
-  IoResult io = c->ctrl.recvv(iov, 2, &moved);
+  IoResult io = c->ctrl->recvv(iov, 2, &moved);
   if (!io.ok()) return io;
-  if (moved > 0 && c->ctx->delayAcks && c->dataReads++ % kDelayAcksEvery == 0) c->ctrl.delayAcks();
+  if (moved > 0 && c->ctx->delayAcks && c->dataReads++ % kDelayAcksEvery == 0) c->ctrl->delayAcks();
   *got = std::min(moved, need);
   c->stageEnd = moved - *got;
   return io;
@@ -404,12 +409,38 @@ void releaseRequest(Request* r) {
   r->used = false;
 }
 
+ncclResult_t startComm(Comm* c);
+
 /// Finishes a connection's sockets into a comm: control first, data after; starts its helpers.
 ncclResult_t openComm(Comm* c, std::vector<Socket>* socks) {
-  c->ctrl = std::move((*socks)[0]);
-  c->peer = c->ctrl.peer().str();
+  c->ctrl = std::make_shared<Socket>(std::move((*socks)[0]));
   for (size_t i = 1; i < socks->size(); i++) c->data.push_back(std::move((*socks)[i]));
   socks->clear();
+  return startComm(c);
+}
+
+/// An open receive comm of x whose one socket came from context `peerCtx` and may carry the other direction too.
+Comm* reversibleFrom(Context* x, uint64_t peerCtx) {
+  for (Comm* r : x->comms) {
+    if (!r->isSend && r->reversible && r->peerCtx == peerCtx && r->partner == nullptr && !r->ctrlClosed &&
+        !r->failed.load(std::memory_order_acquire))
+      return r;
+  }
+  return nullptr;
+}
+
+/// Makes c the other direction of `r`'s socket.
+ncclResult_t openPaired(Comm* c, Comm* r) {
+  c->ctrl = r->ctrl;
+  c->partner = r;
+  r->partner = c;
+  c->reversible = r->reversible = false;
+  return startComm(c);
+}
+
+/// The rest of opening a comm once its control socket is set: its stage, its helpers, its place in the context.
+ncclResult_t startComm(Comm* c) {
+  c->peer = c->ctrl->peer().str();
   if (!c->isSend) c->stage.reset(new char[kStageBytes]);
   CHORUS_CHECK(startHelpers(c));
   c->ctx->comms.push_back(c);
@@ -418,6 +449,15 @@ ncclResult_t openComm(Comm* c, std::vector<Socket>* socks) {
 
 void destroyComm(Comm* c) {
   stopHelpers(c);
+  if (c->partner != nullptr) {
+    // The other direction goes on over the socket: end this one only. A send comm's end is what its peer reads as the
+    // sender's close, after everything it sent.
+    if (c->isSend) c->ctrl->shutdownWrite();
+    c->partner->partner = nullptr;
+  }
+  for (Comm* k : c->ctx->connecting) {
+    if (k->claim == c) k->claim = nullptr;  // that connect() fails: the socket it was to share is gone
+  }
   auto& v = c->ctx->comms;
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (*it == c) {
@@ -436,6 +476,7 @@ ncclResult_t init(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogge
   c->nThreads = static_cast<int>(kSocketNThreads.get());
   c->nPerThread = static_cast<int>(kSocketNsocksPerThread.get());
   c->delayAcks = kSocketDelayedAcks.get() != 0;
+  c->id = kSocketTwoWay.get() != 0 ? newNonce() | 1 : 0;
   int threads = 0;
   int nData = dataSockets(c->nThreads, c->nPerThread, &threads);
   std::string ifs;
@@ -510,6 +551,7 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   h.nData = l->nData;
   h.nonce = l->nonce;
   h.addr = packAddr(l->sock.local());
+  h.ctxId = x->id;
   std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
   std::memcpy(handle, &h, sizeof(h));
   *listenComm = l.release();
@@ -551,6 +593,43 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
     c = new Comm;
     c->ctx = x;
     c->isSend = true;
+    c->peerCtx = h.ctxId;
+    c->reversible = h.nData == 0 && h.ctxId != 0 && x->id != 0;
+    // A one-socket connection from the listener's context that this one accepted carries this direction too.
+    Comm* r = c->reversible ? reversibleFrom(x, h.ctxId) : nullptr;
+    if (r != nullptr) {
+      r->reversible = false;  // claimed
+      c->reversible = false;
+      c->claim = r;
+      c->sharing = true;
+      c->revOut.nonce = h.nonce;
+      h.pending = reinterpret_cast<uintptr_t>(c);
+      std::memcpy(handle, &h, sizeof(h));
+      x->connecting.push_back(c);
+    }
+  }
+  if (c->sharing) {
+    if (c->claim == nullptr) return drop("the connection this one was to share was closed");
+    IoResult io = c->claim->ctrl->sendSome(&c->revOut, sizeof(ReverseHello), &c->revOutDone);
+    if (!io.ok()) return drop(io.what);
+    if (c->revOutDone < sizeof(ReverseHello)) return ncclSuccess;
+    forget();
+    h.pending = 0;
+    std::memcpy(handle, &h, sizeof(h));
+    Comm* r = c->claim;
+    c->claim = nullptr;
+    INFO(kNet, "NET/Socket : connection to %s runs over the socket of the one from it", r->peer.c_str());
+    ncclResult_t rc = openPaired(c, r);
+    if (rc != ncclSuccess) {
+      destroyComm(c);
+      return rc;
+    }
+    *sendComm = c;
+    return ncclSuccess;
+  }
+  if (c->connecting.empty()) {
+    SockAddr to;
+    unpackAddr(h.addr, &to);  // checked above
     const size_t n = 1 + h.nData;
     c->connecting.resize(n);
     c->helloDone.assign(n, 0);
@@ -561,6 +640,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
       c->hellos[i].nonce = h.nonce;
       c->hellos[i].index = static_cast<uint32_t>(i);
       c->hellos[i].nData = h.nData;
+      c->hellos[i].ctxId = x->id;
     }
     h.pending = reinterpret_cast<uintptr_t>(c);
     std::memcpy(handle, &h, sizeof(h));
@@ -595,6 +675,30 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   return ncclSuccess;
 }
 
+/// The send comm of l's context over whose socket the peer has opened l's connection (its reverse hello names l), or
+/// null. Reads the reverse hellos that have come on the context's reversible send sockets; one for another listen
+/// stays with its socket for that listen's accept().
+Comm* reversedTo(ListenComm* l) {
+  for (Comm* s : l->ctx->comms) {
+    if (!s->isSend || !s->reversible || s->partner != nullptr || s->failed.load(std::memory_order_acquire)) continue;
+    if (s->revInGot < sizeof(ReverseHello)) {
+      IoResult io = s->ctrl->recvSome(&s->revIn, sizeof(ReverseHello), &s->revInGot);
+      if (!io.ok()) {  // the peer closed its end, or the link failed: the send comm finds out when it sends
+        s->reversible = false;
+        continue;
+      }
+      if (s->revInGot < sizeof(ReverseHello)) continue;
+      if (s->revIn.magic != kReverseMagic) {
+        WARN("NET/Socket : unexpected bytes from %s on a connection to it; it stays one-way", s->peer.c_str());
+        s->reversible = false;
+        continue;
+      }
+    }
+    if (s->revIn.nonce == l->nonce) return s;
+  }
+  return nullptr;
+}
+
 ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** devComm) {
   ListenComm* l = static_cast<ListenComm*>(listenComm);
   *recvComm = nullptr;
@@ -621,6 +725,7 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
       } else {
         l->have[hh.index] = std::move(p.sock);
         l->nHave++;
+        if (hh.index == 0) l->ctrlCtx = hh.ctxId;
         drop = true;  // taken: remove from pending
       }
     }
@@ -630,10 +735,20 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
     }
     i++;
   }
+  if (Comm* s = reversedTo(l)) {  // a peer we connected to came back over that socket
+    auto c = std::make_unique<Comm>();
+    c->ctx = l->ctx;
+    c->isSend = false;
+    CHORUS_CHECK(openPaired(c.get(), s));
+    *recvComm = c.release();
+    return ncclSuccess;
+  }
   if (l->nHave < static_cast<int>(l->have.size())) return ncclSuccess;
   auto c = std::make_unique<Comm>();
   c->ctx = l->ctx;
   c->isSend = false;
+  c->peerCtx = l->ctrlCtx;
+  c->reversible = l->nData == 0 && l->ctrlCtx != 0 && l->ctx->id != 0;
   l->nHave = 0;
   std::vector<Socket> socks = std::move(l->have);
   l->have.clear();
@@ -766,7 +881,7 @@ int pollFds(void* ctx, pollfd* fds, int max) {
     if (c->ctrlClosed || c->failed.load(std::memory_order_acquire)) continue;  // test() reports these at once
     bool want = false;
     for (const Request* r : c->queue) want |= ctrlPending(c, r);
-    if (want) fds[n++] = pollfd{c->ctrl.fd(), static_cast<short>(c->isSend ? POLLOUT : POLLIN), 0};
+    if (want) fds[n++] = pollfd{c->ctrl->fd(), static_cast<short>(c->isSend ? POLLOUT : POLLIN), 0};
   }
   return n;
 }
@@ -789,7 +904,9 @@ void holdSends(void* sendComm, int hold) {
   if (!c->held) progress(c);  // everything queued meanwhile, in one sendmsg; a failure is a request's, for test()
 }
 
-const NetProgressHooks kHooks = {pollFds, setWaker, holdSends};
+int sharesSockets(void* ctx) { return static_cast<Context*>(ctx)->id != 0 ? 1 : 0; }
+
+const NetProgressHooks kHooks = {pollFds, setWaker, holdSends, sharesSockets};
 
 }  // namespace
 }  // namespace socknet

@@ -39,6 +39,8 @@ namespace socknet {
 constexpr uint32_t kHandleMagic = 0x314b4353u;
 /// Opens every socket of a connection ("chsnet01").
 constexpr uint64_t kHelloMagic = 0x313074656e736863ull;
+/// Opens the second direction of a shared connection ("chsnrev1").
+constexpr uint64_t kReverseMagic = 0x3176657276736e63ull;
 /// Marks every message header.
 constexpr uint32_t kMsgMagic = 0x4d534e43u;
 /// Smallest chunk on a data socket (NCCL's minimum task size).
@@ -67,6 +69,7 @@ struct Handle {
   uint64_t nonce = 0;    ///< the listen's identity, echoed by every hello
   PackedAddr addr;       ///< where the listen socket is
   uint64_t pending = 0;  ///< sender-local: the comm connect() started
+  uint64_t ctxId = 0;    ///< the listening context (Context::id; 0: it shares no connection)
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a socket-net handle must fit NCCL's handle");
 
@@ -75,8 +78,17 @@ struct Hello {
   uint64_t nonce = 0;
   uint32_t index = 0;  ///< 0 control, 1..nData data
   uint32_t nData = 0;
+  uint64_t ctxId = 0;  ///< the connecting context (Context::id; 0: it shares no connection)
 };
-static_assert(sizeof(Hello) == 24, "Hello is a wire format");
+static_assert(sizeof(Hello) == 32, "Hello is a wire format");
+
+/// What a context that accepted a one-socket connection from context P sends on that socket when it connects to a
+/// listen of P's: the listen's nonce. The socket then carries both directions (docs/net.md, "The socket net").
+struct ReverseHello {
+  uint64_t magic = kReverseMagic;
+  uint64_t nonce = 0;
+};
+static_assert(sizeof(ReverseHello) == 16, "ReverseHello is a wire format");
 
 struct MsgHeader {
   uint64_t size = 0;
@@ -128,7 +140,7 @@ struct Comm {
   Context* ctx = nullptr;
   bool isSend = false;
   bool held = false;  ///< send side: isend queues without moving (holdSends)
-  Socket ctrl;
+  std::shared_ptr<Socket> ctrl;  ///< shared with `partner` when the connection carries both directions
   std::vector<Socket> data;  ///< D data sockets (empty: inline)
   std::vector<std::unique_ptr<Helper>> helpers;
   Request reqs[kMaxRequests];
@@ -149,6 +161,19 @@ struct Comm {
   size_t stageEnd = 0;
   /// Receive side: reads of the control socket that brought bytes (to set delayed ACKs again every kDelayAcksEvery).
   uint64_t dataReads = 0;
+  /// Two ways over one socket: the context at the other end (0: unknown); whether this comm's socket may still
+  /// carry the other direction (one socket, not yet shared); the comm of the other direction sharing it.
+  uint64_t peerCtx = 0;
+  bool reversible = false;
+  Comm* partner = nullptr;
+  /// Send side, reversible: the reverse hello arriving on this socket (read by accept()).
+  ReverseHello revIn;
+  size_t revInGot = 0;
+  /// Send side, connect() in progress over a receive comm's socket: that comm, and the reverse hello going out.
+  Comm* claim = nullptr;
+  bool sharing = false;  ///< connect() goes over `claim`'s socket (claim turns null if that comm closes first)
+  ReverseHello revOut;
+  size_t revOutDone = 0;
   // connect() in progress (send side): sockets not yet connected or whose hello is not yet written.
   std::vector<Socket> connecting;
   std::vector<size_t> helloDone;
@@ -170,6 +195,7 @@ struct ListenComm {
   std::vector<PendingSock> pending;
   std::vector<Socket> have;  ///< by index: 0 control, 1..nData data (invalid until its hello arrived)
   int nHave = 0;
+  uint64_t ctrlCtx = 0;  ///< the connecting context, from the control socket's hello
 };
 
 /// Most interfaces the net offers as devices (NCCL's MAX_IFS).
@@ -189,6 +215,7 @@ struct Context {
   int nThreads = 1;
   int nPerThread = 1;
   bool delayAcks = true;  ///< CHORUS_SOCKET_DELAYED_ACKS
+  uint64_t id = 0;        ///< names this context to its peers when connections may carry both ways (else 0)
   std::vector<Comm*> comms;       ///< open comms, for pollFds
   std::vector<Comm*> connecting;  ///< comms connect() started and has not returned (freed by finalize if abandoned)
   void (*wake)(void*) = nullptr;
