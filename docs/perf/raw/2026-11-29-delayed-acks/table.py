@@ -4,24 +4,14 @@
 python3 table.py small   quick ACKs (d0) against delayed ACKs (d1) at 8 B - 32 KB, Open MPI over all runs
 python3 table.py mid     4 hosts x 2 ranks at 1-8 KB, chorus only, three runs of each
 """
-import glob, math, os, re, sys
+import glob, importlib.util, math, os, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-
-
-def parse(path):
-    d = {}
-    for line in open(path):
-        m = re.match(r'\| (\w+) \| (.*?) \| (\d+) \| ([\d.]+) \|', line)
-        if m and m.group(3) != '0':
-            lib = 'MPI' if 'MPI' in m.group(2) else 'Socket'
-            d[(m.group(1), lib, int(m.group(3)))] = float(m.group(4)) * 1000  # us
-    return d
-
-
-def rng(xs):
-    xs = [round(x) for x in xs]
-    return '%d-%d' % (min(xs), max(xs)) if xs else ''
+# parse (a run's .log table: time in us by collective, library, size) and rng, from section 8's script
+_spec = importlib.util.spec_from_file_location('stage', os.path.join(here, '..', '2026-11-29-stage', 'table.py'))
+_stage = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_stage)
+parse, rng = _stage.parse, _stage.rng
 
 
 def median(xs):
@@ -30,15 +20,16 @@ def median(xs):
     return (xs[n // 2] + xs[(n - 1) // 2]) / 2
 
 
-def table(folder, setup, mpi_col):
-    runs = {v: [parse(f) for f in sorted(glob.glob(f'{here}/{folder}/{setup}-{v}-r*.log'))] for v in ('d0', 'd1')}
-    keys = sorted(k for k in runs['d0'][0] if k[1] == 'Socket')
-    print(f'\n{setup}\n\n| collective | size (B) | quick ACKs | delayed ACKs |' + (' Open MPI |' if mpi_col else ''))
+def table(folder, setup, mpi_col, base=here, old='d0', new='d1', names=('quick ACKs', 'delayed ACKs')):
+    """old against new (the run folders' tags) in base/folder for setup; Open MPI's column from every run."""
+    runs = {v: [parse(f) for f in sorted(glob.glob(f'{base}/{folder}/{setup}-{v}-r*.log'))] for v in (old, new)}
+    keys = sorted(k for k in runs[old][0] if k[1] == 'Socket')
+    print(f'\n{setup}\n\n| collective | size (B) | {names[0]} | {names[1]} |' + (' Open MPI |' if mpi_col else ''))
     print('|---|---|---|---|' + ('---|' if mpi_col else ''))
     logs, mlogs = [], []
     for k in keys:
-        q = [r[k] for r in runs['d0'] if k in r]
-        d = [r[k] for r in runs['d1'] if k in r]
+        q = [r[k] for r in runs[old] if k in r]
+        d = [r[k] for r in runs[new] if k in r]
         logs.append(math.log((sum(d) / len(d)) / (sum(q) / len(q))))
         cells = f'| {k[0]} | {k[2]} | {rng(q)} | {rng(d)} |'
         if mpi_col:
@@ -46,9 +37,10 @@ def table(folder, setup, mpi_col):
             mlogs.append(math.log(median(d) / median(mpi)))
             cells += f' {rng(mpi)} |'
         print(cells)
-    print(f'\ndelayed / quick, geometric mean of the mean times: {math.exp(sum(logs) / len(logs)):.3f} ({len(logs)} sizes)')
+    print(f'\n{names[1]} / {names[0]}, geometric mean of the mean times: {math.exp(sum(logs) / len(logs)):.3f} '
+          f'({len(logs)} sizes)')
     if mpi_col:
-        print(f'delayed / Open MPI, geometric mean of the medians: {math.exp(sum(mlogs) / len(mlogs)):.3f}')
+        print(f'{names[1]} / Open MPI, geometric mean of the medians: {math.exp(sum(mlogs) / len(mlogs)):.3f}')
 
 
 if __name__ == '__main__':
