@@ -675,26 +675,47 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   return ncclSuccess;
 }
 
-/// The send comm of l's context over whose socket the peer has opened l's connection (its reverse hello names l), or
-/// null. Reads the reverse hellos that have come on the context's reversible send sockets; one for another listen
-/// stays with its socket for that listen's accept().
-Comm* reversedTo(ListenComm* l) {
-  for (Comm* s : l->ctx->comms) {
-    if (!s->isSend || !s->reversible || s->partner != nullptr || s->failed.load(std::memory_order_acquire)) continue;
-    if (s->revInGot < sizeof(ReverseHello)) {
-      IoResult io = s->ctrl->recvSome(&s->revIn, sizeof(ReverseHello), &s->revInGot);
-      if (!io.ok()) {  // the peer closed its end, or the link failed: the send comm finds out when it sends
-        s->reversible = false;
-        continue;
-      }
-      if (s->revInGot < sizeof(ReverseHello)) continue;
-      if (s->revIn.magic != kReverseMagic) {
-        WARN("NET/Socket : unexpected bytes from %s on a connection to it; it stays one-way", s->peer.c_str());
-        s->reversible = false;
-        continue;
-      }
+/// Reads the reverse hellos that have come on x's send sockets that may carry the other direction: one poll of them
+/// all, then a read of each that has bytes. A hello for a listen stays with its socket until that listen's accept().
+void readReverseHellos(Context* x) {
+  std::vector<Comm*> comms;
+  std::vector<pollfd> fds;
+  for (Comm* s : x->comms) {
+    if (!s->isSend || !s->reversible || s->partner != nullptr || s->revInGot == sizeof(ReverseHello) ||
+        s->failed.load(std::memory_order_acquire))
+      continue;
+    comms.push_back(s);
+    fds.push_back(pollfd{s->ctrl->fd(), POLLIN, 0});
+  }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size(); i++) {
+    if (fds[i].revents == 0) continue;
+    Comm* s = comms[i];
+    IoResult io = s->ctrl->recvSome(&s->revIn, sizeof(ReverseHello), &s->revInGot);
+    if (!io.ok()) {  // the peer closed its end, or the link failed: the send comm finds out when it sends
+      s->reversible = false;
+    } else if (s->revInGot == sizeof(ReverseHello) && s->revIn.magic != kReverseMagic) {
+      WARN("NET/Socket : unexpected bytes from %s on a connection to it; it stays one-way", s->peer.c_str());
+      s->reversible = false;
     }
-    if (s->revIn.nonce == l->nonce) return s;
+  }
+}
+
+/// The send comm of l's context over whose socket the peer has opened l's connection (its reverse hello names l), or
+/// null. The sockets are read at most every kReverseScan: a rank accepting many connections at once (an all-to-all)
+/// polls its send sockets once, not once for each listen.
+Comm* reversedTo(ListenComm* l) {
+  Context* x = l->ctx;
+  if (x->id == 0) return nullptr;
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= x->revScanAt) {
+    x->revScanAt = now + kReverseScan;
+    readReverseHellos(x);
+  }
+  for (Comm* s : x->comms) {
+    if (s->isSend && s->reversible && s->partner == nullptr && s->revInGot == sizeof(ReverseHello) &&
+        s->revIn.nonce == l->nonce)
+      return s;
   }
   return nullptr;
 }

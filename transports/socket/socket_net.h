@@ -54,6 +54,8 @@ constexpr size_t kStageBytes = 8192;
 /// A receive comm sets delayed ACKs on its control socket at its first read that brings bytes and every this many
 /// after (the kernel drops back to quick ACKs after a quiet spell).
 constexpr uint64_t kDelayAcksEvery = 64;
+/// How often accept() looks for reverse hellos on a context's send sockets (docs/net.md, "Two ways over one socket").
+constexpr std::chrono::milliseconds kReverseScan{1};
 /// Most data sockets a connection may have (NCCL's limit).
 constexpr int kMaxDataSocks = 64;
 /// Requests a comm may have outstanding (NCCL_NET_MAX_REQUESTS).
@@ -216,6 +218,9 @@ struct Context {
   int nPerThread = 1;
   bool delayAcks = true;  ///< CHORUS_SOCKET_DELAYED_ACKS
   uint64_t id = 0;        ///< names this context to its peers when connections may carry both ways (else 0)
+  /// When accept() next looks for reverse hellos on the send sockets (one poll of them all at most every
+  /// kReverseScan, however many listens are being accepted).
+  std::chrono::steady_clock::time_point revScanAt{};
   std::vector<Comm*> comms;       ///< open comms, for pollFds
   std::vector<Comm*> connecting;  ///< comms connect() started and has not returned (freed by finalize if abandoned)
   void (*wake)(void*) = nullptr;
