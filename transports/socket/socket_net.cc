@@ -34,11 +34,12 @@ IntParam kSocketTwoWay{"CHORUS_SOCKET_TWO_WAY", 1,
                        "the sender's communicator, the new connection runs over the same socket, so that each "
                        "direction's ACKs ride on the other's data. 0: one socket each way, as NCCL's socket net.",
                        "network"};
-IntParam kSocketDelayedAcks{"CHORUS_SOCKET_DELAYED_ACKS", 1,
-                            "1: a socket-net connection's receiving end lets the kernel hold its ACKs back (TCP_QUICKACK "
-                            "off), so a run of small messages is acknowledged every second segment instead of every "
-                            "one (connections are one-way: no reply carries the ACK). 0: the kernel's default.",
-                            "network"};
+IntParam kSocketDelayedAcks{
+    "CHORUS_SOCKET_DELAYED_ACKS", 1,
+    "1: a socket-net connection's receiving end lets the kernel hold its ACKs back (TCP_QUICKACK "
+    "off), so a run of small messages is acknowledged every second segment instead of every "
+    "one (connections are one-way: no reply carries the ACK). 0: the kernel's default.",
+    "network"};
 
 namespace socknet {
 
@@ -65,7 +66,7 @@ namespace {
 /// init() (or the first devices() call). getProperties hands out their names, which stay valid for the process.
 struct DeviceList {
   std::mutex mu;
-  std::vector<Device> devs;  ///< empty until a probe finds an interface (a probe that finds none fails)
+  std::vector<Device> devs;     ///< empty until a probe finds an interface (a probe that finds none fails)
   std::set<std::string> names;  ///< every name and PCI path ever listed: the pointers getProperties gave stay valid
 };
 
@@ -419,10 +420,14 @@ ncclResult_t openComm(Comm* c, std::vector<Socket>* socks) {
   return startComm(c);
 }
 
+/// Whether a connection of x to or from context `peerCtx` may come to carry both directions: one socket (`nData`
+/// 0), and both contexts share sockets (CHORUS_SOCKET_TWO_WAY).
+bool mayShare(const Context* x, uint32_t nData, uint64_t peerCtx) { return nData == 0 && peerCtx != 0 && x->id != 0; }
+
 /// An open receive comm of x whose one socket came from context `peerCtx` and may carry the other direction too.
 Comm* reversibleFrom(Context* x, uint64_t peerCtx) {
   for (Comm* r : x->comms) {
-    if (!r->isSend && r->reversible && r->peerCtx == peerCtx && r->partner == nullptr && !r->ctrlClosed &&
+    if (!r->isSend && r->reversible && r->peerCtx == peerCtx && !r->ctrlClosed &&
         !r->failed.load(std::memory_order_acquire))
       return r;
   }
@@ -593,8 +598,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
     c = new Comm;
     c->ctx = x;
     c->isSend = true;
-    c->peerCtx = h.ctxId;
-    c->reversible = h.nData == 0 && h.ctxId != 0 && x->id != 0;
+    c->reversible = mayShare(x, h.nData, h.ctxId);
     // A one-socket connection from the listener's context that this one accepted carries this direction too.
     Comm* r = c->reversible ? reversibleFrom(x, h.ctxId) : nullptr;
     if (r != nullptr) {
@@ -681,7 +685,7 @@ void readReverseHellos(Context* x) {
   std::vector<Comm*> comms;
   std::vector<pollfd> fds;
   for (Comm* s : x->comms) {
-    if (!s->isSend || !s->reversible || s->partner != nullptr || s->revInGot == sizeof(ReverseHello) ||
+    if (!s->isSend || !s->reversible || s->revInGot == sizeof(ReverseHello) ||
         s->failed.load(std::memory_order_acquire))
       continue;
     comms.push_back(s);
@@ -713,9 +717,7 @@ Comm* reversedTo(ListenComm* l) {
     readReverseHellos(x);
   }
   for (Comm* s : x->comms) {
-    if (s->isSend && s->reversible && s->partner == nullptr && s->revInGot == sizeof(ReverseHello) &&
-        s->revIn.nonce == l->nonce)
-      return s;
+    if (s->isSend && s->reversible && s->revInGot == sizeof(ReverseHello) && s->revIn.nonce == l->nonce) return s;
   }
   return nullptr;
 }
@@ -769,7 +771,7 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
   c->ctx = l->ctx;
   c->isSend = false;
   c->peerCtx = l->ctrlCtx;
-  c->reversible = l->nData == 0 && l->ctrlCtx != 0 && l->ctx->id != 0;
+  c->reversible = mayShare(l->ctx, l->nData, l->ctrlCtx);
   l->nHave = 0;
   std::vector<Socket> socks = std::move(l->have);
   l->have.clear();

@@ -141,9 +141,9 @@ struct Context;
 struct Comm {
   Context* ctx = nullptr;
   bool isSend = false;
-  bool held = false;  ///< send side: isend queues without moving (holdSends)
+  bool held = false;             ///< send side: isend queues without moving (holdSends)
   std::shared_ptr<Socket> ctrl;  ///< shared with `partner` when the connection carries both directions
-  std::vector<Socket> data;  ///< D data sockets (empty: inline)
+  std::vector<Socket> data;      ///< D data sockets (empty: inline)
   std::vector<std::unique_ptr<Helper>> helpers;
   Request reqs[kMaxRequests];
   std::deque<Request*> queue;  ///< requests in posting order, until test() reports them done
@@ -163,8 +163,9 @@ struct Comm {
   size_t stageEnd = 0;
   /// Receive side: reads of the control socket that brought bytes (to set delayed ACKs again every kDelayAcksEvery).
   uint64_t dataReads = 0;
-  /// Two ways over one socket: the context at the other end (0: unknown); whether this comm's socket may still
-  /// carry the other direction (one socket, not yet shared); the comm of the other direction sharing it.
+  /// Two ways over one socket: receive side, the context at the other end (0: unknown); whether this comm's socket may
+  /// still carry the other direction (one socket, not yet claimed or shared: false once `partner` is set); the comm of
+  /// the other direction sharing it.
   uint64_t peerCtx = 0;
   bool reversible = false;
   Comm* partner = nullptr;
