@@ -243,8 +243,8 @@ TEST(NetUcxDevices, ActiveVerbsPortsFromSysfs) {
   std::map<std::string, std::string> ifs;
   EXPECT_EQ(ucx::activeVerbsPorts(root.string(), &ifs),
             (std::vector<std::string>{"mlx5_2:1", "mlx5_2:2", "mlx5_3:1", "mlx5_10:1"}));
-  EXPECT_EQ(ifs, (std::map<std::string, std::string>{
-                     {"mlx5_2:1", "ens1f0"}, {"mlx5_2:2", "ens1f1"}, {"mlx5_10:1", "ib3"}}));
+  EXPECT_EQ(ifs,
+            (std::map<std::string, std::string>{{"mlx5_2:1", "ens1f0"}, {"mlx5_2:2", "ens1f1"}, {"mlx5_10:1", "ib3"}}));
   EXPECT_TRUE(ucx::activeVerbsPorts((root / "none").string()).empty());
   fs::remove_all(root);
 }
@@ -390,6 +390,114 @@ TEST(NetUcx, ReceivesMatchInPostingOrder) {
   }
   EXPECT_EQ(net()->deregMr(c.send, sendMr), ncclSuccess);
   EXPECT_EQ(net()->deregMr(c.recv, recvMr), ncclSuccess);
+  c.close();
+}
+
+// The slot-message hooks (NetProgressHooks::isendv/irecvv) as the net proxy uses them: a receive into a 32-byte
+// header and a 512 KB slot takes a header alone, a header with a payload up to 100 KB, and an empty payload, in
+// posting order whether the receive was posted before the message came or after; a payload sent apart with its own
+// tag matches a plain receive of that tag, never a header's receive. A message longer than the buffers fails its
+// receive instead of overrunning them.
+TEST(NetUcx, OneMessageSpansAHeaderAndAPayload) {
+  SKIP_WITHOUT_UCX();
+  const NetProgressHooks* hooks = ucxNetHooks();
+  ASSERT_NE(hooks, nullptr);
+  ASSERT_NE(hooks->isendv, nullptr);
+  ASSERT_NE(hooks->irecvv, nullptr);
+  NetCtx a, b;
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+  constexpr size_t kHdr = 32;
+  const size_t slot = 512 << 10;
+  // Payload sizes; -1 sends a header alone, then its 40 KB payload apart (tag 1).
+  const std::vector<long> sizes = {5, 0, -1, 8 << 10, 100 << 10, 17};
+  const size_t n = sizes.size();
+  std::vector<std::vector<char>> hdrIn(n, std::vector<char>(kHdr)), hdrOut(n, std::vector<char>(kHdr, 0));
+  std::vector<std::vector<char>> payIn(n), payOut(n, std::vector<char>(slot, 0x5a));
+  std::vector<void*> sends, recvs;
+  void* apartRecv = nullptr;
+  const size_t kApart = 40 << 10;
+  auto postRecv = [&](size_t i) {
+    void* bufs[2] = {hdrOut[i].data(), payOut[i].data()};
+    size_t caps[2] = {kHdr, slot};
+    void* r = nullptr;
+    ASSERT_EQ(hooks->irecvv(c.recv, 2, bufs, caps, 0, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr);
+    recvs.push_back(r);
+  };
+  auto postSend = [&](size_t i) {
+    hdrIn[i] = pattern(kHdr, 200 + static_cast<int>(i));
+    const size_t bytes = sizes[i] < 0 ? kApart : static_cast<size_t>(sizes[i]);
+    payIn[i] = pattern(bytes, 300 + static_cast<int>(i));
+    void* bufs[2] = {hdrIn[i].data(), payIn[i].data()};
+    size_t lens[2] = {kHdr, bytes};
+    void* s = nullptr;
+    ASSERT_EQ(hooks->isendv(c.send, sizes[i] > 0 ? 2 : 1, bufs, lens, 0, &s), ncclSuccess);
+    ASSERT_NE(s, nullptr);
+    sends.push_back(s);
+    if (sizes[i] < 0) {
+      int tag = 1;
+      void* p = nullptr;
+      ASSERT_EQ(net()->isend(c.send, payIn[i].data(), kApart, tag, nullptr, nullptr, &p), ncclSuccess);
+      ASSERT_NE(p, nullptr);
+      sends.push_back(p);
+      void* data = payOut[i].data();
+      size_t cap = slot;
+      ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &apartRecv), ncclSuccess);
+      ASSERT_NE(apartRecv, nullptr);
+    }
+  };
+  // The first half's receives go before their messages, the second half's once the first half is in (their
+  // messages, sent in order, have come or are coming: unexpected ones).
+  for (size_t i = 0; i < n / 2; ++i) ASSERT_NO_FATAL_FAILURE(postRecv(i));
+  for (size_t i = 0; i < n; ++i) ASSERT_NO_FATAL_FAILURE(postSend(i));
+  std::vector<void*> first = recvs;
+  first.push_back(apartRecv);
+  std::vector<Outcome> out = waitAll(first);
+  const Outcome apart = out.back();
+  out.pop_back();
+  for (size_t i = n / 2; i < n; ++i) ASSERT_NO_FATAL_FAILURE(postRecv(i));
+  std::vector<void*> rest(recvs.begin() + n / 2, recvs.end());
+  for (const Outcome& o : waitAll(rest)) out.push_back(o);
+  for (const Outcome& o : waitAll(sends)) {
+    ASSERT_EQ(o.res, ncclSuccess);
+    ASSERT_TRUE(o.done) << "a send did not finish in time";
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(out[i].res, ncclSuccess);
+    ASSERT_TRUE(out[i].done);
+    const size_t with = sizes[i] > 0 ? static_cast<size_t>(sizes[i]) : 0;
+    EXPECT_EQ(out[i].size, static_cast<int>(kHdr + with));
+    EXPECT_EQ(hdrOut[i], hdrIn[i]);
+    const size_t got = sizes[i] < 0 ? kApart : with;
+    EXPECT_EQ(memcmp(payOut[i].data(), payIn[i].data(), got), 0);
+    EXPECT_EQ(payOut[i][got], 0x5a) << "written past the payload";
+  }
+  ASSERT_EQ(apart.res, ncclSuccess);
+  ASSERT_TRUE(apart.done);
+  EXPECT_EQ(apart.size, static_cast<int>(kApart));
+
+  // Too long for the buffers: the receive fails (UCX reports the truncation), nothing past them is written.
+  std::vector<char> big = pattern(64, 9), small(8, 0x11), guard(8, 0x22);
+  void* sbufs[2] = {big.data(), big.data() + 32};
+  size_t slens[2] = {32, 32};
+  void* rbufs[2] = {small.data(), guard.data()};
+  size_t rcaps[2] = {4, 4};
+  void *s = nullptr, *r = nullptr;
+  ASSERT_EQ(hooks->irecvv(c.recv, 2, rbufs, rcaps, 0, &r), ncclSuccess);
+  ASSERT_EQ(hooks->isendv(c.send, 2, sbufs, slens, 0, &s), ncclSuccess);
+  ASSERT_NE(r, nullptr);
+  std::vector<Outcome> bad = waitAll({r});
+  EXPECT_NE(bad[0].res, ncclSuccess) << "a 64-byte message into 8 bytes of buffers did not fail";
+  EXPECT_EQ(small[4], 0x11);
+  EXPECT_EQ(guard[4], 0x22);
+  // More buffers than a message may span is refused.
+  void* three[3] = {small.data(), small.data(), small.data()};
+  size_t lens3[3] = {1, 1, 1};
+  void* none = nullptr;
+  EXPECT_EQ(hooks->isendv(c.send, 3, three, lens3, 0, &none), ncclInternalError);
+  EXPECT_EQ(none, nullptr);
   c.close();
 }
 

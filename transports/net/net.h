@@ -32,6 +32,13 @@ struct NetProgressHooks {
   /// connection's socket (the socket net, CHORUS_SOCKET_TWO_WAY). The proxy then lets the lower rank of a pair connect
   /// first (NetProxy::setup). Null: never.
   int (*sharesSockets)(void* ctx);
+  /// Slot messages (the UCX net, where each message costs the transport a round of its own): isendv sends `n` host
+  /// buffers (at most 2) as one message with NCCL tag `tag`; irecvv receives one message into `n` host buffers in
+  /// turn, and test() gives its whole length. With both, the proxy sends a FIFO slot's header and a small host
+  /// payload as one message, and a receiver learns from the length whether the payload came with the header or
+  /// follows as a message of its own (NetProxy::sendSlots). Null: a header and a payload message a slot.
+  ncclResult_t (*isendv)(void* sendComm, int n, void** data, size_t* sizes, int tag, void** request);
+  ncclResult_t (*irecvv)(void* recvComm, int n, void** data, size_t* sizes, int tag, void** request);
 };
 
 /// The socket net (transports/socket/socket_net.cc): always built.

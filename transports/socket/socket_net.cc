@@ -929,7 +929,7 @@ void holdSends(void* sendComm, int hold) {
 
 int sharesSockets(void* ctx) { return static_cast<Context*>(ctx)->id != 0 ? 1 : 0; }
 
-const NetProgressHooks kHooks = {pollFds, setWaker, holdSends, sharesSockets};
+const NetProgressHooks kHooks = {pollFds, setWaker, holdSends, sharesSockets, nullptr, nullptr};
 
 }  // namespace
 }  // namespace socknet

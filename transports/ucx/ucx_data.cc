@@ -86,22 +86,27 @@ ncclResult_t endpointFailed(Comm* c, const char* op) {
               c->peer.c_str(), c->connId, ucs_status_string(c->epStatus));
 }
 
-}  // namespace
-
-ncclResult_t postSend(Comm* c, Request* r, const void* data, size_t size, ucp_tag_t tag, void* mhandle,
-                      const char* op) {
+/// Posts `r` as a send of `bytes` bytes: `count` elements of datatype `dt` at `buffer` (contiguous bytes, or r->iov).
+ncclResult_t sendAs(Comm* c, Request* r, const void* buffer, size_t count, ucp_datatype_t dt, size_t bytes,
+                    ucp_tag_t tag, void* mhandle, const char* op) {
   ucp_request_param_t p{};
   baseParams(&p, r, mhandle);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+  p.datatype = dt;
   p.cb.send = onSendDone;
   r->isRecv = false;
-  r->size = size;
+  r->size = bytes;
   arm(c, r);
-  return post(c, r, ucp_tag_send_nbx(c->ep, data, size, tag, &p), op);
+  return post(c, r, ucp_tag_send_nbx(c->ep, buffer, count, tag, &p), op);
 }
 
-ncclResult_t postRecv(Comm* c, Request* r, void* data, size_t size, ucp_tag_t tag, void* mhandle, const char* op) {
+/// Posts `r` as a receive into `count` elements of datatype `dt` at `buffer`.
+ncclResult_t recvAs(Comm* c, Request* r, void* buffer, size_t count, ucp_datatype_t dt, ucp_tag_t tag, void* mhandle,
+                    const char* op) {
   ucp_request_param_t p{};
   baseParams(&p, r, mhandle);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+  p.datatype = dt;
   // Every receive completes through onRecvDone, which has the true length: UCX 1.13 may complete a receive inside
   // ucp_tag_recv_nbx without filling recv_info, so immediate completion is refused (UCP_OP_ATTR_FLAG_NO_IMM_CMPL).
   p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -110,8 +115,43 @@ ncclResult_t postRecv(Comm* c, Request* r, void* data, size_t size, ucp_tag_t ta
   r->size = 0;
   const ucp_tag_t kFullMask = ~ucp_tag_t{0};
   arm(c, r);
-  CHORUS_CHECK(post(c, r, ucp_tag_recv_nbx(c->ctx->worker, data, size, tag, kFullMask, &p), op));
-  return ncclSuccess;
+  return post(c, r, ucp_tag_recv_nbx(c->ctx->worker, buffer, count, tag, kFullMask, &p), op);
+}
+
+/// The number of buffers an isendv/irecvv may span, checked; r's iov list filled with them. Returns the total bytes.
+bool fillIov(Request* r, int n, void** data, const size_t* sizes, size_t* total) {
+  if (n < 1 || n > kMaxIov) return false;
+  *total = 0;
+  for (int i = 0; i < n; ++i) {
+    r->iov[i].buffer = data[i];
+    r->iov[i].length = sizes[i];
+    *total += sizes[i];
+  }
+  return true;
+}
+
+/// Whether a receive may still be posted on `c`: after its peer's endpoint failed, only within kPeerGoneGrace (a
+/// receive may still match a message that arrived before).
+bool mayReceive(const Comm* c) {
+  return c->epStatus == UCS_OK || std::chrono::steady_clock::now() - c->failedAt <= kPeerGoneGrace;
+}
+
+/// A free slot of `c`, or null after letting completions in (the pool is full: the caller is called again).
+Request* takeSlot(Comm* c) {
+  Request* r = freeSlot(c);
+  if (r == nullptr) progress(c->ctx);
+  return r;
+}
+
+}  // namespace
+
+ncclResult_t postSend(Comm* c, Request* r, const void* data, size_t size, ucp_tag_t tag, void* mhandle,
+                      const char* op) {
+  return sendAs(c, r, data, size, ucp_dt_make_contig(1), size, tag, mhandle, op);
+}
+
+ncclResult_t postRecv(Comm* c, Request* r, void* data, size_t size, ucp_tag_t tag, void* mhandle, const char* op) {
+  return recvAs(c, r, data, size, ucp_dt_make_contig(1), tag, mhandle, op);
 }
 
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
@@ -165,11 +205,8 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhand
   auto* c = static_cast<Comm*>(sendComm);
   *request = nullptr;
   if (c->epStatus != UCS_OK) return endpointFailed(c, "isend");
-  Request* r = freeSlot(c);
-  if (r == nullptr) {
-    progress(c->ctx);  // the pool is full: let completions in, and be called again
-    return ncclSuccess;
-  }
+  Request* r = takeSlot(c);
+  if (r == nullptr) return ncclSuccess;
   CHORUS_CHECK(postSend(c, r, data, size, makeTag(c->connId, tag), mhandle, "isend"));
   *request = r;
   return ncclSuccess;
@@ -180,16 +217,43 @@ ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
   auto* c = static_cast<Comm*>(recvComm);
   *request = nullptr;
   if (n != 1) CHORUS_FAIL(nullptr, ncclInternalError, "NET/UCX : irecv of %d buffers (maxRecvs is 1)", n);
-  // A receive may still match a message that arrived before the peer's endpoint failed (see kPeerGoneGrace).
-  if (c->epStatus != UCS_OK && std::chrono::steady_clock::now() - c->failedAt > kPeerGoneGrace)
-    return endpointFailed(c, "irecv");
-  Request* r = freeSlot(c);
-  if (r == nullptr) {
-    progress(c->ctx);
-    return ncclSuccess;
-  }
+  if (!mayReceive(c)) return endpointFailed(c, "irecv");
+  Request* r = takeSlot(c);
+  if (r == nullptr) return ncclSuccess;
   CHORUS_CHECK(postRecv(c, r, data[0], sizes[0], makeTag(c->connId, tags[0]),
                         mhandles != nullptr ? mhandles[0] : nullptr, "irecv"));
+  *request = r;
+  return ncclSuccess;
+}
+
+// isendv and irecvv take host memory only, unregistered: UCX copies a message this small (a FIFO slot's header and a
+// small payload) through its bounce buffers, and a memory handle names one contiguous buffer.
+ncclResult_t isendv(void* sendComm, int n, void** data, size_t* sizes, int tag, void** request) {
+  auto* c = static_cast<Comm*>(sendComm);
+  *request = nullptr;
+  if (c->epStatus != UCS_OK) return endpointFailed(c, "isendv");
+  Request* r = takeSlot(c);
+  if (r == nullptr) return ncclSuccess;
+  size_t total = 0;
+  if (!fillIov(r, n, data, sizes, &total))
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/UCX : isendv of %d buffers (1 to %d)", n, kMaxIov);
+  CHORUS_CHECK(sendAs(c, r, r->iov, static_cast<size_t>(n), ucp_dt_make_iov(), total, makeTag(c->connId, tag), nullptr,
+                      "isendv"));
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t irecvv(void* recvComm, int n, void** data, size_t* sizes, int tag, void** request) {
+  auto* c = static_cast<Comm*>(recvComm);
+  *request = nullptr;
+  if (!mayReceive(c)) return endpointFailed(c, "irecvv");
+  Request* r = takeSlot(c);
+  if (r == nullptr) return ncclSuccess;
+  size_t total = 0;
+  if (!fillIov(r, n, data, sizes, &total))
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/UCX : irecvv of %d buffers (1 to %d)", n, kMaxIov);
+  CHORUS_CHECK(
+      recvAs(c, r, r->iov, static_cast<size_t>(n), ucp_dt_make_iov(), makeTag(c->connId, tag), nullptr, "irecvv"));
   *request = r;
   return ncclSuccess;
 }

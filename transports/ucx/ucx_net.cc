@@ -428,7 +428,7 @@ int pollFds(void* ctx, pollfd* fds, int max) {
   return 1;
 }
 
-const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, nullptr};
+const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, nullptr, isendv, irecvv};
 
 }  // namespace ucx
 

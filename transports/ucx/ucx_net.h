@@ -78,6 +78,9 @@ struct Context {
   std::vector<ListenComm*> lingering;
 };
 
+/// The most buffers one isendv/irecvv message spans (a FIFO slot's header and payload).
+constexpr int kMaxIov = 2;
+
 /// Where a request is in its life. A request belongs to its comm's pool and is reused after test() frees it.
 enum class ReqState : int {
   kFree = 0,
@@ -94,6 +97,8 @@ struct Request {
   void* ucp = nullptr;  ///< UCX's request while kPending/kCancelling (freed in the callback)
   ucs_status_t status = UCS_OK;
   size_t size = 0;  ///< bytes sent, or the true length received
+  /// A message of several buffers (isendv/irecvv): UCX reads this list until the request completes.
+  ucp_dt_iov_t iov[kMaxIov] = {};
 };
 
 /// The hello a send end sends once connected (tag makeHelloTag(connId)); its receipt completes accept().
@@ -190,6 +195,10 @@ ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
 ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
 /// ncclNet_v11_t::test.
 ncclResult_t test(void* request, int* done, int* sizes);
+/// NetProgressHooks::isendv: `n` host buffers as one tagged message.
+ncclResult_t isendv(void* sendComm, int n, void** data, size_t* sizes, int tag, void** request);
+/// NetProgressHooks::irecvv: one tagged message into `n` host buffers, in turn.
+ncclResult_t irecvv(void* recvComm, int n, void** data, size_t* sizes, int tag, void** request);
 
 }  // namespace ucx
 }  // namespace chorus
