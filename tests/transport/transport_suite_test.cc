@@ -3,6 +3,7 @@
 // transport and the net proxy (UCX, and an external net plugin), on 2 and 3 ranks, as threads and as
 // forked processes.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/params.h"
 #include "harness/ranks.h"
 #include "nccl.h"
 #include "transport/transport_env.h"
@@ -197,9 +199,8 @@ void buffersMayChange(RankCtx& ctx) {
     std::fill(in.begin(), in.end(), -1.0f);
     std::vector<float> sum(out.begin(), out.begin() + count);
     std::fill(out.begin(), out.end(), -2.0f);
-    expectAll(ctx, "allreduce, buffers overwritten on return", count, sum, [&](size_t i) {
-      return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i + iter) % 97));
-    });
+    expectAll(ctx, "allreduce, buffers overwritten on return", count, sum,
+              [&](size_t i) { return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i + iter) % 97)); });
   }
 }
 
@@ -213,6 +214,49 @@ TEST_P(TransportSuite, BuffersMayChangeAsSoonAsACallReturns) {
     run(buffersMayChange, {{"CHORUS_NET_SEND_BY_ADDRESS", byAddress}});
     if (HasFatalFailure() || IsSkipped()) return;
   }
+}
+
+// The UCX net's slot messages (CHORUS_NET_SLOT_MESSAGE_MAX_BYTES, transports/net/net_proxy.cc): a receiver takes a
+// slot's payload with its header or as a message of its own, whichever the sender chose, so ranks with different
+// settings work together. Rank 0 sends every payload apart, rank 1 those to 64 KB with their header, rank 2 every
+// payload with it; ring, tree and recursive-doubling steps carry slots of every size between them.
+TEST(UcxSlotMessages, RanksWithDifferentSettingsWorkTogether) {
+  if (chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
+  ScopedEnv env;
+  env.select(Transport::kUcx);
+  const int n = 3;
+  std::vector<int> status = forkRanks(n, [&](int rank, const ncclUniqueId& id) {
+    const char* setting[] = {"0", "65536", "1000000000"};
+    setenv("CHORUS_NET_SLOT_MESSAGE_MAX_BYTES", setting[rank], 1);
+    chorus::paramsReload();
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return 1;
+    int bad = 0;
+    for (const char* algo : {"Ring", "Tree", "RecDoubling"}) {
+      setenv("NCCL_ALGO", algo, 1);
+      chorus::paramsReload();
+      for (size_t count : kCounts) {
+        std::vector<float> in(count), out(count * n, -1.0f);
+        for (size_t i = 0; i < count; i++) in[i] = valueOf(rank, i);
+        if (ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess) {
+          fprintf(stderr, "rank %d: %s allreduce of %zu: %s\n", rank, algo, count, ncclGetLastError(comm));
+          return 2;
+        }
+        for (size_t i = 0; i < count && bad == 0; i++)
+          if (out[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 97))) bad = 3;
+        if (ncclAllGather(in.data(), out.data(), count, ncclFloat32, comm, nullptr) != ncclSuccess) {
+          fprintf(stderr, "rank %d: %s allgather of %zu: %s\n", rank, algo, count, ncclGetLastError(comm));
+          return 4;
+        }
+        for (size_t i = 0; i < count * n && bad == 0; i++)
+          if (out[i] != valueOf(static_cast<int>(i / count), i % count)) bad = 5;
+        if (bad != 0) fprintf(stderr, "rank %d: %s, count %zu: a wrong result\n", rank, algo, count);
+      }
+    }
+    ncclCommDestroy(comm);
+    return bad;
+  });
+  for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << ": " << describeStatus(status[r]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite,

@@ -57,6 +57,18 @@ IntParam kRankProgress{"CHORUS_NET_RANK_PROGRESS", 1,
                        "thread).",
                        "transports"};
 
+IntParam kSlotMessageMax{"CHORUS_NET_SLOT_MESSAGE_MAX_BYTES", 65536,
+                         "UCX net: a FIFO slot whose payload is in host memory and at most this many bytes goes as "
+                         "one message with its header, where it went as two (over UCX's tcp transport each message is "
+                         "a send of its own, with its own segments and ACKs); larger payloads, and payloads in GPU "
+                         "memory, follow their header as a message of their own. 0: always two. Receivers take "
+                         "either, so ranks may differ. Other nets are not affected.",
+                         "transports"};
+
+/// Slot messages: the NCCL tag of a payload that follows its header as a message of its own (headers, and headers
+/// with their payload, go with tag 0).
+constexpr int kApartTag = 1;
+
 }  // namespace
 
 bool NetProxy::sendsByAddress() const { return net_.sendsUnregistered && kNetByAddress.get() != 0; }
@@ -116,7 +128,8 @@ NetProxy::NetProxy(ncclComm* comm, NetChoice net)
       rank_(comm->rank),
       net_(std::move(net)),
       label_("net " + net_.name),
-      rankProgress_(net_.anyThread && kRankProgress.get() != 0) {}
+      rankProgress_(net_.anyThread && kRankProgress.get() != 0),
+      slotMsgs_(net_.hooks != nullptr && net_.hooks->isendv != nullptr && net_.hooks->irecvv != nullptr) {}
 
 NetProxy::~NetProxy() {
   shutdown();
@@ -209,13 +222,11 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
   return ncclSuccess;
 }
 
-ncclResult_t NetProxy::connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out,
-                                   const RemoteData* data) {
+ncclResult_t NetProxy::connectSend(int channel, int peer, const FifoGeometry& geo, Fifo* out, const RemoteData* data) {
   return newConn(true, channel, peer, geo, out, data);
 }
 
-ncclResult_t NetProxy::connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out,
-                                   const RemoteData* data) {
+ncclResult_t NetProxy::connectRecv(int channel, int peer, const FifoGeometry& geo, Fifo* out, const RemoteData* data) {
   return newConn(false, channel, peer, geo, out, data);
 }
 
@@ -340,8 +351,8 @@ bool NetProxy::exchangeNotices() {
       noticeSentTo_[peer] = true;
       std::string why;
       bool sent = comm_->bootstrap->sendQuiet(peer, kNetFailTag, notice, sizeof(notice), 0.5, &why, false);
-      INFO(kNet, "rank %d: %s: failure notice to rank %d%s %s%s", rank_, name(), peer, how, sent ? "sent" : "not sent: ",
-           sent ? "" : why.c_str());
+      INFO(kNet, "rank %d: %s: failure notice to rank %d%s %s%s", rank_, name(), peer, how,
+           sent ? "sent" : "not sent: ", sent ? "" : why.c_str());
       progress = true;
     };
     for (auto& c : conns_) tell(c->peer, "");
@@ -495,7 +506,8 @@ bool NetProxy::setup(NetConn& c) {
     if (rc != ncclSuccess) {
       const char* said = threadLastError();
       std::string why = "cannot register the FIFO's GPU memory with the net for GPUDirect RDMA (" +
-                        std::string(ncclGetErrorString(rc)) + (said != nullptr && said[0] ? std::string(": ") + said : "") +
+                        std::string(ncclGetErrorString(rc)) +
+                        (said != nullptr && said[0] ? std::string(": ") + said : "") +
                         "); NCCL_NET_GDR_LEVEL=LOC stages through host memory instead";
       WARN("%s: %s", connName(c).c_str(), why.c_str());
       fail(c, why);
@@ -578,17 +590,30 @@ bool NetProxy::sendSlots(NetConn& c) {
       f.hdrs[slot].step &= ~kDescribedSlot;
       c.fromSlot = c.posted;
     }
-    if (!c.halfPosted) {
-      rc = n->isend(c.comm, &f.hdrs[slot], sizeof(SlotHeader), 0, c.mhandle, nullptr, &r[0]);
+    const bool byAddress = c.fromSlot == c.posted;
+    void* data = byAddress ? const_cast<char*>(c.from) : slotData;
+    void* mh = c.dataMhandle != nullptr && !byAddress ? c.dataMhandle : c.mhandle;
+    const uint32_t bytes = f.hdrs[slot].bytes;
+    // Slot messages: the header and a small payload in host memory (not data.ptr's GPU memory) as one message. An
+    // empty payload always goes with its header: the receiver expects a payload apart only when its header has bytes.
+    const bool whole = slotMsgs_ && !c.halfPosted &&
+                       (bytes == 0 || (mh == c.mhandle && static_cast<int64_t>(bytes) <= kSlotMessageMax.get()));
+    if (whole) {
+      void* bufs[2] = {&f.hdrs[slot], data};
+      size_t sizes[2] = {sizeof(SlotHeader), bytes};
+      rc = net_.hooks->isendv(c.comm, bytes > 0 ? 2 : 1, bufs, sizes, 0, &r[0]);
       if (rc == ncclSuccess && r[0] == nullptr) break;
-      if (rc == ncclSuccess) c.halfPosted = true;
-    }
-    if (rc == ncclSuccess) {
-      const bool byAddress = c.fromSlot == c.posted;
-      void* data = byAddress ? const_cast<char*>(c.from) : slotData;
-      void* mh = c.dataMhandle != nullptr && !byAddress ? c.dataMhandle : c.mhandle;
-      rc = n->isend(c.comm, data, f.hdrs[slot].bytes, 0, mh, nullptr, &r[1]);
-      if (rc == ncclSuccess && r[1] == nullptr) break;
+      r[1] = nullptr;
+    } else {
+      if (!c.halfPosted) {
+        rc = n->isend(c.comm, &f.hdrs[slot], sizeof(SlotHeader), 0, c.mhandle, nullptr, &r[0]);
+        if (rc == ncclSuccess && r[0] == nullptr) break;
+        if (rc == ncclSuccess) c.halfPosted = true;
+      }
+      if (rc == ncclSuccess) {
+        rc = n->isend(c.comm, data, bytes, slotMsgs_ ? kApartTag : 0, mh, nullptr, &r[1]);
+        if (rc == ncclSuccess && r[1] == nullptr) break;
+      }
     }
     if (rc != ncclSuccess) {
       fail(c, std::string("isend failed (") + ncclGetErrorString(rc) + ")");
@@ -613,13 +638,15 @@ bool NetProxy::recvSlots(NetConn& c) {
   while (c.done < c.posted && !c.testFailed) {
     const uint32_t slot = static_cast<uint32_t>(c.done % f.geo.nSlots);
     void** r = c.reqs[c.done % net_.inflightSlots];
+    int paySize = -1;  // the payload's size, once its receive completed in this pass
     if (r[0] != nullptr) {
       int t = testReq(c, &r[0], &size);
       if (t < 0) c.testFailed = true;
       if (t <= 0) break;
       progress = true;
       const SlotHeader& h = f.hdrs[slot];
-      if (size != static_cast<int>(sizeof(SlotHeader))) {
+      const int hdrSize = static_cast<int>(sizeof(SlotHeader));
+      if (slotMsgs_ ? size < hdrSize : size != hdrSize) {
         fail(c, "protocol error: a slot header of " + std::to_string(size) + " bytes arrived");
         return true;
       }
@@ -628,8 +655,32 @@ bool NetProxy::recvSlots(NetConn& c) {
         INFO(kNet, "%s: the peer reports a failure (%s)", connName(c).c_str(), valid ? "passed on" : "malformed");
         c.noticeWord = valid ? h.seq : makePoison(PoisonReason::kError, c.peer);
       }
+      if (slotMsgs_) {  // the payload came with the header (a notice's calls too), or follows apart
+        const int with = size - hdrSize;
+        if (with == 0 && h.bytes != 0 && c.noticeWord == 0) {
+          c.payloadApart = true;
+        } else if (c.noticeWord != 0 || static_cast<uint32_t>(with) == h.bytes) {
+          paySize = with;
+        } else {
+          fail(c, "protocol error: a slot of " + std::to_string(with) + " payload bytes arrived where its header " +
+                      "announced " + std::to_string(h.bytes));
+          return true;
+        }
+      }
     }
-    int paySize = -1;  // the payload's size, once its receive completed in this pass
+    if (c.payloadApart) {
+      void* data = f.slotData(slot);
+      size_t bytes = f.geo.slotBytes;
+      int tag = kApartTag;
+      ncclResult_t rc = n->irecv(c.comm, 1, &data, &bytes, &tag, &c.mhandle, nullptr, &r[1]);
+      if (rc != ncclSuccess) {
+        c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
+        c.testFailed = true;
+        break;
+      }
+      if (r[1] == nullptr) break;  // not now: posted on a later pass
+      c.payloadApart = false;
+    }
     if (r[1] != nullptr) {
       int t = testReq(c, &r[1], &size);
       if (t < 0) c.testFailed = true;
@@ -689,19 +740,32 @@ bool NetProxy::recvSlots(NetConn& c) {
     void** r = c.reqs[c.posted % net_.inflightSlots];
     int tag = 0;
     ncclResult_t rc = ncclSuccess;
-    if (!c.halfPosted) {
-      void* hdr = &f.hdrs[slot];
-      size_t hdrBytes = sizeof(SlotHeader);
-      rc = n->irecv(c.comm, 1, &hdr, &hdrBytes, &tag, &c.mhandle, nullptr, &r[0]);
+    if (slotMsgs_) {                // one receive for the header and whatever payload comes with it
+      if (c.data.ptr != nullptr) {  // cannot happen: such a net never receives into GPU memory (flushesGpuMemory)
+        c.endWhy =
+            "internal error: the net's slot messages take host memory, and this connection receives into GPU "
+            "memory";
+        return true;
+      }
+      void* bufs[2] = {&f.hdrs[slot], f.slotData(slot)};
+      size_t sizes[2] = {sizeof(SlotHeader), f.geo.slotBytes};
+      rc = net_.hooks->irecvv(c.comm, 2, bufs, sizes, 0, &r[0]);
       if (rc == ncclSuccess && r[0] == nullptr) break;
-      if (rc == ncclSuccess) c.halfPosted = true;
-    }
-    if (rc == ncclSuccess) {
-      void* data = f.slotData(slot);
-      size_t bytes = f.geo.slotBytes;
-      rc = n->irecv(c.comm, 1, &data, &bytes, &tag, c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle, nullptr,
-                    &r[1]);
-      if (rc == ncclSuccess && r[1] == nullptr) break;
+    } else {
+      if (!c.halfPosted) {
+        void* hdr = &f.hdrs[slot];
+        size_t hdrBytes = sizeof(SlotHeader);
+        rc = n->irecv(c.comm, 1, &hdr, &hdrBytes, &tag, &c.mhandle, nullptr, &r[0]);
+        if (rc == ncclSuccess && r[0] == nullptr) break;
+        if (rc == ncclSuccess) c.halfPosted = true;
+      }
+      if (rc == ncclSuccess) {
+        void* data = f.slotData(slot);
+        size_t bytes = f.geo.slotBytes;
+        rc = n->irecv(c.comm, 1, &data, &bytes, &tag, c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle, nullptr,
+                      &r[1]);
+        if (rc == ncclSuccess && r[1] == nullptr) break;
+      }
     }
     if (rc != ncclSuccess) {
       c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
@@ -732,7 +796,8 @@ bool NetProxy::sendNotice(NetConn& c) {
   // The notice is a SlotHeader in registered memory: the FIFO's header of the next slot to go, which the executor
   // no longer writes (it failed).
   // Its payload, in the same slot's data, is a mismatch's 7 call words (zero otherwise): the receiver has that
-  // slot's payload receive posted, so the two messages match as a slot's always do.
+  // slot's receives posted, so the notice matches them as a slot's messages always do (with slot messages, one
+  // message: header and calls).
   const uint32_t slot = static_cast<uint32_t>(c.posted % c.fifo.geo.nSlots);
   // (With GPUDirect RDMA the slots' data is GPU memory: the payload goes from the FIFO's host page for it.)
   char* body = c.data.ptr != nullptr ? remoteNoticeArea(c.mem, c.fifo.geo) : c.fifo.slotData(slot);
@@ -743,7 +808,14 @@ bool NetProxy::sendNotice(NetConn& c) {
     h.seq = failedWord_.load(std::memory_order_acquire);
     h.bytes = kPoisonFrameBytes;
     memcpy(body, failedCalls_, sizeof(failedCalls_));
-    rc = net_.api->isend(c.comm, &h, sizeof(SlotHeader), 0, c.mhandle, nullptr, &c.noticeReq);
+    if (slotMsgs_) {  // header and calls as one message, as a small slot goes
+      void* bufs[2] = {&h, body};
+      size_t sizes[2] = {sizeof(SlotHeader), sizeof(failedCalls_)};
+      rc = net_.hooks->isendv(c.comm, 2, bufs, sizes, 0, &c.noticeReq);
+      c.noticeBodySent = rc != ncclSuccess || c.noticeReq != nullptr;
+    } else {
+      rc = net_.api->isend(c.comm, &h, sizeof(SlotHeader), 0, c.mhandle, nullptr, &c.noticeReq);
+    }
     if (rc == ncclSuccess && c.noticeReq == nullptr) return false;
     c.noticeSent = true;
   }

@@ -79,11 +79,14 @@ struct NetConn {
   void* mhandle = nullptr;
   void* dataMhandle = nullptr;  ///< data.ptr's registration
   void* flushReq = nullptr;     ///< receive side, GPUDirect RDMA: the iflush of slot `done` (arrived), in flight
-  uint64_t posted = 0;                 ///< slots whose requests are all posted
-  uint64_t done = 0;                   ///< slots completed: freed (send side) or published (receive side)
-  bool halfPosted = false;             ///< slot `posted` has its header request posted, not its payload's yet
-  uint64_t fromSlot = UINT64_MAX;      ///< send side: the slot passed by address whose requests are being posted
-  const char* from = nullptr;          ///< and the address its data is sent from
+  uint64_t posted = 0;          ///< slots whose requests are all posted
+  uint64_t done = 0;            ///< slots completed: freed (send side) or published (receive side)
+  bool halfPosted = false;      ///< slot `posted` has its header request posted, not its payload's yet
+  /// Receive side, slot messages: slot `done`'s header came alone and its payload follows as a message of its own,
+  /// whose receive is still to be posted.
+  bool payloadApart = false;
+  uint64_t fromSlot = UINT64_MAX;         ///< send side: the slot passed by address whose requests are being posted
+  const char* from = nullptr;             ///< and the address its data is sent from
   void* reqs[kMaxInflightSlots][2] = {};  ///< [slot % inflight][0 header, 1 payload]; null once completed
   std::string endWhy;  ///< the net failed this connection (receive side: ends once what arrived is consumed)
   std::chrono::steady_clock::time_point suspectUntil{};  ///< kSuspect: name the peer itself then
@@ -174,9 +177,9 @@ class NetProxy : public RemoteTransport {
   ncclComm* comm_;
   int rank_;
   NetChoice net_;
-  std::string label_;  ///< "net NAME"
+  std::string label_;                                             ///< "net NAME"
   std::vector<std::pair<std::string, std::string>> deviceNames_;  ///< each device's name and PCI path
-  std::vector<int> devices_;  ///< the devices channels use: channel c's connections use devices_[c % size]
+  std::vector<int> devices_;        ///< the devices channels use: channel c's connections use devices_[c % size]
   std::vector<int> deviceClasses_;  ///< devices_[i]'s PCI distance class to this rank's GPU (PathClass), or -1
   std::vector<int> ptrSupport_;     ///< each device's NCCL_PTR_* (its properties)
   ProxyWake wake_;
@@ -185,12 +188,14 @@ class NetProxy : public RemoteTransport {
   /// Held by whichever thread makes a pass over conns_: the proxy thread, or a rank's thread in progress().
   std::mutex passMu_;
   std::atomic<uint64_t> rankMoves_{0};  ///< progress() calls that moved data
-  const bool rankProgress_;  ///< CHORUS_NET_RANK_PROGRESS and a net that takes calls from any thread
-  std::atomic<bool> engaged_{false};  ///< a rank's thread drives the open connections (engage)
+  const bool rankProgress_;             ///< CHORUS_NET_RANK_PROGRESS and a net that takes calls from any thread
+  /// The net sends a slot as one message where it can (NetProgressHooks::isendv/irecvv; sendSlots says the framing).
+  const bool slotMsgs_;
+  std::atomic<bool> engaged_{false};    ///< a rank's thread drives the open connections (engage)
   std::atomic<uint64_t> drivenOps_{0};  ///< operations whose rank's thread drove the net (engage)
   uint64_t asideSleeps_ = 0;  ///< proxy thread: its sleeps while a rank's thread drove the net (read after the join)
   std::atomic<bool> quiet_{false};  ///< at the last pass every connection was open and nothing failed
-  bool rankPending_ = false;  ///< the rank's thread: its last progressAll left a send connection with slots to go
+  bool rankPending_ = false;        ///< the rank's thread: its last progressAll left a send connection with slots to go
 
   std::mutex newMutex_;  ///< guards newConns_ and the refusal of new conns after stop_
   std::vector<std::unique_ptr<NetConn>> newConns_;
