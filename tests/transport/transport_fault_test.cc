@@ -86,7 +86,10 @@ int rankMain(int rank, const ncclUniqueId& id, int n, int victim, size_t count =
     }).detach();
     for (;;) ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
   }
-  for (int iter = 0; iter < 100000; iter++) {
+  // Until a call fails, or for twice the timeout: a fixed number of calls could all end before the victim dies (small
+  // calls over shared memory take about a microsecond on an idle machine, and the victim dies 50 ms in).
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(2 * kTimeoutS);
+  for (int iter = 0; std::chrono::steady_clock::now() < giveUp; iter++) {
     auto t0 = std::chrono::steady_clock::now();
     ncclResult_t res = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
     if (res == ncclSuccess) continue;
