@@ -10,11 +10,11 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <set>
 
 #include "core/checks.h"
 #include "core/debug.h"
+#include "core/process.h"
 #include "core/params.h"
 #include "transports/net/net.h"
 
@@ -119,13 +119,7 @@ ncclResult_t commError(Comm* c) {
   return ncclRemoteError;
 }
 
-uint64_t newNonce() {
-  static std::mutex mu;
-  static std::mt19937_64 gen(std::random_device{}() ^
-                             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  std::lock_guard<std::mutex> lock(mu);
-  return gen() | 1;  // never 0
-}
+uint64_t newNonce() { return randomNonce(); }
 
 // ---- helper threads (striped comms) ----
 
