@@ -16,8 +16,13 @@
 #include <vector>
 
 #include "chorus/net.h"
+#include "core/params.h"
 #include "transports/net/net.h"
 #include "transports/ucx/ucx_devices.h"
+#if __has_include(<ucp/api/ucp.h>)
+#include "transports/ucx/ucx_net.h"
+#define CHORUS_TEST_UCX_INTERNALS 1
+#endif
 
 namespace chorus {
 namespace {
@@ -575,6 +580,86 @@ TEST(NetUcx, MessagesSentBeforeTheSenderClosesStillArrive) {
   }
   c.close();
 }
+
+#if CHORUS_TEST_UCX_INTERNALS
+/// The endpoint a send or receive comm of the UCX net runs over.
+ucp_ep_h endpointOf(void* comm) { return static_cast<ucx::Comm*>(comm)->ep; }
+
+// CHORUS_UCX_TWO_WAY: a connection from b back to a, which connected to b, runs over the endpoint b accepted (and a's
+// receive comm over a's send endpoint), so both directions share one connection of UCX's transport; messages go both
+// ways. A send comm that closes leaves the endpoint to the other direction, and what it sent still arrives when the
+// receive comm beside it then closes with a receive still posted. (Here the data is in the kernel's socket buffers
+// by then; the case where it is still in UCX's, which the last comm's flush is for, showed only between processes
+// under load: TransportSuite's ucx_processes runs.) With the setting at 0 each direction has its own endpoint.
+TEST(NetUcx, AConnectionBackToItsSenderSharesItsEndpoint) {
+  SKIP_WITHOUT_UCX();
+  for (const char* setting : {"1", "0"}) {
+    SCOPED_TRACE(std::string("CHORUS_UCX_TWO_WAY=") + setting);
+    setenv("CHORUS_UCX_TWO_WAY", setting, 1);
+    paramsReload();
+    NetCtx a, b;
+    Conn ab, ba;
+    ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &ab));
+    ASSERT_NO_FATAL_FAILURE(connectPair(b, a, &ba));
+    const bool shared = setting[0] == '1';
+    EXPECT_EQ(endpointOf(ba.send) == endpointOf(ab.recv), shared);
+    EXPECT_EQ(endpointOf(ab.send) == endpointOf(ba.recv), shared);
+    {
+      Buffers bufAB(&ab, 1 << 20), bufBA(&ba, 1 << 20);
+      int seed = 0;
+      for (size_t bytes : {size_t{0}, size_t{7}, size_t{64} << 10}) {
+        ASSERT_NO_FATAL_FAILURE(transfer(&ab, &bufAB, bytes, bytes, ++seed));
+        ASSERT_NO_FATAL_FAILURE(transfer(&ba, &bufBA, bytes, bytes, ++seed));
+      }
+    }
+    // a sends 8 messages, closes its send comm, then its receive comm with a receive still posted.
+    std::vector<char> pending(64);
+    void* pdata = pending.data();
+    size_t pcap = pending.size();
+    int tag = 0;
+    void* left = nullptr;
+    ASSERT_EQ(net()->irecv(ba.recv, 1, &pdata, &pcap, &tag, nullptr, nullptr, &left), ncclSuccess);
+    ASSERT_NE(left, nullptr);
+    const int kMessages = 8;
+    const size_t kBytes = 3000;
+    std::vector<std::vector<char>> msgs;
+    std::vector<void*> sends;
+    for (int i = 0; i < kMessages; ++i) {
+      msgs.push_back(pattern(kBytes, 60 + i));
+      void* s = nullptr;
+      ASSERT_EQ(net()->isend(ab.send, msgs.back().data(), kBytes, tag, nullptr, nullptr, &s), ncclSuccess);
+      ASSERT_NE(s, nullptr);
+      sends.push_back(s);
+    }
+    for (const Outcome& o : waitAll(sends)) ASSERT_TRUE(o.done && o.res == ncclSuccess);
+    ASSERT_EQ(net()->closeSend(ab.send), ncclSuccess);
+    ab.send = nullptr;
+    ASSERT_EQ(net()->closeRecv(ba.recv), ncclSuccess);
+    ba.recv = nullptr;
+    std::vector<char> recvBuf(kBytes * kMessages, 0);
+    std::vector<void*> recvs;
+    size_t cap = kBytes;
+    for (int i = 0; i < kMessages; ++i) {
+      void* data = recvBuf.data() + i * kBytes;
+      void* r = nullptr;
+      ASSERT_EQ(net()->irecv(ab.recv, 1, &data, &cap, &tag, nullptr, nullptr, &r), ncclSuccess);
+      ASSERT_NE(r, nullptr);
+      recvs.push_back(r);
+    }
+    std::vector<Outcome> out = waitAll(recvs);
+    for (int i = 0; i < kMessages; ++i) {
+      SCOPED_TRACE(i);
+      ASSERT_EQ(out[i].res, ncclSuccess);
+      ASSERT_TRUE(out[i].done);
+      EXPECT_EQ(memcmp(recvBuf.data() + i * kBytes, msgs[i].data(), kBytes), 0);
+    }
+    ab.close();
+    ba.close();
+  }
+  unsetenv("CHORUS_UCX_TWO_WAY");
+  paramsReload();
+}
+#endif
 
 TEST(NetUcx, FullRequestPoolSaysTryAgainAndCloseCancelsPending) {
   SKIP_WITHOUT_UCX();

@@ -29,9 +29,12 @@ struct NetProgressHooks {
   /// sendmsg for a FIFO slot's header and payload, so they leave as one segment). Null: isend moves at once.
   void (*holdSends)(void* sendComm, int hold);
   /// Nonzero when a connection this context connects to a peer that already connected to it runs over that
-  /// connection's socket (the socket net, CHORUS_SOCKET_TWO_WAY). The proxy then lets the lower rank of a pair connect
-  /// first (NetProxy::setup). Null: never.
-  int (*sharesSockets)(void* ctx);
+  /// connection (the socket net's socket, CHORUS_SOCKET_TWO_WAY; the UCX net's endpoint, CHORUS_UCX_TWO_WAY): how many
+  /// milliseconds the proxy of the higher rank of a pair may wait, before it connects, for the lower rank's
+  /// connection to it to be accepted (NetProxy::setup; about what the net takes to set a connection up). Bounded: the
+  /// lower rank may connect only after data this connection is to carry (a tree's child sends up before its parent
+  /// sends down). Null or 0: never.
+  int (*shareWaitMs)(void* ctx);
   /// Slot messages (the UCX net, where each message costs the transport a round of its own): isendv sends `n` host
   /// buffers (at most 2) as one message with NCCL tag `tag`; irecvv receives one message into `n` host buffers in
   /// turn, and test() gives its whole length. With both, the proxy sends a FIFO slot's header and a small host

@@ -401,15 +401,20 @@ void NetProxy::closeConn(NetConn& c) {
   c.noticeBodyReq = nullptr;
 }
 
-bool NetProxy::acceptingFrom(int peer) const {
-  if (net_.hooks == nullptr || net_.hooks->sharesSockets == nullptr || net_.hooks->sharesSockets(net_.ctx) == 0)
-    return false;
+std::chrono::milliseconds NetProxy::shareWait() const {
+  const bool has = net_.hooks != nullptr && net_.hooks->shareWaitMs != nullptr;
+  return std::chrono::milliseconds(has ? net_.hooks->shareWaitMs(net_.ctx) : 0);
+}
+
+bool NetProxy::awaitingFrom(int peer) const {
+  if (shareWait().count() == 0) return false;
+  // A receive connection from the peer that is not there yet counts: the executor opens connections as its steps
+  // need them, so this rank's may come only after the peer has connected.
   for (const auto& r : conns_) {
-    if (!r->isSend && r->peer == peer &&
-        (r->state == NetConn::State::kListen || r->state == NetConn::State::kAccepting))
-      return true;
+    if (!r->isSend && r->peer == peer && r->state != NetConn::State::kListen && r->state != NetConn::State::kAccepting)
+      return false;
   }
-  return false;
+  return true;
 }
 
 bool NetProxy::setup(NetConn& c) {
@@ -456,13 +461,13 @@ bool NetProxy::setup(NetConn& c) {
       }
       if (!got) break;
       c.state = NetConn::State::kConnecting;
-      c.shareUntil = Clock::now() + kShareWait;
+      c.shareUntil = Clock::now() + shareWait();
       return true;
     }
     case NetConn::State::kConnecting:
-      // Where the net runs a pair's two directions over one socket, the lower rank connects first and the higher
-      // shares that socket: it waits (briefly) while its receive connection from the peer is still being accepted.
-      if (rank_ > c.peer && Clock::now() < c.shareUntil && acceptingFrom(c.peer)) break;
+      // Where the net runs a pair's two directions over one connection, the lower rank connects first and the
+      // higher shares that connection: it waits (briefly) until its receive connection from the peer is accepted.
+      if (rank_ > c.peer && Clock::now() < c.shareUntil && awaitingFrom(c.peer)) break;
       rc = n->connect(net_.ctx, c.dev, c.handle, &c.comm, &devHandle);
       if (rc != ncclSuccess) {
         setupFailed(c, "connect", rc);

@@ -47,10 +47,6 @@ constexpr int kNetHandleTag = 0x4e000;
 /// Bootstrap tag of a failure notice: the failed rank's FIFO poison word, then a mismatch's 7 call words (zero
 /// otherwise), 64 bytes.
 constexpr int kNetFailTag = 0x4dfff;
-/// How long the higher rank of a pair waits, before it connects, for the lower rank's connection to it, whose socket
-/// it would share (NetProgressHooks::sharesSockets). Bounded: the lower rank may connect only after data this
-/// connection is to carry (a tree's child sends up before its parent sends down).
-constexpr std::chrono::milliseconds kShareWait{10};
 /// How long a connection the net failed waits for the peer's failure notice before naming the peer itself.
 constexpr double kSuspectS = 1.0;
 /// Slots in flight per connection (two net requests each) for a net that says no more: within NCCL_NET_MAX_REQUESTS
@@ -145,8 +141,11 @@ class NetProxy : public RemoteTransport {
   bool pass();
   /// One step of one connection; true if it made progress.
   bool step(NetConn& c);
-  /// Whether the net shares sockets and a receive connection from `peer` is still waiting to be accepted.
-  bool acceptingFrom(int peer) const;
+  /// Whether the net shares connections and no receive connection from `peer` has been accepted yet (none may exist
+  /// yet, or it is still being accepted).
+  bool awaitingFrom(int peer) const;
+  /// How long the higher rank of a pair may wait to share its peer's connection (NetProgressHooks::shareWaitMs).
+  std::chrono::milliseconds shareWait() const;
   bool setup(NetConn& c);
   bool sendSlots(NetConn& c);
   bool recvSlots(NetConn& c);

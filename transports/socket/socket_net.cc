@@ -14,8 +14,8 @@
 
 #include "core/checks.h"
 #include "core/debug.h"
-#include "core/process.h"
 #include "core/params.h"
+#include "core/process.h"
 #include "transports/net/net.h"
 
 namespace chorus {
@@ -921,9 +921,10 @@ void holdSends(void* sendComm, int hold) {
   if (!c->held) progress(c);  // everything queued meanwhile, in one sendmsg; a failure is a request's, for test()
 }
 
-int sharesSockets(void* ctx) { return static_cast<Context*>(ctx)->id != 0 ? 1 : 0; }
+/// NetProgressHooks::shareWaitMs: a socket connects within a few milliseconds on a LAN.
+int shareWaitMs(void* ctx) { return static_cast<Context*>(ctx)->id != 0 ? 10 : 0; }
 
-const NetProgressHooks kHooks = {pollFds, setWaker, holdSends, sharesSockets, nullptr, nullptr};
+const NetProgressHooks kHooks = {pollFds, setWaker, holdSends, shareWaitMs, nullptr, nullptr};
 
 }  // namespace
 }  // namespace socknet

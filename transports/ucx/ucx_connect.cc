@@ -40,20 +40,42 @@ void onConnRequest(ucp_conn_request_h request, void* arg) {
 
 void onEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   // Runs inside ucp_worker_progress on the comm's thread. The error is reported (WARN) by the test() or isend()
-  // that it fails, with the comm's context; here it is only recorded.
-  auto* c = static_cast<Comm*>(arg);
-  if (c->epStatus != UCS_OK) return;
-  c->epStatus = status;
-  c->failedAt = std::chrono::steady_clock::now();
-  INFO(kNet, "NET/UCX : %s endpoint of connection %u with %s failed: %s", c->isRecv ? "receive" : "send", c->connId,
-       c->peer.c_str(), ucs_status_string(status));
+  // that it fails, with the comm's context; here it is only recorded, in every comm the endpoint serves.
+  for (Comm* c : static_cast<EpLink*>(arg)->comms) {
+    if (c == nullptr || c->epStatus != UCS_OK) continue;
+    c->epStatus = status;
+    c->failedAt = std::chrono::steady_clock::now();
+    INFO(kNet, "NET/UCX : %s endpoint of connection %u with %s failed: %s", c->isRecv ? "receive" : "send", c->connId,
+         c->peer.c_str(), ucs_status_string(status));
+  }
 }
 
+/// Gives `c` a link of its own, and `p` the error handling that reports to it.
 void setErrorHandling(ucp_ep_params_t* p, Comm* c) {
+  c->link = new EpLink();
+  c->link->comms[0] = c;
   p->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   p->err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p->err_handler.cb = onEndpointError;
-  p->err_handler.arg = c;
+  p->err_handler.arg = c->link;
+}
+
+/// Makes `c` the second comm of `owner`'s endpoint (the other direction, CHORUS_UCX_TWO_WAY).
+void shareEndpoint(Comm* c, Comm* owner) {
+  c->ep = owner->ep;
+  c->link = owner->link;
+  c->link->comms[1] = c;
+  c->peer = owner->peer;
+  c->epStatus = owner->epStatus;
+  c->failedAt = owner->failedAt;
+}
+
+/// An accepted receive comm of `ctx` from context `peerCtx` whose endpoint a send comm back may share, or null.
+Comm* reversibleFrom(Context* ctx, uint64_t peerCtx) {
+  for (Comm* r : ctx->comms)
+    if (r->isRecv && r->reversible && r->peerCtx == peerCtx && r->link->comms[1] == nullptr && r->epStatus == UCS_OK)
+      return r;
+  return nullptr;
 }
 
 bool anyPending(const Comm* c) {
@@ -77,7 +99,19 @@ Comm* newComm(Context* ctx, uint32_t connId, bool isRecv, std::string peer) {
   c->isRecv = isRecv;
   c->peer = std::move(peer);
   forEachRequest(c, [c](Request& r) { r.comm = c; });
+  ctx->comms.push_back(c);
   return c;
+}
+
+/// Frees a comm that newComm made (its endpoint closed or never made).
+void deleteComm(Comm* c) {
+  auto& v = c->ctx->comms;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] == c) {
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  delete c;
 }
 
 /// Where a connect()/accept() hello stands: finished (true), not yet (false), or failed (an error).
@@ -112,11 +146,29 @@ ncclResult_t closeComm(Comm* c) {
       ucp_request_cancel(c->ctx->worker, r.ucp);
     }
   });
-  closeEndpoint(c->ctx, c->ep, abnormal, c->peer, &c->epStatus);
+  // An endpoint that serves the other direction too stays open for it; the last comm closes it, flushing what the
+  // send comm sent unless that one closed abnormally (a receive comm closes with receives still posted: that does not
+  // make the other direction's data disposable).
+  EpLink* l = c->link;
+  bool last = true;
+  if (l != nullptr) {
+    for (Comm*& x : l->comms)
+      if (x == c) x = nullptr;
+    last = l->comms[0] == nullptr && l->comms[1] == nullptr;
+    if (!c->isRecv) {
+      l->sendClosed = true;
+      l->sendClean = !abnormal;
+    }
+  }
+  if (last) {
+    const bool failed = l != nullptr && l->sendClosed ? c->epStatus != UCS_OK || !l->sendClean : abnormal;
+    closeEndpoint(c->ctx, c->ep, failed, c->peer, &c->epStatus);
+    delete l;
+  }
   drainRequests(c);
   for (ucp_mem_h m : c->deferredUnmaps) ucp_mem_unmap(c->ctx->context, m);
   c->ctx->openComms--;
-  delete c;
+  deleteComm(c);
   return ncclSuccess;
 }
 
@@ -134,6 +186,33 @@ ucs_status_t waitAndFree(Context* ctx, ucs_status_ptr_t req, std::chrono::steady
   // No callback was set, so freeing an unfinished request only hands it to UCX.
   ucp_request_free(req);
   return st;
+}
+
+/// An accept whose hello is in: with an endpoint of its own, it may later carry a connection back (reversible);
+/// after a reverse hello, it takes the endpoint of this context's send connection the hello names.
+ncclResult_t adoptEndpoint(ListenComm* lc, Comm* comm) {
+  const Hello& h = comm->helloMsg;
+  comm->peerCtx = h.fromCtx;
+  if (h.via == 0) {
+    if (comm->ep == nullptr)
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : accept on %s (connection %u): a hello came with no connection",
+                  lc->addrText.c_str(), lc->connId);
+    comm->reversible = lc->ctx->id != 0 && h.fromCtx != 0;
+    return ncclSuccess;
+  }
+  Comm* owner = nullptr;
+  for (Comm* s : lc->ctx->comms)
+    if (!s->isRecv && s->connId == h.via && s->peerCtx == h.fromCtx && s->link != nullptr &&
+        s->link->comms[1] == nullptr)
+      owner = s;
+  if (comm->ep != nullptr || owner == nullptr)
+    CHORUS_FAIL(nullptr, ncclSystemError,
+                "NET/UCX : accept on %s (connection %u): the peer's hello names connection %u back to it, which this "
+                "context %s",
+                lc->addrText.c_str(), lc->connId, h.via,
+                comm->ep != nullptr ? "got over a connection of its own" : "does not have");
+  shareEndpoint(comm, owner);
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -212,6 +291,7 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   h.magic = kHandleMagic;
   h.connId = lc->connId;
   h.addr = packAddr(bound);
+  h.ctxId = c->id;
   memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
   memcpy(handle, &h, sizeof(h));
   c->openComms++;
@@ -235,23 +315,34 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   auto it = c->connecting.find(key);
   Comm* comm = it != c->connecting.end() ? it->second : nullptr;
   if (comm == nullptr) {
+    // A connection back to a context that connected to this one runs over the endpoint this one accepted.
+    Comm* back = h.ctxId != 0 && c->id != 0 ? reversibleFrom(c, h.ctxId) : nullptr;
     comm = newComm(c, h.connId, /*isRecv=*/false, to.str());
-    ucp_ep_params_t p{};
-    p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&to.storage);
-    p.sockaddr.addrlen = to.len;
-    setErrorHandling(&p, comm);
-    ucs_status_t st = ucp_ep_create(c->worker, &p, &comm->ep);
-    if (st != UCS_OK) {
-      delete comm;
-      CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : connecting to %s (connection %u) failed: %s", to.str().c_str(),
-                  h.connId, ucs_status_string(st));
+    comm->peerCtx = h.ctxId;
+    comm->helloMsg.magic = kHandleMagic;
+    comm->helloMsg.connId = h.connId;
+    comm->helloMsg.fromCtx = c->id;
+    if (back != nullptr) {
+      shareEndpoint(comm, back);
+      back->reversible = false;
+      comm->helloMsg.via = back->connId;
+    } else {
+      ucp_ep_params_t p{};
+      p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+      p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+      p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&to.storage);
+      p.sockaddr.addrlen = to.len;
+      setErrorHandling(&p, comm);
+      ucs_status_t st = ucp_ep_create(c->worker, &p, &comm->ep);
+      if (st != UCS_OK) {
+        delete comm->link;
+        deleteComm(comm);
+        CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : connecting to %s (connection %u) failed: %s", to.str().c_str(),
+                    h.connId, ucs_status_string(st));
+      }
     }
     c->openComms++;
     // UCX holds the hello until the wire-up is done; its completion says the endpoint is connected.
-    comm->helloMsg.magic = kHandleMagic;
-    comm->helloMsg.connId = h.connId;
     ncclResult_t res =
         postSend(comm, &comm->hello, &comm->helloMsg, sizeof(Hello), makeHelloTag(h.connId), nullptr, "connect to");
     if (res != ncclSuccess) {
@@ -259,8 +350,13 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
       return res;
     }
     c->connecting[key] = comm;
-    INFO(kNet, "NET/UCX : connecting to %s over device %s, connection %u", comm->peer.c_str(), c->devName.c_str(),
-         comm->connId);
+    if (back != nullptr) {
+      INFO(kNet, "NET/UCX : connection %u to %s runs over the endpoint of connection %u from it", comm->connId,
+           comm->peer.c_str(), back->connId);
+    } else {
+      INFO(kNet, "NET/UCX : connecting to %s over device %s, connection %u", comm->peer.c_str(), c->devName.c_str(),
+           comm->connId);
+    }
   }
   progress(c);
   bool done = false;
@@ -286,29 +382,9 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
                 lc->addrText.c_str(), lc->connId);
   progress(lc->ctx);
   if (lc->accepting == nullptr) {
-    if (lc->connRequest == nullptr) return ncclSuccess;  // not yet: called again
-    std::string peer = "a peer of " + lc->addrText;
-    ucp_conn_request_attr_t attr{};
-    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    if (ucp_conn_request_query(lc->connRequest, &attr) == UCS_OK) {
-      SockAddr from;
-      from.storage = attr.client_address;
-      from.len = attr.client_address.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-      peer = from.str();
-    }
-    Comm* comm = newComm(lc->ctx, lc->connId, /*isRecv=*/true, peer);
-    ucp_ep_params_t p{};
-    p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
-    p.conn_request = lc->connRequest;
-    setErrorHandling(&p, comm);
-    lc->connRequest = nullptr;  // ucp_ep_create consumes it, whether it succeeds or not
-    ucs_status_t st = ucp_ep_create(lc->ctx->worker, &p, &comm->ep);
-    if (st != UCS_OK) {
-      delete comm;
-      lc->accepted = true;
-      CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : accepting %s on %s (connection %u) failed: %s", peer.c_str(),
-                  lc->addrText.c_str(), lc->connId, ucs_status_string(st));
-    }
+    // The hello is received on the worker: over the endpoint of the connection request below, or over an endpoint
+    // this context already has to the peer (a reverse hello, CHORUS_UCX_TWO_WAY).
+    Comm* comm = newComm(lc->ctx, lc->connId, /*isRecv=*/true, "a peer of " + lc->addrText);
     lc->ctx->openComms++;
     lc->accepting = comm;
     ncclResult_t res =
@@ -319,11 +395,39 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
       closeComm(comm);
       return res;
     }
-    progress(lc->ctx);
   }
   Comm* comm = lc->accepting;
+  if (comm->ep == nullptr && lc->connRequest != nullptr) {
+    ucp_conn_request_attr_t attr{};
+    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(lc->connRequest, &attr) == UCS_OK) {
+      SockAddr from;
+      from.storage = attr.client_address;
+      from.len = attr.client_address.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+      comm->peer = from.str();
+    }
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    p.conn_request = lc->connRequest;
+    setErrorHandling(&p, comm);
+    lc->connRequest = nullptr;  // ucp_ep_create consumes it, whether it succeeds or not
+    ucs_status_t st = ucp_ep_create(lc->ctx->worker, &p, &comm->ep);
+    if (st != UCS_OK) {
+      delete comm->link;
+      comm->link = nullptr;
+      comm->ep = nullptr;
+      lc->accepting = nullptr;
+      lc->accepted = true;
+      std::string peer = comm->peer;
+      closeComm(comm);
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : accepting %s on %s (connection %u) failed: %s", peer.c_str(),
+                  lc->addrText.c_str(), lc->connId, ucs_status_string(st));
+    }
+    progress(lc->ctx);
+  }
   bool done = false;
   ncclResult_t res = helloDone(comm, "accept from", &done);
+  if (res == ncclSuccess && done) res = adoptEndpoint(lc, comm);
   if (res != ncclSuccess || done) {
     lc->accepting = nullptr;
     lc->accepted = true;
@@ -333,7 +437,8 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
     return res;
   }
   if (done) {
-    INFO(kNet, "NET/UCX : accepted %s on %s, connection %u", comm->peer.c_str(), lc->addrText.c_str(), lc->connId);
+    INFO(kNet, "NET/UCX : accepted %s on %s, connection %u%s", comm->peer.c_str(), lc->addrText.c_str(), lc->connId,
+         comm->helloMsg.via != 0 ? " (over the endpoint of the connection to it)" : "");
     *recvComm = comm;
   }
   return ncclSuccess;

@@ -25,6 +25,12 @@ IntParam kUcxWakeup{"CHORUS_UCX_WAKEUP", 1,
                     "something to progress; 0: an idle proxy polls the worker (up to 100 us apart, 1 ms after a quiet "
                     "second).",
                     "network"};
+IntParam kUcxTwoWay{"CHORUS_UCX_TWO_WAY", 1,
+                    "1: when a UCX-net connection's receiving end later connects back to the sender's communicator, "
+                    "the new connection runs over the endpoint it accepted, so that both directions share one "
+                    "connection of UCX's transport (over tcp: one socket, and each direction's ACKs ride on the "
+                    "other's data). 0: an endpoint each way.",
+                    "network"};
 
 }  // namespace chorus
 
@@ -36,14 +42,15 @@ IntParam kUcxWakeup{"CHORUS_UCX_WAKEUP", 1,
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <string>
 
 #include "core/checks.h"
 #include "core/debug.h"
+#include "core/process.h"
 #include "transports/ib/ib_select.h"
 #include "transports/ucx/ucx_devices.h"
 #include "transports/ucx/ucx_net.h"
@@ -202,8 +209,8 @@ const Probe& probe() {
     }
     p.usable = !p.devs.empty();
     if (p.usable) {
-      INFO(kNet | kInit, "NET/UCX : UCX %s, %zu device(s): %s%s", ucp_get_version_string(), p.devs.size(),
-           list.c_str(), p.cudaMem ? "; CUDA memory" : "");
+      INFO(kNet | kInit, "NET/UCX : UCX %s, %zu device(s): %s%s", ucp_get_version_string(), p.devs.size(), list.c_str(),
+           p.cudaMem ? "; CUDA memory" : "");
     } else {
       p.why = "UCX_NET_DEVICES names none, and no interface or RDMA port was found";
     }
@@ -250,6 +257,7 @@ ncclResult_t makeContext(NetContext* n, int dev, Context** out) {
   const ProbedDevice& d = probe().devs[dev];
   auto* c = new Context();
   c->dev = dev;
+  if (kUcxTwoWay.get() != 0) c->id = randomNonce();
   c->devName = d.spec.name;
   ncclResult_t res = listenAddress(d, &c->listenAddr, &c->ifName);
   if (res == ncclSuccess) res = createContext(&c->context, n->wakeup, d.spec.name);
@@ -267,8 +275,8 @@ ncclResult_t makeContext(NetContext* n, int dev, Context** out) {
   if (st != UCS_OK) {
     destroyContext(c->context);
     delete c;
-    CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : ucp_worker_create on device %s failed: %s",
-                d.spec.name.c_str(), ucs_status_string(st));
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : ucp_worker_create on device %s failed: %s", d.spec.name.c_str(),
+                ucs_status_string(st));
   }
   if (n->wakeup) {
     int efd = -1;
@@ -295,8 +303,8 @@ void finalizeContext(Context* c) {
     c->connecting.erase(c->connecting.begin());
     closeSend(comm);
   }
-  if (c->openComms != 0) WARN("NET/UCX : finalize with %d comms still open on device %s", c->openComms,
-                              c->devName.c_str());
+  if (c->openComms != 0)
+    WARN("NET/UCX : finalize with %d comms still open on device %s", c->openComms, c->devName.c_str());
   if (!c->lingering.empty()) {
     // Destroying those listeners, or the worker under them, races with a peer still connecting (closeListen).
     INFO(kNet,
@@ -428,7 +436,9 @@ int pollFds(void* ctx, pollfd* fds, int max) {
   return 1;
 }
 
-const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, nullptr, isendv, irecvv};
+int shareWaitMs(void* /*ctx*/) { return kUcxTwoWay.get() != 0 ? 100 : 0; }
+
+const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, shareWaitMs, isendv, irecvv};
 
 }  // namespace ucx
 

@@ -36,6 +36,7 @@ struct Handle {
   uint32_t magic = 0;   ///< kHandleMagic
   uint32_t connId = 0;  ///< the connection's tag prefix
   PackedAddr addr;      ///< the listener's address (chorus's socket interface, NCCL_SOCKET_IFNAME)
+  uint64_t ctxId = 0;   ///< the listening Context's id (0: it runs no connection over another's endpoint)
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a UCX handle must fit NCCL's handle");
 
@@ -49,6 +50,16 @@ constexpr std::chrono::milliseconds kCloseTimeout{2000};
 struct Comm;
 struct ListenComm;
 struct Context;
+
+/// The comms one endpoint serves (its error callback's argument): the comm that made it, and a comm of the other
+/// direction that runs over it (CHORUS_UCX_TWO_WAY; null otherwise). The endpoint is closed with the last of them.
+struct EpLink {
+  Comm* comms[2] = {nullptr, nullptr};
+  /// The send comm closed, and how: whether what it sent is still to be flushed to the peer (it closed with nothing
+  /// pending and a healthy endpoint), which the last comm to close then does.
+  bool sendClosed = false;
+  bool sendClean = false;
+};
 
 /// One init(): the Context of each device it has used (made by its first listen or connect).
 struct NetContext {
@@ -66,11 +77,15 @@ struct Context {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int dev = 0;
-  std::string devName;  ///< the UCX device (UCX_NET_DEVICES of this context)
-  int efd = -1;         ///< the worker's event descriptor (CHORUS_UCX_WAKEUP), or -1: the proxy polls
-  SockAddr listenAddr;  ///< where listen() binds (port 0 until a listener picks one)
-  std::string ifName;   ///< the interface of listenAddr, for logs
-  int openComms = 0;    ///< listen/send/recv comms not yet closed, connecting ones included
+  /// A random id that handles and hellos carry, so that a peer can tell that a connection comes from the context it
+  /// connects to (CHORUS_UCX_TWO_WAY); 0 when two ways are off.
+  uint64_t id = 0;
+  std::vector<Comm*> comms;  ///< open send and receive comms, connecting and accepting ones included
+  std::string devName;       ///< the UCX device (UCX_NET_DEVICES of this context)
+  int efd = -1;              ///< the worker's event descriptor (CHORUS_UCX_WAKEUP), or -1: the proxy polls
+  SockAddr listenAddr;       ///< where listen() binds (port 0 until a listener picks one)
+  std::string ifName;        ///< the interface of listenAddr, for logs
+  int openComms = 0;         ///< listen/send/recv comms not yet closed, connecting ones included
   /// connect()s not finished yet, by the handle's listener address and connId ("1.2.3.4:5/7"): connect() is called
   /// again with the same handle until it returns a comm, and this finds the comm it started.
   std::map<std::string, Comm*> connecting;
@@ -103,17 +118,25 @@ struct Request {
 
 /// The hello a send end sends once connected (tag makeHelloTag(connId)); its receipt completes accept().
 struct Hello {
-  uint32_t magic = 0;   ///< kHandleMagic
-  uint32_t connId = 0;  ///< the connection it opens
+  uint32_t magic = 0;    ///< kHandleMagic
+  uint32_t connId = 0;   ///< the connection it opens
+  uint64_t fromCtx = 0;  ///< the sender's Context id
+  /// Nonzero: the hello came over the endpoint of the receiver's send connection `via` to the sender (the sender
+  /// accepted that connection, and this one runs over its endpoint); 0: over an endpoint of its own.
+  uint32_t via = 0;
+  uint32_t pad = 0;
 };
 
 /// A connection end (send or receive): its endpoint and request pool.
 struct Comm {
   Context* ctx = nullptr;
   ucp_ep_h ep = nullptr;
+  EpLink* link = nullptr;  ///< ep's link (null while an accept has no endpoint yet)
   uint32_t connId = 0;
   bool isRecv = false;
-  std::string peer;  ///< the peer's address, for messages
+  uint64_t peerCtx = 0;     ///< the peer's Context id (its hello's, or the handle's), 0 when unknown
+  bool reversible = false;  ///< a receive comm with an endpoint of its own that a send comm back may still share
+  std::string peer;         ///< the peer's address, for messages
   /// Set by the endpoint's error callback (UCS_OK while healthy); failedAt is when.
   ucs_status_t epStatus = UCS_OK;
   std::chrono::steady_clock::time_point failedAt{};
@@ -143,6 +166,10 @@ struct MemHandle {
   ucp_mem_h memh = nullptr;
 };
 
+/// NetProgressHooks::shareWaitMs: 100 when a connection back to a peer that connected to this context runs over
+/// that connection's endpoint (CHORUS_UCX_TWO_WAY), 0 otherwise. More than the socket net's 10: UCX's client-server
+/// wire-up (a connection manager's handshake, then the transport's) takes more round trips than a socket's connect.
+int shareWaitMs(void* ctx);
 /// NetProgressHooks::pollFds: progresses every worker of the init until it is idle, arms their event descriptors and
 /// names them; when events came in meanwhile, names a descriptor that is already ready instead.
 int pollFds(void* ctx, struct pollfd* fds, int max);
