@@ -540,44 +540,54 @@ TEST(NetUcx, TwoConnectionsOnOneContextDoNotMix) {
   c2.close();
 }
 
+/// Sends `n` messages of `bytes` bytes (patterns from `seed`) on `sendComm` with tag 0 and waits until each is done
+/// (handed to UCX); their contents in *msgs.
+void sendMessages(void* sendComm, int n, size_t bytes, int seed, std::vector<std::vector<char>>* msgs) {
+  std::vector<void*> sends;
+  for (int i = 0; i < n; ++i) {
+    msgs->push_back(pattern(bytes, seed + i));
+    void* s = nullptr;
+    ASSERT_EQ(net()->isend(sendComm, msgs->back().data(), bytes, 0, nullptr, nullptr, &s), ncclSuccess);
+    ASSERT_NE(s, nullptr);
+    sends.push_back(s);
+  }
+  for (const Outcome& o : waitAll(sends)) ASSERT_TRUE(o.done && o.res == ncclSuccess);
+}
+
+/// Receives msgs.size() messages on `recvComm` (tag 0) and checks each against msgs.
+void expectMessages(void* recvComm, const std::vector<std::vector<char>>& msgs) {
+  const size_t bytes = msgs[0].size();
+  std::vector<char> recvBuf(bytes * msgs.size(), 0);
+  std::vector<void*> recvs;
+  int tag = 0;
+  size_t cap = bytes;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    void* data = recvBuf.data() + i * bytes;
+    void* r = nullptr;
+    ASSERT_EQ(net()->irecv(recvComm, 1, &data, &cap, &tag, nullptr, nullptr, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr);
+    recvs.push_back(r);
+  }
+  std::vector<Outcome> out = waitAll(recvs);
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(out[i].res, ncclSuccess);
+    ASSERT_TRUE(out[i].done);
+    EXPECT_EQ(memcmp(recvBuf.data() + i * bytes, msgs[i].data(), bytes), 0);
+  }
+}
+
 TEST(NetUcx, MessagesSentBeforeTheSenderClosesStillArrive) {
   SKIP_WITHOUT_UCX();
   // A proxy may finish its sends and close before the peer has posted the matching receives.
   NetCtx a, b;
   Conn c;
   ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
-  const int kMessages = 8;
-  const size_t kBytes = 1000;
   std::vector<std::vector<char>> msgs;
-  std::vector<void*> sends;
-  for (int i = 0; i < kMessages; ++i) {
-    msgs.push_back(pattern(kBytes, 40 + i));
-    void* s = nullptr;
-    ASSERT_EQ(net()->isend(c.send, msgs.back().data(), kBytes, 0, nullptr, nullptr, &s), ncclSuccess);
-    ASSERT_NE(s, nullptr);
-    sends.push_back(s);
-  }
-  for (const Outcome& o : waitAll(sends)) ASSERT_TRUE(o.done && o.res == ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(sendMessages(c.send, 8, 1000, 40, &msgs));
   ASSERT_EQ(net()->closeSend(c.send), ncclSuccess);
   c.send = nullptr;
-  std::vector<char> recvBuf(kBytes * kMessages, 0);
-  std::vector<void*> recvs;
-  int tag = 0;
-  size_t cap = kBytes;
-  for (int i = 0; i < kMessages; ++i) {
-    void* data = recvBuf.data() + i * kBytes;
-    void* r = nullptr;
-    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &r), ncclSuccess);
-    ASSERT_NE(r, nullptr);
-    recvs.push_back(r);
-  }
-  std::vector<Outcome> out = waitAll(recvs);
-  for (int i = 0; i < kMessages; ++i) {
-    SCOPED_TRACE(i);
-    ASSERT_EQ(out[i].res, ncclSuccess);
-    ASSERT_TRUE(out[i].done);
-    EXPECT_EQ(memcmp(recvBuf.data() + i * kBytes, msgs[i].data(), kBytes), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(expectMessages(c.recv, msgs));
   c.close();
 }
 
@@ -620,39 +630,13 @@ TEST(NetUcx, AConnectionBackToItsSenderSharesItsEndpoint) {
     void* left = nullptr;
     ASSERT_EQ(net()->irecv(ba.recv, 1, &pdata, &pcap, &tag, nullptr, nullptr, &left), ncclSuccess);
     ASSERT_NE(left, nullptr);
-    const int kMessages = 8;
-    const size_t kBytes = 3000;
     std::vector<std::vector<char>> msgs;
-    std::vector<void*> sends;
-    for (int i = 0; i < kMessages; ++i) {
-      msgs.push_back(pattern(kBytes, 60 + i));
-      void* s = nullptr;
-      ASSERT_EQ(net()->isend(ab.send, msgs.back().data(), kBytes, tag, nullptr, nullptr, &s), ncclSuccess);
-      ASSERT_NE(s, nullptr);
-      sends.push_back(s);
-    }
-    for (const Outcome& o : waitAll(sends)) ASSERT_TRUE(o.done && o.res == ncclSuccess);
+    ASSERT_NO_FATAL_FAILURE(sendMessages(ab.send, 8, 3000, 60, &msgs));
     ASSERT_EQ(net()->closeSend(ab.send), ncclSuccess);
     ab.send = nullptr;
     ASSERT_EQ(net()->closeRecv(ba.recv), ncclSuccess);
     ba.recv = nullptr;
-    std::vector<char> recvBuf(kBytes * kMessages, 0);
-    std::vector<void*> recvs;
-    size_t cap = kBytes;
-    for (int i = 0; i < kMessages; ++i) {
-      void* data = recvBuf.data() + i * kBytes;
-      void* r = nullptr;
-      ASSERT_EQ(net()->irecv(ab.recv, 1, &data, &cap, &tag, nullptr, nullptr, &r), ncclSuccess);
-      ASSERT_NE(r, nullptr);
-      recvs.push_back(r);
-    }
-    std::vector<Outcome> out = waitAll(recvs);
-    for (int i = 0; i < kMessages; ++i) {
-      SCOPED_TRACE(i);
-      ASSERT_EQ(out[i].res, ncclSuccess);
-      ASSERT_TRUE(out[i].done);
-      EXPECT_EQ(memcmp(recvBuf.data() + i * kBytes, msgs[i].data(), kBytes), 0);
-    }
+    ASSERT_NO_FATAL_FAILURE(expectMessages(ab.recv, msgs));
     ab.close();
     ba.close();
   }

@@ -18,23 +18,29 @@ def geo(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def table(setup):
-    vs = ('base', 'new', 'zero')
-    runs = {v: [parse(f) for f in sorted(glob.glob(f'{here}/small/{setup}-{v}-r*.log'))] for v in vs}
-    keys = sorted(k for k in runs['base'][0] if k[1] == 'UCX')
-    print(f'\n{setup}\n\n| collective | size (B) | before | now | now, setting 0 | Open MPI |\n|---|---|---|---|---|---|')
-    ratio = {'new': [], 'zero': [], 'mpi': []}
+def compare(folder, setup, vs, names, mpi_from):
+    """The UCX rows of the runs folder/small/SETUP-V-r*.log for each tag V of vs (the first is the baseline), named
+    `names`, with Open MPI's column from the runs of tag mpi_from; then each tag's ratio to the baseline (geometric
+    mean of the mean times) and mpi_from's to Open MPI (of the medians)."""
+    runs = {v: [parse(f) for f in sorted(glob.glob(f'{folder}/small/{setup}-{v}-r*.log'))] for v in vs}
+    keys = sorted(k for k in runs[vs[0]][0] if k[1] == 'UCX')
+    print(f'\n{setup}\n\n| collective | size (B) | ' + ' | '.join(names) + ' | Open MPI |\n|---|---|' + '---|' * (len(vs) + 1))
+    ratio, mpi_ratio = {v: [] for v in vs[1:]}, []
     for k in keys:
         t = {v: [r[k] for r in runs[v] if k in r] for v in vs}
-        mpi = [r[(k[0], 'MPI', k[2])] for r in runs['new'] if (k[0], 'MPI', k[2]) in r]
-        mean = {v: sum(t[v]) / len(t[v]) for v in vs}
-        ratio['new'].append(mean['new'] / mean['base'])
-        ratio['zero'].append(mean['zero'] / mean['base'])
-        ratio['mpi'].append(median(t['new']) / median(mpi))
-        print(f'| {k[0]} | {k[2]} | {rng(t["base"])} | {rng(t["new"])} | {rng(t["zero"])} | {rng(mpi)} |')
-    print(f'\ngeometric means of the mean times: now / before {geo(ratio["new"]):.3f}, setting 0 / before '
-          f'{geo(ratio["zero"]):.3f} ({len(keys)} sizes); now / Open MPI (medians) {geo(ratio["mpi"]):.3f}; sizes '
-          f'where now is within 5% of Open MPI or faster: {sum(x <= 1.05 for x in ratio["mpi"])} of {len(keys)}')
+        mpi = [r[(k[0], 'MPI', k[2])] for r in runs[mpi_from] if (k[0], 'MPI', k[2]) in r]
+        for v in vs[1:]:
+            ratio[v].append((sum(t[v]) / len(t[v])) / (sum(t[vs[0]]) / len(t[vs[0]])))
+        mpi_ratio.append(median(t[mpi_from]) / median(mpi))
+        print(f'| {k[0]} | {k[2]} | ' + ' | '.join(rng(t[v]) for v in vs) + f' | {rng(mpi)} |')
+    each = ', '.join(f'{names[vs.index(v)]} / {names[0]} {geo(ratio[v]):.3f}' for v in vs[1:])
+    print(f'\ngeometric means of the mean times: {each} ({len(keys)} sizes); {names[vs.index(mpi_from)]} / Open MPI '
+          f'(medians) {geo(mpi_ratio):.3f}; sizes within 5% of Open MPI or faster: '
+          f'{sum(x <= 1.05 for x in mpi_ratio)} of {len(keys)}')
+
+
+def table(setup):
+    compare(here, setup, ('base', 'new', 'zero'), ('before', 'now', 'now, setting 0'), 'new')
 
 
 if __name__ == '__main__':
