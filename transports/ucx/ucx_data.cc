@@ -130,8 +130,8 @@ bool fillIov(Request* r, int n, void** data, const size_t* sizes, size_t* total)
   return true;
 }
 
-/// Whether a receive may still be posted on `c`: after its peer's endpoint failed, only within kPeerGoneGrace (a
-/// receive may still match a message that arrived before).
+/// Whether a receive may still be posted, or go on waiting, on `c`: after its peer's endpoint failed, only within
+/// kPeerGoneGrace (a receive may still match a message that arrived before).
 bool mayReceive(const Comm* c) {
   return c->epStatus == UCS_OK || std::chrono::steady_clock::now() - c->failedAt <= kPeerGoneGrace;
 }
@@ -294,8 +294,7 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   }
   // Still pending. A send on a failed endpoint is failed by UCX itself (its callback brings the status); a receive
   // is posted on the worker, not the endpoint, so it is given up here once the grace for late messages is over.
-  if (r->state == ReqState::kPending && c->epStatus != UCS_OK &&
-      std::chrono::steady_clock::now() - c->failedAt > kPeerGoneGrace) {
+  if (r->state == ReqState::kPending && !mayReceive(c)) {
     // Marked first: the cancellation's callback, which frees the slot, may run inside ucp_request_cancel.
     r->state = ReqState::kCancelling;
     ucp_request_cancel(c->ctx->worker, r->ucp);
