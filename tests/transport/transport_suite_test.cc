@@ -25,6 +25,14 @@ const size_t kCounts[] = {1, 1031, (1u << 20) + 3};
 
 // Small integers keep every float sum exact, so results compare with ==.
 float valueOf(int rank, size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 97)); }
+// What allreduce (sum over n ranks) and allgather (element i of ranks' `count` each) of valueOf give, with every input
+// index shifted by `shift`.
+float sumOf(int n, size_t i, size_t shift = 0) {
+  return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i + shift) % 97));
+}
+float gatheredOf(size_t count, size_t i, size_t shift = 0) {
+  return valueOf(static_cast<int>(i / count), i % count + shift);
+}
 float pairValue(int src, int dst, size_t i) {
   return static_cast<float>(src * 100 + dst * 10 + static_cast<int>(i % 7));
 }
@@ -93,8 +101,7 @@ TEST_P(TransportSuite, AllReduce) {
       for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i);
       ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr), ncclSuccess)
           << ncclGetLastError(ctx.comm);
-      expectAll(ctx, "allreduce", count, out,
-                [&](size_t i) { return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 97)); });
+      expectAll(ctx, "allreduce", count, out, [&](size_t i) { return sumOf(n, i); });
     }
   });
 }
@@ -107,8 +114,7 @@ TEST_P(TransportSuite, AllGather) {
       for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i);
       ASSERT_EQ(ncclAllGather(in.data(), out.data(), count, ncclFloat32, ctx.comm, nullptr), ncclSuccess)
           << ncclGetLastError(ctx.comm);
-      expectAll(ctx, "allgather", count, out,
-                [&](size_t i) { return valueOf(static_cast<int>(i / count), i % count); });
+      expectAll(ctx, "allgather", count, out, [&](size_t i) { return gatheredOf(count, i); });
     }
   });
 }
@@ -191,7 +197,7 @@ void buffersMayChange(RankCtx& ctx) {
     std::vector<float> got = out;
     std::fill(out.begin(), out.end(), -2.0f);
     expectAll(ctx, "allgather, buffers overwritten on return", count, got,
-              [&](size_t i) { return valueOf(static_cast<int>(i / count), i % count + iter); });
+              [&](size_t i) { return gatheredOf(count, i, iter); });
 
     for (size_t i = 0; i < count; i++) in[i] = valueOf(ctx.rank, i + iter);
     ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr), ncclSuccess)
@@ -199,8 +205,7 @@ void buffersMayChange(RankCtx& ctx) {
     std::fill(in.begin(), in.end(), -1.0f);
     std::vector<float> sum(out.begin(), out.begin() + count);
     std::fill(out.begin(), out.end(), -2.0f);
-    expectAll(ctx, "allreduce, buffers overwritten on return", count, sum,
-              [&](size_t i) { return static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i + iter) % 97)); });
+    expectAll(ctx, "allreduce, buffers overwritten on return", count, sum, [&](size_t i) { return sumOf(n, i, iter); });
   }
 }
 
@@ -243,13 +248,13 @@ TEST(UcxSlotMessages, RanksWithDifferentSettingsWorkTogether) {
           return 2;
         }
         for (size_t i = 0; i < count && bad == 0; i++)
-          if (out[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 97))) bad = 3;
+          if (out[i] != sumOf(n, i)) bad = 3;
         if (ncclAllGather(in.data(), out.data(), count, ncclFloat32, comm, nullptr) != ncclSuccess) {
           fprintf(stderr, "rank %d: %s allgather of %zu: %s\n", rank, algo, count, ncclGetLastError(comm));
           return 4;
         }
         for (size_t i = 0; i < count * n && bad == 0; i++)
-          if (out[i] != valueOf(static_cast<int>(i / count), i % count)) bad = 5;
+          if (out[i] != gatheredOf(count, i)) bad = 5;
         if (bad != 0) fprintf(stderr, "rank %d: %s, count %zu: a wrong result\n", rank, algo, count);
       }
     }
