@@ -37,6 +37,16 @@ IntParam kNetGdrRead{"NCCL_NET_GDR_READ", -1,
                      "GPUDirect RDMA for the sending side too (the NIC reads the GPU's memory): 1 on, 0 off (the "
                      "sender's FIFO stays in pinned host memory), -1 as NCCL: on from compute capability 8.0.",
                      "transports"};
+}  // namespace
+
+IntParam kDmaBufEnable{"NCCL_DMABUF_ENABLE", 1,
+                       "GPUDirect RDMA through dma-buf: a net that registers dma-buf file descriptors (the IB net where "
+                       "the HCA's driver takes them) gets the GPU memory of a FIFO as one; 0: never (peer memory, "
+                       "nvidia_peermem, only).",
+                       "transports"};
+
+namespace {
+
 IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
                     "transports"};
 
@@ -210,8 +220,7 @@ bool parseGdrLevel(const std::string& text, int* level) {
   return true;
 }
 
-bool useNetGdr(const RemoteDeviceInfo& info, bool isSend, bool runtimeOk, const std::string& runtimeWhy,
-               int computeCap, std::string* why) {
+NetGdr useNetGdr(const RemoteDeviceInfo& info, bool isSend, const GdrRuntimeInfo& rt, std::string* why) {
   int level = static_cast<int>(PathClass::kPXB);
   if (kNetGdrLevel.isSet() && !parseGdrLevel(kNetGdrLevel.get(), &level)) {
     static std::once_flag warned;
@@ -220,25 +229,38 @@ bool useNetGdr(const RemoteDeviceInfo& info, bool isSend, bool runtimeOk, const 
     });
     level = static_cast<int>(PathClass::kPXB);
   }
+  auto no = [why](const std::string& text) { return (*why = text), NetGdr::kNone; };
   const std::string dev = "net device " + (info.name.empty() ? std::string("?") : info.name);
-  if ((info.ptrSupport & NCCL_PTR_CUDA) == 0) return (*why = dev + " does not register GPU memory"), false;
-  if (!isSend && !info.flushesGpuMemory) return (*why = "the net does not flush receives into GPU memory"), false;
-  if (level < 0) return (*why = "NCCL_NET_GDR_LEVEL=" + kNetGdrLevel.get()), false;
-  if (info.gpuDistance < 0) return (*why = "the topology does not place " + dev + " beside the GPU"), false;
+  if ((info.ptrSupport & NCCL_PTR_CUDA) == 0) return no(dev + " does not register GPU memory");
+  if (!isSend && !info.flushesGpuMemory) return no("the net does not flush receives into GPU memory");
+  if (level < 0) return no("NCCL_NET_GDR_LEVEL=" + kNetGdrLevel.get());
+  if (info.gpuDistance < 0) return no("the topology does not place " + dev + " beside the GPU");
   const char* dist = pathClassName(static_cast<PathClass>(info.gpuDistance));
   if (info.gpuDistance > level)
-    return (*why = dev + " is " + dist + " from the GPU, past NCCL_NET_GDR_LEVEL " +
-                   pathClassName(static_cast<PathClass>(level))),
-           false;
-  if (!runtimeOk) return (*why = "the GPU runtime: " + runtimeWhy), false;
+    return no(dev + " is " + dist + " from the GPU, past NCCL_NET_GDR_LEVEL " +
+              pathClassName(static_cast<PathClass>(level)));
+  if (!rt.ok) return no("the GPU runtime: " + rt.why);
+  // dma-buf first, as NCCL: it needs no kernel module beside the drivers.
+  const bool netDmaBuf = (info.ptrSupport & NCCL_PTR_DMABUF) != 0;
+  const bool dmaBuf = rt.dmaBuf && netDmaBuf && kDmaBufEnable.get() != 0;
+  if (!dmaBuf && !rt.peerMemory) {
+    return no("no peer-memory module (nvidia_peermem) is loaded, and " +
+              (!rt.dmaBuf        ? std::string("the GPU driver exports no dma-buf")
+               : !netDmaBuf      ? dev + " does not take dma-buf registrations"
+                                 : std::string("NCCL_DMABUF_ENABLE=0")));
+  }
   if (isSend) {
     const int64_t read = kNetGdrRead.get();
-    if (read == 0 || (read < 0 && computeCap < 80))
-      return (*why = read == 0 ? "NCCL_NET_GDR_READ=0" : "compute capability below 8.0 (NCCL_NET_GDR_READ unset)"),
-             false;
+    if (read == 0 || (read < 0 && rt.computeCap < 80))
+      return no(read == 0 ? "NCCL_NET_GDR_READ=0" : "compute capability below 8.0 (NCCL_NET_GDR_READ unset)");
   }
-  *why = dev + ", " + dist + " from the GPU";
-  return true;
+  *why = dev + ", " + dist + " from the GPU" + (dmaBuf ? ", dma-buf" : "");
+  return dmaBuf ? NetGdr::kDmaBuf : NetGdr::kPeerMemory;
+}
+
+void releaseRemoteData(RemoteData d) {
+  if (d.dmaBufFd >= 0) close(d.dmaBufFd);
+  if (d.release) d.release();
 }
 
 void* allocRemoteFifo(const FifoGeometry& geo, bool dataApart) {

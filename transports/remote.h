@@ -33,9 +33,17 @@ struct RemoteData {
   char* ptr = nullptr;            ///< geo.nSlots x geo.slotBytes bytes
   int ptrType = 0;                ///< how the net registers it (NCCL_PTR_CUDA)
   std::function<void()> release;  ///< frees it; called once the transport no longer uses it
+  /// GPUDirect RDMA through dma-buf (NetGdr::kDmaBuf): a dma-buf file descriptor for the memory and ptr's offset into
+  /// it; the net registers it with regMrDmaBuf. The transport owns the descriptor: it closes it once registered or,
+  /// never registered, with release. -1: regMr with ptrType.
+  int dmaBufFd = -1;
+  uint64_t dmaBufOffset = 0;
   /// Copies GPU memory to host memory (a failure notice's payload arrives there); false on failure.
   std::function<bool(void* dst, const void* src, size_t bytes)> toHost;
 };
+
+/// Ends a RemoteData the transport owns: closes its dma-buf descriptor, if still open, and calls release.
+void releaseRemoteData(RemoteData d);
 
 /// What a transport's connections of one channel can take, for the device path's choice of GPUDirect RDMA.
 struct RemoteDeviceInfo {
@@ -157,13 +165,25 @@ void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls = nullptr);
 /// NCCL_NET_GDR_LEVEL's value as the farthest PathClass (topo/topology.h) at which GPUDirect RDMA is used, -1 for
 /// never (LOC); false when it is none of NCCL's names or numbers.
 bool parseGdrLevel(const std::string& text, int* level);
+/// What the GPU runtime says of GPUDirect RDMA for a rank's GPU (GpuRuntime::gpuDirectRdma, computeCapability).
+struct GdrRuntimeInfo {
+  bool ok = false;          ///< the device and driver support it, and a NIC can reach its memory one of the ways below
+  bool peerMemory = false;  ///< through a peer-memory module (nvidia_peermem)
+  bool dmaBuf = false;      ///< through dma-buf file descriptors the driver exports
+  std::string why;          ///< when not ok, what is missing
+  int computeCap = 0;       ///< major * 10 + minor, 0 when unknown
+};
+
+/// How the net registers a FIFO's GPU memory for GPUDirect RDMA (none: the FIFO stays in pinned host memory).
+enum class NetGdr { kNone, kPeerMemory, kDmaBuf };
+
 /// Whether a device-path connection to another host keeps its slot data in GPU memory for the net (GPUDirect RDMA),
-/// as NCCL decides: the connection's net device registers GPU memory (NCCL_PTR_CUDA), it is within
-/// NCCL_NET_GDR_LEVEL (default PXB) of the GPU, the GPU runtime supports it (`runtimeOk`, else `runtimeWhy`), and for
-/// a sending side NCCL_NET_GDR_READ allows it (default: compute capability `computeCap` 8.0 or more), for a receiving
-/// side the net flushes receives into GPU memory. *why says why, either way, in a phrase.
-bool useNetGdr(const RemoteDeviceInfo& info, bool isSend, bool runtimeOk, const std::string& runtimeWhy,
-               int computeCap, std::string* why);
+/// and how the net registers it, as NCCL decides: the connection's net device registers GPU memory (NCCL_PTR_CUDA),
+/// it is within NCCL_NET_GDR_LEVEL (default PXB) of the GPU, the GPU runtime supports it, through dma-buf where the
+/// runtime exports one, the net device takes it (NCCL_PTR_DMABUF) and NCCL_DMABUF_ENABLE allows it, else through a
+/// peer-memory module; for a sending side NCCL_NET_GDR_READ allows it (default: compute capability 8.0 or more), for
+/// a receiving side the net flushes receives into GPU memory. *why says why, either way, in a phrase.
+NetGdr useNetGdr(const RemoteDeviceInfo& info, bool isSend, const GdrRuntimeInfo& rt, std::string* why);
 
 /// Page-aligned, zeroed memory for one FIFO of geometry `geo`, in whole pages (the device path pins it for its
 /// GPU); null when out of memory. Free with std::free. With `dataApart` (RemoteData) only the part before the slot

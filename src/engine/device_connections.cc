@@ -253,17 +253,22 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
   RemoteDeviceInfo info;
   RemoteData data;
   std::string why = "no net device information";
-  bool gdr = false;
+  NetGdr way = NetGdr::kNone;
+  GdrRuntimeInfo gpu;
   if (remote != nullptr && remote->deviceInfo(kDeviceNetChannelBase + ch, &info)) {
-    std::string runtimeWhy;
-    const bool runtimeOk = rt_->gpuDirectRdma(comm_->cudaDev, &runtimeWhy);
-    gdr = useNetGdr(info, isSend, runtimeOk, runtimeWhy, rt_->computeCapability(comm_->cudaDev), &why);
+    GpuDirectPaths paths;
+    gpu.ok = rt_->gpuDirectRdma(comm_->cudaDev, &paths, &gpu.why);
+    gpu.peerMemory = paths.peerMemory;
+    gpu.dmaBuf = paths.dmaBuf;
+    gpu.computeCap = rt_->computeCapability(comm_->cudaDev);
+    way = useNetGdr(info, isSend, gpu, &why);
   }
-  if (gdr) {
+  if (way != NetGdr::kNone) {
+    const size_t bytes = static_cast<size_t>(geo_.nSlots) * geo_.slotBytes;
     void* p = nullptr;
-    if (rt_->deviceAlloc(static_cast<size_t>(geo_.nSlots) * geo_.slotBytes, &p) != ncclSuccess) {
+    if (rt_->deviceAlloc(bytes, &p) != ncclSuccess) {
       why = "GPU memory for the FIFO: " + rt_->lastError();
-      gdr = false;
+      way = NetGdr::kNone;
     } else {
       GpuRuntime* rt = rt_;
       data.ptr = static_cast<char*>(p);
@@ -272,8 +277,25 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
       data.toHost = [rt](void* dst, const void* src, size_t bytes) {
         return rt->copyToHost(dst, src, bytes) == ncclSuccess;
       };
+      if (way == NetGdr::kDmaBuf && rt_->dmaBufFd(p, bytes, &data.dmaBufFd, &data.dmaBufOffset) != ncclSuccess) {
+        // The driver said it exports dma-bufs but did not: peer memory where there is some, else host memory.
+        const std::string err = rt_->lastError();
+        WARN("rank %d: exporting the FIFO's GPU memory as a dma-buf failed (%s): %s", comm_->rank, err.c_str(),
+             gpu.peerMemory ? "registering it through peer memory" : "staging through pinned host memory");
+        data.dmaBufFd = -1;
+        if (gpu.peerMemory) {
+          way = NetGdr::kPeerMemory;
+          why = why.substr(0, why.rfind(", dma-buf")) + " (dma-buf export failed: " + err + ")";
+        } else {
+          data.release();
+          data = RemoteData{};
+          way = NetGdr::kNone;
+          why = "exporting the FIFO's GPU memory as a dma-buf failed: " + err;
+        }
+      }
     }
   }
+  const bool gdr = way != NetGdr::kNone;
   Conn* hc = nullptr;
   CHORUS_CHECK(host_->staging(ch, peer, isSend, &hc, gdr ? &data : nullptr));
   void* mem = hc->fifo.ctrl;  // the FIFO memory starts with its control block

@@ -27,6 +27,12 @@ struct IpcHandle {
 };
 
 /// One GPU backend. Methods returning ncclResult_t describe failures with setLastError-ready text in lastError().
+/// The ways a NIC's driver may reach a GPU's memory (GpuRuntime::gpuDirectRdma).
+struct GpuDirectPaths {
+  bool peerMemory = false;  ///< a peer-memory kernel module (nvidia_peermem): nets register device pointers as they are
+  bool dmaBuf = false;      ///< the driver exports device memory as dma-buf file descriptors (GpuRuntime::dmaBufFd)
+};
+
 class GpuRuntime {
  public:
   virtual ~GpuRuntime() = default;
@@ -42,12 +48,21 @@ class GpuRuntime {
   virtual int64_t busId(int dev) = 0;
   /// Kind of memory at p; *dev receives the owning device for device and managed memory.
   virtual MemKind pointerKind(const void* p, int* dev) = 0;
-  /// Whether a NIC can read and write dev's memory in place (GPUDirect RDMA): the device and driver support it and
-  /// the kernel has a peer-memory module for it. *why says what is missing. Default: no.
-  virtual bool gpuDirectRdma(int dev, std::string* why) {
+  /// Whether a NIC can read and write dev's memory in place (GPUDirect RDMA): the device and driver support it and a
+  /// NIC's driver can reach the memory, through a peer-memory kernel module (the net registers device pointers) or
+  /// through dma-buf (dmaBufFd). *paths says which of the two exist; *why says what is missing. Default: no.
+  virtual bool gpuDirectRdma(int dev, GpuDirectPaths* paths, std::string* why) {
     (void)dev;
+    *paths = GpuDirectPaths{};
     *why = std::string(name()) + " runtime: not supported by chorus";
     return false;
+  }
+  /// A dma-buf file descriptor for device memory [p, p + bytes): *fd (the caller closes it) covers the whole pages
+  /// that hold the range, and *offset is p's offset into it. Default: not supported.
+  virtual ncclResult_t dmaBufFd(void* p, size_t bytes, int* fd, uint64_t* offset) {
+    (void)p, (void)bytes, (void)offset;
+    *fd = -1;
+    return ncclInvalidUsage;
   }
   /// Compute capability as major * 10 + minor (CUDA), 0 when unknown.
   virtual int computeCapability(int dev) {

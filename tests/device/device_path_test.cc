@@ -847,36 +847,52 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
 // supports it and the NIC is near enough the GPU (NCCL_NET_GDR_LEVEL, default PXB; here PIX), a device connection to
 // another host keeps its slot data in GPU memory: the proxy registers it as such, sends and receives there, and
 // flushes each receive. Rank 0 on GPU1 and rank 1 on GPU4 of two DGX H100-like hosts (as above). Every collective is
-// checked; the logs say which connections took GPU memory and why the others did not. Settings that turn it off, one
-// at a time: NCCL_NET_GDR_LEVEL=LOC; NCCL_NET_GDR_READ=0 (the receiving sides only); a runtime without it; a net
-// without NCCL_PTR_CUDA.
+// checked; the logs say which connections took GPU memory, how it was registered (regMr through peer memory, or
+// regMrDmaBuf of the runtime's dma-buf export) and why the others did not. Settings that turn it off, one at a time:
+// NCCL_NET_GDR_LEVEL=LOC; NCCL_NET_GDR_READ=0 (the receiving sides only); a runtime without it; a net without
+// NCCL_PTR_CUDA; a runtime with dma-buf only and a net without NCCL_PTR_DMABUF.
 TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) {
   DgxGpus dgx("gdr");
   const std::string& topo = dgx.topo;
+  enum Runtime { kNone, kPeerMemory, kDmaBuf, kBoth };  // what the runtime offers
   struct Case {
     const char* name;
     const char* env;  // VAR=VALUE or ""
-    bool runtime;     // the runtime says GPUDirect RDMA works
-    bool netCuda;     // the net registers GPU memory
+    Runtime runtime;
+    bool netCuda;    // the net registers GPU memory
+    bool netDmaBuf;  // ... also as a dma-buf (regMrDmaBuf)
     bool sendGdr, recvGdr;
+    bool viaDmaBuf;   // the GPU memory is registered through regMrDmaBuf
     const char* why;  // in the log of a staged connection
   };
   const Case cases[] = {
-      {"default", "", true, true, true, true, ""},
-      {"level LOC", "NCCL_NET_GDR_LEVEL=LOC", true, true, false, false, "(NCCL_NET_GDR_LEVEL=LOC)"},
-      {"level 1 (PIX)", "NCCL_NET_GDR_LEVEL=1", true, true, true, true, ""},
-      {"no GDR read", "NCCL_NET_GDR_READ=0", true, true, false, true, "(NCCL_NET_GDR_READ=0)"},
-      {"runtime without it", "", false, true, false, false, "(the GPU runtime: emu: gpuDirect is off)"},
-      {"net without it", "", true, false, false, false, "does not register GPU memory)"},
+      {"default", "", kPeerMemory, true, false, true, true, false, ""},
+      {"level LOC", "NCCL_NET_GDR_LEVEL=LOC", kPeerMemory, true, false, false, false, false,
+       "(NCCL_NET_GDR_LEVEL=LOC)"},
+      {"level 1 (PIX)", "NCCL_NET_GDR_LEVEL=1", kPeerMemory, true, false, true, true, false, ""},
+      {"no GDR read", "NCCL_NET_GDR_READ=0", kPeerMemory, true, false, false, true, false, "(NCCL_NET_GDR_READ=0)"},
+      {"runtime without it", "", kNone, true, false, false, false, false,
+       "(the GPU runtime: emu: gpuDirect is off)"},
+      {"net without it", "", kPeerMemory, false, false, false, false, false, "does not register GPU memory)"},
+      // dma-buf: the runtime exports the FIFO's GPU memory and the net registers that (no peer-memory module needed);
+      // preferred where both ways exist, as NCCL; NCCL_DMABUF_ENABLE=0 leaves peer memory; a net that takes no
+      // dma-buf cannot use a runtime that offers only that.
+      {"dma-buf", "", kDmaBuf, true, true, true, true, true, ""},
+      {"dma-buf disabled", "NCCL_DMABUF_ENABLE=0", kBoth, true, true, true, true, false, ""},
+      {"dma-buf, net without it", "", kDmaBuf, true, false, false, false, false,
+       "does not take dma-buf registrations)"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
-    gEmu.gpuDirect = k.runtime;
+    gEmu.gpuDirect = k.runtime != kNone;
+    gEmu.peerMemory = k.runtime == kPeerMemory || k.runtime == kBoth;
+    gEmu.dmaBuf = k.runtime == kDmaBuf || k.runtime == kBoth;
     const std::string log = "/tmp/chorus-gdr-log-" + std::to_string(getpid());
     forkRanksForLog(
         2,
         [&](int rank, const ncclUniqueId& id) {
           setenv("CHORUS_TEST_NET_PTR_CUDA", k.netCuda ? "1" : "0", 1);
+          setenv("CHORUS_TEST_NET_PTR_DMABUF", k.netDmaBuf ? "1" : "0", 1);
           if (k.env[0] != '\0') putenv(const_cast<char*>(k.env));
           onDgxHostsOverTestNet(rank, topo, log);
           return ringCollectivesOnDevice(rank, 2, rank == 0 ? 1 : 2, id, false);
@@ -898,12 +914,19 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
         }
       }
       const bool anyGdr = k.sendGdr || k.recvGdr;
-      EXPECT_EQ(text.find("ChorusTestNet: regMr: GPU memory") != std::string::npos, anyGdr);
+      EXPECT_EQ(text.find("ChorusTestNet: regMr: GPU memory") != std::string::npos, anyGdr && !k.viaDmaBuf);
+      // The dma-buf the net got is the FIFO's own GPU memory (the net checks it against the process's mappings).
+      EXPECT_EQ(text.find("ChorusTestNet: regMrDmaBuf: GPU memory") != std::string::npos, anyGdr && k.viaDmaBuf);
+      if (k.viaDmaBuf) {
+        EXPECT_NE(text.find("from the GPU, dma-buf)"), std::string::npos);
+      }
       // A receive into GPU memory is flushed before the kernel reads it.
       EXPECT_EQ(text.find("ChorusTestNet: iflush of GPU memory") != std::string::npos, k.recvGdr);
       EXPECT_EQ(text.find("connected (GPUDirect RDMA: payloads in GPU memory)") != std::string::npos, anyGdr);
     }
   }
+  gEmu.peerMemory = true;
+  gEmu.dmaBuf = false;
 }
 
 // A mismatch across hosts, with the slot data in GPU memory and staged: rank 1 calls another count. A kernel that sees

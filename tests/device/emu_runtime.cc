@@ -527,9 +527,33 @@ void EmuRuntime::ipcCloseHandle(void* p) {
   mem_->opened.erase(it);
 }
 
-bool EmuRuntime::gpuDirectRdma(int, std::string* why) {
+bool EmuRuntime::gpuDirectRdma(int, chorus::GpuDirectPaths* paths, std::string* why) {
+  paths->peerMemory = gpuDirect && peerMemory;
+  paths->dmaBuf = gpuDirect && dmaBuf;
   if (!gpuDirect) *why = "emu: gpuDirect is off";
-  return gpuDirect;
+  else if (!peerMemory && !dmaBuf) *why = "emu: neither peer memory nor dma-buf";
+  return paths->peerMemory || paths->dmaBuf;
+}
+
+ncclResult_t EmuRuntime::dmaBufFd(void* p, size_t bytes, int* fd, uint64_t* offset) {
+  *fd = -1;
+  if (!gpuDirect || !dmaBuf) {
+    mem_->fail("emu: dmaBufFd: the driver exports no dma-buf");
+    return ncclUnhandledCudaError;
+  }
+  // The dma-buf is the allocation's own memfd: a net can map it at *offset and find the bytes at p.
+  std::lock_guard<std::mutex> lock(mem_->mutex);
+  char* at = static_cast<char*>(p);
+  for (const auto& [base, a] : mem_->allocs) {
+    if (at < base || at + bytes > base + a.size) continue;
+    *fd = fcntl(a.fd, F_DUPFD_CLOEXEC, 0);
+    *offset = static_cast<uint64_t>(at - base);
+    if (*fd >= 0) return ncclSuccess;
+    mem_->lastError = std::string("emu: dmaBufFd: dup: ") + strerror(errno);
+    return ncclUnhandledCudaError;
+  }
+  mem_->lastError = "emu: dmaBufFd: no device allocation holds the range";
+  return ncclUnhandledCudaError;
 }
 
 int EmuRuntime::computeCapability(int) { return computeCap; }

@@ -61,7 +61,10 @@ class EmuRuntime : public chorus::GpuRuntime {
   ncclResult_t ipcOpenHandle(const chorus::IpcHandle& h, void** p) override;
   void ipcCloseHandle(void* p) override;
   bool canAccessPeer(int dev, int peerDev) override;
-  bool gpuDirectRdma(int dev, std::string* why) override;
+  bool gpuDirectRdma(int dev, chorus::GpuDirectPaths* paths, std::string* why) override;
+  /// A memfd that holds a copy of nothing: the tests' net checks that it is an open descriptor and logs it (the
+  /// emulated "device memory" is host memory, which the net reaches by address).
+  ncclResult_t dmaBufFd(void* p, size_t bytes, int* fd, uint64_t* offset) override;
   int computeCapability(int dev) override;
   ncclResult_t enablePeerAccess(int peerDev) override;
   ncclResult_t streamCaptureInfo(cudaStream_t s, bool* capturing, uint64_t* id) override;
@@ -117,6 +120,8 @@ class EmuRuntime : public chorus::GpuRuntime {
   /// GPUDirect RDMA as the runtime reports it ("device memory" is host memory here, so a net that reads it with the
   /// CPU, as the tests' net plugin does, can serve it in place).
   bool gpuDirect = false;
+  bool peerMemory = true;  ///< with gpuDirect: a peer-memory module is "loaded"
+  bool dmaBuf = false;     ///< with gpuDirect: the driver "exports" dma-bufs (dmaBufFd)
   int computeCap = 90;           ///< computeCapability()
   int residentBlocks = 1024;     ///< blocks of the collective kernel one device runs at once (an H100 holds ~1000)
   int threadsPerBlock = 1;       ///< host threads per emulated block

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nccl.h"
@@ -50,7 +51,7 @@
 
 /* ---- The ABI, as NCCL 2.28 defines it for NET_LAYOUT. ---- */
 
-enum { kHandleMax = 128, kPtrHost = 1, kPtrCuda = 2, kLogWarn = 2, kLogInfo = 3, kSubsysNet = 0x10, kMaxReqs = 32 };
+enum { kHandleMax = 128, kPtrHost = 1, kPtrCuda = 2, kPtrDmaBuf = 4, kLogWarn = 2, kLogInfo = 3, kSubsysNet = 0x10, kMaxReqs = 32 };
 
 typedef void (*Logger)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
 typedef ncclResult_t (*ProfilerCallback)(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData);
@@ -233,6 +234,9 @@ static int gNamedDevs = 0;
 /* CHORUS_TEST_NET_PTR_CUDA=1: the devices say they register GPU memory (NCCL_PTR_CUDA), as a GPUDirect RDMA net
    does. The emulated runtime's "GPU memory" is host memory, which this net reads and writes like any other. */
 static int gPtrCuda = 0;
+/* CHORUS_TEST_NET_PTR_DMABUF=1 (with CHORUS_TEST_NET_PTR_CUDA=1): they also take GPU memory as a dma-buf
+   (NCCL_PTR_DMABUF, regMrDmaBuf), which must be the buffer's own memory (checked against /proc/self/maps). */
+static int gPtrDmaBuf = 0;
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -434,6 +438,8 @@ static ncclResult_t netInit(Logger log, int again) {
   if (gNamedDevs > 0) gNdevs = gNamedDevs;
   const char* cuda = getenv("CHORUS_TEST_NET_PTR_CUDA");
   gPtrCuda = cuda != NULL && strcmp(cuda, "1") == 0;
+  const char* dmaBuf = getenv("CHORUS_TEST_NET_PTR_DMABUF");
+  gPtrDmaBuf = gPtrCuda && dmaBuf != NULL && strcmp(dmaBuf, "1") == 0;
   return ncclSuccess;
 }
 
@@ -458,7 +464,7 @@ static ncclResult_t netGetProperties(int dev, Props* props) {
   props->name = (char*)devName(dev);
   props->pciPath = NULL;
   props->guid = 0xC0DE0000u + NET_VERSION; /* tells tests which build they reached */
-  props->ptrSupport = kPtrHost | (gPtrCuda ? kPtrCuda : 0);
+  props->ptrSupport = kPtrHost | (gPtrCuda ? kPtrCuda : 0) | (gPtrDmaBuf ? kPtrDmaBuf : 0);
   props->speed = 10000;
   props->port = 1;
   props->latency = 1.5f;
@@ -596,6 +602,44 @@ static ncclResult_t netRegMr(void* comm, void* data, size_t size, int type, void
   mr->type = type;
   if (type == kPtrCuda) say(kLogInfo, __LINE__, "regMr: GPU memory, %zu bytes", size);
   *mhandle = mr;
+  return ncclSuccess;
+}
+
+/* Whether [data, data + size) is mapped from the file fd refers to, at offset within it: the mapping that holds data
+   (in /proc/self/maps) has that file's inode and the matching file offset. */
+static int mappedFrom(int fd, const char* data, size_t size, uint64_t offset) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < offset + size) return 0;
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (maps == NULL) return 0;
+  char line[512];
+  int found = 0;
+  while (!found && fgets(line, sizeof(line), maps) != NULL) {
+    unsigned long start = 0, end = 0, fileOff = 0, inode = 0;
+    if (sscanf(line, "%lx-%lx %*s %lx %*s %lu", &start, &end, &fileOff, &inode) != 4) continue;
+    const uintptr_t at = (uintptr_t)data;
+    if (at < start || at + size > end) continue;
+    found = inode == (unsigned long)st.st_ino && fileOff + (at - start) == offset ? 1 : -1;
+  }
+  fclose(maps);
+  return found == 1;
+}
+
+static ncclResult_t netRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                   void** mhandle) {
+  *mhandle = NULL;
+  if (fd == -1) return netRegMr(comm, data, size, type, mhandle);
+  if (!gPtrDmaBuf || type != kPtrCuda) return ncclInvalidArgument; /* as ptrSupport says */
+  if (!mappedFrom(fd, (const char*)data, size, offset)) {
+    say(kLogWarn, __LINE__, "regMrDmaBuf: fd %d at offset %llu is not the memory at %p", fd,
+        (unsigned long long)offset, data);
+    return ncclInvalidArgument;
+  }
+  ncclResult_t res = netRegMr(comm, data, size, kPtrHost, mhandle); /* reached by address, as any memory here */
+  if (res != ncclSuccess) return res;
+  ((Mr*)*mhandle)->type = kPtrCuda;
+  say(kLogInfo, __LINE__, "regMrDmaBuf: GPU memory, %zu bytes, the buffer's own dma-buf at offset %llu", size,
+      (unsigned long long)offset);
   return ncclSuccess;
 }
 
@@ -791,7 +835,7 @@ __attribute__((visibility("default"))) Net CONCAT(ncclNetPlugin_v, NET_VERSION) 
   .connect = connectV,
   .accept = acceptV,
   .regMr = regMrV,
-  .regMrDmaBuf = NULL,
+  .regMrDmaBuf = netRegMrDmaBuf,
   .deregMr = netDeregMr,
   .isend = isendV,
   .irecv = irecvV,

@@ -322,7 +322,11 @@ TEST(NetGpuDirect, LevelsAndConditionsAsNccl) {
   std::string why;
   auto use = [&](const chorus::RemoteDeviceInfo& info, bool isSend, bool runtime = true, int cc = 90) {
     chorus::paramsReload();
-    return chorus::useNetGdr(info, isSend, runtime, "no driver", cc, &why);
+    chorus::GdrRuntimeInfo rt;
+    rt.ok = rt.peerMemory = runtime;
+    rt.why = "no driver";
+    rt.computeCap = cc;
+    return chorus::useNetGdr(info, isSend, rt, &why) == chorus::NetGdr::kPeerMemory;
   };
   unsetenv("NCCL_NET_GDR_LEVEL");
   unsetenv("NCCL_NET_GDR_READ");
@@ -357,6 +361,46 @@ TEST(NetGpuDirect, LevelsAndConditionsAsNccl) {
   setenv("NCCL_NET_GDR_READ", "1", 1);
   EXPECT_TRUE(use(pix, true, true, 70));
   unsetenv("NCCL_NET_GDR_READ");
+  chorus::paramsReload();
+}
+
+// How GPU memory is registered: through dma-buf where the runtime exports one, the net device takes it
+// (NCCL_PTR_DMABUF) and NCCL_DMABUF_ENABLE is not 0, as NCCL prefers it; else through a peer-memory module; with
+// neither, not at all, saying which parts are missing.
+TEST(NetGpuDirect, DmaBufFirstThenPeerMemory) {
+  unsetenv("NCCL_NET_GDR_LEVEL");
+  unsetenv("NCCL_NET_GDR_READ");
+  unsetenv("NCCL_DMABUF_ENABLE");
+  const chorus::RemoteDeviceInfo both{NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF, 0, "mlx5_0"};
+  const chorus::RemoteDeviceInfo cudaOnly{NCCL_PTR_HOST | NCCL_PTR_CUDA, 0, "mlx5_0"};
+  std::string why;
+  auto way = [&](const chorus::RemoteDeviceInfo& info, bool peerMemory, bool dmaBuf) {
+    chorus::paramsReload();
+    chorus::GdrRuntimeInfo rt;
+    rt.ok = peerMemory || dmaBuf;
+    rt.peerMemory = peerMemory;
+    rt.dmaBuf = dmaBuf;
+    rt.why = "neither";
+    rt.computeCap = 90;
+    return chorus::useNetGdr(info, false, rt, &why);
+  };
+  using chorus::NetGdr;
+  EXPECT_EQ(way(both, true, true), NetGdr::kDmaBuf);
+  EXPECT_EQ(why, "net device mlx5_0, PIX from the GPU, dma-buf");
+  EXPECT_EQ(way(both, false, true), NetGdr::kDmaBuf);
+  EXPECT_EQ(way(both, true, false), NetGdr::kPeerMemory);
+  EXPECT_EQ(why, "net device mlx5_0, PIX from the GPU");
+  EXPECT_EQ(way(cudaOnly, true, true), NetGdr::kPeerMemory);
+  EXPECT_EQ(way(cudaOnly, false, true), NetGdr::kNone);
+  EXPECT_EQ(why, "no peer-memory module (nvidia_peermem) is loaded, and net device mlx5_0 does not take dma-buf "
+                 "registrations");
+  EXPECT_EQ(way(both, false, false), NetGdr::kNone);
+  EXPECT_EQ(why, "the GPU runtime: neither");
+  setenv("NCCL_DMABUF_ENABLE", "0", 1);
+  EXPECT_EQ(way(both, true, true), NetGdr::kPeerMemory);
+  EXPECT_EQ(way(both, false, true), NetGdr::kNone);
+  EXPECT_EQ(why, "no peer-memory module (nvidia_peermem) is loaded, and NCCL_DMABUF_ENABLE=0");
+  unsetenv("NCCL_DMABUF_ENABLE");
   chorus::paramsReload();
 }
 

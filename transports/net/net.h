@@ -13,10 +13,15 @@
 #include <string>
 
 #include "chorus/net.h"
+#include "core/params.h"
 
 struct pollfd;
 
 namespace chorus {
+
+/// NCCL_DMABUF_ENABLE: GPU memory may be registered with a net through dma-buf (0: never). Read by the IB net (whether
+/// it offers NCCL_PTR_DMABUF) and by the device path (whether it exports the FIFO's GPU memory as a dma-buf).
+extern IntParam kDmaBufEnable;
 
 /// What a built-in net may offer its proxy beyond NCCL's interface, so that an idle proxy sleeps until the net can
 /// progress instead of polling it. External plugins have none.

@@ -136,7 +136,7 @@ NetProxy::~NetProxy() {
   for (auto* list : {&conns_, &newConns_})
     for (auto& c : *list) {
       std::free(c->mem);
-      if (c->data.release) c->data.release();
+      releaseRemoteData(std::move(c->data));
     }
 }
 
@@ -179,13 +179,13 @@ std::string NetProxy::connName(const NetConn& c) const {
 ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out,
                                const RemoteData* data) {
   if (peer < 0 || peer >= comm_->nranks || peer == rank_) {
-    if (data != nullptr && data->release) data->release();
+    if (data != nullptr) releaseRemoteData(RemoteData(*data));
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: %s: invalid peer %d", rank_, name(), peer);
   }
   const bool apart = data != nullptr && data->ptr != nullptr;
   void* mem = allocRemoteFifo(geo, apart);
   if (mem == nullptr) {
-    if (data != nullptr && data->release) data->release();  // the transport owns it from the call on
+    if (data != nullptr) releaseRemoteData(RemoteData(*data));  // the transport owns it from the call on
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: cannot allocate a %zu-byte FIFO for rank %d", rank_, name(),
                 remoteHostBytes(geo, apart), peer);
   }
@@ -208,7 +208,7 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
     std::lock_guard<std::mutex> lock(newMutex_);
     if (stop_.load(std::memory_order_acquire)) {
       std::free(mem);
-      if (c->data.release) c->data.release();
+      releaseRemoteData(std::move(c->data));
       CHORUS_FAIL(comm_, ncclInvalidUsage,
                   "rank %d: %s: connection %s rank %d requested after the transport was shut "
                   "down (the communicator failed or was aborted)",
@@ -507,7 +507,15 @@ bool NetProxy::setup(NetConn& c) {
   }
   if (apart) {
     const size_t bytes = static_cast<size_t>(c.fifo.geo.nSlots) * c.fifo.geo.slotBytes;
-    rc = n->regMr(c.comm, c.data.ptr, bytes, c.data.ptrType, &c.dataMhandle);
+    if (c.data.dmaBufFd >= 0) {  // the net said it takes dma-bufs (NCCL_PTR_DMABUF), so it has regMrDmaBuf
+      rc = n->regMrDmaBuf != nullptr ? n->regMrDmaBuf(c.comm, c.data.ptr, bytes, c.data.ptrType, c.data.dmaBufOffset,
+                                                      c.data.dmaBufFd, &c.dataMhandle)
+                                     : ncclInternalError;
+      close(c.data.dmaBufFd);  // the registration holds the memory (as NCCL closes it after regMrDmaBuf)
+      c.data.dmaBufFd = -1;
+    } else {
+      rc = n->regMr(c.comm, c.data.ptr, bytes, c.data.ptrType, &c.dataMhandle);
+    }
     if (rc != ncclSuccess) {
       const char* said = threadLastError();
       std::string why = "cannot register the FIFO's GPU memory with the net for GPUDirect RDMA (" +

@@ -51,23 +51,48 @@ inline Error gpuHostRegister(void* p, size_t bytes) {
 }
 inline Error gpuHostUnregister(void* p) { return cudaHostUnregister(p); }
 inline Error gpuHostGetDevicePointer(void** dev, void* host) { return cudaHostGetDevicePointer(dev, host, 0); }
-/// The allocation holding p (cuMemGetAddressRange, reached through the runtime so that nothing links libcuda).
+/// A CUDA driver function, reached through the runtime so that nothing links libcuda; null when the driver lacks it.
+inline void* driverEntry(const char* symbol) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  Error e = cudaGetDriverEntryPointByVersion(symbol, &f, 12000, cudaEnableDefault, &found);
+#else
+  Error e = cudaGetDriverEntryPoint(symbol, &f, cudaEnableDefault, &found);
+#endif
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? f : nullptr;
+}
+/// The allocation holding p (cuMemGetAddressRange).
 inline Error gpuMemGetAddressRange(const void* p, void** base, size_t* bytes) {
   using Fn = int (*)(unsigned long long* base, size_t* bytes, unsigned long long ptr);  // CUresult, CUdeviceptr
-  static Fn fn = []() -> Fn {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    Error e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &found);
-#else
-    Error e = cudaGetDriverEntryPoint("cuMemGetAddressRange", &f, cudaEnableDefault, &found);
-#endif
-    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(f) : nullptr;
-  }();
+  static Fn fn = reinterpret_cast<Fn>(driverEntry("cuMemGetAddressRange"));
   if (fn == nullptr) return cudaErrorNotSupported;
   unsigned long long b = 0;
   if (fn(&b, bytes, reinterpret_cast<uintptr_t>(p)) != 0) return cudaErrorInvalidValue;
   *base = reinterpret_cast<void*>(static_cast<uintptr_t>(b));
+  return cudaSuccess;
+}
+/// Whether the driver exports dev's memory as dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 124): 1 or 0.
+inline Error gpuDmaBufSupported(int dev, int* v) {
+  using GetFn = int (*)(int* device, int ordinal);           // cuDeviceGet
+  using AttrFn = int (*)(int* value, int attr, int device);  // cuDeviceGetAttribute
+  static GetFn get = reinterpret_cast<GetFn>(driverEntry("cuDeviceGet"));
+  static AttrFn attr = reinterpret_cast<AttrFn>(driverEntry("cuDeviceGetAttribute"));
+  *v = 0;
+  if (get == nullptr || attr == nullptr || driverEntry("cuMemGetHandleForAddressRange") == nullptr) return cudaSuccess;
+  int cuDev = 0;
+  if (get(&cuDev, dev) != 0 || attr(v, 124, cuDev) != 0) *v = 0;
+  return cudaSuccess;
+}
+/// A dma-buf file descriptor for [p, p + bytes), both aligned to the host's page (cuMemGetHandleForAddressRange with
+/// CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD).
+inline Error gpuDmaBufFd(void* p, size_t bytes, int* fd) {
+  using Fn = int (*)(void* handle, unsigned long long ptr, size_t size, int type, unsigned long long flags);
+  static Fn fn = reinterpret_cast<Fn>(driverEntry("cuMemGetHandleForAddressRange"));
+  *fd = -1;
+  if (fn == nullptr) return cudaErrorNotSupported;
+  if (fn(fd, reinterpret_cast<uintptr_t>(p), bytes, 1, 0) != 0) return (*fd = -1), cudaErrorInvalidValue;
   return cudaSuccess;
 }
 inline Error gpuIpcGetMemHandle(IpcMemHandle* h, void* p) { return cudaIpcGetMemHandle(h, p); }

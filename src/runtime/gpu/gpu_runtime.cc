@@ -231,7 +231,8 @@ class BuiltinGpuRuntime final : public GpuRuntime {
                  static_cast<void*>(s));
   }
 
-  bool gpuDirectRdma(int dev, std::string* why) override {
+  bool gpuDirectRdma(int dev, GpuDirectPaths* paths, std::string* why) override {
+    *paths = GpuDirectPaths{};
     int v = 0;
     if (gpu::gpuDirectRdmaAttr(dev, &v) != gpu::kSuccess) {
       (void)gpu::gpuGetLastError();
@@ -246,13 +247,26 @@ class BuiltinGpuRuntime final : public GpuRuntime {
       *why = "GPU " + std::to_string(dev) + " or its driver does not support it";
       return false;
     }
-    // The NIC's driver reaches GPU memory through a peer-memory module (as NCCL looks for it; dma-buf registration,
-    // the other way, is not built).
+    // A NIC's driver reaches GPU memory through a peer-memory module (looked for as NCCL looks for it) or through a
+    // dma-buf the GPU driver exports.
     for (const char* f : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/module/nvidia_peermem/version",
                           "/sys/module/nv_peer_mem/version"})
-      if (access(f, F_OK) == 0) return true;
-    *why = "no peer-memory kernel module (nvidia_peermem) is loaded";
+      if (access(f, F_OK) == 0) paths->peerMemory = true;
+    int dmaBuf = 0;
+    paths->dmaBuf = gpu::gpuDmaBufSupported(dev, &dmaBuf) == gpu::kSuccess && dmaBuf == 1;
+    if (paths->peerMemory || paths->dmaBuf) return true;
+    *why = "no peer-memory kernel module (nvidia_peermem) is loaded and the driver exports no dma-buf";
     return false;
+  }
+
+  ncclResult_t dmaBufFd(void* p, size_t bytes, int* fd, uint64_t* offset) override {
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t base = at & ~(page - 1);
+    const size_t span = (at + bytes - base + page - 1) & ~(page - 1);
+    *offset = at - base;
+    return check(gpu::gpuDmaBufFd(reinterpret_cast<void*>(base), span, fd), "MemGetHandleForAddressRange(%p, %zu)",
+                 reinterpret_cast<void*>(base), span);
   }
 
   int computeCapability(int dev) override {

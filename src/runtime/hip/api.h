@@ -90,6 +90,15 @@ inline Error gpuDirectRdmaAttr(int, int* v) {
   *v = -1;
   return hipSuccess;
 }
+/// dma-buf export of device memory is not built for ROCm (HIP 5.2 has no call for it): 0.
+inline Error gpuDmaBufSupported(int, int* v) {
+  *v = 0;
+  return hipSuccess;
+}
+inline Error gpuDmaBufFd(void*, size_t, int* fd) {
+  *fd = -1;
+  return hipErrorNotSupported;
+}
 /// No CUDA compute capability.
 inline Error gpuComputeCapability(int, int* major, int* minor) {
   *major = *minor = 0;
