@@ -1,8 +1,13 @@
 // An in-process fake of the verbs the IB net uses (ib_verbs.h), so that the net's whole state machine runs on a
 // machine without an HCA: an RDMA write is a memcpy into the registered memory of the queue pair it is connected to,
-// completion queues are plain queues, and the fabric checks what real hardware would (queue pair states, keys and
-// bounds of both memory regions, a posted receive for every immediate, CQ overruns), reporting a violation as an
-// error completion the way an HCA does.
+// an RDMA read a memcpy out of it (which may be the reading queue pair's own, connected to itself), completion queues
+// are plain queues, and the fabric checks what real hardware would (queue pair states, keys and bounds of both memory
+// regions, remote read access of the responder, a posted receive for every immediate, CQ overruns), reporting a
+// violation as an error completion the way an HCA does.
+//
+// GPUDirect RDMA is made up: whether a peer-memory module is "loaded" and whether HCAs take dma-buf registrations are
+// flags a test sets. A dma-buf registration needs an open file descriptor and covers [iova, iova + size) of host
+// memory (test buffers stand in for GPU memory); the fabric records its fd, offset and iova.
 //
 // Threading: every fake object takes the fabric's mutex, so the fake may be driven from several threads; a receiver
 // that polls its FIFO without the mutex (as the net does) then races with memcpy, which real DMA does too, so tests
@@ -14,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "transports/ib/ib_verbs.h"
@@ -34,14 +40,35 @@ class FakeIbFabric {
     bool withImm = false;
     uint32_t imm = 0;
   };
+  /// One RDMA read as the fabric carried it: `srcQpn` read `length` bytes at `remoteAddr` through `dstQpn`.
+  struct ReadRecord {
+    uint32_t srcQpn = 0;
+    uint32_t dstQpn = 0;
+    uint64_t remoteAddr = 0;
+    size_t length = 0;
+  };
+  /// One dma-buf registration.
+  struct DmaBufRecord {
+    int fd = -1;
+    uint64_t offset = 0;
+    uint64_t iova = 0;
+    size_t size = 0;
+    uint32_t key = 0;  ///< its lkey and rkey
+  };
 
   /// Makes the next write posted on any queue pair complete with `status` (an IbWcStatus) instead of being carried,
   /// and moves that queue pair to the error state, as a failing HCA does.
   void failNextWrite(int status);
+  /// The same for the next read.
+  void failNextRead(int status);
   /// Every write carried so far, in order.
   std::vector<WriteRecord> writes() const;
   /// Forgets the writes carried so far.
   void clearWrites();
+  /// Every read carried so far, in order.
+  std::vector<ReadRecord> reads() const;
+  /// Every dma-buf registration made so far (released ones too), in order.
+  std::vector<DmaBufRecord> dmaBufs() const;
   /// Queue pairs that exist.
   int liveQps() const;
   /// Memory registrations that exist.
@@ -63,7 +90,10 @@ class FakeIbFabric {
   std::map<uint32_t, FakeIbQp*> qps_;
   std::map<uint32_t, MrRec> mrs_;  // by key; a registration's lkey and rkey are equal
   int failStatus_ = kIbWcSuccess;
+  int failReadStatus_ = kIbWcSuccess;
   std::vector<WriteRecord> log_;
+  std::vector<ReadRecord> reads_;
+  std::vector<DmaBufRecord> dmaBufs_;
 };
 
 /// A "host": the fake HCAs (ports) a test makes up, over a shared fabric.
@@ -75,10 +105,18 @@ class FakeIbVerbs : public IbVerbs {
   ncclResult_t listPorts(std::vector<IbPortDesc>* out, std::string* why) override;
   ncclResult_t openHca(const std::string& hca, std::unique_ptr<IbHca>* out) override;
   const char* statusText(int status) const override;
+  bool peerMemory(std::string* why) override;
+
+  /// Whether peerMemory() says a peer-memory module is loaded (default: no).
+  void setPeerMemory(bool on) { peerMemory_ = on; }
+  /// Whether HCAs opened from now on take dma-buf registrations (default: no).
+  void setDmaBuf(bool on) { dmaBuf_ = on; }
 
  private:
   std::shared_ptr<FakeIbFabric> fabric_;
   std::vector<IbPortDesc> ports_;
+  bool peerMemory_ = false;
+  bool dmaBuf_ = false;
 };
 
 /// A made-up active RoCE port with one RoCE v2 IPv4 GID (10.0.0.<n>), for tests.

@@ -1,10 +1,13 @@
 // Tests of the InfiniBand verbs net (transports/ib): device and GID selection on made-up attributes, the handle, and
 // the whole connect/accept/isend/irecv/test state machine over the fake in-process verbs (ib_verbs_fake.h), whose
 // RDMA writes are memcpys and whose CQs are queues. Both ends are driven from the test's thread, so every exchange
-// is deterministic; waits have deadlines. Nothing here needs an HCA; the last test only checks that the real backend
+// is deterministic; waits have deadlines. GPUDirect RDMA (peer memory, dma-buf, flush) runs over the fake too, with
+// host buffers standing in for GPU memory. Nothing here needs an HCA; the last test only checks that the real backend
 // behaves on this host (no HCA: zero devices or a failed init, with a reason).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -234,13 +237,24 @@ class IbFakeNet : public ::testing::Test {
   void TearDown() override {
     unsetenv("NCCL_SOCKET_IFNAME");
     unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+    unsetenv("NCCL_DMABUF_ENABLE");
+    unsetenv("NCCL_GDR_FLUSH_DISABLE");
     paramsReload();
+  }
+
+  // Hosts made from now on: a peer-memory module "loaded", and HCAs that take dma-buf registrations.
+  void gpuDirect(bool peerMemory, bool dmaBuf) {
+    peerMemory_ = peerMemory;
+    dmaBuf_ = dmaBuf;
   }
 
   std::unique_ptr<IbNet> makeHost(int n, IbLinkLayer ll = IbLinkLayer::kEthernet) {
     IbPortDesc p = fakeIbPort("mlx5_0", 1, n);
     p.linkLayer = ll;
-    auto net = std::make_unique<IbNet>(std::make_unique<FakeIbVerbs>(fabric_, std::vector<IbPortDesc>{p}));
+    auto verbs = std::make_unique<FakeIbVerbs>(fabric_, std::vector<IbPortDesc>{p});
+    verbs->setPeerMemory(peerMemory_);
+    verbs->setDmaBuf(dmaBuf_);
+    auto net = std::make_unique<IbNet>(std::move(verbs));
     std::string why;
     EXPECT_EQ(net->discover(&why), ncclSuccess) << why;
     EXPECT_EQ(net->ndev(), 1);
@@ -288,8 +302,21 @@ class IbFakeNet : public ::testing::Test {
     return ncclInternalError;
   }
 
+  // Sends `src` into `dst` (registered as smh and rmh) and waits for both ends; the received size comes back.
+  static int exchange(void* send, void* recv, std::vector<uint8_t>& src, void* smh, std::vector<uint8_t>& dst,
+                      void* rmh);
+
+  // The request of an iflush of buffer `data` (`size` bytes, registration mh); null when the net needs no flush.
+  static void* flush(void* recv, void* data, int size, void* mh) {
+    void* req = reinterpret_cast<void*>(1);
+    EXPECT_EQ(ibNetTable()->iflush(recv, 1, &data, &size, &mh, &req), ncclSuccess) << threadLastError();
+    return req;
+  }
+
   std::shared_ptr<FakeIbFabric> fabric_;
   std::unique_ptr<IbNet> a_, b_;
+  bool peerMemory_ = false;
+  bool dmaBuf_ = false;
 };
 
 std::vector<uint8_t> pattern(size_t n, int seed) {
@@ -310,6 +337,21 @@ void* postRecv(void* recv, std::vector<uint8_t>& buf, void* mh, int tag) {
   void* req = nullptr;
   EXPECT_EQ(ibNetTable()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), ncclSuccess);
   return req;
+}
+
+int IbFakeNet::exchange(void* send, void* recv, std::vector<uint8_t>& src, void* smh, std::vector<uint8_t>& dst,
+                        void* rmh) {
+  void* rreq = postRecv(recv, dst, rmh, 0);
+  void* sreq = nullptr;
+  EXPECT_EQ(ibNetTable()->isend(send, src.data(), src.size(), 0, smh, nullptr, &sreq), ncclSuccess);
+  if (rreq == nullptr || sreq == nullptr) {
+    ADD_FAILURE() << "irecv or isend returned no request";
+    return -1;
+  }
+  int rs = -1, ss = -1;
+  EXPECT_EQ(wait(sreq, &ss), ncclSuccess);
+  EXPECT_EQ(wait(rreq, &rs), ncclSuccess);
+  return rs;
 }
 
 TEST_F(IbFakeNet, ExchangesSizesZeroOneSixtyFourKAndOneMega) {
@@ -616,8 +658,239 @@ TEST_F(IbFakeNet, PropertiesDescribeTheFakePort) {
   EXPECT_EQ(p.guid, 0x1003u);
   ASSERT_NE(p.pciPath, nullptr);
   EXPECT_EQ(net->getProperties(1, &p), ncclInvalidArgument);
+}
+
+// ---- GPUDirect RDMA (host buffers stand in for GPU memory) ----------------------------------
+
+TEST_F(IbFakeNet, PropertiesOfferGpuMemoryWithPeerMemory) {
+  gpuDirect(/*peerMemory=*/true, /*dmaBuf=*/false);
+  auto net = makeHost(3);
+  EXPECT_TRUE(net->device(0).peerMemory);
+  EXPECT_FALSE(net->device(0).dmaBuf);
+  ncclNetProperties_v11_t p;
+  ASSERT_EQ(net->getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST | NCCL_PTR_CUDA);
+}
+
+TEST_F(IbFakeNet, PropertiesOfferDmaBufUnlessDisabled) {
+  gpuDirect(/*peerMemory=*/false, /*dmaBuf=*/true);
+  auto net = makeHost(3);
+  EXPECT_FALSE(net->device(0).peerMemory);
+  EXPECT_TRUE(net->device(0).dmaBuf);
+  ncclNetProperties_v11_t p;
+  ASSERT_EQ(net->getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF);
+  setenv("NCCL_DMABUF_ENABLE", "0", 1);
+  paramsReload();
+  ASSERT_EQ(net->getProperties(0, &p), ncclSuccess);
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST);
+  EXPECT_FALSE(net->dmaBuf(0));
+}
+
+TEST_F(IbFakeNet, GpuMemoryIsRefusedWithoutPeerMemory) {
+  gpuDirect(/*peerMemory=*/false, /*dmaBuf=*/false);
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> buf(4096);
   void* mh = nullptr;
-  EXPECT_NE(ibNetTable()->regMr(nullptr, nullptr, 0, NCCL_PTR_CUDA, &mh), ncclSuccess);
+  EXPECT_EQ(t->regMr(recv, buf.data(), buf.size(), NCCL_PTR_CUDA, &mh), ncclInternalError);
+  EXPECT_EQ(mh, nullptr);
+  std::string err = threadLastError();
+  EXPECT_NE(err.find("no GPUDirect RDMA peer-memory module"), std::string::npos) << err;
+  EXPECT_NE(err.find("dma-buf"), std::string::npos) << err;
+  // Nor through a dma-buf, which this HCA does not take.
+  int fd = memfd_create("chorus-ib-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(t->regMrDmaBuf(recv, buf.data(), buf.size(), NCCL_PTR_CUDA, 0, fd, &mh), ncclInternalError);
+  err = threadLastError();
+  EXPECT_NE(err.find("does not support dma-buf"), std::string::npos) << err;
+  close(fd);
+  // No GPUDirect RDMA: no flush queue pair, and iflush has nothing to wait for.
+  EXPECT_EQ(static_cast<IbComm*>(recv)->flushQp, nullptr);
+  mh = reg(recv, buf);
+  EXPECT_EQ(flush(recv, buf.data(), 4096, mh), nullptr);
+  EXPECT_TRUE(fabric_->reads().empty());
+  t->deregMr(recv, mh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
+}
+
+TEST_F(IbFakeNet, GpuMemoryIsRegisteredWithPeerMemory) {
+  gpuDirect(/*peerMemory=*/true, /*dmaBuf=*/false);
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src = pattern(3000, 5), dst(4096, 0);
+  void* smh = reg(send, src);
+  void* rmh = nullptr;
+  ASSERT_EQ(t->regMr(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, &rmh), ncclSuccess) << threadLastError();
+  ASSERT_NE(rmh, nullptr);
+  EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 3000);
+  EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
+}
+
+TEST_F(IbFakeNet, DmaBufRegistrationRecordsItsFdAndCarriesData) {
+  gpuDirect(/*peerMemory=*/false, /*dmaBuf=*/true);
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  int fd = memfd_create("chorus-ib-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> src = pattern(6000, 9), dst(8192, 0);
+  void* smh = reg(send, src);
+  void* rmh = nullptr;
+  ASSERT_EQ(t->regMrDmaBuf(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, 4096, fd, &rmh), ncclSuccess)
+      << threadLastError();
+  std::vector<FakeIbFabric::DmaBufRecord> bufs = fabric_->dmaBufs();
+  ASSERT_EQ(bufs.size(), 1u);
+  EXPECT_EQ(bufs[0].fd, fd);
+  EXPECT_EQ(bufs[0].offset, 4096u);
+  EXPECT_EQ(bufs[0].iova, reinterpret_cast<uintptr_t>(dst.data()));
+  EXPECT_EQ(bufs[0].size, dst.size());
+  EXPECT_EQ(bufs[0].key, static_cast<IbMr*>(rmh)->rkey);
+  EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 6000);
+  EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
+  // dma-buf alone makes GPUDirect RDMA possible, so the receiver flushes, through the dma-buf registration.
+  void* freq = flush(recv, dst.data(), 6000, rmh);
+  ASSERT_NE(freq, nullptr);
+  ASSERT_EQ(fabric_->reads().size(), 1u);
+  int n = -1;
+  EXPECT_EQ(wait(freq, &n), ncclSuccess);
+  // A closed fd is refused by the "driver"; NCCL_DMABUF_ENABLE=0 by the net.
+  void* mh = nullptr;
+  close(fd);
+  EXPECT_NE(t->regMrDmaBuf(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, 0, fd, &mh), ncclSuccess);
+  EXPECT_NE(std::string(threadLastError()).find("not open"), std::string::npos) << threadLastError();
+  setenv("NCCL_DMABUF_ENABLE", "0", 1);
+  paramsReload();
+  fd = memfd_create("chorus-ib-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(t->regMrDmaBuf(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, 0, fd, &mh), ncclInternalError);
+  EXPECT_NE(std::string(threadLastError()).find("NCCL_DMABUF_ENABLE=0"), std::string::npos) << threadLastError();
+  EXPECT_EQ(mh, nullptr);
+  close(fd);
+  EXPECT_EQ(fabric_->dmaBufs().size(), 1u);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
+  EXPECT_EQ(fabric_->liveQps(), 0);
+}
+
+TEST_F(IbFakeNet, IflushReadsTheReceivedBufferOnALoopbackQueuePair) {
+  gpuDirect(/*peerMemory=*/true, /*dmaBuf=*/false);
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  auto* rc = static_cast<IbComm*>(recv);
+  ASSERT_NE(rc->flushQp, nullptr);
+  EXPECT_EQ(static_cast<IbComm*>(send)->flushQp, nullptr) << "only receivers flush";
+  const uint32_t flushQpn = rc->flushQp->qpn();
+  for (const auto& qp : rc->qps) EXPECT_NE(qp->qpn(), flushQpn);
+  std::vector<uint8_t> src = pattern(4096, 13), dst(4096, 0);
+  void* smh = reg(send, src);
+  void* rmh = nullptr;
+  ASSERT_EQ(t->regMr(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  ASSERT_EQ(exchange(send, recv, src, smh, dst, rmh), 4096);
+  fabric_->clearWrites();
+  void* req = flush(recv, dst.data(), 4096, rmh);
+  ASSERT_NE(req, nullptr);
+  std::vector<FakeIbFabric::ReadRecord> reads = fabric_->reads();
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].srcQpn, flushQpn);
+  EXPECT_EQ(reads[0].dstQpn, flushQpn) << "the flush queue pair reads from itself";
+  EXPECT_EQ(reads[0].remoteAddr, reinterpret_cast<uintptr_t>(dst.data()));
+  EXPECT_EQ(reads[0].length, 1u);
+  EXPECT_TRUE(fabric_->writes().empty());
+  EXPECT_EQ(rc->flushSink & 0xff, dst[0]) << "the read landed in the flush buffer";
+  int size = -12345;
+  ASSERT_EQ(wait(req, &size), ncclSuccess);
+  EXPECT_EQ(size, -12345) << "a flush reports no size";
+
+  // Several buffers: the last one that received data is read.
+  void* data[3] = {dst.data(), dst.data() + 1024, dst.data() + 2048};
+  int sizes[3] = {16, 8, 0};
+  void* mhs[3] = {rmh, rmh, rmh};
+  ASSERT_EQ(t->iflush(recv, 3, data, sizes, mhs, &req), ncclSuccess);
+  ASSERT_NE(req, nullptr);
+  reads = fabric_->reads();
+  ASSERT_EQ(reads.size(), 2u);
+  EXPECT_EQ(reads[1].remoteAddr, reinterpret_cast<uintptr_t>(dst.data() + 1024));
+  ASSERT_EQ(wait(req, &size), ncclSuccess);
+
+  // Nothing received: nothing to flush.
+  sizes[0] = sizes[1] = 0;
+  req = reinterpret_cast<void*>(1);
+  ASSERT_EQ(t->iflush(recv, 3, data, sizes, mhs, &req), ncclSuccess);
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(fabric_->reads().size(), 2u);
+
+  // The connection still carries data after flushes shared its request slots.
+  EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 4096);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
+  EXPECT_EQ(fabric_->liveQps(), 0) << "the flush queue pair is gone";
+  EXPECT_EQ(fabric_->liveMrs(), 0) << "the flush buffer is deregistered";
+}
+
+TEST_F(IbFakeNet, GdrFlushDisableTurnsFlushesOff) {
+  setenv("NCCL_GDR_FLUSH_DISABLE", "1", 1);
+  paramsReload();
+  gpuDirect(/*peerMemory=*/true, /*dmaBuf=*/true);
+  void *send, *recv;
+  connect(&send, &recv);
+  EXPECT_EQ(static_cast<IbComm*>(recv)->flushQp, nullptr);
+  std::vector<uint8_t> dst(1024, 0);
+  void* rmh = nullptr;
+  ASSERT_EQ(ibNetTable()->regMr(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  EXPECT_EQ(flush(recv, dst.data(), 1024, rmh), nullptr);
+  EXPECT_TRUE(fabric_->reads().empty());
+  ibNetTable()->deregMr(recv, rmh);
+  ibNetTable()->closeSend(send);
+  ibNetTable()->closeRecv(recv);
+}
+
+TEST_F(IbFakeNet, FlushErrorCompletionFailsTheRequest) {
+  gpuDirect(/*peerMemory=*/true, /*dmaBuf=*/false);
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src = pattern(256, 2), dst(256, 0);
+  void* smh = reg(send, src);
+  void* rmh = nullptr;
+  ASSERT_EQ(t->regMr(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  ASSERT_EQ(exchange(send, recv, src, smh, dst, rmh), 256);
+  fabric_->failNextRead(kIbWcRemAccessErr);
+  void* req = flush(recv, dst.data(), 256, rmh);
+  ASSERT_NE(req, nullptr);
+  int done = 0, size = 0;
+  EXPECT_EQ(t->test(req, &done, &size), ncclSystemError);
+  EXPECT_EQ(done, 0);
+  std::string err = threadLastError();
+  EXPECT_NE(err.find("flush read"), std::string::npos) << err;
+  EXPECT_NE(err.find("remote access error"), std::string::npos) << err;
+  EXPECT_TRUE(fabric_->reads().empty());
+  // The connection stays failed.
+  void* rreq = nullptr;
+  void* data = dst.data();
+  size_t bytes = dst.size();
+  int tag = 0;
+  EXPECT_EQ(t->irecv(recv, 1, &data, &bytes, &tag, &rmh, nullptr, &rreq), ncclSystemError);
+  EXPECT_EQ(t->iflush(recv, 1, &data, &size, &rmh, &rreq), ncclSystemError);
+  t->deregMr(send, smh);
+  t->deregMr(recv, rmh);
+  t->closeSend(send);
+  t->closeRecv(recv);
 }
 
 // ---- the real backend on this host ----------------------------------------------------------

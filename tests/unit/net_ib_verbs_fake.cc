@@ -1,3 +1,5 @@
+#include <fcntl.h>
+
 #include <cstring>
 
 #include "core/checks.h"
@@ -56,10 +58,11 @@ class FakeIbQp : public IbQp {
 
   uint32_t qpn() const override { return qpn_; }
 
-  ncclResult_t toInit(int port) override {
+  ncclResult_t toInit(int port, bool remoteRead) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     CHORUS_CHECK(expect(QpState::kReset, "INIT"));
     port_ = port;
+    remoteRead_ = remoteRead;
     state_ = QpState::kInit;
     return ncclSuccess;
   }
@@ -86,23 +89,15 @@ class FakeIbQp : public IbQp {
 
   ncclResult_t postWrite(const IbWrite& w) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
-    if (state_ != QpState::kRts && state_ != QpState::kError) {
-      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: write posted on QP %u, which is not in RTS", qpn_);
-    }
-    if (++sendsInFlight_ > maxSendWr_) {
-      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: send queue of QP %u overflows (%d work requests)", qpn_,
-                  maxSendWr_);
-    }
-    int status = carry(w);
-    if (status != kIbWcSuccess) state_ = QpState::kError;
-    IbWc wc;
-    wc.wrId = w.wrId;
-    wc.status = status;
-    wc.qpn = qpn_;
-    wc.byteLen = static_cast<uint32_t>(w.length);
-    cq_->push(wc);
-    // The fake completes at once, so the work request leaves the send queue as its completion is queued.
-    sendsInFlight_--;
+    CHORUS_CHECK(checkPost("write"));
+    complete(w.wrId, carry(w), w.length);
+    return ncclSuccess;
+  }
+
+  ncclResult_t postRead(const IbRead& r) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    CHORUS_CHECK(checkPost("read"));
+    complete(r.wrId, carryRead(r), r.length);
     return ncclSuccess;
   }
 
@@ -126,23 +121,57 @@ class FakeIbQp : public IbQp {
                 static_cast<int>(state_));
   }
 
+  // A work request may be posted (RTS, or in error, where it is flushed) and the send queue has room. fabric mu_ held.
+  ncclResult_t checkPost(const char* what) {
+    if (state_ != QpState::kRts && state_ != QpState::kError) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: %s posted on QP %u, which is not in RTS", what, qpn_);
+    }
+    // Work requests complete as they are posted, so the send queue holds at most this one.
+    if (maxSendWr_ < 1) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: send queue of QP %u overflows (%d work requests)", qpn_,
+                  maxSendWr_);
+    }
+    return ncclSuccess;
+  }
+
+  // Queues the completion of a send-queue work request. fabric mu_ held.
+  void complete(uint64_t wrId, int status, size_t length) {
+    if (status != kIbWcSuccess) state_ = QpState::kError;
+    IbWc wc;
+    wc.wrId = wrId;
+    wc.status = status;
+    wc.qpn = qpn_;
+    wc.byteLen = static_cast<uint32_t>(length);
+    cq_->push(wc);
+  }
+
+  // The status a failNext*() call asked for (then forgotten), or success. fabric mu_ held.
+  static int takeFailure(int* status) {
+    int s = *status;
+    *status = kIbWcSuccess;
+    return s;
+  }
+
+  // The connected queue pair, or null when it is gone, not yet RTR, or connected elsewhere: such a peer never
+  // acknowledges, so the requester retries, then fails. Loopback (connected to itself) is fine. fabric mu_ held.
+  FakeIbQp* peer() const {
+    auto it = fabric_->qps_.find(remoteQpn_);
+    FakeIbQp* dst = it == fabric_->qps_.end() ? nullptr : it->second;
+    if (dst == nullptr || (dst->state_ != QpState::kRtr && dst->state_ != QpState::kRts) || dst->remoteQpn_ != qpn_) {
+      return nullptr;
+    }
+    return dst;
+  }
+
   // Carries one write to the connected queue pair; returns the completion status. fabric mu_ held.
   int carry(const IbWrite& w) {
     FakeIbFabric& f = *fabric_;
     if (state_ == QpState::kError) return kIbWcWrFlushErr;
-    if (f.failStatus_ != kIbWcSuccess) {
-      int s = f.failStatus_;
-      f.failStatus_ = kIbWcSuccess;
-      return s;
-    }
+    if (f.failStatus_ != kIbWcSuccess) return takeFailure(&f.failStatus_);
     const uint64_t local = reinterpret_cast<uintptr_t>(w.local);
     if (w.length > 0 && !f.covers(w.lkey, local, w.length)) return kIbWcLocProtErr;
-    auto it = f.qps_.find(remoteQpn_);
-    FakeIbQp* dst = it == f.qps_.end() ? nullptr : it->second;
-    // A peer that is gone, not yet RTR, or connected elsewhere never acknowledges: the sender retries, then fails.
-    if (dst == nullptr || (dst->state_ != QpState::kRtr && dst->state_ != QpState::kRts) || dst->remoteQpn_ != qpn_) {
-      return kIbWcRetryExcErr;
-    }
+    FakeIbQp* dst = peer();
+    if (dst == nullptr) return kIbWcRetryExcErr;
     if (w.length > 0 && !f.covers(w.rkey, w.remoteAddr, w.length)) return kIbWcRemAccessErr;
     if (w.withImm && dst->recvs_.empty()) return kIbWcRnrRetryExcErr;
     if (w.length > 0) memcpy(reinterpret_cast<void*>(w.remoteAddr), w.local, w.length);
@@ -166,6 +195,28 @@ class FakeIbQp : public IbQp {
     return kIbWcSuccess;
   }
 
+  // Carries one read from the connected queue pair's memory; returns the completion status. fabric mu_ held.
+  int carryRead(const IbRead& r) {
+    FakeIbFabric& f = *fabric_;
+    if (state_ == QpState::kError) return kIbWcWrFlushErr;
+    if (f.failReadStatus_ != kIbWcSuccess) return takeFailure(&f.failReadStatus_);
+    const uint64_t local = reinterpret_cast<uintptr_t>(r.local);
+    if (r.length > 0 && !f.covers(r.lkey, local, r.length)) return kIbWcLocProtErr;
+    FakeIbQp* dst = peer();
+    if (dst == nullptr) return kIbWcRetryExcErr;
+    // The responder must allow remote reads (INIT's access flags), and the rkey must cover what is read.
+    if (!dst->remoteRead_) return kIbWcRemAccessErr;
+    if (r.length > 0 && !f.covers(r.rkey, r.remoteAddr, r.length)) return kIbWcRemAccessErr;
+    if (r.length > 0) memmove(r.local, reinterpret_cast<const void*>(r.remoteAddr), r.length);
+    FakeIbFabric::ReadRecord rec;
+    rec.srcQpn = qpn_;
+    rec.dstQpn = dst->qpn_;
+    rec.remoteAddr = r.remoteAddr;
+    rec.length = r.length;
+    f.reads_.push_back(rec);
+    return kIbWcSuccess;
+  }
+
   std::shared_ptr<FakeIbFabric> fabric_;
   FakeIbCq* cq_;
   int maxSendWr_;
@@ -173,8 +224,8 @@ class FakeIbQp : public IbQp {
   uint32_t qpn_ = 0;
   int port_ = 0;
   uint32_t remoteQpn_ = 0;
+  bool remoteRead_ = false;
   QpState state_ = QpState::kReset;
-  int sendsInFlight_ = 0;
   std::deque<uint64_t> recvs_;
 };
 
@@ -182,7 +233,7 @@ class FakeIbQp : public IbQp {
 
 class FakeIbHca : public IbHca {
  public:
-  explicit FakeIbHca(std::shared_ptr<FakeIbFabric> fabric) : fabric_(std::move(fabric)) {}
+  FakeIbHca(std::shared_ptr<FakeIbFabric> fabric, bool dmaBuf) : fabric_(std::move(fabric)), dmaBuf_(dmaBuf) {}
 
   ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) override {
     out->reset(new FakeIbCq(fabric_, depth));
@@ -196,12 +247,27 @@ class FakeIbHca : public IbHca {
 
   ncclResult_t regMr(void* addr, size_t size, IbMr* out) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
-    uint32_t key = fabric_->nextKey_++;
-    fabric_->mrs_[key] = FakeIbFabric::MrRec{reinterpret_cast<uintptr_t>(addr), size};
-    out->impl = reinterpret_cast<void*>(static_cast<uintptr_t>(key));
-    out->addr = reinterpret_cast<uintptr_t>(addr);
-    out->size = size;
-    out->lkey = out->rkey = key;
+    add(reinterpret_cast<uintptr_t>(addr), size, out);
+    return ncclSuccess;
+  }
+
+  bool dmaBufSupported() override { return dmaBuf_; }
+
+  ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, IbMr* out) override {
+    if (!dmaBuf_) CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: this HCA takes no dma-buf registrations");
+    if (fcntl(fd, F_GETFD) == -1) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: dma-buf registration of fd %d, which is not open", fd);
+    }
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    // Test memory is host memory: the registration covers the buffer at iova itself.
+    add(iova, size, out);
+    FakeIbFabric::DmaBufRecord rec;
+    rec.fd = fd;
+    rec.offset = offset;
+    rec.iova = iova;
+    rec.size = size;
+    rec.key = out->lkey;
+    fabric_->dmaBufs_.push_back(rec);
     return ncclSuccess;
   }
 
@@ -215,7 +281,18 @@ class FakeIbHca : public IbHca {
   }
 
  private:
+  // A registration of [addr, addr + size). fabric mu_ held.
+  void add(uint64_t addr, size_t size, IbMr* out) {
+    uint32_t key = fabric_->nextKey_++;
+    fabric_->mrs_[key] = FakeIbFabric::MrRec{addr, size};
+    out->impl = reinterpret_cast<void*>(static_cast<uintptr_t>(key));
+    out->addr = addr;
+    out->size = size;
+    out->lkey = out->rkey = key;
+  }
+
   std::shared_ptr<FakeIbFabric> fabric_;
+  bool dmaBuf_;
 };
 
 // ---- fabric and verbs -----------------------------------------------------------------------
@@ -228,6 +305,21 @@ bool FakeIbFabric::covers(uint32_t key, uint64_t addr, size_t len) const {
 void FakeIbFabric::failNextWrite(int status) {
   std::lock_guard<std::mutex> lock(mu_);
   failStatus_ = status;
+}
+
+void FakeIbFabric::failNextRead(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failReadStatus_ = status;
+}
+
+std::vector<FakeIbFabric::ReadRecord> FakeIbFabric::reads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reads_;
+}
+
+std::vector<FakeIbFabric::DmaBufRecord> FakeIbFabric::dmaBufs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dmaBufs_;
 }
 
 std::vector<FakeIbFabric::WriteRecord> FakeIbFabric::writes() const {
@@ -262,11 +354,16 @@ ncclResult_t FakeIbVerbs::listPorts(std::vector<IbPortDesc>* out, std::string* w
 ncclResult_t FakeIbVerbs::openHca(const std::string& hca, std::unique_ptr<IbHca>* out) {
   for (const IbPortDesc& p : ports_) {
     if (p.hca == hca) {
-      out->reset(new FakeIbHca(fabric_));
+      out->reset(new FakeIbHca(fabric_, dmaBuf_));
       return ncclSuccess;
     }
   }
   CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: no HCA named %s", hca.c_str());
+}
+
+bool FakeIbVerbs::peerMemory(std::string* why) {
+  if (why != nullptr) *why = peerMemory_ ? "fake peer memory" : "no fake peer memory";
+  return peerMemory_;
 }
 
 const char* FakeIbVerbs::statusText(int status) const {

@@ -14,6 +14,12 @@
 // A receive descriptor slot is reused only after the receive that last used it completed (at most kIbMaxRequests
 // receives are outstanding, and the sender takes descriptors in order), so the FIFO never overruns.
 //
+// GPUDirect RDMA: registrations may cover GPU memory (regMr through a peer-memory module, regMrDmaBuf through a
+// dma-buf). Data the HCA wrote into GPU memory may still be on its way there when the receive completes; iflush
+// makes it visible by RDMA-reading one byte of the received buffer on the receiver's flush queue pair, which is
+// connected to itself: the read's response leaves the GPU only after the writes before it have landed (PCIe keeps
+// reads behind earlier writes), so its completion means the data is in place.
+//
 // Threading: a comm and its requests are used by one thread at a time (the proxy thread that owns them).
 #pragma once
 
@@ -37,6 +43,7 @@ struct IbRequest {
   int events = 0;          ///< completions still expected: one per queue pair
   size_t size = 0;         ///< send: bytes sent; receive: the message's size, from the first immediate
   bool sizeKnown = false;  ///< receive: an immediate has arrived
+  bool flush = false;      ///< an iflush: one read completion expected, no size to report
 };
 
 /// A sender or receiver comm (they share the setup and completion code).
@@ -56,7 +63,13 @@ struct IbComm {
   uint64_t remoteFifoAddr = 0;  ///< receiver: the sender's FIFO
   uint32_t remoteFifoRkey = 0;
   uint32_t seq = 0;  ///< messages sent / receives posted so far
+  /// Outstanding requests (a receiver's receives and flushes share them).
   IbRequest reqs[kIbMaxRequests];
+  // GPUDirect RDMA flush (receiver only; null when flushes are off: no GPUDirect RDMA on the device, or
+  // NCCL_GDR_FLUSH_DISABLE=1). Its reads complete on `cq`.
+  std::unique_ptr<IbQp> flushQp;      ///< connected to itself; destroyed before `cq`
+  uint32_t flushSink = 0;             ///< where flush reads land; never looked at
+  IbMr flushMr;                       ///< flushSink's registration
   ncclResult_t failed = ncclSuccess;  ///< set once by the first error; every later call returns it
 
   // Setup (ib_connect.cc).
@@ -96,9 +109,11 @@ ncclResult_t ibAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11
 ncclResult_t ibCloseComm(void* comm);
 /// closeListen().
 ncclResult_t ibCloseListen(void* listenComm);
-/// regMr(): registers host memory with the comm's HCA.
+/// regMr(): registers host memory, or GPU memory (NCCL_PTR_CUDA) when a peer-memory module is loaded, with the comm's
+/// HCA.
 ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhandle);
-/// regMrDmaBuf(): plain regMr when fd is -1; DMA-BUF registration is not supported.
+/// regMrDmaBuf(): regMr when fd is -1; otherwise registers `size` bytes at `offset` of dma-buf `fd`, addressed as
+/// `data`, when the HCA takes dma-bufs and NCCL_DMABUF_ENABLE is not 0.
 ncclResult_t ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
 /// deregMr().
 ncclResult_t ibDeregMr(void* comm, void* mhandle);
@@ -107,7 +122,8 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
 /// irecv(): one receive (n must be 1); null *request when kIbMaxRequests are outstanding.
 ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                      void** request);
-/// iflush(): host memory needs no flush (null request).
+/// iflush(): makes received data visible in GPU memory: one RDMA read of the last non-empty buffer on the flush queue
+/// pair, whose request test() completes. Null *request (nothing to wait for) when flushes are off or every size is 0.
 ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
 /// test(): polls the comm's CQ; a done request is freed.
 ncclResult_t ibTest(void* request, int* done, int* sizes);

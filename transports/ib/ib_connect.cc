@@ -27,6 +27,10 @@ IntParam kIbQpsPerConn{"NCCL_IB_QPS_PER_CONNECTION", 1,
                        "IB net: queue pairs per connection; each message is split over them (1-16).", "network"};
 IntParam kIbSl{"NCCL_IB_SL", 0, "IB net: InfiniBand service level of the queue pairs (0-15).", "network"};
 IntParam kIbTc{"NCCL_IB_TC", 0, "IB net: traffic class of the queue pairs (RoCE; 0-255).", "network"};
+IntParam kGdrFlushDisable{"NCCL_GDR_FLUSH_DISABLE", 0,
+                          "IB net: 1: no flush of data received into GPU memory through GPUDirect RDMA (iflush "
+                          "completes at once); 0: each flush RDMA-reads the received buffer on a loopback queue pair.",
+                          "network"};
 
 enum ConnectState : uint32_t { kCSendInfo = 1, kCRecvInfo, kCSendReady, kCDone };
 enum AcceptState : int { kAAccept = 0, kARecvInfo, kASendInfo, kARecvReady, kADone };
@@ -50,7 +54,7 @@ ncclResult_t createResources(IbComm* c, int nqps) {
   for (int i = 0; i < nqps; ++i) {
     std::unique_ptr<IbQp> qp;
     CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests + 1, kIbMaxRequests + 1, &qp));
-    CHORUS_CHECK(qp->toInit(d.port.port));
+    CHORUS_CHECK(qp->toInit(d.port.port, /*remoteRead=*/false));
     c->qps.push_back(std::move(qp));
   }
   const size_t bytes = kIbMaxRequests * sizeof(IbRecvDesc);
@@ -105,31 +109,55 @@ ncclResult_t checkRemote(IbComm* c, int expectQps) {
   return ncclSuccess;
 }
 
+// Moves `qp` on device `d` to RTR towards remote queue pair `qpn` (first PSN `remotePsn`) at `lid`/`gid` on a port of
+// MTU code `mtu`, then to RTS with first PSN `psn`.
+ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remotePsn, int lid, const IbGid& gid,
+                       int mtu, uint32_t psn) {
+  IbRtrAttr rtr;
+  rtr.remoteQpn = qpn;
+  rtr.remotePsn = remotePsn;
+  rtr.remoteLid = lid;
+  rtr.remoteGid = gid;
+  // RoCE always routes by GID; InfiniBand ports of one subnet address each other by LID.
+  rtr.global = d.port.linkLayer == IbLinkLayer::kEthernet;
+  rtr.localGidIndex = d.gidIndex;
+  rtr.mtu = d.port.activeMtu < mtu ? d.port.activeMtu : mtu;
+  rtr.sl = static_cast<int>(clampParam(kIbSl, 0, 15));
+  rtr.trafficClass = static_cast<int>(clampParam(kIbTc, 0, 255));
+  CHORUS_CHECK(qp->toRtr(d.port.port, rtr));
+  IbRtsAttr rts;
+  rts.psn = psn;
+  rts.timeout = static_cast<int>(clampParam(kIbTimeout, 1, 31));
+  rts.retryCnt = static_cast<int>(clampParam(kIbRetryCnt, 0, 7));
+  return qp->toRts(rts);
+}
+
 // Moves every queue pair to RTR towards its peer queue pair, then to RTS.
 ncclResult_t connectQps(IbComm* c) {
   const IbDevice& d = c->net->device(c->dev);
   const IbConnInfo& r = c->remote;
   for (size_t i = 0; i < c->qps.size(); ++i) {
-    IbRtrAttr rtr;
-    rtr.remoteQpn = r.qpn[i];
-    rtr.remotePsn = r.psn[i];
-    rtr.remoteLid = r.lid;
-    rtr.remoteGid = r.gid;
-    // RoCE always routes by GID; InfiniBand ports of one subnet address each other by LID.
-    rtr.global = d.port.linkLayer == IbLinkLayer::kEthernet;
-    rtr.localGidIndex = d.gidIndex;
-    rtr.mtu = d.port.activeMtu < r.mtu ? d.port.activeMtu : r.mtu;
-    rtr.sl = static_cast<int>(clampParam(kIbSl, 0, 15));
-    rtr.trafficClass = static_cast<int>(clampParam(kIbTc, 0, 255));
-    CHORUS_CHECK(c->qps[i]->toRtr(d.port.port, rtr));
-    IbRtsAttr rts;
-    rts.psn = c->local.psn[i];
-    rts.timeout = static_cast<int>(clampParam(kIbTimeout, 1, 31));
-    rts.retryCnt = static_cast<int>(clampParam(kIbRetryCnt, 0, 7));
-    CHORUS_CHECK(c->qps[i]->toRts(rts));
+    CHORUS_CHECK(connectQp(d, c->qps[i].get(), r.qpn[i], r.psn[i], r.lid, r.gid, r.mtu, c->local.psn[i]));
   }
   c->remoteFifoAddr = r.ctrlAddr;
   c->remoteFifoRkey = r.ctrlRkey;
+  return ncclSuccess;
+}
+
+// A receiver's flush queue pair and sink (ib_comm.h), when GPU memory may be registered on its device and
+// NCCL_GDR_FLUSH_DISABLE is 0: connected to itself (its own QP number, LID and GID, on its own port), and allowing
+// remote reads, since it answers its own reads.
+ncclResult_t createFlush(IbComm* c) {
+  if (kGdrFlushDisable.get() != 0 || !(c->net->peerMemory(c->dev) || c->net->dmaBuf(c->dev))) return ncclSuccess;
+  const IbDevice& d = c->net->device(c->dev);
+  CHORUS_CHECK(c->hca->regMr(&c->flushSink, sizeof(c->flushSink), &c->flushMr));
+  std::unique_ptr<IbQp> qp;
+  // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
+  CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, &qp));
+  CHORUS_CHECK(qp->toInit(d.port.port, /*remoteRead=*/true));
+  const uint32_t psn = randomPsn();
+  CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, d.port.lid, d.gid, d.port.activeMtu, psn));
+  c->flushQp = std::move(qp);
   return ncclSuccess;
 }
 
@@ -201,6 +229,7 @@ ncclResult_t progressAccept(IbListenComm* l, bool* up) {
           CHORUS_CHECK(checkRemote(c, 0));
           CHORUS_CHECK(createResources(c, static_cast<int>(c->remote.nqps)));
           CHORUS_CHECK(connectQps(c));
+          CHORUS_CHECK(createFlush(c));
           c->state = kASendInfo;
         }
         break;
@@ -275,9 +304,11 @@ void setIbHandleStage(void* handle, const IbConnectStage& stage) {
 // ---- comms ----------------------------------------------------------------------------------
 
 IbComm::~IbComm() {
-  qps.clear();  // queue pairs go before their CQ
+  flushQp.reset();  // queue pairs go before their CQ
+  qps.clear();
   cq.reset();
   if (ctrlMr.impl != nullptr && hca != nullptr) hca->deregMr(&ctrlMr);
+  if (flushMr.impl != nullptr && hca != nullptr) hca->deregMr(&flushMr);
   free(ctrl);
 }
 
@@ -372,8 +403,8 @@ ncclResult_t ibAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11
     return res;
   }
   if (up) {
-    INFO(kNet, "NET/IB: %s accepted with %zu queue pair(s)", ibCommText(l->pending.get()).c_str(),
-         l->pending->qps.size());
+    INFO(kNet, "NET/IB: %s accepted with %zu queue pair(s)%s", ibCommText(l->pending.get()).c_str(),
+         l->pending->qps.size(), l->pending->flushQp != nullptr ? " and a GPUDirect RDMA flush queue pair" : "");
     *recvComm = l->pending.release();
   }
   return ncclSuccess;

@@ -28,6 +28,8 @@ const char* wrKindText(IbWrKind k) {
       return "receive";
     case IbWrKind::kFifo:
       return "receive descriptor write";
+    case IbWrKind::kFlush:
+      return "flush read";
   }
   return "work request";
 }
@@ -63,8 +65,10 @@ ncclResult_t onCompletion(IbComm* c, const IbWc& wc) {
                 wc.vendorErr);
   }
   if (kind == IbWrKind::kFifo) return ncclSuccess;  // the descriptor arrived; nothing waits for this
+  // Senders see only their data writes; receivers their receives (each consumed by an immediate) and flush reads.
   bool ok = slot < static_cast<uint32_t>(kIbMaxRequests) && c->reqs[slot].used && c->reqs[slot].events > 0 &&
-            (kind == IbWrKind::kData) == c->isSend && (kind == IbWrKind::kRecv) == wc.recvImm;
+            (kind == IbWrKind::kData) == c->isSend && (kind == IbWrKind::kRecv) == wc.recvImm &&
+            (kind == IbWrKind::kFlush) == c->reqs[slot].flush;
   if (!ok) {
     failComm(c, ncclInternalError);
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: unexpected completion (work request 0x%llx, queue pair %u)",
@@ -133,11 +137,18 @@ ncclResult_t checkPeer(IbComm* c) {
 ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   *mhandle = nullptr;
   auto* c = static_cast<IbComm*>(comm);
-  if (type != NCCL_PTR_HOST) {
-    CHORUS_FAIL(nullptr, ncclInternalError,
-                "NET/IB: only host memory can be registered (pointer type %d): GPUDirect RDMA is not implemented",
+  if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA) {
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: cannot register memory of pointer type %d (host or CUDA only)",
                 type);
   }
+  if (type == NCCL_PTR_CUDA && !c->net->peerMemory(c->dev)) {
+    CHORUS_FAIL(nullptr, ncclInternalError,
+                "NET/IB: %s: cannot register %zu bytes of GPU memory at %p: no GPUDirect RDMA peer-memory module is "
+                "loaded (nvidia_peermem or nv_peer_mem); registering it as a dma-buf (regMrDmaBuf) is the other way%s",
+                ibCommText(c).c_str(), size, data,
+                c->net->dmaBuf(c->dev) ? "" : ", and this device does not offer it either");
+  }
+  // GPU memory goes through the same ibv_reg_mr: the peer-memory module pins it for the HCA's driver.
   auto mr = std::make_unique<IbMr>();
   CHORUS_CHECK(c->hca->regMr(data, size, mr.get()));
   *mhandle = mr.release();
@@ -145,10 +156,21 @@ ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhand
 }
 
 ncclResult_t ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
-  (void)offset;
   if (fd == -1) return ibRegMr(comm, data, size, type, mhandle);
   *mhandle = nullptr;
-  CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: DMA-BUF registration is not implemented");
+  auto* c = static_cast<IbComm*>(comm);
+  if (!c->net->dmaBuf(c->dev)) {
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: cannot register dma-buf %d (%zu bytes at offset %llu): %s",
+                ibCommText(c).c_str(), fd, size, static_cast<unsigned long long>(offset),
+                c->net->device(c->dev).dmaBuf ? "NCCL_DMABUF_ENABLE=0"
+                                              : "the HCA's driver or the kernel does not support dma-buf registration");
+  }
+  // The registration is addressed by the buffer's own virtual address (iova), as regMr's are, so that descriptors
+  // and flushes name received buffers the same way whichever way they were registered.
+  auto mr = std::make_unique<IbMr>();
+  CHORUS_CHECK(c->hca->regDmaBufMr(offset, size, reinterpret_cast<uintptr_t>(data), fd, mr.get()));
+  *mhandle = mr.release();
+  return ncclSuccess;
 }
 
 ncclResult_t ibDeregMr(void* comm, void* mhandle) {
@@ -262,8 +284,38 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
 }
 
 ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
-  (void)recvComm, (void)n, (void)data, (void)sizes, (void)mhandles;
-  *request = nullptr;  // only host memory is registered: the CPU sees received data once test() says so
+  *request = nullptr;
+  auto* c = static_cast<IbComm*>(recvComm);
+  if (c->failed != ncclSuccess) return c->failed;
+  if (c->flushQp == nullptr) return ncclSuccess;  // no GPUDirect RDMA here, or NCCL_GDR_FLUSH_DISABLE=1
+  // As NCCL: one read of the last buffer that received data. The HCA wrote every buffer of the receive before it
+  // completed, and the read's response follows those writes to the GPU.
+  int last = -1;
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] > 0 && mhandles[i] != nullptr) last = i;
+  }
+  if (last == -1) return ncclSuccess;
+  IbRequest* r = allocRequest(c);
+  if (r == nullptr) {
+    // A null request would mean "flushed": refuse instead. The proxy never has this many receives and flushes out.
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: iflush with all %d requests outstanding",
+                ibCommText(c).c_str(), kIbMaxRequests);
+  }
+  IbRead rd;
+  rd.wrId = ibWrId(IbWrKind::kFlush, slotOf(c, r));
+  rd.local = &c->flushSink;
+  rd.length = 1;  // NCCL reads one byte too: any read orders behind the writes
+  rd.lkey = c->flushMr.lkey;
+  rd.remoteAddr = reinterpret_cast<uintptr_t>(data[last]);
+  rd.rkey = static_cast<const IbMr*>(mhandles[last])->rkey;
+  ncclResult_t res = c->flushQp->postRead(rd);
+  if (res != ncclSuccess) {
+    r->used = false;
+    return failComm(c, res);
+  }
+  r->flush = true;
+  r->events = 1;
+  *request = r;
   return ncclSuccess;
 }
 
@@ -275,7 +327,7 @@ ncclResult_t ibTest(void* request, int* done, int* sizes) {
   CHORUS_CHECK(pollComm(c));
   if (r->events == 0) {
     *done = 1;
-    if (sizes != nullptr) *sizes = static_cast<int>(r->size);
+    if (sizes != nullptr && !r->flush) *sizes = static_cast<int>(r->size);
     r->used = false;
     return ncclSuccess;
   }

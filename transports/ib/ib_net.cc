@@ -151,12 +151,22 @@ ncclResult_t IbNet::discover(std::string* why) {
   const std::string spec = kIbHca.get();
   devices_ = selectIbDevices(ports, spec, kIbGidIndex.get(), &skipped);
   for (const std::string& s : skipped) INFO(kNet | kInit, "NET/IB: skipping %s", s.c_str());
+  std::string peerWhy;
+  const bool peerMemory = !devices_.empty() && verbs_->peerMemory(&peerWhy);
+  if (!peerWhy.empty()) peerWhy = " (" + peerWhy + ")";
   for (int i = 0; i < ndev(); ++i) {
-    const IbDevice& d = devices_[i];
+    IbDevice& d = devices_[i];
     INFO(kNet | kInit, "NET/IB: [%d] %s:%d %s speed %d Mbit/s MTU %d GID %d (%s) pci %s", i, d.name.c_str(),
          d.port.port, d.port.linkLayer == IbLinkLayer::kEthernet ? "RoCE" : "IB", d.speedMbps,
          ibMtuBytes(d.port.activeMtu), d.gidIndex, ibGidText(d.gid).c_str(),
          d.port.pciPath.empty() ? "unknown" : d.port.pciPath.c_str());
+    d.peerMemory = peerMemory;
+    // dma-buf support is the HCA's driver's (and the kernel's): probed on the opened HCA, which the net keeps.
+    IbHca* hca = nullptr;
+    d.dmaBuf = openHca(i, &hca) == ncclSuccess && hca->dmaBufSupported();
+    INFO(kNet | kInit, "NET/IB: [%d] %s:%d: GPUDirect RDMA: peer memory %s%s, dma-buf %s%s", i, d.name.c_str(),
+         d.port.port, d.peerMemory ? "yes" : "no", peerWhy.c_str(), d.dmaBuf ? "yes" : "no",
+         d.dmaBuf && kDmaBufEnable.get() == 0 ? " (not used: NCCL_DMABUF_ENABLE=0)" : "");
   }
   if (devices_.empty()) {
     summary_ = "NET/IB: no usable port (" + std::string(verbs_->name()) + " lists " + std::to_string(ports.size()) +
@@ -179,7 +189,9 @@ ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const
   props->name = const_cast<char*>(d.name.c_str());
   props->pciPath = d.port.pciPath.empty() ? nullptr : const_cast<char*>(d.port.pciPath.c_str());
   props->guid = d.port.guid;
-  props->ptrSupport = NCCL_PTR_HOST;  // no GPUDirect RDMA: regMr takes host memory only
+  props->ptrSupport = NCCL_PTR_HOST;
+  if (d.peerMemory) props->ptrSupport |= NCCL_PTR_CUDA;                   // regMr of GPU memory (nvidia_peermem)
+  if (dmaBuf(dev)) props->ptrSupport |= NCCL_PTR_CUDA | NCCL_PTR_DMABUF;  // regMrDmaBuf of GPU memory
   props->regIsGlobal = 0;
   props->forceFlush = 0;
   props->speed = d.speedMbps;
@@ -197,6 +209,8 @@ ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const
   props->maxMultiRequestSize = 1;
   return ncclSuccess;
 }
+
+bool IbNet::dmaBuf(int dev) const { return devices_[dev].dmaBuf && kDmaBufEnable.get() != 0; }
 
 ncclResult_t IbNet::openHca(int dev, IbHca** out) {
   const std::string& name = devices_[dev].name;

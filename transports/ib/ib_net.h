@@ -30,7 +30,8 @@ class IbNet {
   IbNet(const IbNet&) = delete;
   IbNet& operator=(const IbNet&) = delete;
 
-  /// Lists the backend's ports and keeps the usable ones NCCL_IB_HCA and NCCL_IB_GID_INDEX select (logged at INFO).
+  /// Lists the backend's ports and keeps the usable ones NCCL_IB_HCA and NCCL_IB_GID_INDEX select, and finds what
+  /// GPUDirect RDMA each offers (opening its HCA to probe dma-buf support); all logged at INFO.
   /// Fails with *why only when the backend cannot list devices; zero devices is a success.
   ncclResult_t discover(std::string* why);
   /// Net devices found by discover().
@@ -39,6 +40,11 @@ class IbNet {
   const IbDevice& device(int dev) const { return devices_[dev]; }
   /// NCCL's properties of net device `dev`.
   ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) const;
+  /// Whether regMr takes GPU memory on net device `dev` (a peer-memory module is loaded).
+  bool peerMemory(int dev) const { return devices_[dev].peerMemory; }
+  /// Whether regMrDmaBuf takes dma-buf file descriptors on net device `dev`: its HCA supports them and
+  /// NCCL_DMABUF_ENABLE is not 0.
+  bool dmaBuf(int dev) const;
   /// The opened HCA of net device `dev`, opened on first use and shared by that HCA's ports until the net goes.
   ncclResult_t openHca(int dev, IbHca** out);
   /// The backend.

@@ -59,6 +59,9 @@ struct IbDevice {
   int gidIndex = 0;  ///< the GID used to address this port
   IbGid gid;         ///< port.gids[gidIndex] (zero when the table is empty, as on plain IB)
   int speedMbps = 0;
+  // GPUDirect RDMA, filled by IbNet::discover (not by selectIbDevices).
+  bool peerMemory = false;  ///< regMr takes GPU memory (a peer-memory module is loaded)
+  bool dmaBuf = false;      ///< the HCA takes dma-buf registrations (whatever NCCL_DMABUF_ENABLE says)
 };
 
 /// The net devices among `ports`: active, with an InfiniBand or Ethernet link layer, selected by `hcaSpec`

@@ -4,9 +4,9 @@
 // backends implement them:
 //  - the real one (ib_verbs_real.cc), which opens libibverbs.so.1 with dlopen at run time (so libnccl.so.2 loads on
 //    hosts without it) and exists only when chorus was built with the verbs headers (CHORUS_HAVE_VERBS);
-//  - a fake, in-process one (tests/unit/ib_verbs_fake.h), whose RDMA writes are memcpys into another queue pair's
-//  registered
-//    memory and whose completion queues are plain queues, so that the whole net runs in tests on any machine.
+//  - a fake, in-process one (tests/unit/ib_verbs_fake.h), whose RDMA writes and reads are memcpys to or from another
+//    queue pair's registered memory and whose completion queues are plain queues, so that the whole net runs in tests
+//    on any machine.
 //
 // Nothing here depends on verbs.h: the numeric codes below (MTU, link layer, completion status) are the verbs
 // values where one exists, and each backend translates at its edge.
@@ -79,6 +79,16 @@ struct IbWrite {
   uint32_t imm = 0;  ///< host byte order; the backend converts for the wire
 };
 
+/// One signaled RDMA read of `length` bytes from remote memory into a registered local buffer.
+struct IbRead {
+  uint64_t wrId = 0;
+  void* local = nullptr;
+  size_t length = 0;
+  uint32_t lkey = 0;
+  uint64_t remoteAddr = 0;
+  uint32_t rkey = 0;
+};
+
 /// Completion status codes: the values of enum ibv_wc_status for the ones the net names.
 enum IbWcStatus : int {
   kIbWcSuccess = 0,
@@ -135,14 +145,17 @@ class IbQp {
   virtual ~IbQp() = default;
   /// The queue pair number the peer addresses.
   virtual uint32_t qpn() const = 0;
-  /// RESET -> INIT on `port`, allowing remote writes.
-  virtual ncclResult_t toInit(int port) = 0;
+  /// RESET -> INIT on `port`, allowing remote writes, and remote reads too when `remoteRead` (a queue pair that
+  /// RDMA-reads from itself, as the flush queue pair does, is the responder of its own reads).
+  virtual ncclResult_t toInit(int port, bool remoteRead) = 0;
   /// INIT -> RTR towards the remote queue pair.
   virtual ncclResult_t toRtr(int port, const IbRtrAttr& attr) = 0;
   /// RTR -> RTS.
   virtual ncclResult_t toRts(const IbRtsAttr& attr) = 0;
   /// Posts one signaled RDMA write.
   virtual ncclResult_t postWrite(const IbWrite& w) = 0;
+  /// Posts one signaled RDMA read.
+  virtual ncclResult_t postRead(const IbRead& r) = 0;
   /// Posts one zero-length receive (consumed by an RDMA write with immediate).
   virtual ncclResult_t postRecv(uint64_t wrId) = 0;
 };
@@ -155,9 +168,15 @@ class IbHca {
   virtual ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) = 0;
   /// An RC queue pair in RESET whose completions go to `cq`.
   virtual ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) = 0;
-  /// Registers host memory for local use and remote writes.
+  /// Registers memory for local use and remote writes and reads: host memory, or GPU memory when a peer-memory
+  /// module (nvidia_peermem) lets the HCA's driver pin it.
   virtual ncclResult_t regMr(void* addr, size_t size, IbMr* out) = 0;
-  /// Releases a registration made by regMr.
+  /// Whether the HCA's driver takes dma-buf registrations (ibv_reg_dmabuf_mr exists and the kernel supports it).
+  virtual bool dmaBufSupported() = 0;
+  /// Registers `size` bytes at `offset` of the dma-buf `fd` (GPU memory exported by its driver) with the access of
+  /// regMr; work requests address it at `iova` (the buffer's virtual address, so that the net's addresses work).
+  virtual ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, IbMr* out) = 0;
+  /// Releases a registration made by regMr or regDmaBufMr.
   virtual ncclResult_t deregMr(IbMr* mr) = 0;
 };
 
@@ -169,6 +188,9 @@ class IbVerbs {
   virtual const char* name() const = 0;
   /// Every port of every HCA, active or not. Fails (with *why) only when the devices cannot be listed at all.
   virtual ncclResult_t listPorts(std::vector<IbPortDesc>* out, std::string* why) = 0;
+  /// Whether a GPUDirect RDMA peer-memory module is loaded (nvidia_peermem or nv_peer_mem), so that regMr takes GPU
+  /// memory; *why (may be null) says what was found or looked for.
+  virtual bool peerMemory(std::string* why) = 0;
   /// Opens HCA `hca` (a name listPorts returned).
   virtual ncclResult_t openHca(const std::string& hca, std::unique_ptr<IbHca>* out) = 0;
   /// The text of a completion status ("remote access error").

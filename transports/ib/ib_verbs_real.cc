@@ -1,7 +1,8 @@
 // The libibverbs backend of the IB net (ib_verbs.h). libibverbs.so.1 is opened with dlopen the first time the net
 // is initialized, and the verbs below are resolved with dlsym, so that libnccl.so.2 itself does not depend on it and
 // loads on hosts without RDMA. The data-path verbs (ibv_post_send, ibv_post_recv, ibv_poll_cq) are inline functions
-// of verbs.h that call the provider through the context's ops table, so they need no symbol.
+// of verbs.h that call the provider through the context's ops table, so they need no symbol. ibv_reg_dmabuf_mr
+// (rdma-core 34, IBVERBS_1.12) is optional: without it the HCA simply takes no dma-buf registrations.
 //
 // Only built with the verbs headers (CHORUS_HAVE_VERBS); otherwise makeRealIbVerbs() says so.
 #include "transports/ib/ib_verbs.h"
@@ -51,7 +52,13 @@ struct VerbsApi {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int) = nullptr;
   int (*destroyQp)(ibv_qp*) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
+  // Optional (null when libibverbs predates it).
+  ibv_mr* (*regDmaBufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access) = nullptr;
 };
+
+// What every registration allows: the HCA writes received data (local write, and remote write for the sender's
+// RDMA writes) and reads it (remote read: flushes, which read through the registration's rkey).
+constexpr int kMrAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 std::string errText(int err) {
   char buf[128];
@@ -97,7 +104,11 @@ const VerbsApi* loadVerbs(std::string* why) {
     get(&api.modifyQp, "ibv_modify_qp");
     get(&api.destroyQp, "ibv_destroy_qp");
     get(&api.wcStatusStr, "ibv_wc_status_str");
-    if (!ok) api = VerbsApi();
+    if (!ok) {
+      api = VerbsApi();
+      return;
+    }
+    api.regDmaBufMr = reinterpret_cast<decltype(api.regDmaBufMr)>(dlsym(lib, "ibv_reg_dmabuf_mr"));
   });
   if (api.getDeviceList == nullptr) {
     *why = error;
@@ -170,13 +181,13 @@ class RealQp : public IbQp {
 
   uint32_t qpn() const override { return qp_->qp_num; }
 
-  ncclResult_t toInit(int port) override {
+  ncclResult_t toInit(int port, bool remoteRead) override {
     ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
     a.pkey_index = 0;
     a.port_num = static_cast<uint8_t>(port);
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | (remoteRead ? IBV_ACCESS_REMOTE_READ : 0);
     return modify(&a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");
   }
 
@@ -244,6 +255,29 @@ class RealQp : public IbQp {
     return ncclSuccess;
   }
 
+  ncclResult_t postRead(const IbRead& r) override {
+    ibv_sge sge;
+    sge.addr = reinterpret_cast<uintptr_t>(r.local);
+    sge.length = static_cast<uint32_t>(r.length);
+    sge.lkey = r.lkey;
+    ibv_send_wr wr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = r.wrId;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = r.remoteAddr;
+    wr.wr.rdma.rkey = r.rkey;
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(qp_, &wr, &bad);
+    if (rc != 0) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_post_send (RDMA read) on QP %u failed: %s", qpn(),
+                  errText(rc).c_str());
+    }
+    return ncclSuccess;
+  }
+
   ncclResult_t postRecv(uint64_t wrId) override {
     ibv_recv_wr wr;
     memset(&wr, 0, sizeof(wr));
@@ -306,17 +340,45 @@ class RealHca : public IbHca {
   }
 
   ncclResult_t regMr(void* addr, size_t size, IbMr* out) override {
-    ibv_mr* mr =
-        api_->regMr(pd_, addr, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    // GPU memory too, when a peer-memory module (nvidia_peermem) is loaded: the kernel asks it to pin the pages.
+    ibv_mr* mr = api_->regMr(pd_, addr, size, kMrAccess);
     if (mr == nullptr) {
       CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_reg_mr of %zu bytes at %p on %s failed: %s", size, addr,
                   name_.c_str(), errText(errno).c_str());
     }
-    out->impl = mr;
-    out->addr = reinterpret_cast<uintptr_t>(addr);
-    out->size = size;
-    out->lkey = mr->lkey;
-    out->rkey = mr->rkey;
+    fill(mr, reinterpret_cast<uintptr_t>(addr), size, out);
+    return ncclSuccess;
+  }
+
+  bool dmaBufSupported() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dmaBuf_ < 0) {
+      dmaBuf_ = 0;
+      if (api_->regDmaBufMr != nullptr) {
+        // As NCCL: a registration of fd -1 fails with EOPNOTSUPP or EPROTONOSUPPORT when the provider or the kernel
+        // has no dma-buf support, and with another errno (EBADF) when it has.
+        errno = 0;
+        ibv_mr* mr = api_->regDmaBufMr(pd_, 0, 0, 0, -1, 0);
+        int err = errno;
+        if (mr != nullptr) api_->deregMr(mr);
+        dmaBuf_ = err != EOPNOTSUPP && err != EPROTONOSUPPORT ? 1 : 0;
+      }
+    }
+    return dmaBuf_ == 1;
+  }
+
+  ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, IbMr* out) override {
+    if (api_->regDmaBufMr == nullptr) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: libibverbs.so.1 lacks ibv_reg_dmabuf_mr (rdma-core 34 or later)");
+    }
+    ibv_mr* mr = api_->regDmaBufMr(pd_, offset, size, iova, fd, kMrAccess);
+    if (mr == nullptr) {
+      CHORUS_FAIL(nullptr, ncclSystemError,
+                  "NET/IB: ibv_reg_dmabuf_mr of %zu bytes at offset %llu of dma-buf %d (iova 0x%llx) on %s failed: %s",
+                  size, static_cast<unsigned long long>(offset), fd, static_cast<unsigned long long>(iova),
+                  name_.c_str(), errText(errno).c_str());
+    }
+    fill(mr, iova, size, out);
     return ncclSuccess;
   }
 
@@ -330,10 +392,20 @@ class RealHca : public IbHca {
   }
 
  private:
+  static void fill(ibv_mr* mr, uint64_t addr, size_t size, IbMr* out) {
+    out->impl = mr;
+    out->addr = addr;
+    out->size = size;
+    out->lkey = mr->lkey;
+    out->rkey = mr->rkey;
+  }
+
   const VerbsApi* api_;
   std::string name_;
   ibv_context* ctx_;
   ibv_pd* pd_;
+  std::mutex mu_;    // guards dmaBuf_ (registrations may come from several proxy threads)
+  int dmaBuf_ = -1;  // -1: not probed yet
 };
 
 class RealVerbs : public IbVerbs {
@@ -382,6 +454,21 @@ class RealVerbs : public IbVerbs {
   }
 
   const char* statusText(int status) const override { return api_->wcStatusStr(static_cast<ibv_wc_status>(status)); }
+
+  bool peerMemory(std::string* why) override {
+    // NCCL's test: the module's version file, in the peer-memory client directory of MLNX_OFED's ib_core
+    // (nv_peer_mem, and nvidia_peermem on it) or in /sys/module (nvidia_peermem on the inbox kernel's peer memory).
+    static const char* const kFiles[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
+                                         "/sys/module/nvidia_peermem/version", "/sys/module/nv_peer_mem/version"};
+    for (const char* f : kFiles) {
+      if (access(f, F_OK) == 0) {
+        if (why != nullptr) *why = f;
+        return true;
+      }
+    }
+    if (why != nullptr) *why = "no nvidia_peermem or nv_peer_mem module";
+    return false;
+  }
 
  private:
   void listDevice(ibv_device* dev, std::vector<IbPortDesc>* out) {

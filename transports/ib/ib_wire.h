@@ -79,9 +79,10 @@ static_assert(sizeof(IbRecvDesc) == 32, "receive descriptors are 32 bytes");
 
 /// What a work request id names: its kind and the request slot (or FIFO slot) it belongs to.
 enum class IbWrKind : uint32_t {
-  kData = 1,  ///< a sender's RDMA write with immediate (one per queue pair per message)
-  kRecv = 2,  ///< a receiver's posted receive (one per queue pair per irecv)
-  kFifo = 3,  ///< a receiver's descriptor write into the sender's FIFO
+  kData = 1,   ///< a sender's RDMA write with immediate (one per queue pair per message)
+  kRecv = 2,   ///< a receiver's posted receive (one per queue pair per irecv)
+  kFifo = 3,   ///< a receiver's descriptor write into the sender's FIFO
+  kFlush = 4,  ///< a receiver's flush: an RDMA read on its loopback queue pair (one per iflush)
 };
 /// Packs a work request id.
 inline uint64_t ibWrId(IbWrKind kind, uint32_t slot) { return (static_cast<uint64_t>(kind) << 32) | slot; }
