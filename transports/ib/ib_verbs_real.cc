@@ -234,48 +234,12 @@ class RealQp : public IbQp {
   }
 
   ncclResult_t postWrite(const IbWrite& w) override {
-    ibv_sge sge;
-    sge.addr = reinterpret_cast<uintptr_t>(w.local);
-    sge.length = static_cast<uint32_t>(w.length);
-    sge.lkey = w.lkey;
-    ibv_send_wr wr;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = w.wrId;
-    wr.sg_list = w.length > 0 ? &sge : nullptr;
-    wr.num_sge = w.length > 0 ? 1 : 0;
-    wr.opcode = w.withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl(w.imm);
-    wr.wr.rdma.remote_addr = w.remoteAddr;
-    wr.wr.rdma.rkey = w.rkey;
-    ibv_send_wr* bad = nullptr;
-    int rc = ibv_post_send(qp_, &wr, &bad);
-    if (rc != 0)
-      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_post_send on QP %u failed: %s", qpn(), errText(rc).c_str());
-    return ncclSuccess;
+    return postRdma(w.wrId, w.withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, w.local, w.length, w.lkey,
+                    w.remoteAddr, w.rkey, w.imm);
   }
 
   ncclResult_t postRead(const IbRead& r) override {
-    ibv_sge sge;
-    sge.addr = reinterpret_cast<uintptr_t>(r.local);
-    sge.length = static_cast<uint32_t>(r.length);
-    sge.lkey = r.lkey;
-    ibv_send_wr wr;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = r.wrId;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = r.remoteAddr;
-    wr.wr.rdma.rkey = r.rkey;
-    ibv_send_wr* bad = nullptr;
-    int rc = ibv_post_send(qp_, &wr, &bad);
-    if (rc != 0) {
-      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_post_send (RDMA read) on QP %u failed: %s", qpn(),
-                  errText(rc).c_str());
-    }
-    return ncclSuccess;
+    return postRdma(r.wrId, IBV_WR_RDMA_READ, r.local, r.length, r.lkey, r.remoteAddr, r.rkey, 0);
   }
 
   ncclResult_t postRecv(uint64_t wrId) override {
@@ -290,6 +254,33 @@ class RealQp : public IbQp {
   }
 
  private:
+  // Posts one signaled RDMA write (with immediate data `imm`, host order, for IBV_WR_RDMA_WRITE_WITH_IMM) or read of
+  // `length` bytes between local memory and the remote address.
+  ncclResult_t postRdma(uint64_t wrId, ibv_wr_opcode opcode, const void* local, size_t length, uint32_t lkey,
+                        uint64_t remoteAddr, uint32_t rkey, uint32_t imm) {
+    ibv_sge sge;
+    sge.addr = reinterpret_cast<uintptr_t>(local);
+    sge.length = static_cast<uint32_t>(length);
+    sge.lkey = lkey;
+    ibv_send_wr wr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wrId;
+    wr.sg_list = length > 0 ? &sge : nullptr;
+    wr.num_sge = length > 0 ? 1 : 0;
+    wr.opcode = opcode;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
+    wr.wr.rdma.remote_addr = remoteAddr;
+    wr.wr.rdma.rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(qp_, &wr, &bad);
+    if (rc != 0) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_post_send (RDMA %s) on QP %u failed: %s",
+                  opcode == IBV_WR_RDMA_READ ? "read" : "write", qpn(), errText(rc).c_str());
+    }
+    return ncclSuccess;
+  }
+
   ncclResult_t modify(ibv_qp_attr* a, int mask, const char* to) {
     int rc = api_->modifyQp(qp_, a, mask);
     if (rc != 0) {
