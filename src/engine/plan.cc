@@ -388,9 +388,14 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   int n = comm_->nranks;
   size_t es = DType::size(op.dtype);
   p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1);
+  const char* by = tuningForced() ? "NCCL_ALGO/NCCL_PROTO" : "thresholds";
   if (!tuningForced()) {
-    if (tunerByModel()) modelChoice(op, nChannels, &p.choice);
-    if (tuner_) consultTuner(op, &nChannels, &p.choice);
+    const Choice before = p.choice;
+    if (tunerByModel()) modelChoice(op, nChannels, &p.choice), by = "the cost model";
+    if (tuner_) {
+      consultTuner(op, &nChannels, &p.choice);
+      if (p.choice.algo != before.algo || p.choice.proto != before.proto) by = "the tuner plugin";
+    }
   }
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n, localRanks_)) p.choice.algo = Algo::kRing;
@@ -414,6 +419,17 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
     p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
   }
   p.nChannels = nch;
+  if (logEnabled(LogLevel::kInfo, kTune) &&
+      loggedChoices_
+          .emplace(static_cast<int>(op.coll), op.count * es, static_cast<int>(p.choice.algo),
+                   static_cast<int>(p.choice.proto), nch)
+          .second) {
+    // Once per size and outcome: what NCCL_DEBUG_SUBSYS=TUNING shows of NCCL's choices, and what perf/tuner_check.py
+    // reads to set the tuner's choice beside the measured algorithms.
+    INFO(kTune, "tuner: %s of %zu bytes a rank on %d ranks: %s, %s, %d channel(s) (%s%s)", collName(op.coll),
+         op.count * es, n, algoName(p.choice.algo), p.choice.proto == Proto::kLL ? "LL" : "Simple", nch, by,
+         p.inPlace ? ", in place" : "");
+  }
 
   BlockMap& map = p.map;
   map = BlockMap();

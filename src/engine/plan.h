@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -153,6 +154,8 @@ class Planner {
   };
   std::map<std::tuple<int, int, int>, ChannelLoad> loads_;
   uint64_t collSeq_ = 0;
+  /// (coll, bytes, algo, proto, channels) whose choice NCCL_DEBUG_SUBSYS=TUNING has logged (once each).
+  std::set<std::tuple<int, size_t, int, int, int>> loggedChoices_;
   std::vector<int> ringOrder_;  ///< ranks in ring order (topo/ring_order.h); empty: rank order
   std::vector<int32_t> orderTable_, posTable_;  ///< orderTable(), and each rotation's inverse
   /// The cost model's view of this communicator (hosts, ranks a host, CHORUS_COST_* links).
