@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "harness/ranks.h"
 #include "nccl.h"
@@ -81,6 +82,45 @@ TEST_F(Logging, VersionLevelPrintsTheVersionOnly) {
   if (!log.empty()) {
     EXPECT_NE(log.find("(NCCL 2.28.9 API"), std::string::npos) << log;
   }
+}
+
+// NCCL_DEBUG_SUBSYS=TUNING: each communicator names the algorithm it runs for a size once, with what decided it.
+TEST_F(Logging, TuningNamesEachSizesAlgorithmOnce) {
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  ncclComm_t comms[2];
+  auto allReduce = [&comms](size_t count) {
+    std::vector<float> a(count, 1.0f), b(count, 1.0f);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(a.data(), a.data(), count, ncclFloat32, ncclSum, comms[0], nullptr), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(b.data(), b.data(), count, ncclFloat32, ncclSum, comms[1], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  };
+  auto count = [](const std::string& log, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) n++;
+    return n;
+  };
+  setenv("NCCL_ALGO", "Ring", 1);
+  ncclResetDebugInit();
+  ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclSuccess);
+  allReduce(1000);
+  allReduce(1000);
+  allReduce(10);
+  for (auto c : comms) ncclCommDestroy(c);
+  std::string log = chorus_test::readFile(file_);
+  EXPECT_EQ(count(log, "tuner: AllReduce of 4000 bytes a rank on 2 ranks: Ring, "), 2u) << log;
+  EXPECT_EQ(count(log, "tuner: AllReduce of 40 bytes a rank on 2 ranks: Ring, "), 2u) << log;
+  EXPECT_EQ(count(log, "(NCCL_ALGO/NCCL_PROTO, in place)"), 4u) << log;
+  EXPECT_EQ(log.find("Init COMPLETE"), std::string::npos) << "another subsystem's INFO";
+  // Unforced, the thresholds decide.
+  unsetenv("NCCL_ALGO");
+  ncclResetDebugInit();
+  ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclSuccess);
+  allReduce(1000);
+  for (auto c : comms) ncclCommDestroy(c);
+  log = chorus_test::readFile(file_);
+  EXPECT_EQ(count(log, "(thresholds, in place)"), 2u) << log;
 }
 
 TEST_F(Logging, UnsetPrintsNothing) {
