@@ -76,7 +76,7 @@ IntParam kDoublingMin{"CHORUS_DOUBLING_MIN_BYTES", 128,
                       "Smallest allreduce (bytes) that runs recursive doubling when ranks span several hosts with as "
                       "many ranks on each (up to CHORUS_DOUBLING_MAX_BYTES).",
                       "tuning"};
-IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 4096,
+IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 1024,
                       "Largest allreduce (bytes) that runs recursive doubling by default across hosts (0: never).",
                       "tuning"};
 // Ranks on several hosts but not as many on each laid host by host (one rank a host, say): no tree or rail is node

@@ -55,11 +55,12 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65535, n, -1, true).algo, Algo::kTree);
   // Small allreduces: one-shot within a host; across hosts (where one-shot would send every buffer n-1 times) the
-  // node-aware tree below 64 KB, but recursive doubling from 128 B to 4 KB.
+  // node-aware tree below 64 KB, but recursive doubling from 128 B to 1 KB.
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8192, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4097, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 4096, n, -1, true).algo, Algo::kDoubling);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2048, n, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1025, n, -1, true).algo, Algo::kTree);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kDoubling);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 512, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 128, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kTree);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, n, -1, true).algo, Algo::kTree);
