@@ -12,7 +12,7 @@
 #
 # Usage: perf/netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE (default 1gbit)] [MAX_BYTES (default 64M)] [TOOLS]
 # TOOLS: the perf tools to run, space-separated (default: all three). In the environment: MIN_BYTES, the smallest
-# size (default 1M); FACTOR, the step between sizes (default 4); ITERS, timed iterations a size (default 5); CONFIGS, the runs as ALGO:CHORUS_RING_BY_HOST
+# size (default 1M); FACTOR, the step between sizes (default 4); ITERS, timed iterations a size (default 5); WARMUP, the perf tools' warm-up calls (-w, default 1); CONFIGS, the runs as ALGO:CHORUS_RING_BY_HOST
 # (default "ring:1 ring:0 Hierarchical:1 Rail:1 default:1 Tree:1 Tree:0"); HOST_SYSCTL, key=value settings applied
 # with sysctl in every host's namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0); RAILS=2 gives every host a
 # second NIC on a second rail (hy, 10.82.0.i, shaped to RATE too), the ranks NCCL_SOCKET_IFNAME==hx,hy, and the
@@ -88,7 +88,7 @@ run() {
     if [ "$place" = host ]; then h=$((r / PER + 1)); lr=$((r % PER)); else h=$((r % H + 1)); lr=$((r / H)); fi
     ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$PER \
       MASTER_ADDR=10.81.0.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME="$ifname" CHORUS_RING_BY_HOST=$byhost NCCL_ALGO=$algo \
-      CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b "${MIN_BYTES:-1M}" -e "$maxb" -f "${FACTOR:-4}" -n "${ITERS:-5}" -w 1 \
+      CHORUS_TIMEOUT_S=120 "$build/perf/$tool" -b "${MIN_BYTES:-1M}" -e "$maxb" -f "${FACTOR:-4}" -n "${ITERS:-5}" -w "${WARMUP:-1}" \
       --json "$out/$name.json" >"$out/$name.$r.log" 2>&1 &
     pids+=($!)
   done
