@@ -42,7 +42,6 @@ IntParam kUcxTwoWay{"CHORUS_UCX_TWO_WAY", 1,
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -67,9 +66,9 @@ constexpr size_t kMaxNetDevices = 16;
 // once, so they are serialized (not a hot path).
 std::mutex gInitMutex;
 
-/// Creates a UCP context with tag matching (and wakeup: its worker gets an event descriptor; rma: gets and puts),
-/// restricted to network device `netDevice` when it is not empty; the caller owns it.
-ncclResult_t createContext(ucp_context_h* out, bool wakeup, const std::string& netDevice, bool rma = false) {
+/// Creates a UCP context with tag matching (and wakeup: its worker gets an event descriptor), restricted to network
+/// device `netDevice` when it is not empty; the caller owns it.
+ncclResult_t createContext(ucp_context_h* out, bool wakeup, const std::string& netDevice) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK)
@@ -90,7 +89,7 @@ ncclResult_t createContext(ucp_context_h* out, bool wakeup, const std::string& n
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG | (wakeup ? UCP_FEATURE_WAKEUP : 0) | (rma ? UCP_FEATURE_RMA : 0);
+  params.features = UCP_FEATURE_TAG | (wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.name = "chorus";
   {
     std::lock_guard<std::mutex> lock(gInitMutex);
@@ -219,18 +218,6 @@ const Probe& probe() {
   return p;
 }
 
-std::atomic<bool> gForceFlush{false};
-
-}  // namespace
-
-bool flushesGpuMemory() {
-  return kGdrFlushDisable.get() == 0 && (gForceFlush.load(std::memory_order_relaxed) || probe().cudaMem);
-}
-
-void forceFlushForTests(bool on) { gForceFlush.store(on, std::memory_order_relaxed); }
-
-namespace {
-
 ncclResult_t init(void** ctx, uint64_t /*commId*/, ncclNetCommConfig_v11_t* /*config*/,
                   ncclDebugLogger_t /*logFunction*/, ncclProfilerCallback_t /*profFunction*/) {
   *ctx = nullptr;
@@ -273,8 +260,7 @@ ncclResult_t makeContext(NetContext* n, int dev, Context** out) {
   if (kUcxTwoWay.get() != 0) c->id = randomNonce();
   c->devName = d.spec.name;
   ncclResult_t res = listenAddress(d, &c->listenAddr, &c->ifName);
-  c->rma = flushesGpuMemory();
-  if (res == ncclSuccess) res = createContext(&c->context, n->wakeup, d.spec.name, c->rma);
+  if (res == ncclSuccess) res = createContext(&c->context, n->wakeup, d.spec.name);
   if (res != ncclSuccess) {
     delete c;
     return res;
@@ -327,7 +313,6 @@ void finalizeContext(Context* c) {
          c->lingering.size(), c->devName.c_str());
     return;
   }
-  if (c->flushEp != nullptr) closeEndpoint(c, c->flushEp, false, "itself (flushes)", nullptr, false);
   ucp_worker_destroy(c->worker);
   destroyContext(c->context);
   delete c;
@@ -457,7 +442,6 @@ const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, shareWaitMs, isendv,
 
 }  // namespace ucx
 
-bool ucxFlushesGpuMemory() { return ucx::flushesGpuMemory(); }
 const ncclNet_v11_t* ucxNet() { return &ucx::kUcxNet; }
 const NetProgressHooks* ucxNetHooks() { return &ucx::kHooks; }
 
@@ -466,7 +450,6 @@ const NetProgressHooks* ucxNetHooks() { return &ucx::kHooks; }
 #else  // !CHORUS_HAVE_UCX
 
 namespace chorus {
-bool ucxFlushesGpuMemory() { return false; }
 const ncclNet_v11_t* ucxNet() { return nullptr; }
 const NetProgressHooks* ucxNetHooks() { return nullptr; }
 }  // namespace chorus
