@@ -278,19 +278,18 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
         return rt->copyToHost(dst, src, bytes) == ncclSuccess;
       };
       if (way == NetGdr::kDmaBuf && rt_->dmaBufFd(p, bytes, &data.dmaBufFd, &data.dmaBufOffset) != ncclSuccess) {
-        // The driver said it exports dma-bufs but did not: peer memory where there is some, else host memory.
+        // The driver said it exports dma-bufs but did not: decided again without dma-buf (peer memory where there is
+        // some, else host memory).
         const std::string err = rt_->lastError();
         WARN("rank %d: exporting the FIFO's GPU memory as a dma-buf failed (%s): %s", comm_->rank, err.c_str(),
              gpu.peerMemory ? "registering it through peer memory" : "staging through pinned host memory");
         data.dmaBufFd = -1;
-        if (gpu.peerMemory) {
-          way = NetGdr::kPeerMemory;
-          why = why.substr(0, why.rfind(", dma-buf")) + " (dma-buf export failed: " + err + ")";
-        } else {
+        gpu.dmaBuf = false;
+        way = useNetGdr(info, isSend, gpu, &why);
+        why += " (dma-buf export failed: " + err + ")";
+        if (way == NetGdr::kNone) {
           data.release();
           data = RemoteData{};
-          way = NetGdr::kNone;
-          why = "exporting the FIFO's GPU memory as a dma-buf failed: " + err;
         }
       }
     }

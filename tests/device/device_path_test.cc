@@ -854,7 +854,8 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
 TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) {
   DgxGpus dgx("gdr");
   const std::string& topo = dgx.topo;
-  enum Runtime { kNone, kPeerMemory, kDmaBuf, kBoth };  // what the runtime offers
+  // What the runtime offers; kBothExportFails: both, but its dma-buf export then fails.
+  enum Runtime { kNone, kPeerMemory, kDmaBuf, kBoth, kBothExportFails };
   struct Case {
     const char* name;
     const char* env;  // VAR=VALUE or ""
@@ -881,12 +882,15 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
       {"dma-buf disabled", "NCCL_DMABUF_ENABLE=0", kBoth, true, true, true, true, false, ""},
       {"dma-buf, net without it", "", kDmaBuf, true, false, false, false, false,
        "does not take dma-buf registrations)"},
+      // An export that fails after the runtime said it works: peer memory instead, the failure named.
+      {"dma-buf export fails", "", kBothExportFails, true, true, true, true, false, ""},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
     gEmu.gpuDirect = k.runtime != kNone;
-    gEmu.peerMemory = k.runtime == kPeerMemory || k.runtime == kBoth;
-    gEmu.dmaBuf = k.runtime == kDmaBuf || k.runtime == kBoth;
+    gEmu.peerMemory = k.runtime == kPeerMemory || k.runtime == kBoth || k.runtime == kBothExportFails;
+    gEmu.dmaBuf = k.runtime == kDmaBuf || k.runtime == kBoth || k.runtime == kBothExportFails;
+    gEmu.dmaBufFails = k.runtime == kBothExportFails;
     const std::string log = "/tmp/chorus-gdr-log-" + std::to_string(getpid());
     forkRanksForLog(
         2,
@@ -920,6 +924,10 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
       if (k.viaDmaBuf) {
         EXPECT_NE(text.find("from the GPU, dma-buf)"), std::string::npos);
       }
+      if (k.runtime == kBothExportFails) {
+        EXPECT_NE(text.find("exporting the FIFO's GPU memory as a dma-buf failed"), std::string::npos);
+        EXPECT_NE(text.find("from the GPU (dma-buf export failed: emu: dmaBufFd"), std::string::npos);
+      }
       // A receive into GPU memory is flushed before the kernel reads it.
       EXPECT_EQ(text.find("ChorusTestNet: iflush of GPU memory") != std::string::npos, k.recvGdr);
       EXPECT_EQ(text.find("connected (GPUDirect RDMA: payloads in GPU memory)") != std::string::npos, anyGdr);
@@ -927,6 +935,7 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
   }
   gEmu.peerMemory = true;
   gEmu.dmaBuf = false;
+  gEmu.dmaBufFails = false;
 }
 
 // A mismatch across hosts, with the slot data in GPU memory and staged: rank 1 calls another count. A kernel that sees

@@ -537,7 +537,7 @@ bool EmuRuntime::gpuDirectRdma(int, chorus::GpuDirectPaths* paths, std::string* 
 
 ncclResult_t EmuRuntime::dmaBufFd(void* p, size_t bytes, int* fd, uint64_t* offset) {
   *fd = -1;
-  if (!gpuDirect || !dmaBuf) {
+  if (!gpuDirect || !dmaBuf || dmaBufFails) {
     mem_->fail("emu: dmaBufFd: the driver exports no dma-buf");
     return ncclUnhandledCudaError;
   }

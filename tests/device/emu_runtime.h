@@ -122,6 +122,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   bool gpuDirect = false;
   bool peerMemory = true;  ///< with gpuDirect: a peer-memory module is "loaded"
   bool dmaBuf = false;     ///< with gpuDirect: the driver "exports" dma-bufs (dmaBufFd)
+  bool dmaBufFails = false;  ///< with dmaBuf: says it exports them, but dmaBufFd fails
   int computeCap = 90;           ///< computeCapability()
   int residentBlocks = 1024;     ///< blocks of the collective kernel one device runs at once (an H100 holds ~1000)
   int threadsPerBlock = 1;       ///< host threads per emulated block
