@@ -8,7 +8,9 @@ NIC a host whose bandwidth is the measured goodput), collective, algorithm and s
 measured and predicted time and the error. For a bench run with RAILS=2 (two NICs a host), set RAILS=2 and CHANNELS
 to the run's CHORUS_HOST_NCHANNELS: the model then has two NICs a host, each at the slower rail's goodput, with the
 host path's channel c on NIC c mod 2 (chorus-sim --nic-per-channel). Rings and trees in rank order with round-robin placement are left out:
-the model lays ranks host by host, as chorus's rings, trees and hierarchical schedules do whatever the placement."""
+the model lays ranks host by host, as chorus's rings, trees and hierarchical schedules do whatever the placement.
+FIFO (default 16,131072, the host path's across a net) is passed to chorus-sim --fifo: set it to the run's
+CHORUS_FIFO_SLOTS,CHORUS_FIFO_SLOT_BYTES where the run changed them, or to 0 for the model without its pipeline term."""
 import json
 import os
 import subprocess
@@ -31,6 +33,7 @@ def main():
     goodput = min(goodputs)
     inter = f"{inter_lat},{goodput / 1e9:.6f}"
     nic_args = ["--nics", str(rails), "--channels", channels] + (["--nic-per-channel"] if rails > 1 else [])
+    nic_args += ["--fifo", os.environ.get("FIFO", "16,131072")]
     print(f"chorus-sim --hosts 4 --ranks-per-host 2 {' '.join(nic_args)} --intra {intra} --inter {inter}\n")
     print("| collective | algorithm | placement | size (bytes) | measured (ms) | predicted (ms) | error |")
     print("|---|---|---|---|---|---|---|")
@@ -49,6 +52,8 @@ def main():
                     continue
                 for row in json.load(open(path))["results"]:
                     size = row["size"]
+                    if size == 0:  # nothing moves: no prediction to make
+                        continue
                     measured = row["out_of_place"]["time"] / 1e3
                     text = subprocess.run(
                         [sim, "--hosts", "4", "--ranks-per-host", "2"] + nic_args + ["--intra", intra, "--inter",

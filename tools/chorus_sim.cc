@@ -35,6 +35,9 @@ int usage() {
                "  --channels C         channels the data is split over (default 1)\n"
                "  --nic-per-channel    channel c uses NIC c mod N whatever the rank (the host path), instead of\n"
                "                       local rank l using NIC l mod N (a GPU's nearest NIC)\n"
+               "  --fifo SLOTS,BYTES   connection FIFOs: slots and bytes a slot (default 16,131072, the host\n"
+               "                       path's across a net; dgx-h100: 8,131072); the model plays up to 64 ranks'\n"
+               "                       steps slot by slot through them (a tree's fill and drain); 0: it does not\n"
                "  -b SIZE -e SIZE -f F sizes as the perf tools (default -b 1M -e 1G -f 4; K, M, G suffixes)\n"
                "Sizes are nccl-tests': allreduce's buffer, allgather's output, reduce-scatter's input.\n");
   return 2;
@@ -61,6 +64,20 @@ bool parsePositive(const char* s, int* out) {
   long v = std::strtol(s, &end, 10);
   if (end == s || *end != '\0' || v < 1 || v > (1 << 20)) return false;
   *out = static_cast<int>(v);
+  return true;
+}
+
+// "SLOTS,SLOT_BYTES" (at least 2 slots, a positive slot size), or "0" for no pipeline term.
+bool parseFifo(const char* s, ClusterShape* shape) {
+  if (std::strcmp(s, "0") == 0) {
+    shape->fifoSlots = 0, shape->slotBytes = 0;
+    return true;
+  }
+  int slots = 0;
+  long long bytes = 0;
+  char extra = 0;
+  if (std::sscanf(s, "%d,%lld%c", &slots, &bytes, &extra) != 2 || slots < 2 || bytes < 1) return false;
+  shape->fifoSlots = slots, shape->slotBytes = static_cast<size_t>(bytes);
   return true;
 }
 
@@ -109,6 +126,9 @@ int main(int argc, char** argv) {
   shape.ranksPerHost = 8;
   parseLinkCost("5,5", &shape.intra);
   parseLinkCost("20,1.25", &shape.inter);
+  // The host path's FIFOs across a net (CHORUS_FIFO_SLOTS, CHORUS_FIFO_SLOT_BYTES); a GPU's are 8 slots.
+  shape.fifoSlots = 16;
+  shape.slotBytes = 131072;
   Coll coll = Coll::kAllReduce;
   bool allAlgos = true;
   Algo only = Algo::kRing;
@@ -129,6 +149,8 @@ int main(int argc, char** argv) {
       ok = ok && parseLinkCost(v, &shape.intra);
     else if (a == "--inter")
       ok = ok && parseLinkCost(v, &shape.inter);
+    else if (a == "--fifo")
+      ok = ok && parseFifo(v, &shape);
     else if (a == "--channels")
       ok = ok && parsePositive(v, &channels);
     else if (a == "--nic-per-channel") {
@@ -147,7 +169,7 @@ int main(int argc, char** argv) {
     else if (a == "-f")
       ok = ok && (factor = std::atof(v)) > 1;
     else if (a == "--preset" && ok && std::strcmp(v, "dgx-h100") == 0) {
-      shape.ranksPerHost = 8, shape.nicsPerHost = 8;
+      shape.ranksPerHost = 8, shape.nicsPerHost = 8, shape.fifoSlots = 8;
       parseLinkCost("2,360", &shape.intra);
       parseLinkCost("8,46", &shape.inter);
     } else if (a == "--topo" && ok) {
@@ -164,12 +186,16 @@ int main(int argc, char** argv) {
   }
   if (minB < 1 || maxB < minB) return usage();
   const int n = shape.nranks();
+  const std::string fifo = shape.fifoSlots > 0 && n <= 64
+                               ? "FIFOs of " + std::to_string(shape.fifoSlots) + " x " +
+                                     std::to_string(shape.slotBytes) + " B (pipeline term)"
+                               : "no pipeline term";
   std::printf(
       "# %d hosts x %d ranks (%d), %d NIC(s) a host%s; intra %.1f us %.3g GB/s; inter %.1f us %.3g GB/s; %s; "
-      "%d channel(s)\n",
+      "%d channel(s); %s\n",
       shape.hosts, shape.ranksPerHost, n, shape.nicsPerHost, shape.nicPerChannel ? " (by channel)" : "",
       shape.intra.latencyUs, shape.intra.bytesPerUs / 1000, shape.inter.latencyUs, shape.inter.bytesPerUs / 1000,
-      collName(coll), channels);
+      collName(coll), channels, fifo.c_str());
   std::printf("# %10s  %-12s  %12s  %9s  %9s  %-10s  %s\n", "size", "algorithm", "time (us)", "algbw", "busbw",
               "bound by", "cheapest");
   bool allowed[static_cast<int>(Algo::kNumAlgos)];

@@ -1,6 +1,8 @@
 #include "topo/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <queue>
 #include <cstdio>
 #include <functional>
 #include <unordered_map>
@@ -10,6 +12,11 @@
 
 namespace chorus {
 namespace {
+
+// The pipeline term is played for clusters of up to this many ranks (all of whose schedules are built), and up to
+// this many slots in all; beyond, the estimate is the alpha-beta sum alone.
+constexpr int kPipelineRanks = 64;
+constexpr size_t kPipelineSlots = size_t(1) << 16;
 
 /// Input and output bytes of one rank for nccl-tests' `size` of a collective on n ranks.
 void bufferBytes(Coll coll, double size, int n, double* in, double* out) {
@@ -91,6 +98,195 @@ double criticalPath(const std::vector<Schedule>& all, const std::function<double
   return end;
 }
 
+
+// One connection of the pipeline simulation: the slots sent on it, in order, with the time each arrived, and the
+// time the receiver took each.
+struct SimConn {
+  std::vector<double> arrived;
+  std::vector<double> taken;
+  int waitingReceiver = -1;  // actor blocked on the next arrival
+  int waitingSender = -1;    // actor blocked on FIFO room
+};
+
+// One link of the pipeline simulation: when it carries slots, as intervals ordered by start that do not overlap.
+struct SimLink {
+  std::vector<std::pair<double, double>> busy;
+  size_t first = 0;  // intervals before this one ended before anything still to be placed may start
+  // The first interval from `from` on that overlaps [t, t + d), or busy.size().
+  size_t overlap(size_t from, double t, double d) const {
+    for (size_t i = from; i < busy.size() && busy[i].first < t + d; i++)
+      if (busy[i].second > t) return i;
+    return busy.size();
+  }
+  void take(double t, double d) {
+    auto at = std::lower_bound(busy.begin() + first, busy.end(), std::make_pair(t, t));
+    // Joined to the intervals it touches, so that a link busy without a break stays one interval.
+    const bool joinsPrev = at != busy.begin() + first && (at - 1)->second >= t;
+    const bool joinsNext = at != busy.end() && at->first <= t + d;
+    if (joinsPrev && joinsNext) {
+      (at - 1)->second = at->second;
+      busy.erase(at);
+    } else if (joinsPrev) {
+      (at - 1)->second = t + d;
+    } else if (joinsNext) {
+      at->first = t;
+    } else {
+      busy.insert(at, {t, t + d});
+    }
+  }
+  void forget(double now) {
+    while (first < busy.size() && busy[first].second <= now) first++;
+  }
+};
+
+// The earliest time from `t` on at which both links are free for d; takes that time on both. A slot streams out of
+// one into the other, so it needs both at once; a later slot may fill a gap an earlier one left.
+double takeBoth(SimLink& a, SimLink& b, double t, double d) {
+  for (;;) {
+    const size_t i = a.overlap(a.first, t, d);
+    if (i < a.busy.size()) {
+      t = a.busy[i].second;
+      continue;
+    }
+    const size_t j = b.overlap(b.first, t, d);
+    if (j < b.busy.size()) {
+      t = b.busy[j].second;
+      continue;
+    }
+    break;
+  }
+  a.take(t, d);
+  b.take(t, d);
+  return t + d;
+}
+
+// One rank's one channel in the simulation: its steps over the tiles (TileOrder), a slot at a time.
+struct SimActor {
+  int rank = 0, channel = 0;
+  std::vector<std::pair<const Step*, double>> work;  // steps that move data, each with its bytes a tile, in order
+  size_t next = 0;                                   // index into work
+  int slot = 0;                                      // slot of work[next]
+  double t = 0;                                      // when it may go on
+};
+
+// The time the schedules' data takes through the links slot by slot (no latencies): every (rank, channel) runs its
+// steps over nTiles tiles in TileOrder; a step's bytes for a tile leave in slots of at most slotBytes; a slot goes
+// when its data has arrived (a receiving step) and the FIFO has room (fifoSlots slots not yet taken by the
+// receiver), through two links at once: the sender's NIC out and the receiver's NIC in across hosts, the two ranks'
+// own out and in within a host, for the slot's bytes over its class's bandwidth, at the first time both are free.
+// Slots are placed in the order they become ready. A rank's own copies and reductions cost nothing. -1 when it would take more than `budget`
+// slots or the steps do not all run.
+double pipelineSim(const std::vector<std::vector<Schedule>>& built, const ClusterShape& shape, double inBytes,
+                   double outBytes, uint64_t nTiles, size_t budget) {
+  const int nch = static_cast<int>(built.size());
+  const int n = shape.nranks(), P = shape.ranksPerHost;
+  const int nics = shape.nicPerChannel ? shape.nicsPerHost : std::min(shape.nicsPerHost, P);
+  const double slotBytes = static_cast<double>(shape.slotBytes);
+  std::vector<SimActor> actors;
+  size_t slots = 0;
+  for (int ch = 0; ch < nch; ch++)
+    for (int r = 0; r < n; r++) {
+      const Schedule& s = built[ch][r];
+      SimActor a;
+      a.rank = r, a.channel = ch;
+      const double inBlock = inBytes / s.inBlocks, outBlock = outBytes / s.outBlocks;
+      const TileOrder order(nTiles, static_cast<uint32_t>(s.steps.size()), s.lagFrom, s.lag);
+      for (uint64_t k = 0; k < order.rounds(); k++)
+        for (int which = 0; which < 2; which++) {
+          uint64_t tile;
+          uint32_t first, end;
+          if (!order.part(k, which, &tile, &first, &end)) continue;
+          for (uint32_t i = first; i < end; i++) {
+            const Step& st = s.steps[i];
+            if (!stepSends(st.op) && !stepRecvs(st.op)) continue;
+            const double block = st.src.buf == Buf::kNone   ? (st.dst.buf == Buf::kInput ? inBlock : outBlock)
+                                 : st.src.buf == Buf::kInput ? inBlock
+                                                             : outBlock;
+            const double bytes = block * st.span / static_cast<double>(nTiles);
+            a.work.emplace_back(&st, bytes);
+            slots += static_cast<size_t>(std::max(1.0, std::ceil(bytes / slotBytes)));
+            if (slots > budget) return -1;
+          }
+        }
+      actors.push_back(std::move(a));
+    }
+  auto slotsOf = [&](double bytes) { return std::max(1, static_cast<int>(std::ceil(bytes / slotBytes))); };
+  std::unordered_map<uint64_t, SimConn> conns;  // (channel, from, to)
+  auto conn = [&](int ch, int from, int to) -> SimConn& {
+    return conns[(static_cast<uint64_t>(ch) * n + from) * n + to];
+  };
+  // Links: each host's NICs out and in, each rank's out and in within its host; when each is next free.
+  const size_t nNic = static_cast<size_t>(shape.hosts) * nics;
+  std::vector<SimLink> nicOut(nNic), nicIn(nNic), rankOut(n), rankIn(n);
+  auto nicOf = [&](int rank, int ch) {
+    return static_cast<size_t>(rank / P) * nics + (shape.nicPerChannel ? ch : rank % P) % nics;
+  };
+  // When actor a's next slot may go; false while it waits for an arrival or for FIFO room (it is then registered).
+  auto readyAt = [&](int ai, double* at) {
+    SimActor& a = actors[ai];
+    const Step& st = *a.work[a.next].first;
+    double t = a.t;
+    if (stepRecvs(st.op)) {
+      SimConn& c = conn(a.channel, st.recvPeer, a.rank);
+      if (c.arrived.size() <= c.taken.size()) return c.waitingReceiver = ai, false;
+      t = std::max(t, c.arrived[c.taken.size()]);
+    }
+    if (stepSends(st.op)) {
+      SimConn& c = conn(a.channel, a.rank, st.sendPeer);
+      const size_t q = c.arrived.size();
+      if (q >= static_cast<size_t>(shape.fifoSlots)) {
+        if (c.taken.size() <= q - shape.fifoSlots) return c.waitingSender = ai, false;
+        t = std::max(t, c.taken[q - shape.fifoSlots]);
+      }
+    }
+    *at = t;
+    return true;
+  };
+  using Entry = std::pair<double, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+  auto schedule = [&](int ai) {
+    double at;
+    if (actors[ai].next < actors[ai].work.size() && readyAt(ai, &at)) queue.emplace(at, ai);
+  };
+  for (int ai = 0; ai < static_cast<int>(actors.size()); ai++) schedule(ai);
+  double end = 0;
+  while (!queue.empty()) {
+    const auto [at, ai] = queue.top();
+    queue.pop();
+    SimActor& a = actors[ai];
+    const Step& st = *a.work[a.next].first;
+    const double bytes = a.work[a.next].second / slotsOf(a.work[a.next].second);
+    if (stepRecvs(st.op)) {
+      SimConn& c = conn(a.channel, st.recvPeer, a.rank);
+      c.taken.push_back(at);
+      const int w = c.waitingSender;
+      c.waitingSender = -1;
+      if (w >= 0) schedule(w);
+    }
+    if (stepSends(st.op)) {
+      const int to = st.sendPeer;
+      const bool across = to / P != a.rank / P;
+      SimLink& out = across ? nicOut[nicOf(a.rank, a.channel)] : rankOut[a.rank];
+      SimLink& in = across ? nicIn[nicOf(to, a.channel)] : rankIn[to];
+      out.forget(at), in.forget(at);
+      const double done =
+          takeBoth(out, in, at, bytes / (across ? shape.inter.bytesPerUs : shape.intra.bytesPerUs));
+      end = std::max(end, done);
+      SimConn& c = conn(a.channel, a.rank, to);
+      c.arrived.push_back(done);
+      const int w = c.waitingReceiver;
+      c.waitingReceiver = -1;
+      if (w >= 0) schedule(w);
+    }
+    end = std::max(end, at);
+    a.t = at;
+    if (++a.slot >= slotsOf(a.work[a.next].second)) a.slot = 0, a.next++;
+    schedule(ai);
+  }
+  for (const SimActor& a : actors)
+    if (a.next < a.work.size()) return -1;
+  return end;
+}
 }  // namespace
 
 double busBwFactor(Coll coll, int nranks) {
@@ -126,9 +322,10 @@ CostEstimate scaleEstimate(const CostEstimate& ref, size_t refSize, size_t size)
   CostEstimate e = ref;
   const double f = refSize > 0 ? static_cast<double>(size) / static_cast<double>(refSize) : 0;
   e.bandwidthUs *= f;
+  e.pipelineUs *= f;
   e.nicBytes *= f;
   e.intraBytes *= f;
-  e.timeUs = e.latencyUs + e.bandwidthUs;
+  e.timeUs = e.latencyUs + e.bandwidthUs + e.pipelineUs;
   e.bottleneck = e.latencyUs > e.bandwidthUs ? "latency" : e.bandwidthBound;
   return e;
 }
@@ -210,7 +407,16 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
   const double nicUs = shape.hosts > 1 ? e.nicBytes / shape.inter.bytesPerUs : 0;
   const double intraUs = e.intraBytes / shape.intra.bytesPerUs;
   e.bandwidthUs = std::max(nicUs, intraUs);
-  e.timeUs = e.latencyUs + e.bandwidthUs;
+  if (allRanks && n <= kPipelineRanks && shape.fifoSlots >= 2 && shape.slotBytes > 0 && size > 0) {
+    // Tiles as the planner cuts them: half a FIFO a block, shorter where a message carries several blocks.
+    const Schedule& s0 = built[0][0];
+    const double block = std::max(inBytes / s0.inBlocks, outBytes / s0.outBlocks);
+    const double tile = static_cast<double>(shape.slotBytes) * shape.fifoSlots / 2 / spanBound(coll, algo, n);
+    const uint64_t nTiles = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(block / tile)));
+    const double piped = pipelineSim(built, shape, inBytes, outBytes, nTiles, kPipelineSlots);
+    if (piped > e.bandwidthUs) e.pipelineUs = piped - e.bandwidthUs;
+  }
+  e.timeUs = e.latencyUs + e.bandwidthUs + e.pipelineUs;
   e.bandwidthBound = nicUs >= intraUs ? "NIC" : "intra-host";
   e.bottleneck = e.latencyUs > e.bandwidthUs ? "latency" : e.bandwidthBound;
   *out = e;

@@ -13,7 +13,13 @@
 //              the other ranks of its host, over the class's bandwidth;
 //
 // and the sum of the two, as NCCL's model and the alpha-beta model of the literature do: pipelining hides everything
-// but the busiest resource, and each step adds its latency once. Bytes come from the schedules themselves (every
+// but the busiest resource, and each step adds its latency once.
+//
+// Pipelining does not hide everything where a step must wait for data another rank has not sent yet: a tree's
+// root waits for the leaves' first slot, the leaves for the root's last. Given the FIFO geometry (ClusterShape), the
+// model also plays every rank's steps slot by slot over the tiles the executor would cut, each slot taking its
+// links (the NICs' and the ranks' within a host) in turn, a send waiting for FIFO room; what that takes beyond the
+// busiest resource's time is the pipeline term. Latencies stay in the first term. Bytes come from the schedules themselves (every
 // send of every step, block sizes from the collective's layout), so a new algorithm is modelled when it is written.
 // Large clusters (over 64 ranks) build the schedules of a few hosts only (the first, second, middle and last),
 // which is exact for the symmetric algorithms (ring, hierarchical); trees, a few steps a rank, are built whole.
@@ -52,14 +58,21 @@ struct ClusterShape {
   bool nicPerChannel = false;
   LinkCost intra;       ///< between ranks of one host, per rank each way
   LinkCost inter;       ///< between hosts, per NIC each way
+  /// The connection FIFOs the schedules run through: slots each, and bytes a slot (CHORUS_FIFO_SLOTS,
+  /// CHORUS_FIFO_SLOT_BYTES). With both set, clusters of up to 64 ranks also get the pipeline term (below); 0: none.
+  int fifoSlots = 0;
+  size_t slotBytes = 0;
   int nranks() const { return hosts * ranksPerHost; }
 };
 
 /// What the model says of one collective.
 struct CostEstimate {
-  double timeUs = 0;       ///< latencyUs + bandwidthUs
+  double timeUs = 0;       ///< latencyUs + bandwidthUs + pipelineUs
   double latencyUs = 0;    ///< the steps' latencies on the slowest rank
   double bandwidthUs = 0;  ///< the busiest resource's bytes over its bandwidth
+  /// What the links idle beyond that while data climbs and descends the schedule's steps slot by slot (a tree's
+  /// fill and drain; a phase waiting for the one before it): the pipeline term below. 0 without FIFO geometry.
+  double pipelineUs = 0;
   int steps = 0;           ///< steps of that rank, all channels
   double nicBytes = 0;     ///< bytes through the busiest NIC in its busier direction
   double intraBytes = 0;   ///< bytes of the busiest rank to or from its host's other ranks
@@ -90,8 +103,10 @@ size_t fullBufferBytes(Coll coll, size_t countBytes, int nranks);
 /// negative or the bandwidth not positive.
 bool parseLinkCost(const std::string& text, LinkCost* out);
 
-/// The estimate for `size` bytes from one made for `refSize`: the model is linear in size (its latency does not
-/// depend on it, every byte count is proportional to it), so schedules need not be built again for every size.
+/// The estimate for `size` bytes from one made for `refSize`: without the pipeline term the model is linear in size
+/// (its latency does not depend on it, every byte count is proportional to it), so schedules need not be built again
+/// for every size. The pipeline term is not linear (a tree's fill is a few slots whatever the size); it is scaled as
+/// the rest, which only estimates made without FIFO geometry (the planner's) make exact.
 CostEstimate scaleEstimate(const CostEstimate& ref, size_t refSize, size_t size);
 
 }  // namespace chorus

@@ -188,3 +188,59 @@ TEST(CostModel, RefusesWhatItCannotModel) {
 
 }  // namespace
 }  // namespace chorus
+
+namespace chorus {
+namespace {
+
+// With the FIFO geometry the model also plays the schedules slot by slot (the pipeline term).
+ClusterShape piped(int hosts, int perHost, int slots = 16, size_t slotBytes = 131072) {
+  ClusterShape s = shape(hosts, perHost);
+  s.fifoSlots = slots;
+  s.slotBytes = slotBytes;
+  return s;
+}
+
+// A chain is a pipeline in closed form: a ring broadcast from rank 0 over H hosts of one rank passes each slot on
+// through H - 1 links, so the last slot arrives H - 2 slot times after the busiest link's bytes: (k + H - 2) slot
+// times for k slots. That holds for one tile and for many (a tile's slots follow the last one's without a break).
+TEST(CostModel, PipelineTermOfAChainIsItsDepthInSlots) {
+  const double slotUs = 131072 / 100.0;  // 0.1 GB/s between hosts
+  for (int H = 2; H <= 6; H++)
+    for (double size : {4.0 * 131072, 8.0 * (1 << 20)}) {
+      const CostEstimate e = estimate(Coll::kBroadcast, Algo::kRing, size, piped(H, 1));
+      EXPECT_NEAR(e.bandwidthUs, size / 100, 1e-6) << H << " hosts, " << size;
+      EXPECT_NEAR(e.pipelineUs, (H - 2) * slotUs, 1e-6) << H << " hosts, " << size;
+      EXPECT_NEAR(e.timeUs, e.latencyUs + e.bandwidthUs + e.pipelineUs, 1e-6);
+      // Without the FIFO geometry, the alpha-beta sum alone.
+      EXPECT_EQ(estimate(Coll::kBroadcast, Algo::kRing, size, shape(H, 1)).pipelineUs, 0);
+    }
+  // Slots of twice the bytes: twice the fill.
+  EXPECT_NEAR(estimate(Coll::kBroadcast, Algo::kRing, 1 << 20, piped(4, 1, 16, 262144)).pipelineUs, 2 * 2 * slotUs,
+              1e-6);
+}
+
+// A tree's fill and drain: over 4 hosts x 2 ranks (the namespace hosts of docs/perf/sim.md), a tile must climb two
+// levels of hosts and come down again before the links are busy, which costs a large share at a few slots and a
+// small one at many. A ring's links are busy from the first slot: its term stays within a slot time.
+TEST(CostModel, PipelineTermIsATreesFillAndDrain) {
+  const double slotUs = 131072 / 100.0;
+  const CostEstimate small = estimate(Coll::kAllReduce, Algo::kTree, 256 << 10, piped(4, 2));
+  const CostEstimate large = estimate(Coll::kAllReduce, Algo::kTree, S, piped(4, 2));
+  EXPECT_GT(small.pipelineUs, 0.3 * small.bandwidthUs);
+  EXPECT_GT(large.pipelineUs, 0);
+  EXPECT_LT(large.pipelineUs, 0.05 * large.bandwidthUs);
+  for (double size : {256.0 * 1024, S})
+    EXPECT_LE(estimate(Coll::kAllReduce, Algo::kRing, size, piped(4, 2)).pipelineUs, slotUs) << size;
+  // The bandwidth term is the same with or without it.
+  EXPECT_DOUBLE_EQ(large.bandwidthUs, estimate(Coll::kAllReduce, Algo::kTree, S, shape(4, 2)).bandwidthUs);
+}
+
+// Beyond 64 ranks (or too many slots to play) the estimate is the alpha-beta sum alone, and fast.
+TEST(CostModel, PipelineTermOnlyForSmallClusters) {
+  EXPECT_EQ(estimate(Coll::kAllReduce, Algo::kTree, S, piped(16, 8)).pipelineUs, 0);
+  EXPECT_EQ(estimate(Coll::kAllReduce, Algo::kRing, 1 << 30, piped(8, 8)).pipelineUs, 0);
+  EXPECT_GT(estimate(Coll::kAllReduce, Algo::kTree, 1 << 20, piped(8, 8)).pipelineUs, 0);
+}
+
+}  // namespace
+}  // namespace chorus
