@@ -33,6 +33,8 @@ ClusterShape Planner::modelShape() const {
   const LinkCosts links = modelLinkCosts(comm_);
   shape.intra = links.intra;
   shape.inter = links.inter;
+  shape.fifoSlots = static_cast<int>(geo_.nSlots);
+  shape.slotBytes = geo_.slotBytes;
   if (nicChannels_ > 1) {
     shape.nicsPerHost = nicChannels_;
     shape.nicPerChannel = true;
@@ -51,21 +53,28 @@ size_t Planner::fullBuffer(const OpDesc& op) const {
 
 bool Planner::modelEstimate(Coll coll, Algo algo, size_t size, int nChannels, CostEstimate* out) const {
   // Built once at a reference size per (collective, algorithm, channels) and link settings, then scaled: building
-  // every rank's schedules and their critical path on each call would put that work on the call path.
-  constexpr size_t kRefBytes = size_t(1) << 20;
+  // every rank's schedules and their critical path on each call would put that work on the call path. Without the
+  // pipeline term (over kPipelineMaxRanks ranks) the model is linear in size and one reference serves every size;
+  // with it, one at each power of two, scaled down to the sizes above the one below (the pipeline term is not linear:
+  // within that factor of two, scaling it down underestimates it).
+  size_t refBytes = size_t(1) << 20;
+  if (comm_->nranks <= kPipelineMaxRanks) {
+    refBytes = 4096;
+    while (refBytes < size && refBytes < (size_t(1) << 62)) refBytes <<= 1;
+  }
   if (modelCacheGen_ != paramsGeneration()) {
     modelCache_.clear();
     modelCacheGen_ = paramsGeneration();
   }
-  auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), nChannels);
+  auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), nChannels, refBytes);
   auto it = modelCache_.find(key);
   if (it == modelCache_.end()) {
     CostEstimate ref;
-    const bool ok = estimateCollective(coll, algo, kRefBytes, nChannels, modelShape(), &ref, nullptr);
+    const bool ok = estimateCollective(coll, algo, refBytes, nChannels, modelShape(), &ref, nullptr);
     it = modelCache_.emplace(key, std::make_pair(ok, ref)).first;
   }
   if (!it->second.first) return false;
-  *out = scaleEstimate(it->second.second, kRefBytes, size);
+  *out = scaleEstimate(it->second.second, refBytes, size);
   return true;
 }
 

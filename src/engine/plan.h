@@ -168,9 +168,9 @@ class Planner {
   void consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const;
 
   std::unique_ptr<TunerPlugin> tuner_;  ///< NCCL_TUNER_PLUGIN's context for this communicator, or null
-  /// modelEstimate's estimates at its reference size, for the parameter generation modelCacheGen_ (the link costs
-  /// are parameters); the bool says whether the algorithm can run the collective.
-  mutable std::map<std::tuple<int, int, int>, std::pair<bool, CostEstimate>> modelCache_;
+  /// modelEstimate's estimates by (collective, algorithm, channels, reference size), for the parameter generation
+  /// modelCacheGen_ (the link costs are parameters); the bool says whether the algorithm can run the collective.
+  mutable std::map<std::tuple<int, int, int, size_t>, std::pair<bool, CostEstimate>> modelCache_;
   mutable uint64_t modelCacheGen_ = 0;
   int hosts_ = 1;                       ///< distinct hosts among the ranks
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0

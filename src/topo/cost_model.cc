@@ -13,9 +13,8 @@
 namespace chorus {
 namespace {
 
-// The pipeline term is played for clusters of up to this many ranks (all of whose schedules are built), and up to
-// this many slots in all; beyond, the estimate is the alpha-beta sum alone.
-constexpr int kPipelineRanks = 64;
+// The pipeline term is played for clusters of up to kPipelineMaxRanks ranks (all of whose schedules are built), and
+// up to this many slots in all; beyond, the estimate is the alpha-beta sum alone.
 constexpr size_t kPipelineSlots = size_t(1) << 16;
 
 /// Input and output bytes of one rank for nccl-tests' `size` of a collective on n ranks.
@@ -407,7 +406,7 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
   const double nicUs = shape.hosts > 1 ? e.nicBytes / shape.inter.bytesPerUs : 0;
   const double intraUs = e.intraBytes / shape.intra.bytesPerUs;
   e.bandwidthUs = std::max(nicUs, intraUs);
-  if (allRanks && n <= kPipelineRanks && shape.fifoSlots >= 2 && shape.slotBytes > 0 && size > 0) {
+  if (allRanks && n <= kPipelineMaxRanks && shape.fifoSlots >= 2 && shape.slotBytes > 0 && size > 0) {
     // Tiles as the planner cuts them: half a FIFO a block, shorter where a message carries several blocks.
     const Schedule& s0 = built[0][0];
     const double block = std::max(inBytes / s0.inBlocks, outBytes / s0.outBlocks);

@@ -48,6 +48,9 @@ struct LinkCosts {
   std::string interFrom;
 };
 
+/// Clusters of up to this many ranks get the pipeline term (ClusterShape::fifoSlots).
+constexpr int kPipelineMaxRanks = 64;
+
 /// A cluster: hosts x ranks a host, and its two link classes.
 struct ClusterShape {
   int hosts = 1;
@@ -106,7 +109,7 @@ bool parseLinkCost(const std::string& text, LinkCost* out);
 /// The estimate for `size` bytes from one made for `refSize`: without the pipeline term the model is linear in size
 /// (its latency does not depend on it, every byte count is proportional to it), so schedules need not be built again
 /// for every size. The pipeline term is not linear (a tree's fill is a few slots whatever the size); it is scaled as
-/// the rest, which only estimates made without FIFO geometry (the planner's) make exact.
+/// the rest, which is exact only without it, and close from a reference size at most twice `size` (the planner's).
 CostEstimate scaleEstimate(const CostEstimate& ref, size_t refSize, size_t size);
 
 }  // namespace chorus

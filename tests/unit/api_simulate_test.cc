@@ -61,3 +61,34 @@ TEST_F(Simulate, AllReduceOnOneHostIsStepsPlusBytes) {
 }
 
 }  // namespace
+
+namespace {
+
+// The estimate includes the cost model's pipeline term under the communicator's own FIFO geometry: a ring broadcast
+// over 3 ranks is a chain of two links, so its last slot arrives one slot time after the busiest rank's bytes.
+TEST(SimulatePipeline, ABroadcastChainAddsOneSlot) {
+  setenv("CHORUS_HOST_NCHANNELS", "1", 1);
+  setenv("CHORUS_FIFO_SLOTS", "8", 1);
+  setenv("CHORUS_FIFO_SLOT_BYTES", "65536", 1);
+  setenv("CHORUS_COST_INTRA", "10,1", 1);  // 10 us a step, 1000 bytes a us
+  setenv("NCCL_ALGO", "Ring", 1);
+  ncclResetDebugInit();
+  ncclComm_t comms[3] = {nullptr, nullptr, nullptr};
+  ASSERT_EQ(ncclCommInitAll(comms, 3, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  const size_t count = 4 * 65536 / 4;  // four slots of floats
+  std::vector<float> buf(count, 1.0f);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclBroadcast(buf.data(), buf.data(), count, ncclFloat, 0, comms[0], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess) << ncclGetLastError(comms[0]);
+  // Three steps on the critical path (send, receive-copy-send, receive); rank 1 takes and passes on the buffer; the
+  // chain's fill: one slot.
+  EXPECT_NEAR(sim.estimatedTime, 3 * 10 + count * 4 / 1000.0 + 65536 / 1000.0, 0.5);
+  for (auto c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  for (const char* v : {"CHORUS_HOST_NCHANNELS", "CHORUS_FIFO_SLOTS", "CHORUS_FIFO_SLOT_BYTES", "CHORUS_COST_INTRA",
+                        "NCCL_ALGO"})
+    unsetenv(v);
+  ncclResetDebugInit();
+}
+
+}  // namespace
