@@ -45,6 +45,12 @@ IntParam kDmaBufEnable{"NCCL_DMABUF_ENABLE", 1,
                        "nvidia_peermem, only).",
                        "transports"};
 
+IntParam kGdrFlushDisable{"NCCL_GDR_FLUSH_DISABLE", 0,
+                          "1: no flush of data received into GPU memory through GPUDirect RDMA (the IB and UCX nets' "
+                          "iflush completes at once); 0: each flush reads the received buffer back (an RDMA read on a "
+                          "loopback queue pair, or a UCX get through an endpoint to the worker itself).",
+                          "transports"};
+
 namespace {
 
 IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
@@ -86,7 +92,7 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   // The socket net takes 32 requests a comm: a whole FIFO (8 slots) in flight. Others keep what a v6 plugin allows.
   out->inflightSlots = api == socketNet() ? kMaxInflightSlots : kInflightSlots;
   out->sendsUnregistered = api == socketNet();
-  out->flushesGpuMemory = api != ucxNet();
+  out->flushesGpuMemory = api != ucxNet() || ucxFlushesGpuMemory();
   out->anyThread = api == socketNet() || api == ucxNet();
   return true;
 }

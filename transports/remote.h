@@ -40,6 +40,9 @@ struct RemoteData {
   uint64_t dmaBufOffset = 0;
   /// Copies GPU memory to host memory (a failure notice's payload arrives there); false on failure.
   std::function<bool(void* dst, const void* src, size_t bytes)> toHost;
+  /// Copies host memory to GPU memory (a slot's payload that a net delivered to host memory with its header); false
+  /// on failure.
+  std::function<bool(void* dst, const void* src, size_t bytes)> toDevice;
 };
 
 /// Ends a RemoteData the transport owns: closes its dma-buf descriptor, if still open, and calls release.

@@ -277,6 +277,9 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
       data.toHost = [rt](void* dst, const void* src, size_t bytes) {
         return rt->copyToHost(dst, src, bytes) == ncclSuccess;
       };
+      data.toDevice = [rt](void* dst, const void* src, size_t bytes) {
+        return rt->copyToDevice(dst, src, bytes) == ncclSuccess;
+      };
       if (way == NetGdr::kDmaBuf && rt_->dmaBufFd(p, bytes, &data.dmaBufFd, &data.dmaBufOffset) != ncclSuccess) {
         // The driver said it exports dma-bufs but did not: decided again without dma-buf (peer memory where there is
         // some, else host memory).

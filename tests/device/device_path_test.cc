@@ -27,7 +27,12 @@
 #include "nccl.h"
 #include "runtime/runtime.h"
 #include "topo/topology.h"
+#include "transports/net/net.h"
 #include "transports/shm/shm.h"
+#if __has_include(<ucp/api/ucp.h>)
+#include "transports/ucx/ucx_net.h"
+#define CHORUS_TEST_UCX_INTERNALS 1
+#endif
 
 namespace chorus_test {
 namespace {
@@ -987,6 +992,89 @@ TEST(DevicePathGpuDirect, MismatchAcrossHostsIsNamedOnBothRanks) {
     }
   }
 }
+
+#ifdef CHORUS_TEST_UCX_INTERNALS
+// GPUDirect RDMA over the UCX net, which frames a small slot as one message (header and payload) and posts one
+// receive for it. A payload sent from host memory that comes with its header lands in host memory and is copied to
+// the receiver's GPU memory; a payload apart (sent from GPU memory, or over CHORUS_NET_SLOT_MESSAGE_MAX_BYTES) lands
+// in GPU memory and is flushed with a UCX get. UCX here has no CUDA memory, so it is made to act as if it had
+// (ucx::forceGpuMemoryForTests; the emulated runtime's "GPU memory" is host memory), and the DGX topology's NIC
+// nearest GPU0 takes the name of UCX's device (NCCL_NET_GDR_LEVEL=SYS: rank 1's GPU4 is on the other socket). Rank
+// 0 on GPU1 of one host, rank 1 on GPU4 of another; every collective is checked: an allreduce of 400 KB and
+// allgather and reduce-scatter of 3001 floats a rank (slots of 12 KB, which go with their headers).
+TEST(DevicePathGpuDirect, UcxSlotMessagesTakeGpuMemory) {
+  if (chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
+  DgxGpus dgx("gdrucx");
+  gEmu.gpuDirect = true;
+  gEmu.peerMemory = true;
+  struct Case {
+    const char* name;
+    const char* gdrRead;  // NCCL_NET_GDR_READ: 0 stages the sends, so payloads leave from host memory
+    const char* slotMax;  // CHORUS_NET_SLOT_MESSAGE_MAX_BYTES
+    bool sendGdr;
+  };
+  const Case cases[] = {
+      {"both ways in GPU memory: payloads apart", "1", "65536", true},
+      {"sends staged: small payloads with their headers, copied", "0", "65536", false},
+      {"sends staged, every payload apart", "0", "0", false},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const std::string log = "/tmp/chorus-gdrucx-log-" + std::to_string(getpid());
+    forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          setenv("UCX_TLS", "tcp", 1);
+          chorus::ucx::forceGpuMemoryForTests(true);
+          int ndev = 0;
+          ncclNetProperties_v11_t props{};
+          if (chorus::ucxNet()->devices(&ndev) != ncclSuccess || ndev < 1 ||
+              chorus::ucxNet()->getProperties(0, &props) != ncclSuccess || props.name == nullptr)
+            return 8;
+          const std::string dev = props.name;
+          setenv("UCX_NET_DEVICES", dev.c_str(), 1);
+          // The topology's mlx5_0 becomes UCX's device (the topology knows NICs by name).
+          std::string xml = readFile(dgx.topo);
+          for (size_t at = xml.find("mlx5_0"); at != std::string::npos; at = xml.find("mlx5_0", at + dev.size()))
+            xml.replace(at, 6, dev);
+          const std::string topo = dgx.topo + "." + std::to_string(rank);
+          std::ofstream(topo) << xml;
+          setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
+          setenv("NCCL_HOSTID", rank == 0 ? "dgx-a" : "dgx-b", 1);
+          setenv("NCCL_NET", "UCX", 1);
+          setenv("NCCL_NET_GDR_LEVEL", "SYS", 1);
+          setenv("NCCL_NET_GDR_READ", k.gdrRead, 1);
+          setenv("CHORUS_NET_SLOT_MESSAGE_MAX_BYTES", k.slotMax, 1);
+          setenv("CHORUS_TIMEOUT_S", "30", 1);
+          logInfoTo(log + "." + std::to_string(rank), "INIT,NET");
+          ncclResetDebugInit();
+          chorus::paramsReload();
+          const int rc = ringCollectivesOnDevice(rank, 2, rank == 0 ? 1 : 2, id, false);
+          std::remove(topo.c_str());
+          return rc;
+        },
+        log);
+    for (int r = 0; r < 2; r++) {
+      const std::string file = log + "." + std::to_string(r);
+      const std::string text = readFile(file);
+      std::remove(file.c_str());
+      SCOPED_TRACE("rank " + std::to_string(r) + "\n" + text);
+      const std::string to = "-> rank " + std::to_string(1 - r) + ": ", from = "<- rank " + std::to_string(1 - r) + ": ";
+      EXPECT_NE(text.find(from + "GPUDirect RDMA (net device "), std::string::npos) << "receives into GPU memory";
+      EXPECT_NE(text.find(to + (k.sendGdr ? "GPUDirect RDMA (net device " : "staged through pinned host")),
+                std::string::npos)
+          << "sends";
+      // The proxy's line for the receive connection: "... <- rank N (HOST): connected (GPUDirect RDMA: ...)".
+      bool connected = false;
+      for (size_t at = text.find("<- rank " + std::to_string(1 - r) + " ("); at != std::string::npos && !connected;
+           at = text.find("<- rank " + std::to_string(1 - r) + " (", at + 1))
+        connected = text.substr(at, text.find('\n', at) - at).find("): connected (GPUDirect RDMA") != std::string::npos;
+      EXPECT_TRUE(connected) << "the proxy's receive connection in GPU memory";
+    }
+  }
+  gEmu.gpuDirect = false;
+}
+#endif
 #endif
 
 // A rank whose `var` differs from the other's is refused at init, on both ranks.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "chorus/net.h"
+#include "core/debug.h"
 #include "core/params.h"
 #include "transports/net/net.h"
 #include "transports/ucx/ucx_devices.h"
@@ -642,6 +643,102 @@ TEST(NetUcx, AConnectionBackToItsSenderSharesItsEndpoint) {
   }
   unsetenv("CHORUS_UCX_TWO_WAY");
   paramsReload();
+}
+
+/// Polls one request until it is done (or the deadline); false if it failed or did not finish.
+bool finishes(void* req) {
+  std::vector<Outcome> out = waitAll({req});
+  return out[0].res == ncclSuccess && out[0].done;
+}
+
+// GPUDirect RDMA receives: where UCX handles CUDA memory (here forced, over host memory), a receive comm's
+// registrations of NCCL_PTR_CUDA get a key on an endpoint of the worker to itself, and iflush gets one byte of the last
+// buffer that received data through it (as NCCL's UCX plugin flushes), completing through test(); the byte lands in
+// the comm's sink. Host registrations, and receives of nothing, need no flush: done at once. NCCL_GDR_FLUSH_DISABLE=1
+// turns flushes off for contexts made afterwards.
+TEST(NetUcx, FlushGetsBackTheLastBufferThatReceivedGpuMemory) {
+  SKIP_WITHOUT_UCX();
+  unsetenv("NCCL_GDR_FLUSH_DISABLE");
+  paramsReload();
+  ucx::forceGpuMemoryForTests(true);
+  EXPECT_TRUE(ucxFlushesGpuMemory());
+  {
+    NetCtx a, b;
+    Conn c;
+    ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+    std::vector<char> src = pattern(3000, 5), dst0(4096, 0), dst1(4096, 0), host(4096, 0);
+    void *smr = nullptr, *gpu0 = nullptr, *gpu1 = nullptr, *hmr = nullptr;
+    ASSERT_EQ(net()->regMr(c.send, src.data(), src.size(), NCCL_PTR_HOST, &smr), ncclSuccess);
+    ASSERT_EQ(net()->regMr(c.recv, dst0.data(), dst0.size(), NCCL_PTR_CUDA, &gpu0), ncclSuccess) << threadLastError();
+    ASSERT_EQ(net()->regMr(c.recv, dst1.data(), dst1.size(), NCCL_PTR_CUDA, &gpu1), ncclSuccess);
+    ASSERT_EQ(net()->regMr(c.recv, host.data(), host.size(), NCCL_PTR_HOST, &hmr), ncclSuccess);
+    ASSERT_NE(static_cast<ucx::MemHandle*>(gpu0)->rkey, nullptr);
+    EXPECT_EQ(static_cast<ucx::MemHandle*>(hmr)->rkey, nullptr);
+    // A message into dst0, then flushed.
+    void* data = dst0.data();
+    size_t size = dst0.size();
+    int tag = 3;
+    void *rreq = nullptr, *sreq = nullptr;
+    ASSERT_EQ(net()->irecv(c.recv, 1, &data, &size, &tag, &gpu0, nullptr, &rreq), ncclSuccess);
+    ASSERT_EQ(net()->isend(c.send, src.data(), src.size(), tag, smr, nullptr, &sreq), ncclSuccess);
+    ASSERT_NE(rreq, nullptr);
+    ASSERT_NE(sreq, nullptr);
+    std::vector<Outcome> out = waitAll({rreq, sreq});
+    ASSERT_TRUE(out[0].done && out[1].done);
+    ASSERT_EQ(memcmp(dst0.data(), src.data(), src.size()), 0);
+    uint8_t& sink = static_cast<ucx::Comm*>(c.recv)->flushSink;
+    sink = 0;
+    ASSERT_NE(static_cast<uint8_t>(dst0[0]), 0);
+    int got = 3000;
+    void* freq = nullptr;
+    ASSERT_EQ(net()->iflush(c.recv, 1, &data, &got, &gpu0, &freq), ncclSuccess) << threadLastError();
+    ASSERT_NE(freq, nullptr);
+    ASSERT_TRUE(finishes(freq));
+    EXPECT_EQ(sink, static_cast<uint8_t>(dst0[0])) << "the flush did not read the received buffer";
+    // Of two buffers, the last with data is read.
+    dst1[0] = 0x77;
+    void* two[2] = {dst0.data(), dst1.data()};
+    void* twoMr[2] = {gpu0, gpu1};
+    int twoSizes[2] = {100, 50};
+    ASSERT_EQ(net()->iflush(c.recv, 2, two, twoSizes, twoMr, &freq), ncclSuccess);
+    ASSERT_TRUE(finishes(freq));
+    EXPECT_EQ(sink, 0x77);
+    twoSizes[1] = 0;
+    ASSERT_EQ(net()->iflush(c.recv, 2, two, twoSizes, twoMr, &freq), ncclSuccess);
+    ASSERT_TRUE(finishes(freq));
+    EXPECT_EQ(sink, static_cast<uint8_t>(dst0[0]));
+    // Nothing received, or host memory: done at once, nothing read.
+    sink = 0;
+    int zero = 0;
+    ASSERT_EQ(net()->iflush(c.recv, 1, &data, &zero, &gpu0, &freq), ncclSuccess);
+    ASSERT_TRUE(finishes(freq));
+    void* hdata = host.data();
+    host[0] = 0x11;
+    ASSERT_EQ(net()->iflush(c.recv, 1, &hdata, &got, &hmr, &freq), ncclSuccess);
+    ASSERT_TRUE(finishes(freq));
+    EXPECT_EQ(sink, 0) << "a flush that needs no read read something";
+    EXPECT_EQ(net()->deregMr(c.send, smr), ncclSuccess);
+    for (void* mr : {gpu0, gpu1, hmr}) EXPECT_EQ(net()->deregMr(c.recv, mr), ncclSuccess);
+    c.close();
+  }
+  setenv("NCCL_GDR_FLUSH_DISABLE", "1", 1);
+  paramsReload();
+  EXPECT_FALSE(ucxFlushesGpuMemory());
+  {
+    NetCtx a, b;
+    Conn c;
+    ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+    std::vector<char> dst(4096, 9);
+    void* gpu = nullptr;
+    ASSERT_EQ(net()->regMr(c.recv, dst.data(), dst.size(), NCCL_PTR_CUDA, &gpu), ncclSuccess);
+    EXPECT_EQ(static_cast<ucx::MemHandle*>(gpu)->rkey, nullptr);
+    EXPECT_EQ(static_cast<ucx::Comm*>(c.recv)->ctx->flushEp, nullptr);
+    EXPECT_EQ(net()->deregMr(c.recv, gpu), ncclSuccess);
+    c.close();
+  }
+  unsetenv("NCCL_GDR_FLUSH_DISABLE");
+  paramsReload();
+  ucx::forceGpuMemoryForTests(false);
 }
 #endif
 

@@ -15,6 +15,7 @@
 #include "core/debug.h"
 #include "core/params.h"
 #include "transports/ib/ib_comm.h"
+#include "transports/net/net.h"
 
 namespace chorus {
 
@@ -27,10 +28,6 @@ IntParam kIbQpsPerConn{"NCCL_IB_QPS_PER_CONNECTION", 1,
                        "IB net: queue pairs per connection; each message is split over them (1-16).", "network"};
 IntParam kIbSl{"NCCL_IB_SL", 0, "IB net: InfiniBand service level of the queue pairs (0-15).", "network"};
 IntParam kIbTc{"NCCL_IB_TC", 0, "IB net: traffic class of the queue pairs (RoCE; 0-255).", "network"};
-IntParam kGdrFlushDisable{"NCCL_GDR_FLUSH_DISABLE", 0,
-                          "IB net: 1: no flush of data received into GPU memory through GPUDirect RDMA (iflush "
-                          "completes at once); 0: each flush RDMA-reads the received buffer on a loopback queue pair.",
-                          "network"};
 
 enum ConnectState : uint32_t { kCSendInfo = 1, kCRecvInfo, kCSendReady, kCDone };
 enum AcceptState : int { kAAccept = 0, kARecvInfo, kASendInfo, kARecvReady, kADone };

@@ -22,6 +22,8 @@ namespace chorus {
 /// NCCL_DMABUF_ENABLE: GPU memory may be registered with a net through dma-buf (0: never). Read by the IB net (whether
 /// it offers NCCL_PTR_DMABUF) and by the device path (whether it exports the FIFO's GPU memory as a dma-buf).
 extern IntParam kDmaBufEnable;
+/// NCCL_GDR_FLUSH_DISABLE: 1: receives into GPU memory are not flushed (the IB and UCX nets' iflush completes at once).
+extern IntParam kGdrFlushDisable;
 
 /// What a built-in net may offer its proxy beyond NCCL's interface, so that an idle proxy sleeps until the net can
 /// progress instead of polling it. External plugins have none.
@@ -56,6 +58,9 @@ const NetProgressHooks* socketNetHooks();
 
 /// The UCX net (transports/ucx/ucx_net.cc), or null when chorus was built without UCX.
 const ncclNet_v11_t* ucxNet();
+/// Whether the UCX net's iflush reads GPU memory back (its context handles CUDA memory and NCCL_GDR_FLUSH_DISABLE is
+/// 0), so that receives may go to GPU memory; false without UCX.
+bool ucxFlushesGpuMemory();
 /// Its hooks (null without UCX): an idle proxy sleeps on the worker's event descriptor.
 const NetProgressHooks* ucxNetHooks();
 /// The InfiniBand verbs net (transports/ib/ib_net.cc), or null when chorus was built without libibverbs.

@@ -526,6 +526,14 @@ bool NetProxy::setup(NetConn& c) {
       fail(c, why);
       return true;
     }
+    if (!c.isSend && slotMsgs_) {
+      c.bounce.reset(new (std::nothrow) char[bytes]);
+      if (!c.bounce) {
+        fail(c, "cannot allocate " + std::to_string(bytes) + " bytes of host memory for the payloads that come with "
+                "their slot headers");
+        return true;
+      }
+    }
   }
   c.state = NetConn::State::kOpen;
   INFO(kNet, "%s: connected%s", connName(c).c_str(), apart ? " (GPUDirect RDMA: payloads in GPU memory)" : "");
@@ -652,6 +660,8 @@ bool NetProxy::recvSlots(NetConn& c) {
     const uint32_t slot = static_cast<uint32_t>(c.done % f.geo.nSlots);
     void** r = c.reqs[c.done % net_.inflightSlots];
     int paySize = -1;  // the payload's size, once its receive completed in this pass
+    bool inBounce = false;  // and it came with its header into c.bounce (GPUDirect RDMA), not yet in GPU memory
+    char* const bounceSlot = c.bounce ? c.bounce.get() + static_cast<size_t>(slot) * f.geo.slotBytes : nullptr;
     if (r[0] != nullptr) {
       int t = testReq(c, &r[0], &size);
       if (t < 0) c.testFailed = true;
@@ -674,6 +684,7 @@ bool NetProxy::recvSlots(NetConn& c) {
           c.payloadApart = true;
         } else if (c.noticeWord != 0 || static_cast<uint32_t>(with) == h.bytes) {
           paySize = with;
+          inBounce = bounceSlot != nullptr;
         } else {
           fail(c, "protocol error: a slot of " + std::to_string(with) + " payload bytes arrived where its header " +
                       "announced " + std::to_string(h.bytes));
@@ -685,7 +696,8 @@ bool NetProxy::recvSlots(NetConn& c) {
       void* data = f.slotData(slot);
       size_t bytes = f.geo.slotBytes;
       int tag = kApartTag;
-      ncclResult_t rc = n->irecv(c.comm, 1, &data, &bytes, &tag, &c.mhandle, nullptr, &r[1]);
+      ncclResult_t rc = n->irecv(c.comm, 1, &data, &bytes, &tag,
+                                 c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle, nullptr, &r[1]);
       if (rc != ncclSuccess) {
         c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
         c.testFailed = true;
@@ -701,10 +713,10 @@ bool NetProxy::recvSlots(NetConn& c) {
       paySize = t > 0 ? size : 0;  // a failed notice payload: the notice without its calls
     }
     if (c.noticeWord != 0) {
-      const char* data = f.slotData(slot);
+      const char* data = inBounce ? bounceSlot : f.slotData(slot);
       uint64_t calls[7];
       bool haveCalls = paySize == static_cast<int>(sizeof(calls));
-      if (haveCalls && c.data.ptr != nullptr) {
+      if (haveCalls && c.data.ptr != nullptr && !inBounce) {
         haveCalls = c.data.toHost && c.data.toHost(calls, data, sizeof(calls));  // it arrived in GPU memory
       } else if (haveCalls) {
         memcpy(calls, data, sizeof(calls));
@@ -717,9 +729,14 @@ bool NetProxy::recvSlots(NetConn& c) {
                   std::to_string(f.hdrs[slot].bytes));
       return true;
     }
+    // GPUDirect RDMA, a payload that came with its header: into the slot's GPU memory (a copy needs no flush).
+    if (inBounce && paySize > 0 && !(c.data.toDevice && c.data.toDevice(f.slotData(slot), bounceSlot, paySize))) {
+      fail(c, "copying a slot's payload of " + std::to_string(paySize) + " bytes to GPU memory failed");
+      return true;
+    }
     // GPUDirect RDMA: what the NIC wrote into GPU memory is flushed before the kernel may read it.
     // (A payload that completed in an earlier pass left its flush in flight: flushReq.)
-    if (c.data.ptr != nullptr && (paySize > 0 || c.flushReq != nullptr) && n->iflush != nullptr) {
+    if (c.data.ptr != nullptr && !inBounce && (paySize > 0 || c.flushReq != nullptr) && n->iflush != nullptr) {
       if (c.flushReq == nullptr) {
         void* data = f.slotData(slot);
         int bytes = paySize;
@@ -753,14 +770,10 @@ bool NetProxy::recvSlots(NetConn& c) {
     void** r = c.reqs[c.posted % net_.inflightSlots];
     int tag = 0;
     ncclResult_t rc = ncclSuccess;
-    if (slotMsgs_) {                // one receive for the header and whatever payload comes with it
-      if (c.data.ptr != nullptr) {  // cannot happen: such a net never receives into GPU memory (flushesGpuMemory)
-        c.endWhy =
-            "internal error: the net's slot messages take host memory, and this connection receives into GPU "
-            "memory";
-        return true;
-      }
-      void* bufs[2] = {&f.hdrs[slot], f.slotData(slot)};
+    if (slotMsgs_) {  // one receive for the header and whatever payload comes with it
+      // (Into host memory: with GPUDirect RDMA the bounce, whence the payload is copied to GPU memory.)
+      void* bufs[2] = {&f.hdrs[slot], c.bounce ? c.bounce.get() + static_cast<size_t>(slot) * f.geo.slotBytes
+                                                : static_cast<void*>(f.slotData(slot))};
       size_t sizes[2] = {sizeof(SlotHeader), f.geo.slotBytes};
       rc = net_.hooks->irecvv(c.comm, 2, bufs, sizes, 0, &r[0]);
       if (rc == ncclSuccess && r[0] == nullptr) break;

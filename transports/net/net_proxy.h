@@ -81,6 +81,10 @@ struct NetConn {
   /// Receive side, slot messages: slot `done`'s header came alone and its payload follows as a message of its own,
   /// whose receive is still to be posted.
   bool payloadApart = false;
+  /// Receive side, slot messages into GPU memory (GPUDirect RDMA): host memory, a slot's worth a slot, for the payloads
+  /// that come with their header (a net's one-message receive takes host memory); each is copied to the slot's GPU
+  /// memory once it arrived. Payloads apart go to GPU memory directly.
+  std::unique_ptr<char[]> bounce;
   uint64_t fromSlot = UINT64_MAX;         ///< send side: the slot passed by address whose requests are being posted
   const char* from = nullptr;             ///< and the address its data is sent from
   void* reqs[kMaxInflightSlots][2] = {};  ///< [slot % inflight][0 header, 1 payload]; null once completed

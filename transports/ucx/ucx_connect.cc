@@ -166,6 +166,7 @@ ncclResult_t closeComm(Comm* c) {
     delete l;
   }
   drainRequests(c);
+  for (ucp_rkey_h k : c->deferredRkeys) ucp_rkey_destroy(k);
   for (ucp_mem_h m : c->deferredUnmaps) ucp_mem_unmap(c->ctx->context, m);
   c->ctx->openComms--;
   deleteComm(c);
@@ -217,7 +218,8 @@ ncclResult_t adoptEndpoint(ListenComm* lc, Comm* comm) {
 
 }  // namespace
 
-void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what, const ucs_status_t* epStatus) {
+void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what, const ucs_status_t* epStatus,
+                   bool peerErrors) {
   if (ep == nullptr) return;
   auto end = std::chrono::steady_clock::now() + kCloseTimeout;
   ucp_request_param_t param{};
@@ -230,8 +232,10 @@ void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& wh
     if (st != UCS_OK)
       INFO(kNet, "NET/UCX : flushing the endpoint to %s before closing it: %s", what.c_str(), ucs_status_string(st));
   }
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  if (peerErrors) {  // UCX forces only an endpoint with peer error handling to close
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  }
   ucs_status_t st = waitAndFree(ctx, ucp_ep_close_nbx(ep, &param), end, nullptr);
   if (st != UCS_OK && st != UCS_ERR_CANCELED)
     INFO(kNet, "NET/UCX : closing the endpoint to %s: %s", what.c_str(), ucs_status_string(st));

@@ -154,6 +154,47 @@ ncclResult_t postRecv(Comm* c, Request* r, void* data, size_t size, ucp_tag_t ta
   return recvAs(c, r, data, size, ucp_dt_make_contig(1), tag, mhandle, op);
 }
 
+namespace {
+
+/// The key of mapping mh->memh on the context's flush endpoint (made on first use), for flushes of what receives
+/// write there.
+ncclResult_t flushKey(Comm* c, MemHandle* mh) {
+  Context* x = c->ctx;
+  ucs_status_t st = UCS_OK;
+  if (x->flushEp == nullptr) {
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    st = ucp_worker_get_address(x->worker, &addr, &len);
+    if (st == UCS_OK) {
+      ucp_ep_params_t p{};
+      p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+      p.address = addr;
+      st = ucp_ep_create(x->worker, &p, &x->flushEp);
+      ucp_worker_release_address(x->worker, addr);
+    }
+    if (st != UCS_OK) {
+      x->flushEp = nullptr;
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : device %s: no endpoint to its own worker for flushes: %s",
+                  x->devName.c_str(), ucs_status_string(st));
+    }
+  }
+  void* packed = nullptr;
+  size_t packedSize = 0;
+  st = ucp_rkey_pack(x->context, mh->memh, &packed, &packedSize);
+  if (st == UCS_OK) {
+    st = ucp_ep_rkey_unpack(x->flushEp, packed, &mh->rkey);
+    ucp_rkey_buffer_release(packed);
+  }
+  if (st != UCS_OK) {
+    mh->rkey = nullptr;
+    CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : the key of GPU memory to flush on device %s: %s",
+                x->devName.c_str(), ucs_status_string(st));
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   auto* c = static_cast<Comm*>(comm);
   *mhandle = nullptr;
@@ -170,6 +211,14 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
       delete mh;
       CHORUS_FAIL(nullptr, ncclSystemError, "NET/UCX : ucp_mem_map of %zu bytes at %p failed: %s", size, data,
                   ucs_status_string(st));
+    }
+  }
+  if (mh->memh != nullptr && type == NCCL_PTR_CUDA && c->isRecv && c->ctx->rma) {
+    ncclResult_t res = flushKey(c, mh);
+    if (res != ncclSuccess) {
+      ucp_mem_unmap(c->ctx->context, mh->memh);
+      delete mh;
+      return res;
     }
   }
   *mhandle = mh;
@@ -191,6 +240,11 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   bool busy = false;
   for (const Request& r : c->reqs) busy = busy || r.state == ReqState::kPending || r.state == ReqState::kCancelling;
   ucs_status_t st = UCS_OK;
+  if (mh->rkey != nullptr && busy) {
+    c->deferredRkeys.push_back(mh->rkey);
+  } else if (mh->rkey != nullptr) {
+    ucp_rkey_destroy(mh->rkey);
+  }
   if (mh->memh != nullptr && busy) {
     c->deferredUnmaps.push_back(mh->memh);  // closeComm unmaps it after draining the requests
   } else if (mh->memh != nullptr) {
@@ -258,16 +312,41 @@ ncclResult_t irecvv(void* recvComm, int n, void** data, size_t* sizes, int tag, 
   return ncclSuccess;
 }
 
-ncclResult_t iflush(void* recvComm, int /*n*/, void** /*data*/, int* /*sizes*/, void** /*mhandles*/, void** request) {
-  // Host memory is coherent once a receive completes: the flush is a request that is already done.
+ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   auto* c = static_cast<Comm*>(recvComm);
   *request = nullptr;
+  // The last buffer that received data into GPU memory, if this comm flushes (its mapping has a flush key).
+  int last = -1;
+  for (int i = 0; i < n; ++i) {
+    const auto* mh = static_cast<const MemHandle*>(mhandles[i]);
+    if (sizes[i] > 0 && mh != nullptr && mh->rkey != nullptr) last = i;
+  }
   Request* r = freeSlot(c);
-  if (r == nullptr) return ncclSuccess;
+  if (r == nullptr) {
+    // A null request would mean "flushed": refuse instead. The proxy never has this many receives and flushes out.
+    CHORUS_FAIL(nullptr, ncclInternalError, "NET/UCX : iflush %s %s (connection %u) with all %d requests outstanding",
+                dir(c), c->peer.c_str(), c->connId, NCCL_NET_MAX_REQUESTS);
+  }
   r->isRecv = true;
   r->size = 0;
-  r->status = UCS_OK;
-  r->state = ReqState::kDone;
+  if (last < 0) {
+    // Host memory (or no flush): coherent once the receive completed, so the request is already done.
+    r->comm = c;
+    r->status = UCS_OK;
+    r->state = ReqState::kDone;
+    *request = r;
+    return ncclSuccess;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.user_data = r;
+  p.cb.send = onSendDone;
+  const auto* mh = static_cast<const MemHandle*>(mhandles[last]);
+  arm(c, r);
+  CHORUS_CHECK(post(c, r,
+                    ucp_get_nbx(c->ctx->flushEp, &c->flushSink, 1, reinterpret_cast<uintptr_t>(data[last]), mh->rkey,
+                                &p),
+                    "iflush (get)"));
   *request = r;
   return ncclSuccess;
 }

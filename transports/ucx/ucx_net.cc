@@ -42,6 +42,7 @@ IntParam kUcxTwoWay{"CHORUS_UCX_TWO_WAY", 1,
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -66,9 +67,9 @@ constexpr size_t kMaxNetDevices = 16;
 // once, so they are serialized (not a hot path).
 std::mutex gInitMutex;
 
-/// Creates a UCP context with tag matching (and wakeup: its worker gets an event descriptor), restricted to network
-/// device `netDevice` when it is not empty; the caller owns it.
-ncclResult_t createContext(ucp_context_h* out, bool wakeup, const std::string& netDevice) {
+/// Creates a UCP context with tag matching (and wakeup: its worker gets an event descriptor; rma: gets and puts),
+/// restricted to network device `netDevice` when it is not empty; the caller owns it.
+ncclResult_t createContext(ucp_context_h* out, bool wakeup, const std::string& netDevice, bool rma = false) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK)
@@ -89,7 +90,7 @@ ncclResult_t createContext(ucp_context_h* out, bool wakeup, const std::string& n
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG | (wakeup ? UCP_FEATURE_WAKEUP : 0);
+  params.features = UCP_FEATURE_TAG | (wakeup ? UCP_FEATURE_WAKEUP : 0) | (rma ? UCP_FEATURE_RMA : 0);
   params.name = "chorus";
   {
     std::lock_guard<std::mutex> lock(gInitMutex);
@@ -218,6 +219,18 @@ const Probe& probe() {
   return p;
 }
 
+std::atomic<bool> gForceGpu{false};
+
+}  // namespace
+
+bool flushesGpuMemory() {
+  return kGdrFlushDisable.get() == 0 && (gForceGpu.load(std::memory_order_relaxed) || probe().cudaMem);
+}
+
+void forceGpuMemoryForTests(bool on) { gForceGpu.store(on, std::memory_order_relaxed); }
+
+namespace {
+
 ncclResult_t init(void** ctx, uint64_t /*commId*/, ncclNetCommConfig_v11_t* /*config*/,
                   ncclDebugLogger_t /*logFunction*/, ncclProfilerCallback_t /*profFunction*/) {
   *ctx = nullptr;
@@ -260,7 +273,8 @@ ncclResult_t makeContext(NetContext* n, int dev, Context** out) {
   if (kUcxTwoWay.get() != 0) c->id = randomNonce();
   c->devName = d.spec.name;
   ncclResult_t res = listenAddress(d, &c->listenAddr, &c->ifName);
-  if (res == ncclSuccess) res = createContext(&c->context, n->wakeup, d.spec.name);
+  c->rma = flushesGpuMemory();
+  if (res == ncclSuccess) res = createContext(&c->context, n->wakeup, d.spec.name, c->rma);
   if (res != ncclSuccess) {
     delete c;
     return res;
@@ -313,6 +327,7 @@ void finalizeContext(Context* c) {
          c->lingering.size(), c->devName.c_str());
     return;
   }
+  if (c->flushEp != nullptr) closeEndpoint(c, c->flushEp, false, "itself (flushes)", nullptr, false);
   ucp_worker_destroy(c->worker);
   destroyContext(c->context);
   delete c;
@@ -344,7 +359,7 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) {
   props->name = const_cast<char*>(d.spec.name.c_str());
   props->pciPath = d.pciPath.empty() ? nullptr : const_cast<char*>(d.pciPath.c_str());
   props->guid = static_cast<uint64_t>(dev);
-  props->ptrSupport = NCCL_PTR_HOST | (p.cudaMem ? NCCL_PTR_CUDA : 0);
+  props->ptrSupport = NCCL_PTR_HOST | (p.cudaMem || gForceGpu.load(std::memory_order_relaxed) ? NCCL_PTR_CUDA : 0);
   props->regIsGlobal = 0;  // a registration belongs to one context's ucp_context
   props->forceFlush = 0;
   props->speed = d.speedMbps;
@@ -442,6 +457,7 @@ const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, shareWaitMs, isendv,
 
 }  // namespace ucx
 
+bool ucxFlushesGpuMemory() { return ucx::flushesGpuMemory(); }
 const ncclNet_v11_t* ucxNet() { return &ucx::kUcxNet; }
 const NetProgressHooks* ucxNetHooks() { return &ucx::kHooks; }
 
@@ -450,6 +466,7 @@ const NetProgressHooks* ucxNetHooks() { return &ucx::kHooks; }
 #else  // !CHORUS_HAVE_UCX
 
 namespace chorus {
+bool ucxFlushesGpuMemory() { return false; }
 const ncclNet_v11_t* ucxNet() { return nullptr; }
 const NetProgressHooks* ucxNetHooks() { return nullptr; }
 }  // namespace chorus

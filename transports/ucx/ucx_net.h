@@ -91,6 +91,11 @@ struct Context {
   std::map<std::string, Comm*> connecting;
   /// Listeners closed before they accepted: kept, with this context, for the rest of the process (closeListen).
   std::vector<ListenComm*> lingering;
+  /// Made with UCP_FEATURE_RMA, for flushes (flushesGpuMemory() when the context was made).
+  bool rma = false;
+  /// An endpoint to this worker itself, whose gets read back what a receive wrote into GPU memory (iflush); made by
+  /// the first registration that needs it.
+  ucp_ep_h flushEp = nullptr;
 };
 
 /// The most buffers one isendv/irecvv message spans (a FIFO slot's header and payload).
@@ -145,8 +150,11 @@ struct Comm {
   Request hello;
   Hello helloMsg;
   /// Mappings deregMr was asked to drop while requests that use them were still with UCX: unmapped by closeComm
-  /// once those requests are drained (unmapping under a request in flight can crash UCX).
+  /// once those requests are drained (unmapping under a request in flight can crash UCX); their flush keys likewise.
   std::vector<ucp_mem_h> deferredUnmaps;
+  std::vector<ucp_rkey_h> deferredRkeys;
+  /// Where a flush's get puts the byte it reads.
+  uint8_t flushSink = 0;
 };
 
 /// A listen(): one ucp_listener, accepted once.
@@ -161,10 +169,22 @@ struct ListenComm {
   bool closed = false;                       ///< closeListen left it lingering (never accepted)
 };
 
-/// A regMr(): the UCX mapping of a host buffer (memh null for an empty buffer).
+/// A regMr(): the UCX mapping of a buffer (memh null for an empty buffer), and for GPU memory of a receive comm that
+/// flushes, the mapping's key unpacked on the context's flushEp.
 struct MemHandle {
   ucp_mem_h memh = nullptr;
+  ucp_rkey_h rkey = nullptr;
 };
+
+/// Whether receive comms flush GPU memory: UCX handles CUDA memory here (or forceGpuMemoryForTests) and
+/// NCCL_GDR_FLUSH_DISABLE is 0. A flush then gets one byte of the last buffer received, through an endpoint of the
+/// worker to itself: the get's completion comes after the writes that delivered the data, as NCCL's UCX plugin and
+/// IB net read it back.
+bool flushesGpuMemory();
+/// Tests: act as if UCX handled CUDA memory where it does not: devices offer NCCL_PTR_CUDA and receive comms flush, so
+/// that GPUDirect RDMA runs over host memory (the emulated GPU runtime's "GPU memory", UCX's tcp transport).
+/// Registrations of NCCL_PTR_CUDA are then host memory. Takes effect for contexts made after the call.
+void forceGpuMemoryForTests(bool on);
 
 /// NetProgressHooks::shareWaitMs: 100 when a connection back to a peer that connected to this context runs over
 /// that connection's endpoint (CHORUS_UCX_TWO_WAY), 0 otherwise. More than the socket net's 10: UCX's client-server
@@ -181,9 +201,10 @@ inline ucp_tag_t makeTag(uint32_t connId, int tag) {
 }
 /// The tag of a connection's hello: bit 63 set, so no NCCL tag of any connection can match it.
 inline ucp_tag_t makeHelloTag(uint32_t connId) { return (ucp_tag_t{1} << 63) | (static_cast<ucp_tag_t>(connId) << 32); }
-/// Closes `ep`: flushes it while the peer is healthy, then closes it by force, progressing the worker up to
-/// kCloseTimeout; what remains after that is left to UCX.
-void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what, const ucs_status_t* epStatus);
+/// Closes `ep`: flushes it while the peer is healthy, then closes it (by force where it has peer error handling,
+/// as the endpoints to peers do), progressing the worker up to kCloseTimeout; what remains after that is left to UCX.
+void closeEndpoint(Context* ctx, ucp_ep_h ep, bool failed, const std::string& what, const ucs_status_t* epStatus,
+                   bool peerErrors = true);
 /// Cancels a comm's outstanding requests and waits (bounded) for UCX to give their slots back.
 void drainRequests(Comm* comm);
 /// Posts `r` (a slot of `c`, hello included) as a send of `size` bytes with UCX tag `tag`; on error the slot stays
@@ -218,7 +239,8 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhand
 /// ncclNet_v11_t::irecv (one receive per call: maxRecvs is 1).
 ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                    void** request);
-/// ncclNet_v11_t::iflush (host memory: completes at once).
+/// ncclNet_v11_t::iflush: a get of the last buffer that received data, where it is GPU memory and flushesGpuMemory();
+/// otherwise a request that is already done.
 ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
 /// ncclNet_v11_t::test.
 ncclResult_t test(void* request, int* done, int* sizes);
