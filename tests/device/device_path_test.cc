@@ -790,6 +790,14 @@ void onDgxHostsOverTestNet(int rank, const std::string& topo, const std::string&
   chorus::paramsReload();
 }
 
+// Rank r's log of a forkRanksForLog run whose ranks logged to `log`.RANK (onDgxHostsOverTestNet), removed once read.
+std::string takeRankLog(const std::string& log, int r) {
+  const std::string file = log + "." + std::to_string(r);
+  std::string text = readFile(file);
+  std::remove(file.c_str());
+  return text;
+}
+
 // For a test's life: the DGX H100 topology file with GPU0, GPU1 and GPU4 renumbered to emulated devices 0, 1 and 2
 // (keeping their PCI order), three emulated devices, and the emulated runtime installed.
 struct DgxGpus {
@@ -908,9 +916,7 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
         },
         log);
     for (int r = 0; r < 2; r++) {
-      const std::string file = log + "." + std::to_string(r);
-      const std::string text = readFile(file);
-      std::remove(file.c_str());
+      const std::string text = takeRankLog(log, r);
       SCOPED_TRACE("rank " + std::to_string(r) + "\n" + text);
       for (bool isSend : {true, false}) {
         const bool gdr = isSend ? k.sendGdr : k.recvGdr;
@@ -985,9 +991,7 @@ TEST(DevicePathGpuDirect, MismatchAcrossHostsIsNamedOnBothRanks) {
         },
         log);
     for (int r = 0; r < 2; r++) {
-      const std::string file = log + "." + std::to_string(r);
-      const std::string text = readFile(file);
-      std::remove(file.c_str());
+      const std::string text = takeRankLog(log, r);
       EXPECT_EQ(text.find("connected (GPUDirect RDMA") != std::string::npos, gdr) << "rank " << r << "\n" << text;
     }
   }
@@ -1055,9 +1059,7 @@ TEST(DevicePathGpuDirect, UcxSlotMessagesTakeGpuMemory) {
         },
         log);
     for (int r = 0; r < 2; r++) {
-      const std::string file = log + "." + std::to_string(r);
-      const std::string text = readFile(file);
-      std::remove(file.c_str());
+      const std::string text = takeRankLog(log, r);
       SCOPED_TRACE("rank " + std::to_string(r) + "\n" + text);
       const std::string to = "-> rank " + std::to_string(1 - r) + ": ", from = "<- rank " + std::to_string(1 - r) + ": ";
       EXPECT_NE(text.find(from + "GPUDirect RDMA (net device "), std::string::npos) << "receives into GPU memory";
