@@ -250,7 +250,7 @@ NetGdr useNetGdr(const RemoteDeviceInfo& info, bool isSend, const GdrRuntimeInfo
   const bool netDmaBuf = (info.ptrSupport & NCCL_PTR_DMABUF) != 0;
   const bool dmaBuf = rt.dmaBuf && netDmaBuf && kDmaBufEnable.get() != 0;
   if (!dmaBuf && !rt.peerMemory) {
-    return no("no peer-memory module (nvidia_peermem) is loaded, and " +
+    return no("no peer-memory module (nvidia_peermem, or amdkfd's on ROCm) is loaded, and " +
               (!rt.dmaBuf        ? std::string("the GPU driver exports no dma-buf")
                : !netDmaBuf      ? dev + " does not take dma-buf registrations"
                                  : std::string("NCCL_DMABUF_ENABLE=0")));

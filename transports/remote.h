@@ -171,7 +171,7 @@ bool parseGdrLevel(const std::string& text, int* level);
 /// What the GPU runtime says of GPUDirect RDMA for a rank's GPU (GpuRuntime::gpuDirectRdma, computeCapability).
 struct GdrRuntimeInfo {
   bool ok = false;          ///< the device and driver support it, and a NIC can reach its memory one of the ways below
-  bool peerMemory = false;  ///< through a peer-memory module (nvidia_peermem)
+  bool peerMemory = false;  ///< through a peer-memory module (nvidia_peermem; amdkfd's on ROCm)
   bool dmaBuf = false;      ///< through dma-buf file descriptors the driver exports
   std::string why;          ///< when not ok, what is missing
   int computeCap = 0;       ///< major * 10 + minor, 0 when unknown

@@ -29,8 +29,9 @@ struct IpcHandle {
 /// One GPU backend. Methods returning ncclResult_t describe failures with setLastError-ready text in lastError().
 /// The ways a NIC's driver may reach a GPU's memory (GpuRuntime::gpuDirectRdma).
 struct GpuDirectPaths {
-  bool peerMemory = false;  ///< a peer-memory kernel module (nvidia_peermem): nets register device pointers as they are
-  bool dmaBuf = false;      ///< the driver exports device memory as dma-buf file descriptors (GpuRuntime::dmaBufFd)
+  /// a peer-memory kernel module (nvidia_peermem; amdkfd's on ROCm): nets register device pointers as they are
+  bool peerMemory = false;
+  bool dmaBuf = false;  ///< the driver exports device memory as dma-buf file descriptors (GpuRuntime::dmaBufFd)
 };
 
 class GpuRuntime {

@@ -392,14 +392,15 @@ TEST(NetGpuDirect, DmaBufFirstThenPeerMemory) {
   EXPECT_EQ(why, "net device mlx5_0, PIX from the GPU");
   EXPECT_EQ(way(cudaOnly, true, true), NetGdr::kPeerMemory);
   EXPECT_EQ(way(cudaOnly, false, true), NetGdr::kNone);
-  EXPECT_EQ(why, "no peer-memory module (nvidia_peermem) is loaded, and net device mlx5_0 does not take dma-buf "
-                 "registrations");
+  EXPECT_EQ(why,
+            "no peer-memory module (nvidia_peermem, or amdkfd's on ROCm) is loaded, and net device mlx5_0 does not take "
+            "dma-buf registrations");
   EXPECT_EQ(way(both, false, false), NetGdr::kNone);
   EXPECT_EQ(why, "the GPU runtime: neither");
   setenv("NCCL_DMABUF_ENABLE", "0", 1);
   EXPECT_EQ(way(both, true, true), NetGdr::kPeerMemory);
   EXPECT_EQ(way(both, false, true), NetGdr::kNone);
-  EXPECT_EQ(why, "no peer-memory module (nvidia_peermem) is loaded, and NCCL_DMABUF_ENABLE=0");
+  EXPECT_EQ(why, "no peer-memory module (nvidia_peermem, or amdkfd's on ROCm) is loaded, and NCCL_DMABUF_ENABLE=0");
   unsetenv("NCCL_DMABUF_ENABLE");
   chorus::paramsReload();
 }

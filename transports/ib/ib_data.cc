@@ -144,7 +144,8 @@ ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhand
   if (type == NCCL_PTR_CUDA && !c->net->peerMemory(c->dev)) {
     CHORUS_FAIL(nullptr, ncclInternalError,
                 "NET/IB: %s: cannot register %zu bytes of GPU memory at %p: no GPUDirect RDMA peer-memory module is "
-                "loaded (nvidia_peermem or nv_peer_mem); registering it as a dma-buf (regMrDmaBuf) is the other way%s",
+                "loaded (nvidia_peermem, nv_peer_mem or amdkfd's); registering it as a dma-buf (regMrDmaBuf) is the "
+                "other way%s",
                 ibCommText(c).c_str(), size, data,
                 c->net->dmaBuf(c->dev) ? "" : ", and this device does not offer it either");
   }

@@ -190,7 +190,7 @@ ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const
   props->pciPath = d.port.pciPath.empty() ? nullptr : const_cast<char*>(d.port.pciPath.c_str());
   props->guid = d.port.guid;
   props->ptrSupport = NCCL_PTR_HOST;
-  if (d.peerMemory) props->ptrSupport |= NCCL_PTR_CUDA;                   // regMr of GPU memory (nvidia_peermem)
+  if (d.peerMemory) props->ptrSupport |= NCCL_PTR_CUDA;                   // regMr of GPU memory (peer memory)
   if (dmaBuf(dev)) props->ptrSupport |= NCCL_PTR_CUDA | NCCL_PTR_DMABUF;  // regMrDmaBuf of GPU memory
   props->regIsGlobal = 0;
   props->forceFlush = 0;

@@ -188,8 +188,8 @@ class IbVerbs {
   virtual const char* name() const = 0;
   /// Every port of every HCA, active or not. Fails (with *why) only when the devices cannot be listed at all.
   virtual ncclResult_t listPorts(std::vector<IbPortDesc>* out, std::string* why) = 0;
-  /// Whether a GPUDirect RDMA peer-memory module is loaded (nvidia_peermem or nv_peer_mem), so that regMr takes GPU
-  /// memory; *why (may be null) says what was found or looked for.
+  /// Whether a GPUDirect RDMA peer-memory module is loaded (nvidia_peermem, nv_peer_mem, or amdkfd's on ROCm hosts),
+  /// so that regMr takes GPU memory; *why (may be null) says what was found or looked for.
   virtual bool peerMemory(std::string* why) = 0;
   /// Opens HCA `hca` (a name listPorts returned).
   virtual ncclResult_t openHca(const std::string& hca, std::unique_ptr<IbHca>* out) = 0;

@@ -25,6 +25,7 @@
 
 #include "core/checks.h"
 #include "core/debug.h"
+#include "core/files.h"
 
 namespace chorus {
 
@@ -447,18 +448,11 @@ class RealVerbs : public IbVerbs {
   const char* statusText(int status) const override { return api_->wcStatusStr(static_cast<ibv_wc_status>(status)); }
 
   bool peerMemory(std::string* why) override {
-    // NCCL's test: the module's version file, in the peer-memory client directory of MLNX_OFED's ib_core
-    // (nv_peer_mem, and nvidia_peermem on it) or in /sys/module (nvidia_peermem on the inbox kernel's peer memory).
-    static const char* const kFiles[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
-                                         "/sys/module/nvidia_peermem/version", "/sys/module/nv_peer_mem/version"};
-    for (const char* f : kFiles) {
-      if (access(f, F_OK) == 0) {
-        if (why != nullptr) *why = f;
-        return true;
-      }
-    }
-    if (why != nullptr) *why = "no nvidia_peermem or nv_peer_mem module";
-    return false;
+    // NCCL's and RCCL's test: a peer-memory module's version file (NVIDIA's or AMD's: chorus's GPU runtime then says
+    // whether its own vendor's is there).
+    const std::string f = peerMemoryModuleFile(PeerMemoryVendor::kAny);
+    if (why != nullptr) *why = f.empty() ? "no peer-memory module (nvidia_peermem, nv_peer_mem, amdkfd's)" : f;
+    return !f.empty();
   }
 
  private:

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/debug.h"
+#include "core/files.h"
 #include "kernels/device_kernel.h"
 #include "runtime/runtime.h"
 
@@ -247,15 +248,20 @@ class BuiltinGpuRuntime final : public GpuRuntime {
       *why = "GPU " + std::to_string(dev) + " or its driver does not support it";
       return false;
     }
-    // A NIC's driver reaches GPU memory through a peer-memory module (looked for as NCCL looks for it) or through a
-    // dma-buf the GPU driver exports.
-    for (const char* f : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/module/nvidia_peermem/version",
-                          "/sys/module/nv_peer_mem/version"})
-      if (access(f, F_OK) == 0) paths->peerMemory = true;
+    // A NIC's driver reaches GPU memory through a peer-memory module of this GPU's vendor (looked for as NCCL and
+    // RCCL look for them) or through a dma-buf the GPU driver exports.
+#if defined(CHORUS_HAVE_HIP)
+    const PeerMemoryVendor vendor = PeerMemoryVendor::kAmd;
+    const char* module = "amdkfd's peer-memory client";
+#else
+    const PeerMemoryVendor vendor = PeerMemoryVendor::kNvidia;
+    const char* module = "nvidia_peermem";
+#endif
+    paths->peerMemory = !peerMemoryModuleFile(vendor).empty();
     int dmaBuf = 0;
     paths->dmaBuf = gpu::gpuDmaBufSupported(dev, &dmaBuf) == gpu::kSuccess && dmaBuf == 1;
     if (paths->peerMemory || paths->dmaBuf) return true;
-    *why = "no peer-memory kernel module (nvidia_peermem) is loaded and the driver exports no dma-buf";
+    *why = std::string("no peer-memory kernel module (") + module + ") is loaded and the driver exports no dma-buf";
     return false;
   }
 

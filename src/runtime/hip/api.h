@@ -85,9 +85,10 @@ inline Error gpuStreamWaitEvent(Stream s, Event ev) { return hipStreamWaitEvent(
 inline Error gpuMultiProcessorCount(int dev, int* n) {
   return hipDeviceGetAttribute(n, hipDeviceAttributeMultiprocessorCount, dev);
 }
-/// GPUDirect RDMA on ROCm (a peer-memory module or dma-buf) is not built: -1, this backend cannot say.
+/// HIP has no attribute for GPUDirect RDMA: AMD's Instinct GPUs take it wherever amdkfd's peer-memory client is
+/// loaded (the runtime looks for it), so 1.
 inline Error gpuDirectRdmaAttr(int, int* v) {
-  *v = -1;
+  *v = 1;
   return hipSuccess;
 }
 /// dma-buf export of device memory is not built for ROCm (HIP 5.2 has no call for it): 0.
