@@ -85,8 +85,8 @@ inline Error gpuStreamWaitEvent(Stream s, Event ev) { return hipStreamWaitEvent(
 inline Error gpuMultiProcessorCount(int dev, int* n) {
   return hipDeviceGetAttribute(n, hipDeviceAttributeMultiprocessorCount, dev);
 }
-/// HIP has no attribute for GPUDirect RDMA: AMD's Instinct GPUs take it wherever amdkfd's peer-memory client is
-/// loaded (the runtime looks for it), so 1.
+/// HIP has no attribute for GPUDirect RDMA: a ROCm GPU counts as supporting it, and whether a NIC can reach its memory
+/// is whether amdkfd's peer-memory client is loaded (the runtime looks for it), so 1.
 inline Error gpuDirectRdmaAttr(int, int* v) {
   *v = 1;
   return hipSuccess;
