@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <queue>
 #include <cstdio>
 #include <functional>
+#include <queue>
 #include <unordered_map>
 #include <vector>
 
@@ -97,6 +97,12 @@ double criticalPath(const std::vector<Schedule>& all, const std::function<double
   return end;
 }
 
+/// What a step's message carries, given the sizes of its buffers' blocks: its source block, or what it received (the
+/// size of its destination); a step of several blocks (Step::span) carries them all in one message.
+double stepBytes(const Step& st, double inBlock, double outBlock) {
+  const BufRef& b = st.src.buf != Buf::kNone ? st.src : st.dst;
+  return (b.buf == Buf::kInput ? inBlock : outBlock) * st.span;
+}
 
 // One connection of the pipeline simulation: the slots sent on it, in order, with the time each arrived, and the
 // time the receiver took each.
@@ -111,9 +117,9 @@ struct SimConn {
 struct SimLink {
   std::vector<std::pair<double, double>> busy;
   size_t first = 0;  // intervals before this one ended before anything still to be placed may start
-  // The first interval from `from` on that overlaps [t, t + d), or busy.size().
-  size_t overlap(size_t from, double t, double d) const {
-    for (size_t i = from; i < busy.size() && busy[i].first < t + d; i++)
+  // The first interval still kept that overlaps [t, t + d), or busy.size().
+  size_t overlap(double t, double d) const {
+    for (size_t i = first; i < busy.size() && busy[i].first < t + d; i++)
       if (busy[i].second > t) return i;
     return busy.size();
   }
@@ -142,12 +148,12 @@ struct SimLink {
 // one into the other, so it needs both at once; a later slot may fill a gap an earlier one left.
 double takeBoth(SimLink& a, SimLink& b, double t, double d) {
   for (;;) {
-    const size_t i = a.overlap(a.first, t, d);
+    const size_t i = a.overlap(t, d);
     if (i < a.busy.size()) {
       t = a.busy[i].second;
       continue;
     }
-    const size_t j = b.overlap(b.first, t, d);
+    const size_t j = b.overlap(t, d);
     if (j < b.busy.size()) {
       t = b.busy[j].second;
       continue;
@@ -159,13 +165,20 @@ double takeBoth(SimLink& a, SimLink& b, double t, double d) {
   return t + d;
 }
 
+// One step of one tile in the simulation: a step that moves data, and its tile's bytes as slots of equal size.
+struct SimWork {
+  const Step* step = nullptr;
+  int slots = 1;
+  double slotBytes = 0;
+};
+
 // One rank's one channel in the simulation: its steps over the tiles (TileOrder), a slot at a time.
 struct SimActor {
   int rank = 0, channel = 0;
-  std::vector<std::pair<const Step*, double>> work;  // steps that move data, each with its bytes a tile, in order
-  size_t next = 0;                                   // index into work
-  int slot = 0;                                      // slot of work[next]
-  double t = 0;                                      // when it may go on
+  std::vector<SimWork> work;  // in order
+  size_t next = 0;            // index into work
+  int slot = 0;               // slot of work[next]
+  double t = 0;               // when it may go on
 };
 
 // The time the schedules' data takes through the links slot by slot (no latencies): every (rank, channel) runs its
@@ -173,8 +186,8 @@ struct SimActor {
 // when its data has arrived (a receiving step) and the FIFO has room (fifoSlots slots not yet taken by the
 // receiver), through two links at once: the sender's NIC out and the receiver's NIC in across hosts, the two ranks'
 // own out and in within a host, for the slot's bytes over its class's bandwidth, at the first time both are free.
-// Slots are placed in the order they become ready. A rank's own copies and reductions cost nothing. -1 when it would take more than `budget`
-// slots or the steps do not all run.
+// Slots are placed in the order they become ready. A rank's own copies and reductions cost nothing. -1 when it would
+// take more than `budget` slots or the steps do not all run.
 double pipelineSim(const std::vector<std::vector<Schedule>>& built, const ClusterShape& shape, double inBytes,
                    double outBytes, uint64_t nTiles, size_t budget) {
   const int nch = static_cast<int>(built.size());
@@ -198,18 +211,15 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
           for (uint32_t i = first; i < end; i++) {
             const Step& st = s.steps[i];
             if (!stepSends(st.op) && !stepRecvs(st.op)) continue;
-            const double block = st.src.buf == Buf::kNone   ? (st.dst.buf == Buf::kInput ? inBlock : outBlock)
-                                 : st.src.buf == Buf::kInput ? inBlock
-                                                             : outBlock;
-            const double bytes = block * st.span / static_cast<double>(nTiles);
-            a.work.emplace_back(&st, bytes);
-            slots += static_cast<size_t>(std::max(1.0, std::ceil(bytes / slotBytes)));
+            const double bytes = stepBytes(st, inBlock, outBlock) / static_cast<double>(nTiles);
+            const int k = std::max(1, static_cast<int>(std::ceil(bytes / slotBytes)));
+            a.work.push_back(SimWork{&st, k, bytes / k});
+            slots += static_cast<size_t>(k);
             if (slots > budget) return -1;
           }
         }
       actors.push_back(std::move(a));
     }
-  auto slotsOf = [&](double bytes) { return std::max(1, static_cast<int>(std::ceil(bytes / slotBytes))); };
   std::unordered_map<uint64_t, SimConn> conns;  // (channel, from, to)
   auto conn = [&](int ch, int from, int to) -> SimConn& {
     return conns[(static_cast<uint64_t>(ch) * n + from) * n + to];
@@ -223,7 +233,7 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
   // When actor a's next slot may go; false while it waits for an arrival or for FIFO room (it is then registered).
   auto readyAt = [&](int ai, double* at) {
     SimActor& a = actors[ai];
-    const Step& st = *a.work[a.next].first;
+    const Step& st = *a.work[a.next].step;
     double t = a.t;
     if (stepRecvs(st.op)) {
       SimConn& c = conn(a.channel, st.recvPeer, a.rank);
@@ -253,14 +263,14 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
     const auto [at, ai] = queue.top();
     queue.pop();
     SimActor& a = actors[ai];
-    const Step& st = *a.work[a.next].first;
-    const double bytes = a.work[a.next].second / slotsOf(a.work[a.next].second);
+    const SimWork& w = a.work[a.next];
+    const Step& st = *w.step;
     if (stepRecvs(st.op)) {
       SimConn& c = conn(a.channel, st.recvPeer, a.rank);
       c.taken.push_back(at);
-      const int w = c.waitingSender;
+      const int waiting = c.waitingSender;
       c.waitingSender = -1;
-      if (w >= 0) schedule(w);
+      if (waiting >= 0) schedule(waiting);
     }
     if (stepSends(st.op)) {
       const int to = st.sendPeer;
@@ -269,23 +279,24 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
       SimLink& in = across ? nicIn[nicOf(to, a.channel)] : rankIn[to];
       out.forget(at), in.forget(at);
       const double done =
-          takeBoth(out, in, at, bytes / (across ? shape.inter.bytesPerUs : shape.intra.bytesPerUs));
+          takeBoth(out, in, at, w.slotBytes / (across ? shape.inter.bytesPerUs : shape.intra.bytesPerUs));
       end = std::max(end, done);
       SimConn& c = conn(a.channel, a.rank, to);
       c.arrived.push_back(done);
-      const int w = c.waitingReceiver;
+      const int waiting = c.waitingReceiver;
       c.waitingReceiver = -1;
-      if (w >= 0) schedule(w);
+      if (waiting >= 0) schedule(waiting);
     }
     end = std::max(end, at);
     a.t = at;
-    if (++a.slot >= slotsOf(a.work[a.next].second)) a.slot = 0, a.next++;
+    if (++a.slot >= w.slots) a.slot = 0, a.next++;
     schedule(ai);
   }
   for (const SimActor& a : actors)
     if (a.next < a.work.size()) return -1;
   return end;
 }
+
 }  // namespace
 
 double busBwFactor(Coll coll, int nranks) {
@@ -367,14 +378,12 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
       }
       if (allRanks) built[ch][rank] = s;
       const double inBlock = inBytes / s.inBlocks, outBlock = outBytes / s.outBlocks;
-      auto blockBytes = [&](const BufRef& b) { return b.buf == Buf::kInput ? inBlock : outBlock; };
       double chLatency = 0;
       for (const Step& st : s.steps) {
         const bool sends = stepSends(st.op), recvs = stepRecvs(st.op);
         if (!sends && !recvs) continue;  // local copies: memory bandwidth, not modelled
-        // What a send carries: the step's source block, or what it received (the size of its destination); a step
-        // of several blocks (Step::span) carries them all in one message, at one step's latency.
-        const double bytes = (st.src.buf != Buf::kNone ? blockBytes(st.src) : blockBytes(st.dst)) * st.span;
+        // A step of several blocks carries them all in one message, at one step's latency.
+        const double bytes = stepBytes(st, inBlock, outBlock);
         const bool sendAcross = sends && st.sendPeer / P != host, recvAcross = recvs && st.recvPeer / P != host;
         chLatency += sendAcross || recvAcross ? shape.inter.latencyUs : shape.intra.latencyUs;
         steps++;
