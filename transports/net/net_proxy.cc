@@ -69,6 +69,12 @@ IntParam kSlotMessageMax{"CHORUS_NET_SLOT_MESSAGE_MAX_BYTES", 65536,
 /// with their payload, go with tag 0).
 constexpr int kApartTag = 1;
 
+/// Slot messages into GPU memory: where slot `slot`'s payload lands when it comes with its header (NetConn::bounce);
+/// null where the connection has no bounce.
+char* bounceSlot(const NetConn& c, uint32_t slot) {
+  return c.bounce ? c.bounce.get() + static_cast<size_t>(slot) * c.fifo.geo.slotBytes : nullptr;
+}
+
 }  // namespace
 
 bool NetProxy::sendsByAddress() const { return net_.sendsUnregistered && kNetByAddress.get() != 0; }
@@ -529,8 +535,9 @@ bool NetProxy::setup(NetConn& c) {
     if (!c.isSend && slotMsgs_) {
       c.bounce.reset(new (std::nothrow) char[bytes]);
       if (!c.bounce) {
-        fail(c, "cannot allocate " + std::to_string(bytes) + " bytes of host memory for the payloads that come with "
-                "their slot headers");
+        fail(c, "cannot allocate " + std::to_string(bytes) +
+                    " bytes of host memory for the payloads that come with "
+                    "their slot headers");
         return true;
       }
     }
@@ -659,9 +666,9 @@ bool NetProxy::recvSlots(NetConn& c) {
   while (c.done < c.posted && !c.testFailed) {
     const uint32_t slot = static_cast<uint32_t>(c.done % f.geo.nSlots);
     void** r = c.reqs[c.done % net_.inflightSlots];
-    int paySize = -1;  // the payload's size, once its receive completed in this pass
+    int paySize = -1;       // the payload's size, once its receive completed in this pass
     bool inBounce = false;  // and it came with its header into c.bounce (GPUDirect RDMA), not yet in GPU memory
-    char* const bounceSlot = c.bounce ? c.bounce.get() + static_cast<size_t>(slot) * f.geo.slotBytes : nullptr;
+    char* const bounce = bounceSlot(c, slot);
     if (r[0] != nullptr) {
       int t = testReq(c, &r[0], &size);
       if (t < 0) c.testFailed = true;
@@ -684,7 +691,7 @@ bool NetProxy::recvSlots(NetConn& c) {
           c.payloadApart = true;
         } else if (c.noticeWord != 0 || static_cast<uint32_t>(with) == h.bytes) {
           paySize = with;
-          inBounce = bounceSlot != nullptr;
+          inBounce = bounce != nullptr;
         } else {
           fail(c, "protocol error: a slot of " + std::to_string(with) + " payload bytes arrived where its header " +
                       "announced " + std::to_string(h.bytes));
@@ -696,8 +703,8 @@ bool NetProxy::recvSlots(NetConn& c) {
       void* data = f.slotData(slot);
       size_t bytes = f.geo.slotBytes;
       int tag = kApartTag;
-      ncclResult_t rc = n->irecv(c.comm, 1, &data, &bytes, &tag,
-                                 c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle, nullptr, &r[1]);
+      ncclResult_t rc = n->irecv(c.comm, 1, &data, &bytes, &tag, c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle,
+                                 nullptr, &r[1]);
       if (rc != ncclSuccess) {
         c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
         c.testFailed = true;
@@ -713,7 +720,7 @@ bool NetProxy::recvSlots(NetConn& c) {
       paySize = t > 0 ? size : 0;  // a failed notice payload: the notice without its calls
     }
     if (c.noticeWord != 0) {
-      const char* data = inBounce ? bounceSlot : f.slotData(slot);
+      const char* data = inBounce ? bounce : f.slotData(slot);
       uint64_t calls[7];
       bool haveCalls = paySize == static_cast<int>(sizeof(calls));
       if (haveCalls && c.data.ptr != nullptr && !inBounce) {
@@ -730,7 +737,7 @@ bool NetProxy::recvSlots(NetConn& c) {
       return true;
     }
     // GPUDirect RDMA, a payload that came with its header: into the slot's GPU memory (a copy needs no flush).
-    if (inBounce && paySize > 0 && !(c.data.toDevice && c.data.toDevice(f.slotData(slot), bounceSlot, paySize))) {
+    if (inBounce && paySize > 0 && !(c.data.toDevice && c.data.toDevice(f.slotData(slot), bounce, paySize))) {
       fail(c, "copying a slot's payload of " + std::to_string(paySize) + " bytes to GPU memory failed");
       return true;
     }
@@ -772,8 +779,8 @@ bool NetProxy::recvSlots(NetConn& c) {
     ncclResult_t rc = ncclSuccess;
     if (slotMsgs_) {  // one receive for the header and whatever payload comes with it
       // (Into host memory: with GPUDirect RDMA the bounce, whence the payload is copied to GPU memory.)
-      void* bufs[2] = {&f.hdrs[slot], c.bounce ? c.bounce.get() + static_cast<size_t>(slot) * f.geo.slotBytes
-                                                : static_cast<void*>(f.slotData(slot))};
+      char* const bounce = bounceSlot(c, slot);
+      void* bufs[2] = {&f.hdrs[slot], bounce != nullptr ? bounce : f.slotData(slot)};
       size_t sizes[2] = {sizeof(SlotHeader), f.geo.slotBytes};
       rc = net_.hooks->irecvv(c.comm, 2, bufs, sizes, 0, &r[0]);
       if (rc == ncclSuccess && r[0] == nullptr) break;
