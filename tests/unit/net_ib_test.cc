@@ -248,6 +248,17 @@ class IbFakeNet : public ::testing::Test {
     dmaBuf_ = dmaBuf;
   }
 
+  // Ends a test's pair of comms: deregisters what each registered (null: nothing), closes both, and checks that no
+  // registration outlives them.
+  void closePair(void* send, void* smh, void* recv, void* rmh) {
+    const ncclNet_v11_t* t = ibNetTable();
+    if (smh != nullptr) EXPECT_EQ(t->deregMr(send, smh), ncclSuccess);
+    if (rmh != nullptr) EXPECT_EQ(t->deregMr(recv, rmh), ncclSuccess);
+    EXPECT_EQ(t->closeSend(send), ncclSuccess);
+    EXPECT_EQ(t->closeRecv(recv), ncclSuccess);
+    EXPECT_EQ(fabric_->liveMrs(), 0);
+  }
+
   std::unique_ptr<IbNet> makeHost(int n, IbLinkLayer ll = IbLinkLayer::kEthernet) {
     IbPortDesc p = fakeIbPort("mlx5_0", 1, n);
     p.linkLayer = ll;
@@ -711,10 +722,7 @@ TEST_F(IbFakeNet, GpuMemoryIsRefusedWithoutPeerMemory) {
   mh = reg(recv, buf);
   EXPECT_EQ(flush(recv, buf.data(), 4096, mh), nullptr);
   EXPECT_TRUE(fabric_->reads().empty());
-  t->deregMr(recv, mh);
-  t->closeSend(send);
-  t->closeRecv(recv);
-  EXPECT_EQ(fabric_->liveMrs(), 0);
+  closePair(send, nullptr, recv, mh);
 }
 
 TEST_F(IbFakeNet, GpuMemoryIsRegisteredWithPeerMemory) {
@@ -729,11 +737,7 @@ TEST_F(IbFakeNet, GpuMemoryIsRegisteredWithPeerMemory) {
   ASSERT_NE(rmh, nullptr);
   EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 3000);
   EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
-  t->deregMr(send, smh);
-  t->deregMr(recv, rmh);
-  t->closeSend(send);
-  t->closeRecv(recv);
-  EXPECT_EQ(fabric_->liveMrs(), 0);
+  closePair(send, smh, recv, rmh);
 }
 
 TEST_F(IbFakeNet, DmaBufRegistrationRecordsItsFdAndCarriesData) {
@@ -777,11 +781,7 @@ TEST_F(IbFakeNet, DmaBufRegistrationRecordsItsFdAndCarriesData) {
   EXPECT_EQ(mh, nullptr);
   close(fd);
   EXPECT_EQ(fabric_->dmaBufs().size(), 1u);
-  t->deregMr(send, smh);
-  t->deregMr(recv, rmh);
-  t->closeSend(send);
-  t->closeRecv(recv);
-  EXPECT_EQ(fabric_->liveMrs(), 0);
+  closePair(send, smh, recv, rmh);
   EXPECT_EQ(fabric_->liveQps(), 0);
 }
 

@@ -163,15 +163,22 @@ class FakeIbQp : public IbQp {
     return dst;
   }
 
+  // What a write and a read meet first, in order: this queue pair in error, a failure the test injected (*fail),
+  // the local buffer outside lkey's registration, no connected peer. kIbWcSuccess with *dst, else the completion
+  // status. fabric mu_ held.
+  int start(int* fail, const void* local, size_t length, uint32_t lkey, FakeIbQp** dst) {
+    if (state_ == QpState::kError) return kIbWcWrFlushErr;
+    if (*fail != kIbWcSuccess) return takeFailure(fail);
+    if (length > 0 && !fabric_->covers(lkey, reinterpret_cast<uintptr_t>(local), length)) return kIbWcLocProtErr;
+    *dst = peer();
+    return *dst == nullptr ? kIbWcRetryExcErr : kIbWcSuccess;
+  }
+
   // Carries one write to the connected queue pair; returns the completion status. fabric mu_ held.
   int carry(const IbWrite& w) {
     FakeIbFabric& f = *fabric_;
-    if (state_ == QpState::kError) return kIbWcWrFlushErr;
-    if (f.failStatus_ != kIbWcSuccess) return takeFailure(&f.failStatus_);
-    const uint64_t local = reinterpret_cast<uintptr_t>(w.local);
-    if (w.length > 0 && !f.covers(w.lkey, local, w.length)) return kIbWcLocProtErr;
-    FakeIbQp* dst = peer();
-    if (dst == nullptr) return kIbWcRetryExcErr;
+    FakeIbQp* dst = nullptr;
+    if (int st = start(&f.failStatus_, w.local, w.length, w.lkey, &dst); st != kIbWcSuccess) return st;
     if (w.length > 0 && !f.covers(w.rkey, w.remoteAddr, w.length)) return kIbWcRemAccessErr;
     if (w.withImm && dst->recvs_.empty()) return kIbWcRnrRetryExcErr;
     if (w.length > 0) memcpy(reinterpret_cast<void*>(w.remoteAddr), w.local, w.length);
@@ -198,12 +205,8 @@ class FakeIbQp : public IbQp {
   // Carries one read from the connected queue pair's memory; returns the completion status. fabric mu_ held.
   int carryRead(const IbRead& r) {
     FakeIbFabric& f = *fabric_;
-    if (state_ == QpState::kError) return kIbWcWrFlushErr;
-    if (f.failReadStatus_ != kIbWcSuccess) return takeFailure(&f.failReadStatus_);
-    const uint64_t local = reinterpret_cast<uintptr_t>(r.local);
-    if (r.length > 0 && !f.covers(r.lkey, local, r.length)) return kIbWcLocProtErr;
-    FakeIbQp* dst = peer();
-    if (dst == nullptr) return kIbWcRetryExcErr;
+    FakeIbQp* dst = nullptr;
+    if (int st = start(&f.failReadStatus_, r.local, r.length, r.lkey, &dst); st != kIbWcSuccess) return st;
     // The responder must allow remote reads (INIT's access flags), and the rkey must cover what is read.
     if (!dst->remoteRead_) return kIbWcRemAccessErr;
     if (r.length > 0 && !f.covers(r.rkey, r.remoteAddr, r.length)) return kIbWcRemAccessErr;
