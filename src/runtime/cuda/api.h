@@ -73,6 +73,12 @@ inline Error gpuMemGetAddressRange(const void* p, void** base, size_t* bytes) {
   *base = reinterpret_cast<void*>(static_cast<uintptr_t>(b));
   return cudaSuccess;
 }
+/// cuMemGetHandleForAddressRange, looked up once; null when the driver lacks it.
+using MemGetHandleFn = int (*)(void* handle, unsigned long long ptr, size_t size, int type, unsigned long long flags);
+inline MemGetHandleFn memGetHandleForAddressRange() {
+  static MemGetHandleFn fn = reinterpret_cast<MemGetHandleFn>(driverEntry("cuMemGetHandleForAddressRange"));
+  return fn;
+}
 /// Whether the driver exports dev's memory as dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 124): 1 or 0.
 inline Error gpuDmaBufSupported(int dev, int* v) {
   using GetFn = int (*)(int* device, int ordinal);           // cuDeviceGet
@@ -80,7 +86,7 @@ inline Error gpuDmaBufSupported(int dev, int* v) {
   static GetFn get = reinterpret_cast<GetFn>(driverEntry("cuDeviceGet"));
   static AttrFn attr = reinterpret_cast<AttrFn>(driverEntry("cuDeviceGetAttribute"));
   *v = 0;
-  if (get == nullptr || attr == nullptr || driverEntry("cuMemGetHandleForAddressRange") == nullptr) return cudaSuccess;
+  if (get == nullptr || attr == nullptr || memGetHandleForAddressRange() == nullptr) return cudaSuccess;
   int cuDev = 0;
   if (get(&cuDev, dev) != 0 || attr(v, 124, cuDev) != 0) *v = 0;
   return cudaSuccess;
@@ -88,9 +94,8 @@ inline Error gpuDmaBufSupported(int dev, int* v) {
 /// A dma-buf file descriptor for [p, p + bytes), both aligned to the host's page (cuMemGetHandleForAddressRange with
 /// CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD).
 inline Error gpuDmaBufFd(void* p, size_t bytes, int* fd) {
-  using Fn = int (*)(void* handle, unsigned long long ptr, size_t size, int type, unsigned long long flags);
-  static Fn fn = reinterpret_cast<Fn>(driverEntry("cuMemGetHandleForAddressRange"));
   *fd = -1;
+  MemGetHandleFn fn = memGetHandleForAddressRange();
   if (fn == nullptr) return cudaErrorNotSupported;
   if (fn(fd, reinterpret_cast<uintptr_t>(p), bytes, 1, 0) != 0) return (*fd = -1), cudaErrorInvalidValue;
   return cudaSuccess;
