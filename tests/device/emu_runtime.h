@@ -62,8 +62,8 @@ class EmuRuntime : public chorus::GpuRuntime {
   void ipcCloseHandle(void* p) override;
   bool canAccessPeer(int dev, int peerDev) override;
   bool gpuDirectRdma(int dev, chorus::GpuDirectPaths* paths, std::string* why) override;
-  /// A memfd that holds a copy of nothing: the tests' net checks that it is an open descriptor and logs it (the
-  /// emulated "device memory" is host memory, which the net reaches by address).
+  /// The memfd behind the device allocation that holds [p, p + bytes), duplicated, and p's offset into it: the tests'
+  /// net checks in /proc/self/maps that it maps the buffer's own memory (the emulated "device memory" is host memory).
   ncclResult_t dmaBufFd(void* p, size_t bytes, int* fd, uint64_t* offset) override;
   int computeCapability(int dev) override;
   ncclResult_t enablePeerAccess(int peerDev) override;
