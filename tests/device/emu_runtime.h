@@ -116,32 +116,32 @@ class EmuRuntime : public chorus::GpuRuntime {
 
   // ---- knobs (set before the test's ranks start) ----
   int devices = 1;
-  bool peerAccess = true;        ///< false: device connections fall back to pinned shared memory
+  bool peerAccess = true;  ///< false: device connections fall back to pinned shared memory
   /// GPUDirect RDMA as the runtime reports it ("device memory" is host memory here, so a net that reads it with the
   /// CPU, as the tests' net plugin does, can serve it in place).
   bool gpuDirect = false;
-  bool peerMemory = true;  ///< with gpuDirect: a peer-memory module is "loaded"
-  bool dmaBuf = false;     ///< with gpuDirect: the driver "exports" dma-bufs (dmaBufFd)
-  bool dmaBufFails = false;  ///< with dmaBuf: says it exports them, but dmaBufFd fails
-  int computeCap = 90;           ///< computeCapability()
-  int residentBlocks = 1024;     ///< blocks of the collective kernel one device runs at once (an H100 holds ~1000)
-  int threadsPerBlock = 1;       ///< host threads per emulated block
+  bool peerMemory = true;     ///< with gpuDirect: a peer-memory module is "loaded"
+  bool dmaBuf = false;        ///< with gpuDirect: the driver "exports" dma-bufs (dmaBufFd)
+  bool dmaBufFails = false;   ///< with dmaBuf: says it exports them, but dmaBufFd fails
+  int computeCap = 90;        ///< computeCapability()
+  int residentBlocks = 1024;  ///< blocks of the collective kernel one device runs at once (an H100 holds ~1000)
+  int threadsPerBlock = 1;    ///< host threads per emulated block
   /// Blocks of one kernel run side by side (a thread each), as on a GPU, rather than one after the other: what
   /// blocks of one launch share (a FIFO, a counter) is then raced for.
   bool concurrentBlocks = false;
-  int delayPercent = 0;          ///< percent of block barriers and kernel starts delayed (stress)
-  int delayMaxUs = 50;           ///< longest such delay
-  std::atomic<int> launches{0};  ///< kernels launched (enqueued or captured), all threads
-  std::atomic<int> kernelsRun{0};    ///< kernels that ran to the end
-  std::atomic<int> copies{0};        ///< memcpyAsync and copyKernelAsync calls (enqueued or captured)
-  std::atomic<int> copyKernels{0};   ///< copyKernelAsync calls
-  std::atomic<int> streamWaits{0};   ///< streamWaitEvent calls that ordered one stream after another
+  int delayPercent = 0;                     ///< percent of block barriers and kernel starts delayed (stress)
+  int delayMaxUs = 50;                      ///< longest such delay
+  std::atomic<int> launches{0};             ///< kernels launched (enqueued or captured), all threads
+  std::atomic<int> kernelsRun{0};           ///< kernels that ran to the end
+  std::atomic<int> copies{0};               ///< memcpyAsync and copyKernelAsync calls (enqueued or captured)
+  std::atomic<int> copyKernels{0};          ///< copyKernelAsync calls
+  std::atomic<int> streamWaits{0};          ///< streamWaitEvent calls that ordered one stream after another
   std::atomic<int> destroyedStreamUses{0};  ///< calls on a destroyed stream (CUDA: undefined; an H200 crashed)
-  std::atomic<int> lastChannels{0};  ///< blocks of the last kernel launched
-  std::atomic<int> lastLanes{0};     ///< blocks per channel of the last kernel launched (chorus::workLanes)
+  std::atomic<int> lastChannels{0};         ///< blocks of the last kernel launched
+  std::atomic<int> lastLanes{0};            ///< blocks per channel of the last kernel launched (chorus::workLanes)
   /// Step runs of the last kernel launched that name blocks by ring position (StepRun::ordered).
   std::atomic<int> lastOrderedRuns{0};
-  std::atomic<int> lastMaxLag{0};    ///< the largest channel lag (Schedule::lag) of the last kernel launched
+  std::atomic<int> lastMaxLag{0};      ///< the largest channel lag (Schedule::lag) of the last kernel launched
   std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
   std::atomic<int> ipcLaunches{0};     ///< launched kernels through inboxes (kDevDirectIpc), by this process
   std::atomic<int> windowLaunches{0};  ///< launched kernels on registered windows (kDevDirectWindows), by this process
