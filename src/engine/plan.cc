@@ -22,6 +22,13 @@ namespace {
 
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
+// One tree below 16 KB (docs/perf/net.md, "One tree below 16 KB": 4 hosts x 2 ranks, 1 Gbit/s, both placements, two
+// rounds of both): on one channel the tree allreduce took 80-93 us at 128-512 B against 122-180 on two, and 249-274
+// against 289-388 at 8 KB; from 16 KB two were faster (409-437 us against 487-646), each tree carrying half the bytes.
+IntParam kTreeDualMin{"CHORUS_TREE_DUAL_MIN_BYTES", 16384,
+                      "Smallest tree collective (its full buffer, bytes) that runs both trees of the double binary "
+                      "tree, one a channel; smaller ones run one tree on one channel.",
+                      "tuning"};
 
 }  // namespace
 
@@ -408,7 +415,8 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   }
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n, localRanks_)) p.choice.algo = Algo::kRing;
-  const int minCh = p.choice.algo == Algo::kTree ? 2 : 1;  // double binary tree: one tree per channel
+  const bool dualTree = fullBuffer(op) >= static_cast<size_t>(kTreeDualMin.get());
+  const int minCh = p.choice.algo == Algo::kTree && dualTree ? 2 : 1;  // double binary tree: one tree per channel
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);
   if ((*p.scheds)[0].nranks < 0) return ncclInternalError;

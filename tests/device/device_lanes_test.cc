@@ -165,7 +165,9 @@ TEST_P(DeviceLanes, TreeAllReducePipelined) {
         for (bool inPlace : {false, true}) {
           checkAllReduce(gEmu, c, ncclInt32, ncclSum, count, inPlace, laneLaunches, usesLanes(count * 4), false,
                          int(count));
-          EXPECT_GE(gEmu.lastMaxLag.load(), 1) << count;  // every rank is below the root in one tree at least
+          // Every rank is below the root in one tree at least; below CHORUS_TREE_DUAL_MIN_BYTES (16 KB) one tree
+          // runs, whose root (rank 0) waits for nothing.
+          if (count * 4 >= 16384 || c.rank != 0) EXPECT_GE(gEmu.lastMaxLag.load(), 1) << count;
         }
       }
       checkAllReduce(gEmu, c, ncclFloat32, ncclAvg, 40001, false, laneLaunches, true, false, 3);
