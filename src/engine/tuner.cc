@@ -66,18 +66,19 @@ IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65535,
                   "Largest allreduce (bytes) that runs the node-aware tree when ranks span several hosts with as many "
                   "ranks on each (0: never by default).",
                   "tuning"};
-// Small allreduces across hosts (docs/perf/net.md, "Recursive doubling" and "The tuner's choice": 4 hosts x 2 ranks,
-// 1 Gbit/s, both placements). As the tuner's choice against the tree's, in pairs of runs with the tree first,
-// recursive doubling was faster at 128 B - 4 KB in 30 of 36 series (0.58-0.92 ms against 0.71-1.23 ms), and not at
-// 8-16 KB. Forced, each algorithm alone, it was the fastest of the ring, the tree and itself at 128 B - 16 KB in 64 of
-// 80 series, and the ring at 8-64 B in 38 of 40; but as the tuner's choice the ring below 128 B was slower than the
-// tree in 14 of 16 series, by no more than this VM drifts between consecutive runs, so the tree keeps those sizes.
+// Small allreduces across hosts (docs/perf/net.md, "Recursive doubling", "The tuner's choice" and "One tree below
+// 16 KB": 4 hosts x 2 ranks, 1 Gbit/s, both placements). Recursive doubling was the default from 128 B to 1 KB, where
+// it beat the tree of two channels. Since a tree below 16 KB runs on one channel (CHORUS_TREE_DUAL_MIN_BYTES), the
+// tree took 70-110 us at 8-512 B and 100-140 at 2 KB, recursive doubling 110-170 and 200-250, the ring 120-560 (two
+// runs), so recursive doubling is off by default there (it still runs with one rank a host, below).
 IntParam kDoublingMin{"CHORUS_DOUBLING_MIN_BYTES", 128,
                       "Smallest allreduce (bytes) that runs recursive doubling when ranks span several hosts with as "
                       "many ranks on each (up to CHORUS_DOUBLING_MAX_BYTES).",
                       "tuning"};
-IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 1024,
-                      "Largest allreduce (bytes) that runs recursive doubling by default across hosts (0: never).",
+IntParam kDoublingMax{"CHORUS_DOUBLING_MAX_BYTES", 0,
+                      "Largest allreduce (bytes) that runs recursive doubling by default across hosts with as many "
+                      "ranks on each, from CHORUS_DOUBLING_MIN_BYTES (0, the default: never there; one rank a host "
+                      "follows CHORUS_DOUBLING_SPREAD_MAX_BYTES).",
                       "tuning"};
 // Ranks on several hosts but not as many on each laid host by host (one rank a host, say): no tree or rail is node
 // aware there, and the alternatives to recursive doubling are the plain tree, one-shot (n-1 messages a rank across the

@@ -1,7 +1,7 @@
 // The tuner's default choice across hosts, by the collective's full buffer (allreduce's buffer, allgather's output,
-// reduce-scatter's input): hierarchical from CHORUS_HIER_MIN_BYTES; below it, for allreduces, recursive doubling from
-// CHORUS_DOUBLING_MIN_BYTES to CHORUS_DOUBLING_MAX_BYTES and the node-aware tree otherwise up to
-// CHORUS_TREE_MAX_BYTES; for allgathers and reduce-scatters rail from CHORUS_RAIL_MIN_BYTES to
+// reduce-scatter's input): hierarchical from CHORUS_HIER_MIN_BYTES; below it, for allreduces, the node-aware tree up
+// to CHORUS_TREE_MAX_BYTES but recursive doubling from CHORUS_DOUBLING_MIN_BYTES to CHORUS_DOUBLING_MAX_BYTES (none by
+// default); for allgathers and reduce-scatters rail from CHORUS_RAIL_MIN_BYTES to
 // CHORUS_RAIL_MAX_BYTES, else the ring; the ring or one-shot on one host; NCCL_ALGO still forcing.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -55,19 +55,16 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65536, n, -1, true).algo, Algo::kHier);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 65535, n, -1, true).algo, Algo::kTree);
   // Small allreduces: one-shot within a host; across hosts (where one-shot would send every buffer n-1 times) the
-  // node-aware tree below 64 KB, but recursive doubling from 128 B to 1 KB.
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8192, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 2048, n, -1, true).algo, Algo::kTree);
+  // node-aware tree below 64 KB.
+  for (size_t bytes : {size_t(8192), size_t(2048), size_t(1024), size_t(512), size_t(128), size_t(8)})
+    EXPECT_EQ(chooseAlgo(Coll::kAllReduce, bytes, n, -1, true).algo, Algo::kTree) << bytes;
+  // Recursive doubling where CHORUS_DOUBLING_MAX_BYTES asks for it, from CHORUS_DOUBLING_MIN_BYTES.
+  setenv("CHORUS_DOUBLING_MAX_BYTES", "1024", 1);
+  paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1025, n, -1, true).algo, Algo::kTree);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kDoubling);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 512, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 128, n, -1, true).algo, Algo::kDoubling);
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 127, n, -1, true).algo, Algo::kTree);
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 8, n, -1, true).algo, Algo::kTree);
-  // Without recursive doubling the tree takes its sizes.
-  setenv("CHORUS_DOUBLING_MAX_BYTES", "0", 1);
-  paramsReload();
-  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, true).algo, Algo::kTree);
   unsetenv("CHORUS_DOUBLING_MAX_BYTES");
   paramsReload();
   EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 1024, n, -1, false).algo, Algo::kOneShot);
