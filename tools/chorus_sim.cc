@@ -26,7 +26,8 @@ int usage() {
                "  --intra LAT_US,GBPS  latency a step and bandwidth per rank within a host (default 5,5)\n"
                "  --inter LAT_US,GBPS  latency a step and bandwidth per NIC between hosts (default 20,1.25)\n"
                "  --preset NAME        dgx-h100: 8 ranks and 8 NICs a host, NVLink 2,360 and 400 Gb/s IB 8,46;\n"
-               "                       netns-1g: 2 ranks and 1 NIC a host, shm 20,2 and 1 Gbit/s TCP 60,0.116\n"
+               "                       netns-1g: 2 ranks and 1 NIC a host, shm 2,2 and 1 Gbit/s TCP 4,0.116,\n"
+               "                       host CPU 0.5,6,0.5 (4 namespace hosts on 2 cores; docs/perf/sim.md)\n"
                "  --topo FILE          a host's topology file (chorus-topo, NCCL_TOPO_DUMP_FILE): a rank per GPU,\n"
                "                       its PCI NICs at 92%% of their port speed, and NVLink at 20.5 GB/s a link\n"
                "  --coll NAME          allreduce (default), allgather, reducescatter, broadcast, reduce, alltoall\n"
@@ -38,6 +39,10 @@ int usage() {
                "  --fifo SLOTS,BYTES   connection FIFOs: slots and bytes a slot (default 16,131072, the host\n"
                "                       path's across a net; dgx-h100: 8,131072); the model plays up to 64 ranks'\n"
                "                       steps slot by slot through them (a tree's fill and drain); 0: it does not\n"
+               "  --cpu INTRA,INTER,CORES  the host CPU term: us of CPU each message a rank sends or receives\n"
+               "                       costs its host, within a host and across, and the cores a host has for\n"
+               "                       them (a fraction where hosts share cores; default none; netns-1g: its fit)\n"
+               "  --tree-dual-min B    trees from B bytes run two trees, one a channel (default 16384, as chorus)\n"
                "  -b SIZE -e SIZE -f F sizes as the perf tools (default -b 1M -e 1G -f 4; K, M, G suffixes)\n"
                "Sizes are nccl-tests': allreduce's buffer, allgather's output, reduce-scatter's input.\n");
   return 2;
@@ -78,6 +83,16 @@ bool parseFifo(const char* s, ClusterShape* shape) {
   char extra = 0;
   if (std::sscanf(s, "%d,%lld%c", &slots, &bytes, &extra) != 2 || slots < 2 || bytes < 1) return false;
   shape->fifoSlots = slots, shape->slotBytes = static_cast<size_t>(bytes);
+  return true;
+}
+
+// "INTRA_US,INTER_US,CORES": CPU time a message within a host and across hosts, and cores a host (positive).
+bool parseCpu(const char* s, ClusterShape* shape) {
+  double intra = 0, inter = 0, cores = 0;
+  char extra = 0;
+  if (std::sscanf(s, "%lf,%lf,%lf%c", &intra, &inter, &cores, &extra) != 3 || intra < 0 || inter < 0 || cores <= 0)
+    return false;
+  shape->cpuIntraUs = intra, shape->cpuInterUs = inter, shape->cores = cores;
   return true;
 }
 
@@ -151,6 +166,10 @@ int main(int argc, char** argv) {
       ok = ok && parseLinkCost(v, &shape.inter);
     else if (a == "--fifo")
       ok = ok && parseFifo(v, &shape);
+    else if (a == "--cpu")
+      ok = ok && parseCpu(v, &shape);
+    else if (a == "--tree-dual-min")
+      ok = ok && parseSize(v, &shape.treeDualMinBytes);
     else if (a == "--channels")
       ok = ok && parsePositive(v, &channels);
     else if (a == "--nic-per-channel") {
@@ -176,8 +195,9 @@ int main(int argc, char** argv) {
       if (!applyTopology(v, &shape)) return 2;
     } else if (a == "--preset" && ok && std::strcmp(v, "netns-1g") == 0) {
       shape.ranksPerHost = 2, shape.nicsPerHost = 1;
-      parseLinkCost("20,2", &shape.intra);
-      parseLinkCost("60,0.116", &shape.inter);
+      parseLinkCost("2,2", &shape.intra);
+      parseLinkCost("4,0.116", &shape.inter);
+      parseCpu("0.5,6,0.5", &shape);
     } else {
       ok = false;
     }
@@ -196,6 +216,9 @@ int main(int argc, char** argv) {
       shape.hosts, shape.ranksPerHost, n, shape.nicsPerHost, shape.nicPerChannel ? " (by channel)" : "",
       shape.intra.latencyUs, shape.intra.bytesPerUs / 1000, shape.inter.latencyUs, shape.inter.bytesPerUs / 1000,
       collName(coll), channels, fifo.c_str());
+  if (shape.cpuIntraUs > 0 || shape.cpuInterUs > 0)
+    std::printf("# host CPU: %.2f us a message within a host, %.2f across, %.3g core(s) a host\n", shape.cpuIntraUs,
+                shape.cpuInterUs, shape.cores);
   std::printf("# %10s  %-12s  %12s  %9s  %9s  %-10s  %s\n", "size", "algorithm", "time (us)", "algbw", "busbw",
               "bound by", "cheapest");
   bool allowed[static_cast<int>(Algo::kNumAlgos)];

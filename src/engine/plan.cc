@@ -42,6 +42,7 @@ ClusterShape Planner::modelShape() const {
   shape.inter = links.inter;
   shape.fifoSlots = static_cast<int>(geo_.nSlots);
   shape.slotBytes = geo_.slotBytes;
+  shape.treeDualMinBytes = static_cast<size_t>(std::max<int64_t>(0, kTreeDualMin.get()));
   if (nicChannels_ > 1) {
     shape.nicsPerHost = nicChannels_;
     shape.nicPerChannel = true;
@@ -58,30 +59,36 @@ size_t Planner::fullBuffer(const OpDesc& op) const {
   return fullBufferBytes(op.coll, op.count * DType::size(op.dtype), comm_->nranks);
 }
 
-bool Planner::modelEstimate(Coll coll, Algo algo, size_t size, int nChannels, CostEstimate* out) const {
-  // Built once at a reference size per (collective, algorithm, channels) and link settings, then scaled: building
-  // every rank's schedules and their critical path on each call would put that work on the call path. Without the
-  // pipeline term (over kPipelineMaxRanks ranks) the model is linear in size and one reference serves every size;
-  // with it, one at each power of two, scaled down to the sizes above the one below (the pipeline term is not linear:
-  // within that factor of two, scaling it down underestimates it).
-  size_t refBytes = size_t(1) << 20;
+bool Planner::modelEstimate(Coll coll, Algo algo, size_t size, size_t elemBytes, int nChannels,
+                            CostEstimate* out) const {
+  // Built once at a reference size per (collective, algorithm, channels, element size) and link settings, then
+  // scaled: building every rank's schedules and their critical path on each call would put that work on the call
+  // path. Without the pipeline term (over kPipelineMaxRanks ranks) the model is linear in size where every block has
+  // data, and one reference serves every size; with it, one at each power of two, scaled down to the sizes above the
+  // one below (the pipeline term is not linear: within that factor of two, scaling it down underestimates it). Below
+  // 64 KB, where blocks may be empty and steps skipped, each size is estimated as it is.
+  const size_t es = std::max<size_t>(1, elemBytes);
+  size_t refBytes = std::max<size_t>(size_t(1) << 20, size_t(32) * comm_->nranks * std::max(1, nChannels) * es);
   if (comm_->nranks <= kPipelineMaxRanks) {
     refBytes = 4096;
     while (refBytes < size && refBytes < (size_t(1) << 62)) refBytes <<= 1;
   }
+  if (size < 65536) refBytes = size;
   if (modelCacheGen_ != paramsGeneration()) {
     modelCache_.clear();
     modelCacheGen_ = paramsGeneration();
   }
-  auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), nChannels, refBytes);
+  auto key = std::make_tuple(static_cast<int>(coll), static_cast<int>(algo), nChannels, es, refBytes);
   auto it = modelCache_.find(key);
   if (it == modelCache_.end()) {
     CostEstimate ref;
-    const bool ok = estimateCollective(coll, algo, refBytes, nChannels, modelShape(), &ref, nullptr);
+    ClusterShape shape = modelShape();
+    shape.elemBytes = es;
+    const bool ok = estimateCollective(coll, algo, refBytes, nChannels, shape, &ref, nullptr);
     it = modelCache_.emplace(key, std::make_pair(ok, ref)).first;
   }
   if (!it->second.first) return false;
-  *out = scaleEstimate(it->second.second, refBytes, size);
+  *out = refBytes == size ? it->second.second : scaleEstimate(it->second.second, refBytes, size);
   return true;
 }
 
@@ -94,8 +101,9 @@ void Planner::modelChoice(const OpDesc& op, int nChannels, Choice* choice) const
   if (localRanks_ == 0) allowed[static_cast<int>(Algo::kHier)] = allowed[static_cast<int>(Algo::kRail)] = false;
   const size_t size = fullBuffer(op);
   CostEstimate best;
+  const size_t es = DType::size(op.dtype);
   const Algo a = cheapestAlgo(
-      allowed, [&](Algo algo, CostEstimate* e) { return modelEstimate(op.coll, algo, size, nChannels, e); }, &best);
+      allowed, [&](Algo algo, CostEstimate* e) { return modelEstimate(op.coll, algo, size, es, nChannels, e); }, &best);
   if (a != Algo::kNumAlgos) choice->algo = a;
 }
 
@@ -107,9 +115,10 @@ void Planner::consultTuner(const OpDesc& op, int* nChannels, Choice* choice) con
   for (auto& row : table)
     for (float& c : row) c = -1;
   CostEstimate e;
-  if (modelEstimate(op.coll, ringFamily, size, *nChannels, &e))
+  const size_t es = DType::size(op.dtype);
+  if (modelEstimate(op.coll, ringFamily, size, es, *nChannels, &e))
     table[TunerPlugin::kRing][TunerPlugin::kLL] = table[TunerPlugin::kRing][TunerPlugin::kSimple] = e.timeUs;
-  if (algoSupported(op.coll, Algo::kTree, n) && modelEstimate(op.coll, Algo::kTree, size, *nChannels, &e))
+  if (algoSupported(op.coll, Algo::kTree, n) && modelEstimate(op.coll, Algo::kTree, size, es, *nChannels, &e))
     table[TunerPlugin::kTree][TunerPlugin::kLL] = table[TunerPlugin::kTree][TunerPlugin::kSimple] = e.timeUs;
   TunerPlugin::CostTable before;
   std::memcpy(before, table, sizeof(table));
@@ -140,7 +149,9 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
     CostEstimate e;
     Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1);
     if (!tuningForced() && tunerByModel()) modelChoice(op, nChannels, &c);
-    if (modelEstimate(op.coll, c.algo, size, nChannels, &e) || modelEstimate(op.coll, Algo::kRing, size, nChannels, &e))
+    const size_t es = DType::size(op.dtype);
+    if (modelEstimate(op.coll, c.algo, size, es, nChannels, &e) ||
+        modelEstimate(op.coll, Algo::kRing, size, es, nChannels, &e))
       us += e.timeUs;
   }
   return static_cast<float>(us);

@@ -160,17 +160,18 @@ class Planner {
   std::vector<int32_t> orderTable_, posTable_;  ///< orderTable(), and each rotation's inverse
   /// The cost model's view of this communicator (hosts, ranks a host, CHORUS_COST_* links).
   ClusterShape modelShape() const;
-  /// The cost model's estimate of (coll, algo) on nChannels for `size` bytes; false where algo cannot run it.
-  bool modelEstimate(Coll coll, Algo algo, size_t size, int nChannels, CostEstimate* out) const;
+  /// The cost model's estimate of (coll, algo) on nChannels for `size` bytes of elemBytes elements; false where algo
+  /// cannot run it.
+  bool modelEstimate(Coll coll, Algo algo, size_t size, size_t elemBytes, int nChannels, CostEstimate* out) const;
   /// CHORUS_TUNER_MODEL: the cost model's cheapest algorithm that can run the collective.
   void modelChoice(const OpDesc& op, int nChannels, Choice* choice) const;
   /// Lets the tuner plugin change a choice and lower the channel count (engine/tuner_plugin.h).
   void consultTuner(const OpDesc& op, int* nChannels, Choice* choice) const;
 
   std::unique_ptr<TunerPlugin> tuner_;  ///< NCCL_TUNER_PLUGIN's context for this communicator, or null
-  /// modelEstimate's estimates by (collective, algorithm, channels, reference size), for the parameter generation
-  /// modelCacheGen_ (the link costs are parameters); the bool says whether the algorithm can run the collective.
-  mutable std::map<std::tuple<int, int, int, size_t>, std::pair<bool, CostEstimate>> modelCache_;
+  /// modelEstimate's estimates by (collective, algorithm, channels, element size, reference size), for the parameter
+  /// generation modelCacheGen_ (the link costs are parameters); the bool says whether the algorithm can run it.
+  mutable std::map<std::tuple<int, int, int, size_t, size_t>, std::pair<bool, CostEstimate>> modelCache_;
   mutable uint64_t modelCacheGen_ = 0;
   int hosts_ = 1;                       ///< distinct hosts among the ranks
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0

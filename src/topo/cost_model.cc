@@ -17,21 +17,62 @@ namespace {
 // up to this many slots in all; beyond, the estimate is the alpha-beta sum alone.
 constexpr size_t kPipelineSlots = size_t(1) << 16;
 
-/// Input and output bytes of one rank for nccl-tests' `size` of a collective on n ranks.
-void bufferBytes(Coll coll, double size, int n, double* in, double* out) {
-  *in = *out = size;
-  switch (coll) {
-    case Coll::kAllGather:
-    case Coll::kGather:
-      *in = size / n;
-      break;
-    case Coll::kReduceScatter:
-    case Coll::kScatter:
-      *out = size / n;
-      break;
-    default:
-      break;
+size_t roundUp16(size_t x) { return (x + 15) / 16 * 16; }
+
+// One operation's blocks as the planner lays them out (Planner::plan, src/engine/plan.cc), in elements: the input's
+// and output's totals; a block, an allreduce's buffer split evenly over its blocks and rounded up to 16 elements, the
+// other collectives' one rank's count; and a channel's part of each block, rounded up to 16. A step moves its blocks'
+// parts of its channel; the executor skips a step whose part is empty (kernels/executor.h), as a small allreduce's
+// trailing blocks and a small tree's second channel are.
+struct Layout {
+  size_t inTotal = 0, outTotal = 0, blockElems = 0, chanElems = 0, elemBytes = 4;
+
+  // nccl-tests' `size` of `coll` on n ranks over nch channels, whose schedules view buffers as `blocks` blocks.
+  Layout(Coll coll, size_t size, int n, int nch, int blocks, size_t es) : elemBytes(std::max<size_t>(1, es)) {
+    const bool whole = coll == Coll::kAllReduce || coll == Coll::kBroadcast || coll == Coll::kReduce;
+    const size_t N = size / elemBytes / (whole ? 1 : static_cast<size_t>(n)), all = N * static_cast<size_t>(n);
+    inTotal = outTotal = N;
+    if (coll == Coll::kAllGather || coll == Coll::kGather) outTotal = all;
+    if (coll == Coll::kReduceScatter || coll == Coll::kScatter) inTotal = all;
+    if (coll == Coll::kAllToAll) inTotal = outTotal = all;
+    const size_t b = coll == Coll::kAllReduce ? static_cast<size_t>(std::max(1, blocks)) : 1;
+    blockElems = b > 1 ? roundUp16((N + b - 1) / b) : N;
+    chanElems = roundUp16((blockElems + nch - 1) / static_cast<size_t>(nch));
   }
+  // Bytes of channel ch's part of block `block` of `buf`.
+  double part(Buf buf, int block, int ch) const {
+    if (buf == Buf::kNone) return 0;
+    const size_t total = buf == Buf::kInput ? inTotal : outTotal;
+    const size_t start = static_cast<size_t>(block) * blockElems, end = std::min(start + blockElems, total);
+    const size_t from = start + static_cast<size_t>(ch) * chanElems, to = std::min(from + chanElems, end);
+    return from < to ? static_cast<double>((to - from) * elemBytes) : 0;
+  }
+  // What a step moves on channel ch: its blocks' parts (Step::span of them in one message), measured on the buffer the
+  // executor measures it by (what it writes where it receives or copies, else what it reads).
+  double step(const Step& st, int ch) const {
+    const bool writes = stepRecvs(st.op) || st.op == StepOp::kCopy || st.op == StepOp::kLocalReduce;
+    BufRef ref = writes ? st.dst : st.src;
+    if (ref.buf == Buf::kNone) ref = st.src.buf != Buf::kNone ? st.src : st.dst;
+    double bytes = 0;
+    for (int j = 0; j < st.span; j++) bytes += part(ref.buf, ref.block + j, ch);
+    return bytes;
+  }
+};
+
+// The steps the executor runs of a schedule under a layout: those that move something. The lagged part (lagFrom)
+// keeps its place among them.
+void dropEmptySteps(const Layout& lay, Schedule* s) {
+  std::vector<Step> kept;
+  int lagFrom = s->lagFrom;
+  for (size_t i = 0; i < s->steps.size(); i++) {
+    if (lay.step(s->steps[i], s->channel) > 0) {
+      kept.push_back(s->steps[i]);
+    } else if (s->lagFrom > static_cast<int>(i)) {
+      lagFrom--;
+    }
+  }
+  s->steps = std::move(kept);
+  s->lagFrom = lagFrom;
 }
 
 /// The ranks whose schedules are built: all of them up to 64 ranks, and for trees (a few steps a rank), else every
@@ -95,13 +136,6 @@ double criticalPath(const std::vector<Schedule>& all, const std::function<double
     end = std::max(end, t[r]);
   }
   return end;
-}
-
-/// What a step's message carries, given the sizes of its buffers' blocks: its source block, or what it received (the
-/// size of its destination); a step of several blocks (Step::span) carries them all in one message.
-double stepBytes(const Step& st, double inBlock, double outBlock) {
-  const BufRef& b = st.src.buf != Buf::kNone ? st.src : st.dst;
-  return (b.buf == Buf::kInput ? inBlock : outBlock) * st.span;
 }
 
 // One connection of the pipeline simulation: the slots sent on it, in order, with the time each arrived, and the
@@ -188,8 +222,8 @@ struct SimActor {
 // own out and in within a host, for the slot's bytes over its class's bandwidth, at the first time both are free.
 // Slots are placed in the order they become ready. A rank's own copies and reductions cost nothing. -1 when it would
 // take more than `budget` slots or the steps do not all run.
-double pipelineSim(const std::vector<std::vector<Schedule>>& built, const ClusterShape& shape, double inBytes,
-                   double outBytes, uint64_t nTiles, size_t budget) {
+double pipelineSim(const std::vector<std::vector<Schedule>>& built, const ClusterShape& shape, const Layout& lay,
+                   uint64_t nTiles, size_t budget) {
   const int nch = static_cast<int>(built.size());
   const int n = shape.nranks(), P = shape.ranksPerHost;
   const int nics = shape.nicPerChannel ? shape.nicsPerHost : std::min(shape.nicsPerHost, P);
@@ -201,7 +235,6 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
       const Schedule& s = built[ch][r];
       SimActor a;
       a.rank = r, a.channel = ch;
-      const double inBlock = inBytes / s.inBlocks, outBlock = outBytes / s.outBlocks;
       const TileOrder order(nTiles, static_cast<uint32_t>(s.steps.size()), s.lagFrom, s.lag);
       for (uint64_t k = 0; k < order.rounds(); k++)
         for (int which = 0; which < 2; which++) {
@@ -211,7 +244,7 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
           for (uint32_t i = first; i < end; i++) {
             const Step& st = s.steps[i];
             if (!stepSends(st.op) && !stepRecvs(st.op)) continue;
-            const double bytes = stepBytes(st, inBlock, outBlock) / static_cast<double>(nTiles);
+            const double bytes = lay.step(st, ch) / static_cast<double>(nTiles);
             const int k = std::max(1, static_cast<int>(std::ceil(bytes / slotBytes)));
             a.work.push_back(SimWork{&st, k, bytes / k});
             slots += static_cast<size_t>(k);
@@ -297,6 +330,13 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
   return end;
 }
 
+// The time from its terms, and which term is the largest.
+void sumUp(CostEstimate* e) {
+  e->timeUs = e->latencyUs + e->cpuUs + e->bandwidthUs + e->pipelineUs;
+  const double most = std::max({e->latencyUs, e->cpuUs, e->bandwidthUs});
+  e->bottleneck = most == e->bandwidthUs ? e->bandwidthBound : most == e->latencyUs ? "latency" : "host CPU";
+}
+
 }  // namespace
 
 double busBwFactor(Coll coll, int nranks) {
@@ -335,8 +375,7 @@ CostEstimate scaleEstimate(const CostEstimate& ref, size_t refSize, size_t size)
   e.pipelineUs *= f;
   e.nicBytes *= f;
   e.intraBytes *= f;
-  e.timeUs = e.latencyUs + e.bandwidthUs + e.pipelineUs;
-  e.bottleneck = e.latencyUs > e.bandwidthUs ? "latency" : e.bandwidthBound;
+  sumUp(&e);
   return e;
 }
 
@@ -352,16 +391,15 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
     if (err) *err = std::string(algoName(algo)) + " does not implement " + collName(coll);
     return false;
   }
-  const int nch = std::max(nChannels, algo == Algo::kTree ? 2 : 1);
-  double inBytes, outBytes;
-  bufferBytes(coll, static_cast<double>(size) / nch, n, &inBytes, &outBytes);
+  const int nch = std::max(nChannels, algo == Algo::kTree && size >= shape.treeDualMinBytes ? 2 : 1);
 
   const std::vector<int> ranks = sampledRanks(shape, algo);
   const bool allRanks = static_cast<int>(ranks.size()) == n;
   std::vector<std::vector<Schedule>> built(allRanks ? nch : 0, std::vector<Schedule>(allRanks ? n : 0));
   const int nics = shape.nicPerChannel ? shape.nicsPerHost : std::min(shape.nicsPerHost, P);
-  // Per sampled host (by index in `ranks` / P): each NIC's bytes out and in.
-  std::vector<double> nicOut(ranks.size() / P * nics, 0), nicIn(nicOut.size(), 0);
+  // Per sampled host (by index in `ranks` / P): each NIC's bytes out and in, and its ranks' CPU time for messages.
+  std::vector<double> nicOut(ranks.size() / P * nics, 0), nicIn(nicOut.size(), 0), hostCpu(ranks.size() / P, 0);
+  std::vector<Layout> layout;  // as the planner lays the buffers out for the first schedule built
   CostEstimate e;
   for (size_t i = 0; i < ranks.size(); i++) {
     const int rank = ranks[i], host = rank / P;
@@ -376,19 +414,27 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
         if (err) *err = why;
         return false;
       }
-      if (allRanks) built[ch][rank] = s;
-      const double inBlock = inBytes / s.inBlocks, outBlock = outBytes / s.outBlocks;
+      if (layout.empty()) layout.emplace_back(coll, size, n, nch, std::max(s.inBlocks, s.outBlocks), shape.elemBytes);
       double chLatency = 0;
       for (const Step& st : s.steps) {
         const bool sends = stepSends(st.op), recvs = stepRecvs(st.op);
         if (!sends && !recvs) continue;  // local copies: memory bandwidth, not modelled
-        // A step of several blocks carries them all in one message, at one step's latency.
-        const double bytes = stepBytes(st, inBlock, outBlock);
+        // A step of several blocks carries them all in one message, at one step's latency. One rank's sum stands for
+        // the path where only some ranks are built: it counts the steps that move nothing too, as a ring's first
+        // block passes every rank twice whatever the others carry.
+        const double bytes = layout[0].step(st, ch);
         const bool sendAcross = sends && st.sendPeer / P != host, recvAcross = recvs && st.recvPeer / P != host;
         chLatency += sendAcross || recvAcross ? shape.inter.latencyUs : shape.intra.latencyUs;
         steps++;
+        if (bytes == 0) continue;
         if (sends) (sendAcross ? nicOut[nic] : intraOut) += bytes;
         if (recvs) (recvAcross ? nicIn[nic] : intraIn) += bytes;
+        if (sends) hostCpu[i / P] += sendAcross ? shape.cpuInterUs : shape.cpuIntraUs;
+        if (recvs) hostCpu[i / P] += recvAcross ? shape.cpuInterUs : shape.cpuIntraUs;
+      }
+      if (allRanks) {
+        dropEmptySteps(layout[0], &s);
+        built[ch][rank] = std::move(s);
       }
       latency = std::max(latency, chLatency);  // channels run side by side
     }
@@ -412,21 +458,21 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
     if (path >= 0) e.latencyUs = path;
   }
   for (size_t k = 0; k < nicOut.size(); k++) e.nicBytes = std::max({e.nicBytes, nicOut[k], nicIn[k]});
+  for (double c : hostCpu) e.cpuUs = std::max(e.cpuUs, shape.cores > 0 ? c / shape.cores : 0);
   const double nicUs = shape.hosts > 1 ? e.nicBytes / shape.inter.bytesPerUs : 0;
   const double intraUs = e.intraBytes / shape.intra.bytesPerUs;
   e.bandwidthUs = std::max(nicUs, intraUs);
-  if (allRanks && n <= kPipelineMaxRanks && shape.fifoSlots >= 2 && shape.slotBytes > 0 && size > 0) {
+  if (allRanks && n <= kPipelineMaxRanks && shape.fifoSlots >= 2 && shape.slotBytes > 0 && layout[0].chanElems > 0) {
     // Tiles as the planner cuts them: half a FIFO a block, shorter where a message carries several blocks.
-    const Schedule& s0 = built[0][0];
-    const double block = std::max(inBytes / s0.inBlocks, outBytes / s0.outBlocks);
-    const double tile = static_cast<double>(shape.slotBytes) * shape.fifoSlots / 2 / spanBound(coll, algo, n);
-    const uint64_t nTiles = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(block / tile)));
-    const double piped = pipelineSim(built, shape, inBytes, outBytes, nTiles, kPipelineSlots);
+    const Layout& lay = layout[0];
+    const size_t tileElems = std::max<size_t>(
+        1, shape.slotBytes * static_cast<size_t>(shape.fifoSlots) / 2 / lay.elemBytes / spanBound(coll, algo, n));
+    const uint64_t nTiles = (lay.chanElems + tileElems - 1) / tileElems;
+    const double piped = pipelineSim(built, shape, lay, nTiles, kPipelineSlots);
     if (piped > e.bandwidthUs) e.pipelineUs = piped - e.bandwidthUs;
   }
-  e.timeUs = e.latencyUs + e.bandwidthUs + e.pipelineUs;
   e.bandwidthBound = nicUs >= intraUs ? "NIC" : "intra-host";
-  e.bottleneck = e.latencyUs > e.bandwidthUs ? "latency" : e.bandwidthBound;
+  sumUp(&e);
   *out = e;
   return true;
 }

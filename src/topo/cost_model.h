@@ -13,7 +13,11 @@
 //              the other ranks of its host, over the class's bandwidth;
 //
 // and the sum of the two, as NCCL's model and the alpha-beta model of the literature do: pipelining hides everything
-// but the busiest resource, and each step adds its latency once.
+// but the busiest resource, and each step adds its latency once. Steps are those the executor runs: blocks are laid
+// out as the planner lays them (whole elements, an allreduce's blocks rounded up to 16 of them), and a step whose
+// part of them is empty is skipped. Where ranks outnumber their host's cores, a third term (ClusterShape::cpuIntraUs,
+// cpuInterUs, cores; none by default) charges the busiest host the CPU time of every message its ranks send and
+// receive.
 //
 // Pipelining does not hide everything where a step must wait for data another rank has not sent yet: a tree's
 // root waits for the leaves' first slot, the leaves for the root's last. Given the FIFO geometry (ClusterShape), the
@@ -51,6 +55,10 @@ struct LinkCosts {
 /// Clusters of up to this many ranks get the pipeline term (ClusterShape::fifoSlots).
 constexpr int kPipelineMaxRanks = 64;
 
+/// Tree collectives of at least this many bytes (their full buffer) run both trees of the double binary tree, one a
+/// channel; smaller ones run one tree on one channel (CHORUS_TREE_DUAL_MIN_BYTES's default).
+constexpr size_t kTreeDualMinBytes = 16384;
+
 /// A cluster: hosts x ranks a host, and its two link classes.
 struct ClusterShape {
   int hosts = 1;
@@ -65,21 +73,36 @@ struct ClusterShape {
   /// CHORUS_FIFO_SLOT_BYTES). With both set, clusters of up to 64 ranks also get the pipeline term (below); 0: none.
   int fifoSlots = 0;
   size_t slotBytes = 0;
+  /// Bytes an element. The planner's blocks are whole elements, an allreduce's rounded up to 16 of them, and the
+  /// executor skips a step whose part of its blocks is empty: small collectives run fewer steps. 4 (float, the perf
+  /// tools' default) unless the caller knows the type.
+  size_t elemBytes = 4;
+  /// Tree collectives from this size (full buffer, bytes) run two trees, one a channel; smaller ones one.
+  size_t treeDualMinBytes = kTreeDualMinBytes;
+  /// The host CPU term (0: none). Every message a rank sends or receives costs its host this much CPU time, within a
+  /// host and across hosts, and a host has `cores` cores for it (a fraction where hosts share cores, as network
+  /// namespaces on one machine do). Where ranks outnumber cores their messages queue for them: small collectives
+  /// then take time by how many messages they make, not only by their longest chain of steps.
+  double cpuIntraUs = 0;
+  double cpuInterUs = 0;
+  double cores = 1;
   int nranks() const { return hosts * ranksPerHost; }
 };
 
 /// What the model says of one collective.
 struct CostEstimate {
-  double timeUs = 0;       ///< latencyUs + bandwidthUs + pipelineUs
+  double timeUs = 0;       ///< latencyUs + cpuUs + bandwidthUs + pipelineUs
   double latencyUs = 0;    ///< the steps' latencies on the slowest rank
   double bandwidthUs = 0;  ///< the busiest resource's bytes over its bandwidth
   /// What the links idle beyond that while data climbs and descends the schedule's steps slot by slot (a tree's
   /// fill and drain; a phase waiting for the one before it): the pipeline term below. 0 without FIFO geometry.
   double pipelineUs = 0;
+  /// The busiest host's messages (every send and receive of its ranks) at ClusterShape's CPU cost, over its cores.
+  double cpuUs = 0;
   int steps = 0;           ///< steps of that rank, all channels
   double nicBytes = 0;     ///< bytes through the busiest NIC in its busier direction
   double intraBytes = 0;   ///< bytes of the busiest rank to or from its host's other ranks
-  std::string bottleneck;  ///< "NIC", "intra-host" or "latency"
+  std::string bottleneck;  ///< the largest of latencyUs, cpuUs and bandwidthUs: "latency", "host CPU", "NIC" or "intra-host"
   std::string bandwidthBound;  ///< which of "NIC" and "intra-host" bounds bandwidthUs, whatever the size
 };
 
@@ -106,10 +129,12 @@ size_t fullBufferBytes(Coll coll, size_t countBytes, int nranks);
 /// negative or the bandwidth not positive.
 bool parseLinkCost(const std::string& text, LinkCost* out);
 
-/// The estimate for `size` bytes from one made for `refSize`: without the pipeline term the model is linear in size
-/// (its latency does not depend on it, every byte count is proportional to it), so schedules need not be built again
-/// for every size. The pipeline term is not linear (a tree's fill is a few slots whatever the size); it is scaled as
-/// the rest, which is exact only without it, and close from a reference size at most twice `size` (the planner's).
+/// The estimate for `size` bytes from one made for `refSize`: without the pipeline term, and where both sizes give
+/// every step something to move, the model is linear in size (its latency and CPU terms do not depend on it, every
+/// byte count is proportional to it), so schedules need not be built again for every size. The pipeline term is not
+/// linear (a tree's fill is a few slots whatever the size); it is scaled as the rest, which is exact only without it,
+/// and close from a reference size at most twice `size` (the planner's). Small sizes, whose blocks may be empty, are
+/// not linear: the planner estimates them as they are.
 CostEstimate scaleEstimate(const CostEstimate& ref, size_t refSize, size_t size);
 
 }  // namespace chorus

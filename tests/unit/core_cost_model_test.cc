@@ -73,20 +73,20 @@ TEST(CostModel, LatencyIsTheCriticalPath) {
   // One host of 4: a ring allreduce is 2(n-1)+1 steps with a peer (the last only receives), each waiting for the
   // previous rank's previous step: 7 steps of 2 us.
   ClusterShape s = shape(1, 4);
-  CostEstimate e = estimate(Coll::kAllReduce, Algo::kRing, 8, s);
+  CostEstimate e = estimate(Coll::kAllReduce, Algo::kRing, 4096, s);
   EXPECT_EQ(e.steps, 7);
   EXPECT_DOUBLE_EQ(e.latencyUs, 7 * 2.0);
   EXPECT_EQ(e.bottleneck, "latency");
   EXPECT_DOUBLE_EQ(e.timeUs, e.latencyUs + e.bandwidthUs);
   // Across 2 hosts of 2 every rank sends or receives across on each step but rank 1's and 3's last (a receive from
   // within): rank 0's last step, a receive from rank 3, ends the path at 7 x 10 us.
-  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 8, shape(2, 2)).latencyUs, 7 * 10.0);
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 4096, shape(2, 2)).latencyUs, 7 * 10.0);
   // A tree's path is its depth up and down, not one rank's few steps: each doubling of the ranks adds a level, and a
   // level is four steps of 2 us (a node takes its two children one after the other, up and down).
   double previous = 0;
   for (int n : {16, 32, 64, 128}) {
     CostEstimate tree = estimate(Coll::kAllReduce, Algo::kTree, 8, shape(1, n));
-    EXPECT_LE(tree.steps, 6) << n;  // at most 3 steps a channel, 2 channels
+    EXPECT_LE(tree.steps, 4) << n;  // at most 4 steps a channel (two children, a parent), one tree below 16 KB
     if (previous > 0) {
       EXPECT_DOUBLE_EQ(tree.latencyUs - previous, 4 * 2.0) << n;
     }
@@ -96,6 +96,7 @@ TEST(CostModel, LatencyIsTheCriticalPath) {
 
 TEST(CostModel, TenThousandRanks) {
   const int H = 1280, P = 8, n = H * P;
+  const double S = 100.0 * 16 * 4 * n;  // 100 x 16 floats a rank's block (about 64 MB): every block alike
   CostEstimate ring = estimate(Coll::kAllReduce, Algo::kRing, S, shape(H, P, P));
   EXPECT_NEAR(ring.nicBytes, 2.0 * (n - 1) / n * S, 1);
   EXPECT_EQ(ring.steps, 2 * (n - 1) + 1);
@@ -152,7 +153,7 @@ TEST(CostModel, RailCarriesAsHierarchical) {
 TEST(CostModel, ScalingIsBuildingAgain) {
   for (const ClusterShape& s : {shape(4, 2), shape(1, 8), shape(128, 8, 8)})
     for (Algo algo : {Algo::kRing, Algo::kTree, Algo::kHier})
-      for (double size : {0.0, 8.0, 65536.0, S}) {
+      for (double size : {65536.0, 4.0 * (1 << 20), S}) {  // every block has data (see the test below)
         CostEstimate ref = estimate(Coll::kAllReduce, algo, 1 << 20, s);
         CostEstimate direct = estimate(Coll::kAllReduce, algo, size, s);
         CostEstimate scaled = scaleEstimate(ref, 1 << 20, static_cast<size_t>(size));
@@ -161,6 +162,60 @@ TEST(CostModel, ScalingIsBuildingAgain) {
         EXPECT_NEAR(scaled.intraBytes, direct.intraBytes, 1e-9 * direct.intraBytes + 1e-9);
         EXPECT_EQ(scaled.bottleneck, direct.bottleneck) << algoName(algo) << " " << size;
       }
+}
+
+// Blocks are whole elements, an allreduce's rounded up to 16 (the planner's layout), and the executor skips a step
+// whose part of them is empty, so the model does too. A ring allreduce of 2 floats on 4 ranks moves only block 0: its
+// chain around the ring is as long as a full ring's (7 steps of 2 us), but it makes 12 messages (6 sends, 6
+// receives) where 1 KB, all four blocks, makes 48.
+TEST(CostModel, StepsWithNothingToMoveAreSkipped) {
+  ClusterShape s = shape(1, 4);
+  s.cpuIntraUs = 1;
+  const CostEstimate all = estimate(Coll::kAllReduce, Algo::kRing, 1024, s);
+  EXPECT_DOUBLE_EQ(all.latencyUs, 7 * 2.0);
+  EXPECT_DOUBLE_EQ(all.cpuUs, 48);
+  const CostEstimate one = estimate(Coll::kAllReduce, Algo::kRing, 8, s);
+  EXPECT_DOUBLE_EQ(one.latencyUs, 7 * 2.0);
+  EXPECT_DOUBLE_EQ(one.cpuUs, 12);
+  // 16 floats a block: 49 floats give four blocks data (the last one), 48 three (36 messages).
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 49 * 4, s).cpuUs, 48);
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 48 * 4, s).cpuUs, 36);
+  // Bytes an element: 48 one-byte elements are three blocks too.
+  ClusterShape bytes = s;
+  bytes.elemBytes = 1;
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 48, bytes).cpuUs, 36);
+  // Less than one element: nothing moves.
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 3, s).timeUs, 0);
+}
+
+// A tree below ClusterShape::treeDualMinBytes runs one tree on one channel (CHORUS_TREE_DUAL_MIN_BYTES), from it two.
+// On one host of 4 a tree has 3 edges, each a message up and one down: 12 sends and receives a tree.
+TEST(CostModel, SmallTreesRunOneTree) {
+  ClusterShape s = shape(1, 4);
+  s.cpuIntraUs = 1;
+  const CostEstimate one = estimate(Coll::kAllReduce, Algo::kTree, 8192, s);
+  EXPECT_DOUBLE_EQ(one.cpuUs, 12);
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kTree, 16384, s).cpuUs, 24);
+  s.treeDualMinBytes = 0;
+  const CostEstimate two = estimate(Coll::kAllReduce, Algo::kTree, 8192, s);
+  EXPECT_DOUBLE_EQ(two.cpuUs, 24);
+  EXPECT_DOUBLE_EQ(one.latencyUs, two.latencyUs);  // the trees run side by side
+}
+
+// The host CPU term: every send and receive costs its host's CPU, over the host's cores. A ring allreduce on one host
+// of 4 sends and receives 6 times a rank: 48 messages of 1 us over 2 cores.
+TEST(CostModel, HostCpuTermCountsMessages) {
+  ClusterShape s = shape(1, 4);
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 4096, s).cpuUs, 0) << "none by default";
+  s.cpuIntraUs = 1, s.cpuInterUs = 5, s.cores = 2;
+  CostEstimate e = estimate(Coll::kAllReduce, Algo::kRing, 4096, s);
+  EXPECT_DOUBLE_EQ(e.cpuUs, 24);
+  EXPECT_DOUBLE_EQ(e.timeUs, e.latencyUs + e.cpuUs + e.bandwidthUs + e.pipelineUs);
+  EXPECT_EQ(e.bottleneck, "host CPU");
+  // Across 2 hosts of 2 (ring 0 -> 1 -> 2 -> 3 -> 0): on host 0, rank 0 sends 6 within and receives 6 from rank 3
+  // across, rank 1 receives 6 within and sends 6 across: 12 messages at 1 us and 12 at 5, over 2 cores.
+  s.hosts = 2, s.ranksPerHost = 2;
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 4096, s).cpuUs, (12 * 1 + 12 * 5) / 2.0);
 }
 
 TEST(CostModel, ParsesLinkCosts) {
