@@ -6,7 +6,9 @@
 #     (egress of hx and of the bridge port). With SUBNET2, every host has a second NIC on a second rail: "hy" at
 #     SUBNET2.i/24 on a second bridge of the switch, shaped alike. With NETNS_TCP_CC set (cubic, bbr, reno), every
 #     host's TCP uses that congestion control (a namespace otherwise takes the kernel's default, which is cubic on
-#     Debian and bbr on some kernels). Returns 1 on the first failure.
+#     Debian and bbr on some kernels). NETNS_INITCWND=N gives the route to SUBNET an initial congestion window of N
+#     segments (Linux's is 10); NETNS_SLOW_START_AFTER_IDLE=0 keeps a connection's window over idle periods. Returns 1
+#     on the first failure.
 #   netns_reshape PREFIX I RATE [DEV]: changes host I's link rate on DEV (hx, or hy), both ways.
 #   netns_hosts_del PREFIX N: deletes them (the veth pairs go with their namespaces).
 
@@ -69,6 +71,12 @@ netns_hosts() {
     ip -n "$ns" link set lo up || return 1
     if [ -n "${NETNS_TCP_CC:-}" ]; then netns_tcp_cc "$ns" "$NETNS_TCP_CC" || return 1; fi
     netns_link "$prefix" "$i" hx br0 "$subnet" "$rate" "" || return 1
+    if [ -n "${NETNS_INITCWND:-}" ]; then
+      ip -n "$ns" route replace "$subnet.0/24" dev hx initcwnd "$NETNS_INITCWND" || return 1
+    fi
+    if [ "${NETNS_SLOW_START_AFTER_IDLE:-}" = 0 ]; then
+      ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 || return 1
+    fi
     if [ -n "$subnet2" ]; then netns_link "$prefix" "$i" hy br1 "$subnet2" "$rate" y || return 1; fi
   done
 }
