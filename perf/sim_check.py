@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sets chorus-sim's predictions beside what perf/netns_ring_bench.sh measured.
 
-Usage: perf/sim_check.py BENCH_OUT_DIR CHORUS_SIM [INTRA (default 20,2)] [INTER_LATENCY_US (default 60)]
+Usage: perf/sim_check.py BENCH_OUT_DIR CHORUS_SIM [INTRA (default 2,2)] [INTER_LATENCY_US (default 4)]
 
 Reads the bench's perf-tool JSON and iperf3 goodput, runs chorus-sim for the same cluster (4 hosts x 2 ranks, one
 NIC a host whose bandwidth is the measured goodput), collective, algorithm and size, and prints a Markdown table of
@@ -10,7 +10,11 @@ to the run's CHORUS_HOST_NCHANNELS: the model then has two NICs a host, each at 
 host path's channel c on NIC c mod 2 (chorus-sim --nic-per-channel). Rings and trees in rank order with round-robin placement are left out:
 the model lays ranks host by host, as chorus's rings, trees and hierarchical schedules do whatever the placement.
 FIFO (default 16,131072, the host path's across a net) is passed to chorus-sim --fifo: set it to the run's
-CHORUS_FIFO_SLOTS,CHORUS_FIFO_SLOT_BYTES where the run changed them, or to 0 for the model without its pipeline term."""
+CHORUS_FIFO_SLOTS,CHORUS_FIFO_SLOT_BYTES where the run changed them, or to 0 for the model without its pipeline term.
+CPU (default 0.5,6,0.5) is passed to chorus-sim --cpu, the host CPU term: the namespace hosts' 4 hosts on 2 cores;
+0 for none. The latencies and CPU costs are fitted to the runs of docs/perf/raw/2026-11-29-sim-cpu/ (docs/perf/sim.md).
+TREE_DUAL_MIN (default 16384) is passed to chorus-sim --tree-dual-min: 0 for runs made before trees below 16 KB ran
+one tree."""
 import json
 import os
 import subprocess
@@ -22,8 +26,8 @@ def main():
         print(__doc__)
         return 2
     out, sim = sys.argv[1], sys.argv[2]
-    intra = sys.argv[3] if len(sys.argv) > 3 else "20,2"
-    inter_lat = sys.argv[4] if len(sys.argv) > 4 else "60"
+    intra = sys.argv[3] if len(sys.argv) > 3 else "2,2"
+    inter_lat = sys.argv[4] if len(sys.argv) > 4 else "4"
     rails = int(os.environ.get("RAILS", "1"))
     channels = os.environ.get("CHANNELS", "1")
     goodputs = []
@@ -34,6 +38,10 @@ def main():
     inter = f"{inter_lat},{goodput / 1e9:.6f}"
     nic_args = ["--nics", str(rails), "--channels", channels] + (["--nic-per-channel"] if rails > 1 else [])
     nic_args += ["--fifo", os.environ.get("FIFO", "16,131072")]
+    nic_args += ["--tree-dual-min", os.environ.get("TREE_DUAL_MIN", "16384")]
+    cpu = os.environ.get("CPU", "0.5,6,0.5")
+    if cpu != "0":
+        nic_args += ["--cpu", cpu]
     print(f"chorus-sim --hosts 4 --ranks-per-host 2 {' '.join(nic_args)} --intra {intra} --inter {inter}\n")
     print("| collective | algorithm | placement | size (bytes) | measured (ms) | predicted (ms) | error |")
     print("|---|---|---|---|---|---|---|")
@@ -44,7 +52,8 @@ def main():
             for suffix, algo, label in (("1", "ring", "ring"), ("1-Hierarchical", "hierarchical", "hierarchical"),
                                         ("1-Rail", "rail", "rail"), ("0", "ring", "ring, rank order"),
                                         ("1-Tree", "tree", "tree"),
-                                        ("0-Tree", "tree", "tree, rank order")):
+                                        ("0-Tree", "tree", "tree, rank order"),
+                                        ("1-RecDoubling", "recdoubling", "recursive doubling")):
                 if suffix.startswith("0") and place == "cyclic":
                     continue
                 path = os.path.join(out, f"{tool}-{place}-{suffix}.json")
