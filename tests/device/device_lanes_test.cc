@@ -170,8 +170,9 @@ TEST_P(DeviceLanes, TreeAllReducePipelined) {
           // runs, whose root (rank 0) waits for nothing; threads share the emulated runtime, whose last launch may
           // then be the root's, so only a process other than the root checks there.
           const bool oneTree = count * 4 < 16384;
-          if (!oneTree || (driver == Driver::kProcesses && c.rank != 0))
+          if (!oneTree || (driver == Driver::kProcesses && c.rank != 0)) {
             EXPECT_GE(gEmu.lastMaxLag.load(), 1) << count;
+          }
         }
       }
       checkAllReduce(gEmu, c, ncclFloat32, ncclAvg, 40001, false, laneLaunches, true, false, 3);
