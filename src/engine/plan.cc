@@ -22,13 +22,6 @@ namespace {
 
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
-// One tree below 16 KB (docs/perf/net.md, "One tree below 16 KB": 4 hosts x 2 ranks, 1 Gbit/s, both placements, two
-// rounds of both): on one channel the tree allreduce took 80-93 us at 128-512 B against 122-180 on two, and 249-274
-// against 289-388 at 8 KB; from 16 KB two were faster (409-437 us against 487-646), each tree carrying half the bytes.
-IntParam kTreeDualMin{"CHORUS_TREE_DUAL_MIN_BYTES", 16384,
-                      "Smallest tree collective (its full buffer, bytes) that runs both trees of the double binary "
-                      "tree, one a channel; smaller ones run one tree on one channel.",
-                      "tuning"};
 
 }  // namespace
 
@@ -42,7 +35,7 @@ ClusterShape Planner::modelShape() const {
   shape.inter = links.inter;
   shape.fifoSlots = static_cast<int>(geo_.nSlots);
   shape.slotBytes = geo_.slotBytes;
-  shape.treeDualMinBytes = static_cast<size_t>(std::max<int64_t>(0, kTreeDualMin.get()));
+  shape.treeDualMinBytes = treeDualMinBytes();
   if (nicChannels_ > 1) {
     shape.nicsPerHost = nicChannels_;
     shape.nicPerChannel = true;
@@ -426,7 +419,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   }
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n, localRanks_)) p.choice.algo = Algo::kRing;
-  const bool dualTree = fullBuffer(op) >= static_cast<size_t>(kTreeDualMin.get());
+  const bool dualTree = fullBuffer(op) >= treeDualMinBytes();
   const int minCh = p.choice.algo == Algo::kTree && dualTree ? 2 : 1;  // double binary tree: one tree per channel
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);

@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -66,6 +67,13 @@ IntParam kTreeMax{"CHORUS_TREE_MAX_BYTES", 65535,
                   "Largest allreduce (bytes) that runs the node-aware tree when ranks span several hosts with as many "
                   "ranks on each (0: never by default).",
                   "tuning"};
+// One tree below 16 KB (docs/perf/net.md, "One tree below 16 KB": 4 hosts x 2 ranks, 1 Gbit/s, both placements, two
+// rounds of both): on one channel the tree allreduce took 80-93 us at 128-512 B against 122-180 on two, and 249-274
+// against 289-388 at 8 KB; from 16 KB two were faster (409-437 us against 487-646), each tree carrying half the bytes.
+IntParam kTreeDualMin{"CHORUS_TREE_DUAL_MIN_BYTES", static_cast<int64_t>(kTreeDualMinBytes),
+                      "Smallest tree collective (its full buffer, bytes) that runs both trees of the double binary "
+                      "tree, one a channel; smaller ones run one tree on one channel.",
+                      "tuning"};
 // Small allreduces across hosts (docs/perf/net.md, "Recursive doubling", "The tuner's choice" and "One tree below
 // 16 KB": 4 hosts x 2 ranks, 1 Gbit/s, both placements). Recursive doubling was the default from 128 B to 1 KB, where
 // it beat the tree of two channels. Since a tree below 16 KB runs on one channel (CHORUS_TREE_DUAL_MIN_BYTES), the
@@ -247,6 +255,8 @@ bool costIntraSet() { return kCostIntra.isSet(); }
 bool costInterSet() { return kCostInter.isSet(); }
 bool tunerByModel() { return kTunerModel.get() != 0; }
 
+size_t treeDualMinBytes() { return static_cast<size_t>(std::max<int64_t>(0, kTreeDualMin.get())); }
+
 bool tuningForced() {
   const Allowed& al = allowedNow();
   return al.algoSet || al.protoSet;
@@ -255,7 +265,8 @@ bool tuningForced() {
 unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
-                  std::to_string(kTreeMax.get()) + "|" + std::to_string(kDoublingMin.get()) + "|" +
+                  std::to_string(kTreeMax.get()) + "|" + std::to_string(kTreeDualMin.get()) + "|" +
+                  std::to_string(kDoublingMin.get()) + "|" +
                   std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" +
                   std::to_string(kDoublingSpreadMax.get()) + "|" +
                   std::to_string(kRailMin.get()) + "|" +

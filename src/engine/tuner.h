@@ -37,6 +37,8 @@ bool costInterSet();
 bool tunerByModel();
 /// Whether NCCL_ALGO or NCCL_PROTO is set: they force, and a tuner plugin is not asked.
 bool tuningForced();
+/// CHORUS_TREE_DUAL_MIN_BYTES: the smallest tree collective (full buffer) that runs both trees, one a channel.
+size_t treeDualMinBytes();
 /// CHORUS_HIER_MIN_BYTES: the smallest collective that runs hierarchical where it applies.
 int64_t hierMinBytes();
 /// Hash of the tuning environment (ranks must agree on it).

@@ -56,5 +56,20 @@ TEST(TunerModel, SlowLinksBetweenHostsPickHierarchical) {
   EXPECT_EQ(off.find("AllGather Hierarchical"), std::string::npos) << off;
 }
 
+// CHORUS_TREE_DUAL_MIN_BYTES sets how many channels a tree runs: ranks that disagree would wait on channels their
+// peers never run, so init refuses them on every rank.
+TEST(TunerSettings, RanksThatDisagreeOnTheTreesChannelsAreRefused) {
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    if (rank == 1) setenv("CHORUS_TREE_DUAL_MIN_BYTES", "1", 1);
+    ncclResetDebugInit();
+    ncclComm_t comm = nullptr;
+    const ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
+    const std::string err = ncclGetLastError(nullptr);
+    if (res == ncclSuccess) ncclCommDestroy(comm);
+    return res == ncclInvalidUsage && err.find("different settings") != std::string::npos ? 0 : 1;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+}
+
 }  // namespace
 }  // namespace chorus_test
