@@ -202,7 +202,29 @@ class HostEngine : public Engine {
     return res;
   }
 
+  // An allgather as a tree allreduce (Planner::allGatherAsTree): the output holds this rank's block and zeroes
+  // elsewhere, and a sum of its bytes over the ranks is the gathered output (every byte has one nonzero term at most).
+  // Every rank decides alike, from the same size and settings.
+  ncclResult_t runAllGatherAsTree(const OpDesc& op) {
+    const size_t bytes = op.count * DType::size(op.dtype), n = static_cast<size_t>(comm_->nranks);
+    char* out = static_cast<char*>(op.recvbuff);
+    char* mine = out + static_cast<size_t>(comm_->rank) * bytes;
+    if (op.sendbuff != mine) std::memmove(mine, op.sendbuff, bytes);
+    std::memset(out, 0, mine - out);
+    std::memset(mine + bytes, 0, out + n * bytes - (mine + bytes));
+    OpDesc sum = op;
+    sum.coll = Coll::kAllReduce;
+    sum.sendbuff = sum.recvbuff = out;
+    sum.count = n * bytes;
+    sum.dtype = ncclUint8;
+    sum.op = ncclSum;
+    sum.userOp = false;
+    sum.runsFor = &op;
+    return runColl(sum);
+  }
+
   ncclResult_t runColl(const OpDesc& op) {
+    if (planner_->allGatherAsTree(op)) return runAllGatherAsTree(op);
     CollPlan plan;
     bool empty = false;
     ncclResult_t res = planner_->planColl(op, channelsFor(op), -1 /* the tuner default */,

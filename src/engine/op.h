@@ -38,6 +38,9 @@ struct OpDesc {
   const void* scalarPtr = nullptr;
   /// scalarPtr is GPU memory: the kernel reads it when it starts (the host never dereferences it).
   bool scalarOnDevice = false;
+  /// The call this operation runs for, where it is not the call itself: an allgather run as a tree allreduce of its
+  /// zero-padded output (Planner::allGatherAsTree). Logs and errors name that call; the planner runs the tree.
+  const OpDesc* runsFor = nullptr;
 };
 
 }  // namespace chorus

@@ -48,6 +48,11 @@ void Planner::setNicChannels(int n) {
   modelCache_.clear();
 }
 
+bool Planner::allGatherAsTree(const OpDesc& op) const {
+  return op.coll == Coll::kAllGather && !op.device && op.runsFor == nullptr && localRanks_ > 0 && hosts_ > 1 &&
+         !tunerByModel() && !tuner_ && chorus::allGatherAsTree(fullBuffer(op));
+}
+
 size_t Planner::fullBuffer(const OpDesc& op) const {
   return fullBufferBytes(op.coll, op.count * DType::size(op.dtype), comm_->nranks);
 }
@@ -140,6 +145,10 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
     }
     const size_t size = fullBuffer(op);
     CostEstimate e;
+    if (allGatherAsTree(op)) {  // a tree allreduce of the gathered bytes
+      if (modelEstimate(Coll::kAllReduce, Algo::kTree, size, 1, nChannels, &e)) us += e.timeUs;
+      continue;
+    }
     Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1);
     if (!tuningForced() && tunerByModel()) modelChoice(op, nChannels, &c);
     const size_t es = DType::size(op.dtype);
@@ -409,7 +418,11 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   size_t es = DType::size(op.dtype);
   p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1);
   const char* by = tuningForced() ? "NCCL_ALGO/NCCL_PROTO" : "thresholds";
-  if (!tuningForced()) {
+  const OpDesc& call = op.runsFor != nullptr ? *op.runsFor : op;  // what logs and errors name
+  if (op.runsFor != nullptr) {
+    p.choice = Choice{Algo::kTree, Proto::kSimple};
+    by = "thresholds, as a tree allreduce of its zero-padded output";
+  } else if (!tuningForced()) {
     const Choice before = p.choice;
     if (tunerByModel()) modelChoice(op, nChannels, &p.choice), by = "the cost model";
     if (tuner_) {
@@ -447,9 +460,9 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
           .second) {
     // Once per size and outcome: what NCCL_DEBUG_SUBSYS=TUNING shows of NCCL's choices, and what perf/tuner_check.py
     // reads to set the tuner's choice beside the measured algorithms.
-    INFO(kTune, "tuner: %s of %zu bytes a rank on %d ranks: %s, %s, %d channel(s) (%s%s)", collName(op.coll),
-         op.count * es, n, algoName(p.choice.algo), p.choice.proto == Proto::kLL ? "LL" : "Simple", nch, by,
-         p.inPlace ? ", in place" : "");
+    INFO(kTune, "tuner: %s of %zu bytes a rank on %d ranks: %s, %s, %d channel(s) (%s%s)", collName(call.coll),
+         call.count * DType::size(call.dtype), n, algoName(p.choice.algo),
+         p.choice.proto == Proto::kLL ? "LL" : "Simple", nch, by, p.inPlace ? ", in place" : "");
   }
 
   BlockMap& map = p.map;
@@ -501,7 +514,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   p.reducing = collReducing(op.coll);
   p.fp = collFingerprint(seq, op);
   p.red = redOpFor(op);
-  p.label = OpLabel{collName(op.coll), seq, op.count, op.dtype};
+  p.label = OpLabel{collName(call.coll), seq, call.count, call.dtype};
   return ncclSuccess;
 }
 

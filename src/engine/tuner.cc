@@ -114,6 +114,15 @@ IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65535,
                             "Largest allgather output (bytes) that runs recursive doubling by default when ranks span "
                             "several hosts (0: never).",
                             "tuning"};
+// Tiny allgathers across hosts as a tree allreduce of the output, zeroed but for the rank's own block: one tree
+// makes 2(n-1) messages where recursive doubling makes n log2(n), and on hosts whose ranks outnumber their cores the
+// messages are the cost. Over 4 namespace hosts x 2 ranks (docs/perf/net.md, "Allgather as a tree allreduce", three
+// rounds, both placements) it took 76-104 us at 128 B - 1 KB against recursive doubling's 103-216, 105-119 at 2 KB
+// against 112-192; from 4 KB recursive doubling was as fast or faster.
+IntParam kGatherTreeMax{"CHORUS_ALLGATHER_TREE_MAX_BYTES", 2048,
+                        "Largest allgather output (bytes) that runs, on the host path across hosts with as many ranks "
+                        "on each, as a tree allreduce of its output zeroed but for the rank's own block (0: never).",
+                        "tuning"};
 // Rail from 8 KB: at 8 KB reduce-scatter, rail took 0.24-0.35 ms against the ring's 0.29-0.45 in 6 of 6 series
 // (cubic, "64 KB and below with cubic"; hierarchical 0.21-0.31).
 IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 8192,
@@ -255,6 +264,10 @@ bool costIntraSet() { return kCostIntra.isSet(); }
 bool costInterSet() { return kCostInter.isSet(); }
 bool tunerByModel() { return kTunerModel.get() != 0; }
 
+bool allGatherAsTree(size_t fullBytes) {
+  return !tuningForced() && fullBytes > 0 && fullBytes <= static_cast<size_t>(std::max<int64_t>(0, kGatherTreeMax.get()));
+}
+
 size_t treeDualMinBytes() { return static_cast<size_t>(std::max<int64_t>(0, kTreeDualMin.get())); }
 
 bool tuningForced() {
@@ -266,6 +279,7 @@ unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
                   std::to_string(kTreeMax.get()) + "|" + std::to_string(kTreeDualMin.get()) + "|" +
+                  std::to_string(kGatherTreeMax.get()) + "|" +
                   std::to_string(kDoublingMin.get()) + "|" +
                   std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" +
                   std::to_string(kDoublingSpreadMax.get()) + "|" +

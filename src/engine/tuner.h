@@ -37,6 +37,9 @@ bool costInterSet();
 bool tunerByModel();
 /// Whether NCCL_ALGO or NCCL_PROTO is set: they force, and a tuner plugin is not asked.
 bool tuningForced();
+/// Whether an allgather of this output (bytes), across hosts with as many ranks on each, runs as a tree allreduce of
+/// its output zeroed but for the rank's own block (CHORUS_ALLGATHER_TREE_MAX_BYTES; not where NCCL_ALGO/PROTO force).
+bool allGatherAsTree(size_t fullBytes);
 /// CHORUS_TREE_DUAL_MIN_BYTES: the smallest tree collective (full buffer) that runs both trees, one a channel.
 size_t treeDualMinBytes();
 /// CHORUS_HIER_MIN_BYTES: the smallest collective that runs hierarchical where it applies.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,52 @@ TEST(TunerModel, SlowLinksBetweenHostsPickHierarchical) {
   const std::string off = allGatherLog("0");
   EXPECT_NE(off.find("AllGather RecDoubling nranks=4"), std::string::npos) << off;
   EXPECT_EQ(off.find("AllGather Hierarchical"), std::string::npos) << off;
+}
+
+// Small allgathers across hosts run as a tree allreduce of the output zeroed but for the rank's own block
+// (CHORUS_ALLGATHER_TREE_MAX_BYTES, 2 KB): exact for every type, in place and out of place, over an output that held
+// other bytes; larger ones keep recursive doubling. Four process ranks on two NCCL_HOSTID hosts; rank 0's TUNING log
+// names the algorithm of each size.
+template <class T>
+bool gatherIsExact(ncclComm_t comm, int rank, size_t count, ncclDataType_t type, bool inPlace) {
+  std::vector<T> in(count), out(count * 4);
+  std::memset(out.data(), 0x5a, out.size() * sizeof(T));  // what the output held must not show through
+  auto val = [](int r, size_t i) { return static_cast<T>((r * 37 + static_cast<int>(i % 89)) % 100 - 50); };
+  for (size_t i = 0; i < count; i++) in[i] = val(rank, i);
+  if (inPlace) std::memcpy(out.data() + rank * count, in.data(), count * sizeof(T));
+  const void* send = inPlace ? static_cast<const void*>(out.data() + rank * count) : in.data();
+  if (ncclAllGather(send, out.data(), count, type, comm, nullptr) != ncclSuccess) return false;
+  for (int q = 0; q < 4; q++)
+    for (size_t i = 0; i < count; i++)
+      if (out[q * count + i] != val(q, i)) return false;
+  return true;
+}
+
+TEST(AllGatherAsTree, SmallGathersAcrossHostsAreExact) {
+  const std::string log = "/tmp/chorus_gather_tree_" + std::to_string(getpid()) + ".log";
+  auto child = [&](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank < 2 ? "gather-host-a" : "gather-host-b", 1);
+    if (rank == 0) logInfoTo(log, "TUNING");
+    ncclResetDebugInit();
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+    for (bool inPlace : {false, true}) {
+      for (size_t count : {size_t(1), size_t(3), size_t(64)}) {
+        if (!gatherIsExact<int8_t>(comm, rank, count, ncclInt8, inPlace)) return 11;
+        if (!gatherIsExact<int32_t>(comm, rank, count, ncclInt32, inPlace)) return 12;
+        if (!gatherIsExact<double>(comm, rank, count, ncclFloat64, inPlace)) return 13;
+      }
+      if (!gatherIsExact<int32_t>(comm, rank, 2048, ncclInt32, inPlace)) return 14;  // 32 KB gathered
+    }
+    ncclCommDestroy(comm);
+    return 0;
+  };
+  const std::string text = forkRanksForLog(4, child, log, 60);
+  for (const char* line : {"AllGather of 1 bytes a rank on 4 ranks: Tree", "AllGather of 4 bytes a rank on 4 ranks: Tree",
+                           "AllGather of 512 bytes a rank on 4 ranks: Tree", "zero-padded",
+                           "AllGather of 8192 bytes a rank on 4 ranks: RecDoubling"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  EXPECT_EQ(text.find("AllReduce of"), std::string::npos) << "the log names the allgather\n" << text;
 }
 
 // CHORUS_TREE_DUAL_MIN_BYTES sets how many channels a tree runs: ranks that disagree would wait on channels their
