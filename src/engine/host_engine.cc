@@ -202,7 +202,7 @@ class HostEngine : public Engine {
     return res;
   }
 
-  // An allgather as a tree allreduce (Planner::allGatherAsTree): the output holds this rank's block and zeroes
+  // An allgather as a tree allreduce (Planner::asTreeAllReduce): the output holds this rank's block and zeroes
   // elsewhere, and a sum of its bytes over the ranks is the gathered output (every byte has one nonzero term at most).
   // Every rank decides alike, from the same size and settings.
   ncclResult_t runAllGatherAsTree(const OpDesc& op) {
@@ -223,8 +223,24 @@ class HostEngine : public Engine {
     return runColl(sum);
   }
 
+  // A reduce-scatter as a tree allreduce (Planner::asTreeAllReduce): of the whole input into scratch memory, with the
+  // call's type and operation, then this rank's block to the output. The input is read only.
+  ncclResult_t runReduceScatterAsTree(const OpDesc& op) {
+    const size_t bytes = op.count * DType::size(op.dtype), n = static_cast<size_t>(comm_->nranks);
+    char* all = scratch(n * bytes);
+    OpDesc sum = op;
+    sum.coll = Coll::kAllReduce;
+    sum.recvbuff = all;
+    sum.count = n * op.count;
+    sum.runsFor = &op;
+    CHORUS_CHECK(runColl(sum));
+    std::memmove(op.recvbuff, all + static_cast<size_t>(comm_->rank) * bytes, bytes);
+    return ncclSuccess;
+  }
+
   ncclResult_t runColl(const OpDesc& op) {
-    if (planner_->allGatherAsTree(op)) return runAllGatherAsTree(op);
+    if (planner_->asTreeAllReduce(op))
+      return op.coll == Coll::kAllGather ? runAllGatherAsTree(op) : runReduceScatterAsTree(op);
     CollPlan plan;
     bool empty = false;
     ncclResult_t res = planner_->planColl(op, channelsFor(op), -1 /* the tuner default */,

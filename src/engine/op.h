@@ -38,8 +38,8 @@ struct OpDesc {
   const void* scalarPtr = nullptr;
   /// scalarPtr is GPU memory: the kernel reads it when it starts (the host never dereferences it).
   bool scalarOnDevice = false;
-  /// The call this operation runs for, where it is not the call itself: an allgather run as a tree allreduce of its
-  /// zero-padded output (Planner::allGatherAsTree). Logs and errors name that call; the planner runs the tree.
+  /// The call this operation runs for, where it is not the call itself: an allgather or reduce-scatter run as a tree
+  /// allreduce (Planner::asTreeAllReduce). Logs and errors name that call; the planner runs the tree.
   const OpDesc* runsFor = nullptr;
 };
 

@@ -48,9 +48,9 @@ void Planner::setNicChannels(int n) {
   modelCache_.clear();
 }
 
-bool Planner::allGatherAsTree(const OpDesc& op) const {
-  return op.coll == Coll::kAllGather && !op.device && op.runsFor == nullptr && localRanks_ > 0 && hosts_ > 1 &&
-         !tunerByModel() && !tuner_ && chorus::allGatherAsTree(fullBuffer(op));
+bool Planner::asTreeAllReduce(const OpDesc& op) const {
+  return (op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter) && !op.device && op.runsFor == nullptr &&
+         localRanks_ > 0 && hosts_ > 1 && !tunerByModel() && !tuner_ && chorus::asTreeAllReduce(op.coll, fullBuffer(op));
 }
 
 size_t Planner::fullBuffer(const OpDesc& op) const {
@@ -145,8 +145,9 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
     }
     const size_t size = fullBuffer(op);
     CostEstimate e;
-    if (allGatherAsTree(op)) {  // a tree allreduce of the gathered bytes
-      if (modelEstimate(Coll::kAllReduce, Algo::kTree, size, 1, nChannels, &e)) us += e.timeUs;
+    if (asTreeAllReduce(op)) {  // a tree allreduce of the full buffer
+      const size_t es = op.coll == Coll::kAllGather ? 1 : DType::size(op.dtype);
+      if (modelEstimate(Coll::kAllReduce, Algo::kTree, size, es, nChannels, &e)) us += e.timeUs;
       continue;
     }
     Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1);
@@ -421,7 +422,8 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   const OpDesc& call = op.runsFor != nullptr ? *op.runsFor : op;  // what logs and errors name
   if (op.runsFor != nullptr) {
     p.choice = Choice{Algo::kTree, Proto::kSimple};
-    by = "thresholds, as a tree allreduce of its zero-padded output";
+    by = op.runsFor->coll == Coll::kAllGather ? "thresholds, as a tree allreduce of its zero-padded output"
+                                               : "thresholds, as a tree allreduce of its input";
   } else if (!tuningForced()) {
     const Choice before = p.choice;
     if (tunerByModel()) modelChoice(op, nChannels, &p.choice), by = "the cost model";

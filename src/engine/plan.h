@@ -91,10 +91,10 @@ class Planner {
   /// The collective's full buffer in bytes (allreduce's, allgather's output, reduce-scatter's input...): the cost
   /// model's size and NCCL's nBytes.
   size_t fullBuffer(const OpDesc& op) const;
-  /// Whether this allgather runs as a tree allreduce of its output zeroed but for the rank's own block (the host
-  /// path, hosts with as many ranks on each, CHORUS_ALLGATHER_TREE_MAX_BYTES, no tuner plugin or model): the host
-  /// engine then zeroes and copies, and plans an allreduce whose OpDesc::runsFor is the allgather.
-  bool allGatherAsTree(const OpDesc& op) const;
+  /// Whether this allgather or reduce-scatter runs as a tree allreduce (the host path, hosts with as many ranks on
+  /// each, CHORUS_ALLGATHER_TREE_MAX_BYTES / CHORUS_REDUCESCATTER_TREE_MAX_BYTES, no tuner plugin or model): the host
+  /// engine then prepares the buffers and plans an allreduce whose OpDesc::runsFor is the call.
+  bool asTreeAllReduce(const OpDesc& op) const;
   Planner(ncclComm* comm, const FifoGeometry& geo);
   /// Plans a collective (advances the collective sequence number even for count 0, when *empty is set).
   /// `scratch(bytes)` gives memory that stands in for the output where a rank has none (ncclReduce off the

@@ -123,6 +123,15 @@ IntParam kGatherTreeMax{"CHORUS_ALLGATHER_TREE_MAX_BYTES", 2048,
                         "Largest allgather output (bytes) that runs, on the host path across hosts with as many ranks "
                         "on each, as a tree allreduce of its output zeroed but for the rank's own block (0: never).",
                         "tuning"};
+// Tiny reduce-scatters across hosts as a tree allreduce of the input, each rank keeping its block: one tree makes
+// 2(n-1) messages where the ring makes n(n-1). Over 4 namespace hosts x 2 ranks (docs/perf/net.md, "Allgather as a
+// tree allreduce", three rounds, both placements) it took 71-127 us at 128 B - 1 KB against the ring's 200-348,
+// 94-138 at 2 KB against 220-377, 158-185 at 4 KB against 230-284; at 8 KB rail was faster (170-252 against 242-271).
+IntParam kScatterTreeMax{"CHORUS_REDUCESCATTER_TREE_MAX_BYTES", 4096,
+                         "Largest reduce-scatter input (bytes) that runs, on the host path across hosts with as many "
+                         "ranks on each, as a tree allreduce of the input into scratch memory, each rank keeping its "
+                         "block (0: never).",
+                         "tuning"};
 // Rail from 8 KB: at 8 KB reduce-scatter, rail took 0.24-0.35 ms against the ring's 0.29-0.45 in 6 of 6 series
 // (cubic, "64 KB and below with cubic"; hierarchical 0.21-0.31).
 IntParam kRailMin{"CHORUS_RAIL_MIN_BYTES", 8192,
@@ -264,8 +273,9 @@ bool costIntraSet() { return kCostIntra.isSet(); }
 bool costInterSet() { return kCostInter.isSet(); }
 bool tunerByModel() { return kTunerModel.get() != 0; }
 
-bool allGatherAsTree(size_t fullBytes) {
-  return !tuningForced() && fullBytes > 0 && fullBytes <= static_cast<size_t>(std::max<int64_t>(0, kGatherTreeMax.get()));
+bool asTreeAllReduce(Coll coll, size_t fullBytes) {
+  const int64_t most = coll == Coll::kAllGather ? kGatherTreeMax.get() : coll == Coll::kReduceScatter ? kScatterTreeMax.get() : 0;
+  return !tuningForced() && fullBytes > 0 && most > 0 && fullBytes <= static_cast<size_t>(most);
 }
 
 size_t treeDualMinBytes() { return static_cast<size_t>(std::max<int64_t>(0, kTreeDualMin.get())); }
@@ -279,7 +289,7 @@ unsigned long tunerEnvHash() {
   std::string s = kAlgo.get() + "|" + kProto.get() + "|" + std::to_string(kLLThreshold.get()) + "|" +
                   std::to_string(kOneShotMax.get()) + "|" + std::to_string(kHierMin.get()) + "|" +
                   std::to_string(kTreeMax.get()) + "|" + std::to_string(kTreeDualMin.get()) + "|" +
-                  std::to_string(kGatherTreeMax.get()) + "|" +
+                  std::to_string(kGatherTreeMax.get()) + "|" + std::to_string(kScatterTreeMax.get()) + "|" +
                   std::to_string(kDoublingMin.get()) + "|" +
                   std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" +
                   std::to_string(kDoublingSpreadMax.get()) + "|" +

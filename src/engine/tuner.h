@@ -37,9 +37,10 @@ bool costInterSet();
 bool tunerByModel();
 /// Whether NCCL_ALGO or NCCL_PROTO is set: they force, and a tuner plugin is not asked.
 bool tuningForced();
-/// Whether an allgather of this output (bytes), across hosts with as many ranks on each, runs as a tree allreduce of
-/// its output zeroed but for the rank's own block (CHORUS_ALLGATHER_TREE_MAX_BYTES; not where NCCL_ALGO/PROTO force).
-bool allGatherAsTree(size_t fullBytes);
+/// Whether an allgather (reduce-scatter) of this full buffer in bytes, across hosts with as many ranks on each, runs
+/// as a tree allreduce: of its output zeroed but for the rank's own block (of its input, each rank keeping its block).
+/// CHORUS_ALLGATHER_TREE_MAX_BYTES, CHORUS_REDUCESCATTER_TREE_MAX_BYTES; never where NCCL_ALGO/PROTO force.
+bool asTreeAllReduce(Coll coll, size_t fullBytes);
 /// CHORUS_TREE_DUAL_MIN_BYTES: the smallest tree collective (full buffer) that runs both trees, one a channel.
 size_t treeDualMinBytes();
 /// CHORUS_HIER_MIN_BYTES: the smallest collective that runs hierarchical where it applies.

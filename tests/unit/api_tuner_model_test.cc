@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -101,6 +102,56 @@ TEST(AllGatherAsTree, SmallGathersAcrossHostsAreExact) {
                            "AllGather of 8192 bytes a rank on 4 ranks: RecDoubling"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   EXPECT_EQ(text.find("AllReduce of"), std::string::npos) << "the log names the allgather\n" << text;
+}
+
+// Small reduce-scatters across hosts run as a tree allreduce of the input into scratch memory
+// (CHORUS_REDUCESCATTER_TREE_MAX_BYTES, 4 KB): exact for sums, averages and maxima of integers and doubles, in place
+// and out of place, the input left as it was out of place; larger ones keep their algorithm.
+template <class T>
+bool scatterIsExact(ncclComm_t comm, int rank, size_t count, ncclDataType_t type, ncclRedOp_t op, bool inPlace) {
+  auto val = [](int r, size_t i) { return static_cast<T>((r * 37 + static_cast<int>(i % 89)) % 100 - 50); };
+  std::vector<T> in(count * 4), out(count, static_cast<T>(99));
+  for (size_t i = 0; i < in.size(); i++) in[i] = val(rank, i);
+  const std::vector<T> before = in;
+  void* recv = inPlace ? static_cast<void*>(in.data() + rank * count) : out.data();
+  if (ncclReduceScatter(in.data(), recv, count, type, op, comm, nullptr) != ncclSuccess) return false;
+  const T* got = static_cast<const T*>(recv);
+  for (size_t i = 0; i < count; i++) {
+    const size_t at = rank * count + i;
+    T want = val(0, at);
+    for (int q = 1; q < 4; q++) want = op == ncclMax ? std::max(want, val(q, at)) : static_cast<T>(want + val(q, at));
+    if (op == ncclAvg) want = static_cast<T>(want / 4);
+    if (got[i] != want) return false;
+  }
+  return inPlace || in == before;
+}
+
+TEST(ReduceScatterAsTree, SmallReduceScattersAcrossHostsAreExact) {
+  const std::string log = "/tmp/chorus_scatter_tree_" + std::to_string(getpid()) + ".log";
+  auto child = [&](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank < 2 ? "scatter-host-a" : "scatter-host-b", 1);
+    if (rank == 0) logInfoTo(log, "TUNING");
+    ncclResetDebugInit();
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+    for (bool inPlace : {false, true}) {
+      for (size_t count : {size_t(1), size_t(3), size_t(64)}) {
+        for (ncclRedOp_t op : {ncclSum, ncclAvg, ncclMax}) {
+          if (!scatterIsExact<int32_t>(comm, rank, count, ncclInt32, op, inPlace)) return 11;
+          if (!scatterIsExact<double>(comm, rank, count, ncclFloat64, op, inPlace)) return 12;
+        }
+      }
+      if (!scatterIsExact<int32_t>(comm, rank, 2048, ncclInt32, ncclSum, inPlace)) return 13;  // 32 KB of input
+    }
+    ncclCommDestroy(comm);
+    return 0;
+  };
+  const std::string text = forkRanksForLog(4, child, log, 60);
+  for (const char* line : {"ReduceScatter of 4 bytes a rank on 4 ranks: Tree", "ReduceScatter of 512 bytes a rank on 4 ranks: Tree",
+                           "as a tree allreduce of its input"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  EXPECT_EQ(text.find("ReduceScatter of 8192 bytes a rank on 4 ranks: Tree"), std::string::npos) << text;
+  EXPECT_EQ(text.find("AllReduce of"), std::string::npos) << "the log names the reduce-scatter\n" << text;
 }
 
 // CHORUS_TREE_DUAL_MIN_BYTES sets how many channels a tree runs: ranks that disagree would wait on channels their
