@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,23 @@ TEST(TunerModel, SlowLinksBetweenHostsPickHierarchical) {
   EXPECT_EQ(off.find("AllGather Hierarchical"), std::string::npos) << off;
 }
 
+// Four process ranks on two NCCL_HOSTID hosts run body(comm, rank) (0 or the failure's code); returns rank 0's
+// TUNING log, which names the algorithm of each size.
+std::string onTwoHosts(const char* tag, const std::function<int(ncclComm_t, int)>& body) {
+  const std::string log = std::string("/tmp/chorus_") + tag + "_" + std::to_string(getpid()) + ".log";
+  auto child = [&](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank < 2 ? "host-a" : "host-b", 1);
+    if (rank == 0) logInfoTo(log, "TUNING");
+    ncclResetDebugInit();
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+    const int res = body(comm, rank);
+    ncclCommDestroy(comm);
+    return res;
+  };
+  return forkRanksForLog(4, child, log, 60);
+}
+
 // Small allgathers across hosts run as a tree allreduce of the output zeroed but for the rank's own block
 // (CHORUS_ALLGATHER_TREE_MAX_BYTES, 2 KB): exact for every type, in place and out of place, over an output that held
 // other bytes; larger ones keep recursive doubling. Four process ranks on two NCCL_HOSTID hosts; rank 0's TUNING log
@@ -78,13 +96,7 @@ bool gatherIsExact(ncclComm_t comm, int rank, size_t count, ncclDataType_t type,
 }
 
 TEST(AllGatherAsTree, SmallGathersAcrossHostsAreExact) {
-  const std::string log = "/tmp/chorus_gather_tree_" + std::to_string(getpid()) + ".log";
-  auto child = [&](int rank, const ncclUniqueId& id) {
-    setenv("NCCL_HOSTID", rank < 2 ? "gather-host-a" : "gather-host-b", 1);
-    if (rank == 0) logInfoTo(log, "TUNING");
-    ncclResetDebugInit();
-    ncclComm_t comm;
-    if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+  const std::string text = onTwoHosts("gather_tree", [](ncclComm_t comm, int rank) {
     for (bool inPlace : {false, true}) {
       for (size_t count : {size_t(1), size_t(3), size_t(64)}) {
         if (!gatherIsExact<int8_t>(comm, rank, count, ncclInt8, inPlace)) return 11;
@@ -93,10 +105,8 @@ TEST(AllGatherAsTree, SmallGathersAcrossHostsAreExact) {
       }
       if (!gatherIsExact<int32_t>(comm, rank, 2048, ncclInt32, inPlace)) return 14;  // 32 KB gathered
     }
-    ncclCommDestroy(comm);
     return 0;
-  };
-  const std::string text = forkRanksForLog(4, child, log, 60);
+  });
   for (const char* line : {"AllGather of 1 bytes a rank on 4 ranks: Tree", "AllGather of 4 bytes a rank on 4 ranks: Tree",
                            "AllGather of 512 bytes a rank on 4 ranks: Tree", "zero-padded",
                            "AllGather of 8192 bytes a rank on 4 ranks: RecDoubling"})
@@ -127,13 +137,7 @@ bool scatterIsExact(ncclComm_t comm, int rank, size_t count, ncclDataType_t type
 }
 
 TEST(ReduceScatterAsTree, SmallReduceScattersAcrossHostsAreExact) {
-  const std::string log = "/tmp/chorus_scatter_tree_" + std::to_string(getpid()) + ".log";
-  auto child = [&](int rank, const ncclUniqueId& id) {
-    setenv("NCCL_HOSTID", rank < 2 ? "scatter-host-a" : "scatter-host-b", 1);
-    if (rank == 0) logInfoTo(log, "TUNING");
-    ncclResetDebugInit();
-    ncclComm_t comm;
-    if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+  const std::string text = onTwoHosts("scatter_tree", [](ncclComm_t comm, int rank) {
     for (bool inPlace : {false, true}) {
       for (size_t count : {size_t(1), size_t(3), size_t(64)}) {
         for (ncclRedOp_t op : {ncclSum, ncclAvg, ncclMax}) {
@@ -143,10 +147,8 @@ TEST(ReduceScatterAsTree, SmallReduceScattersAcrossHostsAreExact) {
       }
       if (!scatterIsExact<int32_t>(comm, rank, 2048, ncclInt32, ncclSum, inPlace)) return 13;  // 32 KB of input
     }
-    ncclCommDestroy(comm);
     return 0;
-  };
-  const std::string text = forkRanksForLog(4, child, log, 60);
+  });
   for (const char* line : {"ReduceScatter of 4 bytes a rank on 4 ranks: Tree", "ReduceScatter of 512 bytes a rank on 4 ranks: Tree",
                            "as a tree allreduce of its input"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
