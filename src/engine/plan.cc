@@ -457,7 +457,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   p.nChannels = nch;
   if (logEnabled(LogLevel::kInfo, kTune) &&
       loggedChoices_
-          .emplace(static_cast<int>(op.coll), op.count * es, static_cast<int>(p.choice.algo),
+          .emplace(static_cast<int>(call.coll), call.count * DType::size(call.dtype), static_cast<int>(p.choice.algo),
                    static_cast<int>(p.choice.proto), nch)
           .second) {
     // Once per size and outcome: what NCCL_DEBUG_SUBSYS=TUNING shows of NCCL's choices, and what perf/tuner_check.py

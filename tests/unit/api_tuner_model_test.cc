@@ -105,13 +105,18 @@ TEST(AllGatherAsTree, SmallGathersAcrossHostsAreExact) {
       }
       if (!gatherIsExact<int32_t>(comm, rank, 2048, ncclInt32, inPlace)) return 14;  // 32 KB gathered
     }
-    return 0;
+    // An allreduce of as many bytes as the 2 KB gathers' allreduce runs the same tree; the log still names it.
+    std::vector<int32_t> buf(512, rank);
+    if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclInt32, ncclSum, comm, nullptr) != ncclSuccess) return 15;
+    return buf[511] == 0 + 1 + 2 + 3 ? 0 : 16;
   });
   for (const char* line : {"AllGather of 1 bytes a rank on 4 ranks: Tree", "AllGather of 4 bytes a rank on 4 ranks: Tree",
                            "AllGather of 512 bytes a rank on 4 ranks: Tree", "zero-padded",
                            "AllGather of 8192 bytes a rank on 4 ranks: RecDoubling"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
-  EXPECT_EQ(text.find("AllReduce of"), std::string::npos) << "the log names the allgather\n" << text;
+  EXPECT_NE(text.find("AllReduce of 2048 bytes a rank on 4 ranks: Tree, Simple, 1 channel(s) (thresholds, in place)"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("AllReduce of 4 bytes"), std::string::npos) << "the log names the allgather\n" << text;
 }
 
 // Small reduce-scatters across hosts run as a tree allreduce of the input into scratch memory
