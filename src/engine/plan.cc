@@ -50,7 +50,8 @@ void Planner::setNicChannels(int n) {
 
 bool Planner::asTreeAllReduce(const OpDesc& op) const {
   return (op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter) && !op.device && op.runsFor == nullptr &&
-         localRanks_ > 0 && hosts_ > 1 && !tunerByModel() && !tuner_ && chorus::asTreeAllReduce(op.coll, fullBuffer(op));
+         localRanks_ > 0 && hosts_ > 1 && !tunerByModel() && !tuner_ &&
+         chorus::asTreeAllReduce(op.coll, fullBuffer(op));
 }
 
 size_t Planner::fullBuffer(const OpDesc& op) const {
@@ -423,7 +424,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   if (op.runsFor != nullptr) {
     p.choice = Choice{Algo::kTree, Proto::kSimple};
     by = op.runsFor->coll == Coll::kAllGather ? "thresholds, as a tree allreduce of its zero-padded output"
-                                               : "thresholds, as a tree allreduce of its input";
+                                              : "thresholds, as a tree allreduce of its input";
   } else if (!tuningForced()) {
     const Choice before = p.choice;
     if (tunerByModel()) modelChoice(op, nChannels, &p.choice), by = "the cost model";

@@ -274,7 +274,9 @@ bool costInterSet() { return kCostInter.isSet(); }
 bool tunerByModel() { return kTunerModel.get() != 0; }
 
 bool asTreeAllReduce(Coll coll, size_t fullBytes) {
-  const int64_t most = coll == Coll::kAllGather ? kGatherTreeMax.get() : coll == Coll::kReduceScatter ? kScatterTreeMax.get() : 0;
+  int64_t most = 0;
+  if (coll == Coll::kAllGather) most = kGatherTreeMax.get();
+  if (coll == Coll::kReduceScatter) most = kScatterTreeMax.get();
   return !tuningForced() && fullBytes > 0 && most > 0 && fullBytes <= static_cast<size_t>(most);
 }
 

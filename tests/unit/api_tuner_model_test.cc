@@ -110,12 +110,14 @@ TEST(AllGatherAsTree, SmallGathersAcrossHostsAreExact) {
     if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclInt32, ncclSum, comm, nullptr) != ncclSuccess) return 15;
     return buf[511] == 0 + 1 + 2 + 3 ? 0 : 16;
   });
-  for (const char* line : {"AllGather of 1 bytes a rank on 4 ranks: Tree", "AllGather of 4 bytes a rank on 4 ranks: Tree",
-                           "AllGather of 512 bytes a rank on 4 ranks: Tree", "zero-padded",
-                           "AllGather of 8192 bytes a rank on 4 ranks: RecDoubling"})
+  for (const char* line :
+       {"AllGather of 1 bytes a rank on 4 ranks: Tree", "AllGather of 4 bytes a rank on 4 ranks: Tree",
+        "AllGather of 512 bytes a rank on 4 ranks: Tree", "zero-padded",
+        "AllGather of 8192 bytes a rank on 4 ranks: RecDoubling"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   EXPECT_NE(text.find("AllReduce of 2048 bytes a rank on 4 ranks: Tree, Simple, 1 channel(s) (thresholds, in place)"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_EQ(text.find("AllReduce of 4 bytes"), std::string::npos) << "the log names the allgather\n" << text;
 }
 
@@ -154,8 +156,8 @@ TEST(ReduceScatterAsTree, SmallReduceScattersAcrossHostsAreExact) {
     }
     return 0;
   });
-  for (const char* line : {"ReduceScatter of 4 bytes a rank on 4 ranks: Tree", "ReduceScatter of 512 bytes a rank on 4 ranks: Tree",
-                           "as a tree allreduce of its input"})
+  for (const char* line : {"ReduceScatter of 4 bytes a rank on 4 ranks: Tree",
+                           "ReduceScatter of 512 bytes a rank on 4 ranks: Tree", "as a tree allreduce of its input"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   EXPECT_EQ(text.find("ReduceScatter of 8192 bytes a rank on 4 ranks: Tree"), std::string::npos) << text;
   EXPECT_EQ(text.find("AllReduce of"), std::string::npos) << "the log names the reduce-scatter\n" << text;
