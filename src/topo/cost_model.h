@@ -102,7 +102,8 @@ struct CostEstimate {
   int steps = 0;           ///< steps of that rank, all channels
   double nicBytes = 0;     ///< bytes through the busiest NIC in its busier direction
   double intraBytes = 0;   ///< bytes of the busiest rank to or from its host's other ranks
-  std::string bottleneck;  ///< the largest of latencyUs, cpuUs and bandwidthUs: "latency", "host CPU", "NIC" or "intra-host"
+  /// The largest of latencyUs, cpuUs and bandwidthUs: "latency", "host CPU", "NIC" or "intra-host".
+  std::string bottleneck;
   std::string bandwidthBound;  ///< which of "NIC" and "intra-host" bounds bandwidthUs, whatever the size
 };
 
