@@ -75,6 +75,16 @@ char* bounceSlot(const NetConn& c, uint32_t slot) {
   return c.bounce ? c.bounce.get() + static_cast<size_t>(slot) * c.fifo.geo.slotBytes : nullptr;
 }
 
+/// Posts the receive of slot `slot`'s payload as a message of its own, with `tag`, into the slot itself: through the
+/// registration of the slots' GPU memory where the connection has one (GPUDirect RDMA), else the FIFO's. *req stays
+/// null where the net cannot take it now.
+ncclResult_t irecvPayload(const ncclNet_v11_t* n, NetConn& c, uint32_t slot, int tag, void** req) {
+  void* data = c.fifo.slotData(slot);
+  size_t bytes = c.fifo.geo.slotBytes;
+  return n->irecv(c.comm, 1, &data, &bytes, &tag, c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle, nullptr,
+                  req);
+}
+
 }  // namespace
 
 bool NetProxy::sendsByAddress() const { return net_.sendsUnregistered && kNetByAddress.get() != 0; }
@@ -700,11 +710,7 @@ bool NetProxy::recvSlots(NetConn& c) {
       }
     }
     if (c.payloadApart) {
-      void* data = f.slotData(slot);
-      size_t bytes = f.geo.slotBytes;
-      int tag = kApartTag;
-      ncclResult_t rc = n->irecv(c.comm, 1, &data, &bytes, &tag, c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle,
-                                 nullptr, &r[1]);
+      ncclResult_t rc = irecvPayload(n, c, slot, kApartTag, &r[1]);
       if (rc != ncclSuccess) {
         c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
         c.testFailed = true;
@@ -793,10 +799,7 @@ bool NetProxy::recvSlots(NetConn& c) {
         if (rc == ncclSuccess) c.halfPosted = true;
       }
       if (rc == ncclSuccess) {
-        void* data = f.slotData(slot);
-        size_t bytes = f.geo.slotBytes;
-        rc = n->irecv(c.comm, 1, &data, &bytes, &tag, c.dataMhandle != nullptr ? &c.dataMhandle : &c.mhandle, nullptr,
-                      &r[1]);
+        rc = irecvPayload(n, c, slot, tag, &r[1]);
         if (rc == ncclSuccess && r[1] == nullptr) break;
       }
     }
