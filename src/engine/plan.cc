@@ -418,19 +418,22 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   CollPlan& p = *out;
   int n = comm_->nranks;
   size_t es = DType::size(op.dtype);
-  p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1);
-  const char* by = tuningForced() ? "NCCL_ALGO/NCCL_PROTO" : "thresholds";
   const OpDesc& call = op.runsFor != nullptr ? *op.runsFor : op;  // what logs and errors name
-  if (op.runsFor != nullptr) {
+  const char* by;
+  if (op.runsFor != nullptr) {  // an allgather or reduce-scatter run as a tree allreduce (asTreeAllReduce)
     p.choice = Choice{Algo::kTree, Proto::kSimple};
     by = op.runsFor->coll == Coll::kAllGather ? "thresholds, as a tree allreduce of its zero-padded output"
                                               : "thresholds, as a tree allreduce of its input";
-  } else if (!tuningForced()) {
-    const Choice before = p.choice;
-    if (tunerByModel()) modelChoice(op, nChannels, &p.choice), by = "the cost model";
-    if (tuner_) {
-      consultTuner(op, &nChannels, &p.choice);
-      if (p.choice.algo != before.algo || p.choice.proto != before.proto) by = "the tuner plugin";
+  } else {
+    p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1);
+    by = tuningForced() ? "NCCL_ALGO/NCCL_PROTO" : "thresholds";
+    if (!tuningForced()) {
+      const Choice before = p.choice;
+      if (tunerByModel()) modelChoice(op, nChannels, &p.choice), by = "the cost model";
+      if (tuner_) {
+        consultTuner(op, &nChannels, &p.choice);
+        if (p.choice.algo != before.algo || p.choice.proto != before.proto) by = "the tuner plugin";
+      }
     }
   }
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
