@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <vector>
@@ -399,7 +400,7 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
   const int nics = shape.nicPerChannel ? shape.nicsPerHost : std::min(shape.nicsPerHost, P);
   // Per sampled host (by index in `ranks` / P): each NIC's bytes out and in, and its ranks' CPU time for messages.
   std::vector<double> nicOut(ranks.size() / P * nics, 0), nicIn(nicOut.size(), 0), hostCpu(ranks.size() / P, 0);
-  std::vector<Layout> layout;  // as the planner lays the buffers out for the first schedule built
+  std::optional<Layout> layout;  // as the planner lays the buffers out, from the first schedule built
   CostEstimate e;
   for (size_t i = 0; i < ranks.size(); i++) {
     const int rank = ranks[i], host = rank / P;
@@ -414,7 +415,7 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
         if (err) *err = why;
         return false;
       }
-      if (layout.empty()) layout.emplace_back(coll, size, n, nch, std::max(s.inBlocks, s.outBlocks), shape.elemBytes);
+      if (!layout) layout.emplace(coll, size, n, nch, std::max(s.inBlocks, s.outBlocks), shape.elemBytes);
       double chLatency = 0;
       for (const Step& st : s.steps) {
         const bool sends = stepSends(st.op), recvs = stepRecvs(st.op);
@@ -422,7 +423,7 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
         // A step of several blocks carries them all in one message, at one step's latency. One rank's sum stands for
         // the path where only some ranks are built: it counts the steps that move nothing too, as a ring's first
         // block passes every rank twice whatever the others carry.
-        const double bytes = layout[0].step(st, ch);
+        const double bytes = layout->step(st, ch);
         const bool sendAcross = sends && st.sendPeer / P != host, recvAcross = recvs && st.recvPeer / P != host;
         chLatency += sendAcross || recvAcross ? shape.inter.latencyUs : shape.intra.latencyUs;
         steps++;
@@ -433,7 +434,7 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
         if (recvs) hostCpu[i / P] += recvAcross ? shape.cpuInterUs : shape.cpuIntraUs;
       }
       if (allRanks) {
-        dropEmptySteps(layout[0], &s);
+        dropEmptySteps(*layout, &s);
         built[ch][rank] = std::move(s);
       }
       latency = std::max(latency, chLatency);  // channels run side by side
@@ -462,9 +463,9 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
   const double nicUs = shape.hosts > 1 ? e.nicBytes / shape.inter.bytesPerUs : 0;
   const double intraUs = e.intraBytes / shape.intra.bytesPerUs;
   e.bandwidthUs = std::max(nicUs, intraUs);
-  if (allRanks && n <= kPipelineMaxRanks && shape.fifoSlots >= 2 && shape.slotBytes > 0 && layout[0].chanElems > 0) {
+  if (allRanks && n <= kPipelineMaxRanks && shape.fifoSlots >= 2 && shape.slotBytes > 0 && layout->chanElems > 0) {
     // Tiles as the planner cuts them: half a FIFO a block, shorter where a message carries several blocks.
-    const Layout& lay = layout[0];
+    const Layout& lay = *layout;
     const size_t tileElems = std::max<size_t>(
         1, shape.slotBytes * static_cast<size_t>(shape.fifoSlots) / 2 / lay.elemBytes / spanBound(coll, algo, n));
     const uint64_t nTiles = (lay.chanElems + tileElems - 1) / tileElems;
