@@ -19,7 +19,9 @@
 # "Socket UCX Gloo MPI"), PER (1), PLACE (host), MPI_ARGS (more mpirun arguments, e.g. "--mca mpi_yield_when_idle 1"),
 # TCP_CC (cubic: the hosts' TCP congestion control, as in perf/netns_ring_bench.sh), PACKETS (1: print the TCP
 # segments host 1 sent and received during each run, and per call, counting 2 x ITERS calls a size: run one size,
-# MIN_BYTES = MAX_BYTES, with ITERS in the thousands so that warm-up and setup are lost in it).
+# MIN_BYTES = MAX_BYTES, with ITERS in the thousands so that warm-up and setup are lost in it), CPUS (a list of CPUs,
+# "0 1 0 1": rank r's process runs on CPU r mod the list's length alone, for every library, so that a run's placement
+# of ranks on cores is the same each time; unset, the kernel places them).
 set -u
 build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
 out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
@@ -39,11 +41,12 @@ net=nb$$
 subnet=10.85.0
 pids=()
 agent=$(mktemp)
+pin=$(mktemp)
 
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   netns_hosts_del "$net" "$H"
-  rm -f "$agent"
+  rm -f "$agent" "$pin"
   rm -rf /tmp/gloo-store-nb$$-*
 }
 trap cleanup EXIT
@@ -71,6 +74,15 @@ host=\$1; shift
 exec ip netns exec ${net}_h\${host##*.} unshare --uts bash -c "hostname ${net}-h\${host##*.}; \$*"
 EOF
 chmod +x "$agent"
+# CPUS: each rank's process on its CPU (the rank from the launcher's environment: Open MPI's, or RANK).
+cat >"$pin" <<'EOF'
+#!/bin/bash
+cpus=($CPUS)
+r=${OMPI_COMM_WORLD_RANK:-$RANK}
+exec taskset -c "${cpus[$((r % ${#cpus[@]}))]}" "$@"
+EOF
+chmod +x "$pin"
+pinned() { if [ -n "${CPUS:-}" ]; then echo "$pin"; fi; }
 
 port=29900
 flags() { echo "-b ${MIN_BYTES:-1M} -e $maxb -f ${FACTOR:-4} -n ${ITERS:-5} -w 1"; }
@@ -86,8 +98,8 @@ run() {
     if [ "$place" = cyclic ]; then map=node; fi
     ip netns exec "${net}_h1" mpirun --allow-run-as-root --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
       ${MPI_ARGS:-} --mca btl $btl --mca btl_tcp_if_include hx --mca oob_tcp_if_include hx --host "$hosts" -np "$n" --map-by $map \
-      -x MASTER_ADDR=$subnet.1 -x MASTER_PORT=$port \
-      "$build/perf/mpi_perf" -op "$coll" $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.log" 2>&1
+      -x MASTER_ADDR=$subnet.1 -x MASTER_PORT=$port -x CPUS="${CPUS:-}" \
+      $(pinned) "$build/perf/mpi_perf" -op "$coll" $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.log" 2>&1
     return $?
   fi
   case $coll in allreduce) tool=all_reduce_perf ;; allgather) tool=all_gather_perf ;; esac
@@ -99,7 +111,7 @@ run() {
     ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$P \
       MASTER_ADDR=$subnet.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx NCCL_NET="$lib" NCCL_NET_PLUGIN=none \
       UCX_TLS=tcp UCX_NET_DEVICES=hx GLOO_SOCKET_IFNAME=hx GLOO_STORE_DIR=/tmp/gloo-store-nb$$-$port \
-      CHORUS_TIMEOUT_S=300 $build/perf/$tool $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.$r.log" 2>&1 &
+      CHORUS_TIMEOUT_S=300 CPUS="${CPUS:-}" $(pinned) $build/perf/$tool $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.$r.log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
