@@ -32,7 +32,8 @@ int usage() {
                "                       its PCI NICs at 92%% of their port speed, and NVLink at 20.5 GB/s a link\n"
                "  --coll NAME          allreduce (default), allgather, reducescatter, broadcast, reduce, alltoall\n"
                "  --algo NAME          ring, tree, direct, oneshot, twoshot, hierarchical, rail, recdoubling,\n"
-               "                       or all (default)\n"
+               "                       or all (default); with all, an allgather or reduce-scatter across hosts\n"
+               "                       also lists tree-allreduce, how the host path runs small ones\n"
                "  --channels C         channels the data is split over (default 1)\n"
                "  --nic-per-channel    channel c uses NIC c mod N whatever the rank (the host path), instead of\n"
                "                       local rank l using NIC l mod N (a GPU's nearest NIC)\n"
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
   if (shape.cpuIntraUs > 0 || shape.cpuInterUs > 0)
     std::printf("# host CPU: %.2f us a message within a host, %.2f across, %.3g core(s) a host\n", shape.cpuIntraUs,
                 shape.cpuInterUs, shape.cores);
-  std::printf("# %10s  %-12s  %12s  %9s  %9s  %-10s  %s\n", "size", "algorithm", "time (us)", "algbw", "busbw",
+  std::printf("# %10s  %-14s  %12s  %9s  %9s  %-10s  %s\n", "size", "algorithm", "time (us)", "algbw", "busbw",
               "bound by", "cheapest");
   bool allowed[static_cast<int>(Algo::kNumAlgos)];
   for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) allowed[a] = allAlgos || static_cast<Algo>(a) == only;
@@ -228,15 +229,29 @@ int main(int argc, char** argv) {
     const size_t bytes = static_cast<size_t>(size);
     CostEstimate best;
     const Algo pick = cheapestAlgo(coll, bytes, channels, shape, allowed, &best);
+    // A small allgather or reduce-scatter across hosts runs on the host path as a tree allreduce of its full buffer
+    // (CHORUS_ALLGATHER_TREE_MAX_BYTES, CHORUS_REDUCESCATTER_TREE_MAX_BYTES; docs/algorithms.md): "tree-allreduce",
+    // the tree allreduce of that many bytes, an allgather's as bytes (its zero-padded output summed byte by byte).
+    CostEstimate asTree;
+    bool hasAsTree = false;
+    if (allAlgos && shape.hosts > 1 && (coll == Coll::kAllGather || coll == Coll::kReduceScatter)) {
+      ClusterShape s = shape;
+      if (coll == Coll::kAllGather) s.elemBytes = 1;
+      hasAsTree = estimateCollective(Coll::kAllReduce, Algo::kTree, bytes, channels, s, &asTree, nullptr);
+    }
+    const bool asTreeCheapest = hasAsTree && (pick == Algo::kNumAlgos || asTree.timeUs < best.timeUs);
+    auto row = [&](const char* name, const CostEstimate& e, bool cheapest) {
+      const double algbw = bytes / e.timeUs / 1000;  // GB/s
+      std::printf("  %10s  %-14s  %12.1f  %9.3f  %9.3f  %-10s  %s\n", human(size).c_str(), name, e.timeUs, algbw,
+                  algbw * busBwFactor(coll, n), e.bottleneck.c_str(), cheapest ? "*" : "");
+      printed++;
+    };
     for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) {
       CostEstimate e;
       if (!allowed[a] || !estimateCollective(coll, static_cast<Algo>(a), bytes, channels, shape, &e, nullptr)) continue;
-      const double algbw = bytes / e.timeUs / 1000;  // GB/s
-      std::printf("  %10s  %-12s  %12.1f  %9.3f  %9.3f  %-10s  %s\n", human(size).c_str(),
-                  algoName(static_cast<Algo>(a)), e.timeUs, algbw, algbw * busBwFactor(coll, n), e.bottleneck.c_str(),
-                  static_cast<Algo>(a) == pick ? "*" : "");
-      printed++;
+      row(algoName(static_cast<Algo>(a)), e, static_cast<Algo>(a) == pick && !asTreeCheapest);
     }
+    if (hasAsTree) row("tree-allreduce", asTree, asTreeCheapest);
   }
   if (printed == 0) {
     std::fprintf(stderr, "chorus-sim: no allowed algorithm implements %s\n", collName(coll));
