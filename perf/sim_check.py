@@ -14,7 +14,8 @@ CHORUS_FIFO_SLOTS,CHORUS_FIFO_SLOT_BYTES where the run changed them, or to 0 for
 CPU (default 0.5,6,0.5) is passed to chorus-sim --cpu, the host CPU term: the namespace hosts' 4 hosts on 2 cores;
 0 for none. The latencies and CPU costs are fitted to the runs of docs/perf/raw/2026-11-29-sim-cpu/ (docs/perf/sim.md).
 TREE_DUAL_MIN (default 16384) is passed to chorus-sim --tree-dual-min: 0 for runs made before trees below 16 KB ran
-one tree."""
+one tree. BURST (default 16384, a fresh TCP connection's first window; docs/perf/sim.md) is the inter-host links'
+burst, the third field of chorus-sim --inter; 0 for none."""
 import json
 import os
 import subprocess
@@ -35,7 +36,8 @@ def main():
         d = json.load(open(os.path.join(out, name)))["end"]
         goodputs.append(min(d["sum_sent"]["bits_per_second"], d["sum_sent_bidir_reverse"]["bits_per_second"]) / 8)
     goodput = min(goodputs)
-    inter = f"{inter_lat},{goodput / 1e9:.6f}"
+    burst = os.environ.get("BURST", "16384")
+    inter = f"{inter_lat},{goodput / 1e9:.6f}" + (f",{burst}" if burst != "0" else "")
     nic_args = ["--nics", str(rails), "--channels", channels] + (["--nic-per-channel"] if rails > 1 else [])
     nic_args += ["--fifo", os.environ.get("FIFO", "16,131072")]
     nic_args += ["--tree-dual-min", os.environ.get("TREE_DUAL_MIN", "16384")]

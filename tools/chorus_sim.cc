@@ -24,9 +24,11 @@ int usage() {
                "  --ranks-per-host P   ranks on each host (default 8)\n"
                "  --nics N             NICs a host, shared by its ranks (default 1)\n"
                "  --intra LAT_US,GBPS  latency a step and bandwidth per rank within a host (default 5,5)\n"
-               "  --inter LAT_US,GBPS  latency a step and bandwidth per NIC between hosts (default 20,1.25)\n"
+               "  --inter LAT_US,GBPS[,BURST]  latency a step and bandwidth per NIC between hosts (default\n"
+               "                       20,1.25), and the bytes a link passes at once after a pause (a shaper's\n"
+               "                       burst: the pipeline term's slots arrive that much sooner; default 0, a wire)\n"
                "  --preset NAME        dgx-h100: 8 ranks and 8 NICs a host, NVLink 2,360 and 400 Gb/s IB 8,46;\n"
-               "                       netns-1g: 2 ranks and 1 NIC a host, shm 2,2 and 1 Gbit/s TCP 4,0.116,\n"
+               "                       netns-1g: 2 ranks and 1 NIC a host, shm 2,2 and 1 Gbit/s TCP 4,0.116,16384,\n"
                "                       host CPU 0.5,6,0.5 (4 namespace hosts on 2 cores; docs/perf/sim.md)\n"
                "  --topo FILE          a host's topology file (chorus-topo, NCCL_TOPO_DUMP_FILE): a rank per GPU,\n"
                "                       its PCI NICs at 92%% of their port speed, and NVLink at 20.5 GB/s a link\n"
@@ -197,7 +199,7 @@ int main(int argc, char** argv) {
     } else if (a == "--preset" && ok && std::strcmp(v, "netns-1g") == 0) {
       shape.ranksPerHost = 2, shape.nicsPerHost = 1;
       parseLinkCost("2,2", &shape.intra);
-      parseLinkCost("4,0.116", &shape.inter);
+      parseLinkCost("4,0.116,16384", &shape.inter);
       parseCpu("0.5,6,0.5", &shape);
     } else {
       ok = false;

@@ -185,14 +185,16 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool h
 // "latency in us a step,bandwidth in GB/s".
 StrParam kCostIntra{"CHORUS_COST_INTRA", "5,5",
                     "Cost model (ncclGroupSimulateEnd, CHORUS_TUNER_MODEL): the link between ranks of one host, as "
-                    "\"latency a step in us,bandwidth a rank in GB/s\". Set, it wins over CHORUS_CALIBRATE; unset, "
-                    "the default or the calibrated figure.",
+                    "\"latency a step in us,bandwidth a rank in GB/s\" (a third number: the bytes a link passes at "
+                    "once, docs/cost_model.md). Set, it wins over CHORUS_CALIBRATE; unset, the default or the "
+                    "calibrated figure.",
                     "tuning"};
 StrParam kCostInter{"CHORUS_COST_INTER", "20,1.25",
                     "Cost model (ncclGroupSimulateEnd, CHORUS_TUNER_MODEL): the link between hosts, as \"latency a "
-                    "step in us,bandwidth a NIC in GB/s\" (one NIC a host). Set, it wins over CHORUS_CALIBRATE; "
-                    "unset, the calibrated figure, else the slowest host's NIC speed at 92% where every host's "
-                    "topology knows it, else the default.",
+                    "step in us,bandwidth a NIC in GB/s\" (one NIC a host; a third number: the bytes a link passes "
+                    "at once after a pause, a shaper's burst, docs/cost_model.md). Set, it wins over "
+                    "CHORUS_CALIBRATE; unset, the calibrated figure, else the slowest host's NIC speed at 92% where "
+                    "every host's topology knows it, else the default.",
                     "tuning"};
 IntParam kTunerModel{"CHORUS_TUNER_MODEL", 0,
                      "1: pick each collective's algorithm by the cost model under CHORUS_COST_INTRA / "

@@ -312,8 +312,10 @@ double pipelineSim(const std::vector<std::vector<Schedule>>& built, const Cluste
       SimLink& out = across ? nicOut[nicOf(a.rank, a.channel)] : rankOut[a.rank];
       SimLink& in = across ? nicIn[nicOf(to, a.channel)] : rankIn[to];
       out.forget(at), in.forget(at);
-      const double done =
-          takeBoth(out, in, at, w.slotBytes / (across ? shape.inter.bytesPerUs : shape.intra.bytesPerUs));
+      const LinkCost& link = across ? shape.inter : shape.intra;
+      const double d = w.slotBytes / link.bytesPerUs;
+      // A shaper's burst passes at once when the link's turn comes, and is paid for after (LinkCost::burstBytes).
+      const double done = takeBoth(out, in, at, d) - std::min(d, link.burstBytes / link.bytesPerUs);
       end = std::max(end, done);
       SimConn& c = conn(a.channel, a.rank, to);
       c.arrived.push_back(done);
@@ -362,10 +364,13 @@ size_t fullBufferBytes(Coll coll, size_t countBytes, int nranks) {
 }
 
 bool parseLinkCost(const std::string& text, LinkCost* out) {
-  double lat = 0, gbps = 0;
-  if (std::sscanf(text.c_str(), "%lf,%lf", &lat, &gbps) != 2 || lat < 0 || gbps <= 0) return false;
+  double lat = 0, gbps = 0, burst = 0;
+  int used = 0;
+  const int got = std::sscanf(text.c_str(), "%lf,%lf%n,%lf%n", &lat, &gbps, &used, &burst, &used);
+  if (got < 2 || static_cast<size_t>(used) != text.size() || lat < 0 || gbps <= 0 || burst < 0) return false;
   out->latencyUs = lat;
   out->bytesPerUs = gbps * 1000;  // GB/s = 1000 bytes a microsecond
+  out->burstBytes = got == 3 ? burst : 0;
   return true;
 }
 

@@ -41,6 +41,11 @@ namespace chorus {
 struct LinkCost {
   double latencyUs = 0;
   double bytesPerUs = 0;
+  /// Bytes a link idle long enough passes at once, paying for them after: a token-bucket shaper in front of a fast
+  /// wire, as Linux's HTB passes a whole offloaded TCP segment (up to 64 KB) once its tokens are not negative. The
+  /// pipeline term's slots then arrive that much sooner; the link stays taken for their bytes over its bandwidth.
+  /// 0 (a wire, where every byte waits for the ones before it) unless given.
+  double burstBytes = 0;
 };
 
 /// A communicator's two link classes, and where each came from, for its INIT log ("default", "NIC speed 10000
@@ -126,8 +131,8 @@ double busBwFactor(Coll coll, int nranks);
 /// broadcast and reduce, n times it for the others (allgather's output, reduce-scatter's input...).
 size_t fullBufferBytes(Coll coll, size_t countBytes, int nranks);
 
-/// Parses "latency a step in us,bandwidth in GB/s" (e.g. "5,1.25"); false when it is not two numbers, the latency
-/// negative or the bandwidth not positive.
+/// Parses "latency a step in us,bandwidth in GB/s[,burst bytes]" (e.g. "5,1.25" or "4,0.116,65536"); false when it
+/// is not two or three numbers, the latency or burst negative or the bandwidth not positive.
 bool parseLinkCost(const std::string& text, LinkCost* out);
 
 /// The estimate for `size` bytes from one made for `refSize`: without the pipeline term, and where both sizes give

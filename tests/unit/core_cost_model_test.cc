@@ -226,6 +226,13 @@ TEST(CostModel, ParsesLinkCosts) {
   EXPECT_FALSE(parseLinkCost("fast", &c));
   EXPECT_FALSE(parseLinkCost("5,0", &c));
   EXPECT_FALSE(parseLinkCost("-1,5", &c));
+  EXPECT_DOUBLE_EQ(c.burstBytes, 0);
+  ASSERT_TRUE(parseLinkCost("4,0.116,16384", &c));
+  EXPECT_DOUBLE_EQ(c.burstBytes, 16384);
+  EXPECT_DOUBLE_EQ(c.bytesPerUs, 116);
+  EXPECT_FALSE(parseLinkCost("4,0.116,-1", &c));
+  EXPECT_FALSE(parseLinkCost("4,0.116,many", &c));
+  EXPECT_FALSE(parseLinkCost("4,0.116,16384,2", &c));
   EXPECT_EQ(fullBufferBytes(Coll::kAllGather, 100, 8), 800u);
   EXPECT_EQ(fullBufferBytes(Coll::kAllReduce, 100, 8), 100u);
 }
@@ -272,6 +279,23 @@ TEST(CostModel, PipelineTermOfAChainIsItsDepthInSlots) {
   // Slots of twice the bytes: twice the fill.
   EXPECT_NEAR(estimate(Coll::kBroadcast, Algo::kRing, 1 << 20, piped(4, 1, 16, 262144)).pipelineUs, 2 * 2 * slotUs,
               1e-6);
+}
+
+// A shaper's burst (LinkCost::burstBytes): a link passes that many bytes of a slot at once when its turn comes and
+// stays taken for all of them after. Along the chain of 4 hosts each link then hands a slot on `burst` sooner: the
+// last slot arrives (H - 2) slot times minus (H - 1) bursts after the busiest link's bytes, and with a burst of a whole
+// slot no later than them. The bandwidth term is the same.
+TEST(CostModel, ABurstHandsSlotsOnSooner) {
+  const double slotUs = 131072 / 100.0;
+  const double size = 4.0 * 131072;
+  ClusterShape s = piped(4, 1);
+  s.inter.burstBytes = 65536;
+  const CostEstimate half = estimate(Coll::kBroadcast, Algo::kRing, size, s);
+  EXPECT_NEAR(half.bandwidthUs, size / 100, 1e-6);
+  EXPECT_NEAR(half.pipelineUs, 2 * slotUs - 3 * slotUs / 2, 1e-6);
+  s.inter.burstBytes = 131072;
+  EXPECT_EQ(estimate(Coll::kBroadcast, Algo::kRing, size, s).pipelineUs, 0);
+  EXPECT_NEAR(estimate(Coll::kBroadcast, Algo::kRing, size, piped(4, 1)).pipelineUs, 2 * slotUs, 1e-6);
 }
 
 // A tree's fill and drain: over 4 hosts x 2 ranks (the namespace hosts of docs/perf/sim.md), a tile must climb two
