@@ -7,11 +7,13 @@ Every forced algorithm's series (ring, hierarchical, rail, tree, recursive doubl
 MAX_BYTES (default 524288) is predicted. The model's terms add up, and the latency term does not depend on the CPU
 costs nor the CPU term on the latencies, so each grid is run on its own and the two are summed. Prints the best
 quadruple by the share of the fit runs' series within 15%, its score on the check runs, the median error of each, and
-the same for the old constants (20 and 60 us a step, no CPU term)."""
+the same for the old constants (20 and 60 us a step, no CPU term). BURST (default 0: none) is the inter-host links'
+burst in bytes (chorus-sim --inter LAT,GBPS,BURST; docs/cost_model.md)."""
 import itertools, json, os, statistics, subprocess, sys
 
 MAX = int(os.environ.get("MAX_BYTES", "524288"))
 CORES = os.environ.get("CORES", "0.5")
+BURST = os.environ.get("BURST", "0")
 TOOLS = (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgather"), ("reduce_scatter_perf", "reducescatter"))
 ALGOS = (("1", "Ring"), ("1-Hierarchical", "Hierarchical"), ("1-Rail", "Rail"), ("1-Tree", "Tree"),
          ("1-RecDoubling", "RecDoubling"))
@@ -49,7 +51,7 @@ def sim(sim_path, coll, g, li, lx, ci, cx):
     key = (coll, g, li, lx, ci, cx)
     if key not in cache:
         args = [sim_path, "--hosts", "4", "--ranks-per-host", "2", "--intra", f"{li},2", "--inter",
-                f"{lx},{g / 1e9:.6f}", "--coll", coll, "-b", "8", "-e", str(MAX), "-f", "2"]
+                f"{lx},{g / 1e9:.6f}" + (f",{BURST}" if BURST != "0" else ""), "--coll", coll, "-b", "8", "-e", str(MAX), "-f", "2"]
         if ci or cx:
             args += ["--cpu", f"{ci},{cx},{CORES}"]
         text = subprocess.run(args, check=True, capture_output=True, text=True).stdout

@@ -27,7 +27,8 @@ def main():
     sim, outdir, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
     os.makedirs(outdir, exist_ok=True)
     counts = defaultdict(lambda: [0, 0, []])
-    for label, extra, env in (("old", ["20,2", "60"], {"CPU": "0"}), ("fit", [], {})):
+    # BURST=0: the model as fitted here (sim_check.py's default burst came later, ../2026-11-29-sim-burst/).
+    for label, extra, env in (("old", ["20,2", "60"], {"CPU": "0", "BURST": "0"}), ("fit", [], {"BURST": "0"})):
         for d in dirs:
             out = subprocess.run(["perf/sim_check.py", d, sim] + extra, env=dict(os.environ, **env), check=True,
                                  capture_output=True, text=True).stdout
