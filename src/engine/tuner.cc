@@ -192,7 +192,7 @@ StrParam kCostIntra{"CHORUS_COST_INTRA", "5,5",
 StrParam kCostInter{"CHORUS_COST_INTER", "20,1.25",
                     "Cost model (ncclGroupSimulateEnd, CHORUS_TUNER_MODEL): the link between hosts, as \"latency a "
                     "step in us,bandwidth a NIC in GB/s\" (one NIC a host; a third number: the bytes a link passes "
-                    "at once after a pause, a shaper's burst, docs/cost_model.md). Set, it wins over "
+                    "at once when a slot's turn comes, a shaper's burst, docs/cost_model.md). Set, it wins over "
                     "CHORUS_CALIBRATE; unset, the calibrated figure, else the slowest host's NIC speed at 92% where "
                     "every host's topology knows it, else the default.",
                     "tuning"};

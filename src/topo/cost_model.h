@@ -41,10 +41,10 @@ namespace chorus {
 struct LinkCost {
   double latencyUs = 0;
   double bytesPerUs = 0;
-  /// Bytes a link idle long enough passes at once, paying for them after: a token-bucket shaper in front of a fast
-  /// wire, as Linux's HTB passes a whole offloaded TCP segment (up to 64 KB) once its tokens are not negative. The
-  /// pipeline term's slots then arrive that much sooner; the link stays taken for their bytes over its bandwidth.
-  /// 0 (a wire, where every byte waits for the ones before it) unless given.
+  /// Bytes of a slot a link passes at once when the slot's turn comes, paying for them after: a token-bucket shaper in
+  /// front of a fast wire, as Linux's HTB passes a whole offloaded TCP segment (up to 64 KB) once its tokens are not
+  /// negative. The pipeline term's slots then arrive that much sooner; the link stays taken for their bytes over its
+  /// bandwidth. 0 (a wire, where every byte waits for the ones before it) unless given.
   double burstBytes = 0;
 };
 
