@@ -4,11 +4,11 @@ its other constants its defaults; counts predictions within 15% by family and si
 summary.py does. Usage: burst_summary.py CHORUS_SIM BURST OUT DIR...  (run from the repository root;
 TREE_DUAL_MIN passes through to sim_check.py). Writes each run's two tables to OUT (the run's path with / as _, then
 -burst0.md or -burstBURST.md) and prints the counts."""
-import os, re, subprocess, sys
+import os, subprocess, sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "2026-11-29-sim-cpu"))
-from summary import BANDS, band, family  # noqa: E402
+from summary import BANDS, tally  # noqa: E402
 
 
 def main():
@@ -23,12 +23,7 @@ def main():
             name = d.replace("docs/perf/raw/", "").strip("/").replace("/", "_")
             with open(os.path.join(outdir, f"{name}-burst{label}.md"), "w") as f:
                 f.write(out)
-            for line in out.splitlines():
-                m = re.match(r"\| (\w+) \| ([^|]+) \| (\w+) \| (\d+) \| [\d.]+ \| [\d.]+ \| ([+-]\d+)% \|", line)
-                if not m: continue
-                size, err = int(m.group(4)), int(m.group(5))
-                c = counts[(label, family(m.group(2).strip()), band(size))]
-                c[0] += 1; c[1] += abs(err) <= 15; c[2].append(err)
+            tally(out, label, counts)
     print(f"| family | sizes | no burst | burst of {burst} bytes |")
     print("|---|---|---|---|")
     total = {label: [0, 0] for label in labels}

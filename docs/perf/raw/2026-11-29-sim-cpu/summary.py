@@ -23,6 +23,16 @@ def family(algo):
     return "rings and hierarchical"
 
 
+def tally(out, label, counts):
+    """Adds sim_check.py's table `out` to counts[(label, family, band)]: series, those within 15%, their errors."""
+    for line in out.splitlines():
+        m = re.match(r"\| (\w+) \| ([^|]+) \| (\w+) \| (\d+) \| [\d.]+ \| [\d.]+ \| ([+-]\d+)% \|", line)
+        if not m: continue
+        size, err = int(m.group(4)), int(m.group(5))
+        c = counts[(label, family(m.group(2).strip()), band(size))]
+        c[0] += 1; c[1] += abs(err) <= 15; c[2].append(err)
+
+
 def main():
     sim, outdir, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
     os.makedirs(outdir, exist_ok=True)
@@ -35,12 +45,7 @@ def main():
             name = d.replace("docs/perf/raw/", "").replace("/tmp/", "").strip("/").replace("/", "_")
             with open(os.path.join(outdir, f"{name}-{label}.md"), "w") as f:
                 f.write(out)
-            for line in out.splitlines():
-                m = re.match(r"\| (\w+) \| ([^|]+) \| (\w+) \| (\d+) \| [\d.]+ \| [\d.]+ \| ([+-]\d+)% \|", line)
-                if not m: continue
-                size, err = int(m.group(4)), int(m.group(5))
-                c = counts[(label, family(m.group(2).strip()), band(size))]
-                c[0] += 1; c[1] += abs(err) <= 15; c[2].append(err)
+            tally(out, label, counts)
     print("| family | sizes | 20 and 60 us a step, no CPU term | fitted: 2 and 4 us, CPU 0.5 and 6 us a message |")
     print("|---|---|---|---|")
     for fam in ("rings and hierarchical", "tree", "rail", "recursive doubling"):
