@@ -229,8 +229,19 @@ int main(int argc, char** argv) {
   int printed = 0;
   for (double size = static_cast<double>(minB); size <= static_cast<double>(maxB) * 1.0001; size *= factor) {
     const size_t bytes = static_cast<size_t>(size);
+    // Each algorithm's estimate, made once: for the cheapest and for its row.
+    CostEstimate est[static_cast<int>(Algo::kNumAlgos)];
+    bool can[static_cast<int>(Algo::kNumAlgos)] = {};
     CostEstimate best;
-    const Algo pick = cheapestAlgo(coll, bytes, channels, shape, allowed, &best);
+    const Algo pick = cheapestAlgo(
+        allowed,
+        [&](Algo a, CostEstimate* e) {
+          const int i = static_cast<int>(a);
+          can[i] = estimateCollective(coll, a, bytes, channels, shape, &est[i], nullptr);
+          *e = est[i];
+          return can[i];
+        },
+        &best);
     // A small allgather or reduce-scatter across hosts runs on the host path as a tree allreduce of its full buffer
     // (CHORUS_ALLGATHER_TREE_MAX_BYTES, CHORUS_REDUCESCATTER_TREE_MAX_BYTES; docs/algorithms.md): "tree-allreduce",
     // the tree allreduce of that many bytes, an allgather's as bytes (its zero-padded output summed byte by byte).
@@ -248,11 +259,8 @@ int main(int argc, char** argv) {
                   algbw * busBwFactor(coll, n), e.bottleneck.c_str(), cheapest ? "*" : "");
       printed++;
     };
-    for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) {
-      CostEstimate e;
-      if (!allowed[a] || !estimateCollective(coll, static_cast<Algo>(a), bytes, channels, shape, &e, nullptr)) continue;
-      row(algoName(static_cast<Algo>(a)), e, static_cast<Algo>(a) == pick && !asTreeCheapest);
-    }
+    for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++)
+      if (can[a]) row(algoName(static_cast<Algo>(a)), est[a], static_cast<Algo>(a) == pick && !asTreeCheapest);
     if (hasAsTree) row("tree-allreduce", asTree, asTreeCheapest);
   }
   if (printed == 0) {
