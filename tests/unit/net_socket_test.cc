@@ -504,6 +504,68 @@ TEST(SocketNet, AConnectionBackToItsSenderSharesItsSocket) {
 
 // The hooks that let an idle proxy sleep: a pending receive names its socket, which becomes readable when data comes;
 // a striped message's last chunk calls the waker.
+// NetProgressHooks::recvEmptied, once a receive completed: whether the control socket's last read left it empty and
+// nothing staged (the proxy then leaves the next receive's test, a read that would find nothing, to its next step).
+// And a read that came back short ends only that test's reading: a message sent after it still arrives.
+TEST(SocketNet, SaysWhetherItsLastReadLeftNothing) {
+  const NetProgressHooks* hooks = socketNetHooks();
+  ASSERT_NE(hooks->recvEmptied, nullptr);
+  Striping s(1, 1);
+  NetCtx a, b;
+  Conn c;
+  connectPair(a, b, &c);
+  // Three messages of 6000 bytes in the socket (about 18 KB: loopback's buffers hold them) and one receive: its read
+  // fills what it asked for and the stage (kStageBytes), so more waits in the socket.
+  const size_t n = 6000;
+  ASSERT_GT(2 * n, socknet::kStageBytes);
+  std::vector<std::vector<char>> sent;
+  std::vector<void*> sreq;
+  for (int i = 0; i < 3; i++) {
+    sent.push_back(pattern(n, i + 40));
+    void* r = nullptr;
+    ASSERT_EQ(net()->isend(c.send, sent[i].data(), n, 0, nullptr, nullptr, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr);
+    sreq.push_back(r);
+  }
+  int size = -1;
+  ncclResult_t rc = ncclSuccess;
+  for (void* r : sreq) ASSERT_TRUE(waitReq(r, &size, &rc)) << threadLastError();
+  auto post = [&](std::vector<char>* in) {
+    void* data = in->data();
+    size_t cap = in->size();
+    int tag = 0;
+    void* rr = nullptr;
+    EXPECT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &rr), ncclSuccess);
+    return rr;
+  };
+  std::vector<std::vector<char>> in(3, std::vector<char>(n));
+  void* r0 = post(&in[0]);
+  ASSERT_TRUE(waitReq(r0, &size, &rc)) << threadLastError();
+  EXPECT_EQ(in[0], sent[0]);
+  EXPECT_EQ(hooks->recvEmptied(c.recv), 0);  // staged bytes, and the socket not read to its end
+  // The other two: the read that takes the rest comes back short.
+  void* r1 = post(&in[1]);
+  void* r2 = post(&in[2]);
+  ASSERT_TRUE(waitReq(r1, &size, &rc)) << threadLastError();
+  ASSERT_TRUE(waitReq(r2, &size, &rc)) << threadLastError();
+  EXPECT_EQ(in[1], sent[1]);
+  EXPECT_EQ(in[2], sent[2]);
+  EXPECT_EQ(hooks->recvEmptied(c.recv), 1);
+  // A receive posted now, tested before its message is sent (the read finds nothing), then after.
+  std::vector<char> late(64), out = pattern(40, 3);
+  void* rl = post(&late);
+  int done = 0;
+  ASSERT_EQ(net()->test(rl, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 0);
+  EXPECT_EQ(hooks->recvEmptied(c.recv), 1);
+  void* sl = nullptr;
+  ASSERT_EQ(net()->isend(c.send, out.data(), out.size(), 0, nullptr, nullptr, &sl), ncclSuccess);
+  ASSERT_TRUE(waitReq(rl, &size, &rc)) << threadLastError();
+  ASSERT_TRUE(waitReq(sl, &size, &rc)) << threadLastError();
+  EXPECT_EQ(size, 40);
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), late.begin()));
+}
+
 TEST(SocketNet, HooksWakeAnIdleProxy) {
   const NetProgressHooks* hooks = socketNetHooks();
   ASSERT_NE(hooks, nullptr);

@@ -49,6 +49,10 @@ struct NetProgressHooks {
   /// follows as a message of its own (NetProxy::sendSlots). Null: a header and a payload message a slot.
   ncclResult_t (*isendv)(void* sendComm, int n, void** data, size_t* sizes, int tag, void** request);
   ncclResult_t (*irecvv)(void* recvComm, int n, void** data, size_t* sizes, int tag, void** request);
+  /// Nonzero when the last read of `recvComm`'s data left nothing to take (the socket net: a read came back short,
+  /// nothing staged): a receive completed, the next one's test right after would be a system call that finds nothing,
+  /// so the proxy leaves it to its next step (NetProxy::recvSlots). Null: always test on.
+  int (*recvEmptied)(void* recvComm);
 };
 
 /// The socket net (transports/socket/socket_net.cc): always built.

@@ -308,10 +308,13 @@ ncclResult_t progressSend(Comm* c) {
 }
 
 /// Receive side: fills [dst, dst + need) as far as the control socket has bytes, first from the bytes an earlier
-/// read left in the comm's stage; else with one recvmsg whose overflow - the next messages' headers and small payloads,
-/// which follow on the stream - lands in the stage. So a FIFO slot (its header's message and its payload's, sent in one
-/// sendmsg) is usually read with one recvmsg. *got: the bytes placed at dst (0: none there yet).
-IoResult ctrlRead(Comm* c, char* dst, size_t need, size_t* got) {
+/// read left in the comm's stage; else, when *mayRead, with one recvmsg whose overflow - the next messages' headers
+/// and small payloads, which follow on the stream - lands in the stage. So a FIFO slot (its header's message and its
+/// payload's, sent in one sendmsg) is usually read with one recvmsg. A read that comes back short of what it could
+/// take emptied the socket: it clears *mayRead, so that the caller's next request does not read again at once, a
+/// system call that would find nothing (its bytes come with a later progress). *got: the bytes placed at dst (0:
+/// none there yet).
+IoResult ctrlRead(Comm* c, char* dst, size_t need, size_t* got, bool* mayRead) {
   *got = 0;
   if (c->stageBeg < c->stageEnd) {
     *got = std::min(need, c->stageEnd - c->stageBeg);
@@ -320,24 +323,30 @@ IoResult ctrlRead(Comm* c, char* dst, size_t need, size_t* got) {
     return IoResult();
   }
   c->stageBeg = c->stageEnd = 0;
+  if (!*mayRead) return IoResult();
   iovec iov[2] = {{dst, need}, {c->stage.get(), kStageBytes}};
   size_t moved = 0;
   IoResult io = c->ctrl->recvv(iov, 2, &moved);
   if (!io.ok()) return io;
   if (moved > 0 && c->ctx->delayAcks && c->dataReads++ % kDelayAcksEvery == 0) c->ctrl->delayAcks();
+  c->readEmptied = moved < need + kStageBytes;
+  *mayRead = !c->readEmptied;
   *got = std::min(moved, need);
   c->stageEnd = moved - *got;
   return io;
 }
 
-/// Receive side, in request order: a header, then its payload (inline), each through ctrlRead.
+/// Receive side, in request order: a header, then its payload (inline), each through ctrlRead; at most one read
+/// that empties the socket.
 ncclResult_t progressRecv(Comm* c) {
+  bool mayRead = true;
   for (Request* r : c->queue) {
     if (!r->hdrComplete) {
       if (c->ctrlClosed) return ncclSuccess;
       while (r->hdrDone < sizeof(MsgHeader)) {
         size_t got = 0;
-        IoResult io = ctrlRead(c, reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone, &got);
+        IoResult io =
+            ctrlRead(c, reinterpret_cast<char*>(&r->hdr) + r->hdrDone, sizeof(MsgHeader) - r->hdrDone, &got, &mayRead);
         if (io.status == IoStatus::kEof && r->hdrDone == 0) {
           // The sender closed between messages: what it sent before still arrives on the data sockets.
           c->ctrlClosed = true;
@@ -356,7 +365,7 @@ ncclResult_t progressRecv(Comm* c) {
     if (!inlined(c, r)) continue;
     while (r->payDone < r->size) {
       size_t got = 0;
-      IoResult io = ctrlRead(c, r->data + r->payDone, r->size - r->payDone, &got);
+      IoResult io = ctrlRead(c, r->data + r->payDone, r->size - r->payDone, &got, &mayRead);
       if (!io.ok()) {
         failComm(c, io.what + " (within a message of " + std::to_string(r->size) + " bytes)");
         return commError(c);
@@ -924,7 +933,13 @@ void holdSends(void* sendComm, int hold) {
 /// NetProgressHooks::shareWaitMs: a socket connects within a few milliseconds on a LAN.
 int shareWaitMs(void* ctx) { return static_cast<Context*>(ctx)->id != 0 ? 10 : 0; }
 
-const NetProgressHooks kHooks = {pollFds, setWaker, holdSends, shareWaitMs, nullptr, nullptr};
+/// NetProgressHooks::recvEmptied: the control socket's last read left it empty, and nothing read is left over.
+int recvEmptied(void* recvComm) {
+  const Comm* c = static_cast<const Comm*>(recvComm);
+  return c->readEmptied && c->stageBeg == c->stageEnd ? 1 : 0;
+}
+
+const NetProgressHooks kHooks = {pollFds, setWaker, holdSends, shareWaitMs, nullptr, nullptr, recvEmptied};
 
 }  // namespace
 }  // namespace socknet

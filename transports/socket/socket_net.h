@@ -163,6 +163,9 @@ struct Comm {
   size_t stageEnd = 0;
   /// Receive side: reads of the control socket that brought bytes (to set delayed ACKs again every kDelayAcksEvery).
   uint64_t dataReads = 0;
+  /// Receive side: the last read of the control socket came back short of what it could take, so it left the socket
+  /// empty (NetProgressHooks::recvEmptied while the stage is empty too).
+  bool readEmptied = false;
   /// Two ways over one socket: receive side, the context at the other end (0: unknown); whether this comm's socket may
   /// still carry the other direction (one socket, not yet claimed or shared: false once `partner` is set); the comm of
   /// the other direction sharing it.

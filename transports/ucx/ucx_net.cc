@@ -453,7 +453,7 @@ int pollFds(void* ctx, pollfd* fds, int max) {
 
 int shareWaitMs(void* /*ctx*/) { return kUcxTwoWay.get() != 0 ? 100 : 0; }
 
-const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, shareWaitMs, isendv, irecvv};
+const NetProgressHooks kHooks = {pollFds, nullptr, nullptr, shareWaitMs, isendv, irecvv, nullptr};
 
 }  // namespace ucx
 
