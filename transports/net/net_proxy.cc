@@ -668,12 +668,12 @@ bool NetProxy::sendSlots(NetConn& c) {
 // A receive side whose connection ended (an error from the net: the peer closed, died, or the link failed) still
 // publishes every slot that arrived whole, and poisons its FIFO only once the executor has consumed them: a peer
 // that sent everything and destroyed its communicator looks the same, and must not fail the last operation.
-bool NetProxy::recvSlots(NetConn& c) {
+bool NetProxy::recvSlots(NetConn& c, bool test) {
   const ncclNet_v11_t* n = net_.api;
   Fifo& f = c.fifo;
   bool progress = false;
   int size = 0;
-  while (c.done < c.posted && !c.testFailed) {
+  while (test && c.done < c.posted && !c.testFailed) {
     const uint32_t slot = static_cast<uint32_t>(c.done % f.geo.nSlots);
     void** r = c.reqs[c.done % net_.inflightSlots];
     int paySize = -1;       // the payload's size, once its receive completed in this pass
@@ -768,6 +768,8 @@ bool NetProxy::recvSlots(NetConn& c) {
     }
     storeRelease(&f.ctrl->tail, ++c.done);
     progress = true;
+    // The read that brought this slot left the net with nothing more: the next slot's test would find nothing.
+    if (net_.hooks != nullptr && net_.hooks->recvEmptied != nullptr && net_.hooks->recvEmptied(c.comm)) break;
   }
   const uint64_t head = loadAcquire(&f.ctrl->head);
   if (!c.endWhy.empty()) {
@@ -966,10 +968,12 @@ bool NetProxy::progress(const Fifo* f) {
   if (!lock.owns_lock() || stop_.load(std::memory_order_acquire)) return false;
   // Only an open connection's data: setup (and the helper threads it starts, CHORUS_PROXY_BIND), failure notices and
   // the judging of failed peers stay on the proxy thread.
+  // A receive connection only posts the receive of the slot just freed: the executor reads the next slot's data
+  // when it waits for it (progressAll), and a test here, right after the last one emptied the net, would find none.
   bool moved = false;
   for (auto& c : conns_)
     if (c->fifo.ctrl == f->ctrl) {
-      if (c->state == NetConn::State::kOpen) moved = step(*c);
+      if (c->state == NetConn::State::kOpen) moved = c->isSend ? step(*c) : recvSlots(*c, false);
       break;
     }
   if (!moved) return false;

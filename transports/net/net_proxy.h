@@ -152,7 +152,10 @@ class NetProxy : public RemoteTransport {
   std::chrono::milliseconds shareWait() const;
   bool setup(NetConn& c);
   bool sendSlots(NetConn& c);
-  bool recvSlots(NetConn& c);
+  /// A receive connection: tests its receives in order, freeing the slots they filled to the executor, then posts
+  /// the receives of the slots the executor freed. With `test` false, only posts (NetProxy::progress: a freed slot's
+  /// receive; the next slot's data is read by whoever waits for it).
+  bool recvSlots(NetConn& c, bool test = true);
   bool sendNotice(NetConn& c);
   /// Tests request *req: 1 when it completed (*req null, *size the bytes moved), 0 while pending, -1 when it failed
   /// (*req null, c.endWhy says why).
