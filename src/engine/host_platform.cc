@@ -162,8 +162,9 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   Backoff backoff;
   // Polls `ready` kPolls times: on this rank's other channels' turns when they run side by side, or with a backoff.
   RemoteTransport* remote = drive_ ? conns_->remote() : nullptr;
+  // Driving the net, a step that moved nothing is followed by a yield before the next: each step is a system call.
   auto poll = [&]() -> ncclResult_t {
-    if (remote != nullptr) remote->progressAll(f);
+    bool idleStep = remote != nullptr && !remote->progressAll(f);
     if (fibers_.wait(ready)) {
       if (ready()) return ncclSuccess;
       return fibers_.stopped() != ncclSuccess ? fibers_.stopped() : ncclInProgress;
@@ -172,8 +173,9 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       if (ready()) return ncclSuccess;
       if (remote == nullptr) {
         backoff.pause();
-      } else if (!remote->progressAll(f)) {
+      } else if (idleStep || !remote->progressAll(f)) {
         backoff.yield();
+        idleStep = false;
       }
     }
     return ncclInProgress;
