@@ -29,7 +29,7 @@ int usage() {
                "                       (a shaper's burst: slots arrive that much sooner; default 0, a wire)\n"
                "  --preset NAME        dgx-h100: 8 ranks and 8 NICs a host, NVLink 2,360 and 400 Gb/s IB 8,46;\n"
                "                       netns-1g: 2 ranks and 1 NIC a host, shm 2,2 and 1 Gbit/s TCP 4,0.116,16384,\n"
-               "                       host CPU 0.5,6,0.5 (4 namespace hosts on 2 cores; docs/perf/sim.md)\n"
+               "                       host CPU 1,4,0.5 (4 namespace hosts on 2 cores; docs/perf/sim.md)\n"
                "  --topo FILE          a host's topology file (chorus-topo, NCCL_TOPO_DUMP_FILE): a rank per GPU,\n"
                "                       its PCI NICs at 92%% of their port speed, and NVLink at 20.5 GB/s a link\n"
                "  --coll NAME          allreduce (default), allgather, reducescatter, broadcast, reduce, alltoall\n"
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
       shape.ranksPerHost = 2, shape.nicsPerHost = 1;
       parseLinkCost("2,2", &shape.intra);
       parseLinkCost("4,0.116,16384", &shape.inter);
-      parseCpu("0.5,6,0.5", &shape);
+      parseCpu("1,4,0.5", &shape);
     } else {
       ok = false;
     }
