@@ -502,8 +502,6 @@ TEST(SocketNet, AConnectionBackToItsSenderSharesItsSocket) {
   }
 }
 
-// The hooks that let an idle proxy sleep: a pending receive names its socket, which becomes readable when data comes;
-// a striped message's last chunk calls the waker.
 // NetProgressHooks::recvEmptied, once a receive completed: whether the control socket's last read left it empty and
 // nothing staged (the proxy then leaves the next receive's test, a read that would find nothing, to its next step).
 // And a read that came back short ends only that test's reading: a message sent after it still arrives.
@@ -566,6 +564,8 @@ TEST(SocketNet, SaysWhetherItsLastReadLeftNothing) {
   EXPECT_TRUE(std::equal(out.begin(), out.end(), late.begin()));
 }
 
+// The hooks that let an idle proxy sleep: a pending receive names its socket, which becomes readable when data comes;
+// a striped message's last chunk calls the waker.
 TEST(SocketNet, HooksWakeAnIdleProxy) {
   const NetProgressHooks* hooks = socketNetHooks();
   ASSERT_NE(hooks, nullptr);
