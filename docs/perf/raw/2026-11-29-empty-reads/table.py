@@ -22,7 +22,7 @@ for group in sorted({k[0] for k in d}):
     found = {k[3] for k in d if k[0] == group}
     tools = sys.argv[2].split(",") if len(sys.argv) > 2 else [t for t in ("base", "new", "mpi") if t in found]
     print(f"\n{group}\n")
-    ratios = ["new/base"] + (["new/mpi"] if "mpi" in tools else [])
+    ratios = [f"new/{t}" for t in ("base", "mpi") if "new" in tools and t in tools]
     print("| collective | size (B) | " + " | ".join(tools + ratios) + " |")
     print("|---|---|" + "---|" * (len(tools) + len(ratios)))
     for key in sorted({k[1:3] for k in d if k[0] == group}):
