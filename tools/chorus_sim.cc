@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algo/generators.h"
+#include "engine/tuner.h"
 #include "topo/cost_model.h"
 #include "topo/topology.h"
 
@@ -249,7 +250,7 @@ int main(int argc, char** argv) {
     bool hasAsTree = false;
     if (allAlgos && shape.hosts > 1 && (coll == Coll::kAllGather || coll == Coll::kReduceScatter)) {
       ClusterShape s = shape;
-      if (coll == Coll::kAllGather) s.elemBytes = 1;
+      s.elemBytes = asTreeElemBytes(coll, s.elemBytes);
       hasAsTree = estimateCollective(Coll::kAllReduce, Algo::kTree, bytes, channels, s, &asTree, nullptr);
     }
     const bool asTreeCheapest = hasAsTree && (pick == Algo::kNumAlgos || asTree.timeUs < best.timeUs);

@@ -216,7 +216,7 @@ class HostEngine : public Engine {
     sum.coll = Coll::kAllReduce;
     sum.sendbuff = sum.recvbuff = out;
     sum.count = n * bytes;
-    sum.dtype = ncclUint8;
+    sum.dtype = ncclUint8;  // summed byte by byte (asTreeElemBytes)
     sum.op = ncclSum;
     sum.userOp = false;
     sum.runsFor = &op;

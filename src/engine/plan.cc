@@ -147,7 +147,7 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
     const size_t size = fullBuffer(op);
     CostEstimate e;
     if (asTreeAllReduce(op)) {  // a tree allreduce of the full buffer
-      const size_t es = op.coll == Coll::kAllGather ? 1 : DType::size(op.dtype);
+      const size_t es = asTreeElemBytes(op.coll, DType::size(op.dtype));
       if (modelEstimate(Coll::kAllReduce, Algo::kTree, size, es, nChannels, &e)) us += e.timeUs;
       continue;
     }

@@ -41,6 +41,10 @@ bool tuningForced();
 /// as a tree allreduce: of its output zeroed but for the rank's own block (of its input, each rank keeping its block).
 /// CHORUS_ALLGATHER_TREE_MAX_BYTES, CHORUS_REDUCESCATTER_TREE_MAX_BYTES; never where NCCL_ALGO/PROTO force.
 bool asTreeAllReduce(Coll coll, size_t fullBytes);
+/// The element size that tree allreduce sums in, for a collective of `elemBytes` elements: an allgather's zero-padded
+/// output byte by byte (1: every byte has one nonzero term at most; the host engine sums it as ncclUint8), a
+/// reduce-scatter's input in its own type.
+inline size_t asTreeElemBytes(Coll coll, size_t elemBytes) { return coll == Coll::kAllGather ? 1 : elemBytes; }
 /// CHORUS_TREE_DUAL_MIN_BYTES: the smallest tree collective (full buffer) that runs both trees, one a channel.
 size_t treeDualMinBytes();
 /// CHORUS_HIER_MIN_BYTES: the smallest collective that runs hierarchical where it applies.
