@@ -89,6 +89,11 @@ std::vector<int> forkRanks(int n, const std::function<int(int, const ncclUniqueI
   std::vector<int> status(n, -1);
   std::vector<bool> done(n, false);
   auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadlineS);
+  // Once every other rank has exited, the ranks of killWhenOthersExit get a moment to end by themselves before they
+  // are killed: a rank that killed itself looks dead to its peers (its main thread a zombie, processGone) while its
+  // other threads are still being torn down, before waitpid reports it.
+  constexpr std::chrono::milliseconds kGrace{500};
+  std::chrono::steady_clock::time_point graceEnd{};
   int remaining = n;
   while (remaining > 0 && std::chrono::steady_clock::now() < end) {
     for (int r = 0; r < n; r++) {
@@ -104,7 +109,11 @@ std::vector<int> forkRanks(int n, const std::function<int(int, const ncclUniqueI
     for (int r = 0; r < n; r++)
       if (!done[r] && std::find(killWhenOthersExit.begin(), killWhenOthersExit.end(), r) == killWhenOthersExit.end())
         othersLeft++;
-    if (othersLeft == 0 && remaining > 0) break;
+    if (othersLeft == 0 && remaining > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (graceEnd == std::chrono::steady_clock::time_point{}) graceEnd = now + kGrace;
+      if (now >= graceEnd) break;
+    }
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (int r = 0; r < n; r++) {

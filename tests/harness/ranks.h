@@ -33,8 +33,8 @@ void runRanks(int nranks, Driver driver, const std::function<void(RankCtx&)>& bo
 /// Forks n processes running child(rank, id) (id made by the parent after the fork) and
 /// returns each one's wait status; processes alive at the deadline are killed with SIGKILL
 /// and reported as such. Use for fault tests that kill or stop ranks.
-/// Ranks listed in `killWhenOthersExit` (e.g. one that froze itself) are killed as soon as
-/// every other rank has exited.
+/// Ranks listed in `killWhenOthersExit` (e.g. one that froze itself) are killed once every
+/// other rank has exited and they have not ended by themselves within 500 ms after.
 std::vector<int> forkRanks(int n, const std::function<int(int rank, const ncclUniqueId& id)>& child,
                            double deadlineS = 120, const std::vector<int>& killWhenOthersExit = {});
 
