@@ -248,10 +248,10 @@ NetGdr useNetGdr(const RemoteDeviceInfo& info, bool isSend, const GdrRuntimeInfo
   if (!rt.ok) return no("the GPU runtime: " + rt.why);
   // dma-buf first, as NCCL: it needs no kernel module beside the drivers.
   const bool netDmaBuf = (info.ptrSupport & NCCL_PTR_DMABUF) != 0;
-  const bool dmaBuf = rt.dmaBuf && netDmaBuf && kDmaBufEnable.get() != 0;
-  if (!dmaBuf && !rt.peerMemory) {
+  const bool dmaBuf = rt.paths.dmaBuf && netDmaBuf && kDmaBufEnable.get() != 0;
+  if (!dmaBuf && !rt.paths.peerMemory) {
     return no("no peer-memory module (nvidia_peermem, or amdkfd's on ROCm) is loaded, and " +
-              (!rt.dmaBuf        ? std::string("the GPU driver exports no dma-buf")
+              (!rt.paths.dmaBuf        ? std::string("the GPU driver exports no dma-buf")
                : !netDmaBuf      ? dev + " does not take dma-buf registrations"
                                  : std::string("NCCL_DMABUF_ENABLE=0")));
   }

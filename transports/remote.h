@@ -11,6 +11,7 @@
 
 #include "core/comm.h"
 #include "kernels/fifo.h"
+#include "runtime/runtime.h"
 
 namespace chorus {
 
@@ -170,11 +171,10 @@ void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls = nullptr);
 bool parseGdrLevel(const std::string& text, int* level);
 /// What the GPU runtime says of GPUDirect RDMA for a rank's GPU (GpuRuntime::gpuDirectRdma, computeCapability).
 struct GdrRuntimeInfo {
-  bool ok = false;          ///< the device and driver support it, and a NIC can reach its memory one of the ways below
-  bool peerMemory = false;  ///< through a peer-memory module (nvidia_peermem; amdkfd's on ROCm)
-  bool dmaBuf = false;      ///< through dma-buf file descriptors the driver exports
-  std::string why;          ///< when not ok, what is missing
-  int computeCap = 0;       ///< major * 10 + minor, 0 when unknown
+  bool ok = false;       ///< the device and driver support it, and a NIC can reach its memory one of `paths`' ways
+  GpuDirectPaths paths;  ///< which of those ways exist
+  std::string why;       ///< when not ok, what is missing
+  int computeCap = 0;    ///< major * 10 + minor, 0 when unknown
 };
 
 /// How the net registers a FIFO's GPU memory for GPUDirect RDMA (none: the FIFO stays in pinned host memory).

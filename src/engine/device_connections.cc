@@ -256,10 +256,7 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
   NetGdr way = NetGdr::kNone;
   GdrRuntimeInfo gpu;
   if (remote != nullptr && remote->deviceInfo(kDeviceNetChannelBase + ch, &info)) {
-    GpuDirectPaths paths;
-    gpu.ok = rt_->gpuDirectRdma(comm_->cudaDev, &paths, &gpu.why);
-    gpu.peerMemory = paths.peerMemory;
-    gpu.dmaBuf = paths.dmaBuf;
+    gpu.ok = rt_->gpuDirectRdma(comm_->cudaDev, &gpu.paths, &gpu.why);
     gpu.computeCap = rt_->computeCapability(comm_->cudaDev);
     way = useNetGdr(info, isSend, gpu, &why);
   }
@@ -285,9 +282,9 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
         // some, else host memory).
         const std::string err = rt_->lastError();
         WARN("rank %d: exporting the FIFO's GPU memory as a dma-buf failed (%s): %s", comm_->rank, err.c_str(),
-             gpu.peerMemory ? "registering it through peer memory" : "staging through pinned host memory");
+             gpu.paths.peerMemory ? "registering it through peer memory" : "staging through pinned host memory");
         data.dmaBufFd = -1;
-        gpu.dmaBuf = false;
+        gpu.paths.dmaBuf = false;
         way = useNetGdr(info, isSend, gpu, &why);
         why += " (dma-buf export failed: " + err + ")";
         if (way == NetGdr::kNone) {

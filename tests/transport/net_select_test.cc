@@ -323,7 +323,7 @@ TEST(NetGpuDirect, LevelsAndConditionsAsNccl) {
   auto use = [&](const chorus::RemoteDeviceInfo& info, bool isSend, bool runtime = true, int cc = 90) {
     chorus::paramsReload();
     chorus::GdrRuntimeInfo rt;
-    rt.ok = rt.peerMemory = runtime;
+    rt.ok = rt.paths.peerMemory = runtime;
     rt.why = "no driver";
     rt.computeCap = cc;
     return chorus::useNetGdr(info, isSend, rt, &why) == chorus::NetGdr::kPeerMemory;
@@ -378,8 +378,8 @@ TEST(NetGpuDirect, DmaBufFirstThenPeerMemory) {
     chorus::paramsReload();
     chorus::GdrRuntimeInfo rt;
     rt.ok = peerMemory || dmaBuf;
-    rt.peerMemory = peerMemory;
-    rt.dmaBuf = dmaBuf;
+    rt.paths.peerMemory = peerMemory;
+    rt.paths.dmaBuf = dmaBuf;
     rt.why = "neither";
     rt.computeCap = 90;
     return chorus::useNetGdr(info, false, rt, &why);
