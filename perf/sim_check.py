@@ -11,9 +11,10 @@ host path's channel c on NIC c mod 2 (chorus-sim --nic-per-channel). Rings and t
 the model lays ranks host by host, as chorus's rings, trees and hierarchical schedules do whatever the placement.
 FIFO (default 16,131072, the host path's across a net) is passed to chorus-sim --fifo: set it to the run's
 CHORUS_FIFO_SLOTS,CHORUS_FIFO_SLOT_BYTES where the run changed them, or to 0 for the model without its pipeline term.
-CPU (default 1,4,0.5) is passed to chorus-sim --cpu, the host CPU term: the namespace hosts' 4 hosts on 2 cores;
-0 for none. The latencies and CPU costs are fitted to the runs of docs/perf/raw/2026-11-29-sim-refit/ (docs/perf/sim.md,
-"A refit after the reads that found nothing"; 0.5,6,0.5 before, fitted to docs/perf/raw/2026-11-29-sim-cpu/).
+CPU (default 1,4,2,shared) is passed to chorus-sim --cpu, the host CPU term: the namespace hosts' 4 hosts on the
+machine's 2 cores, which take every host's messages; 0 for none. The latencies and CPU costs are fitted to the runs of
+docs/perf/raw/2026-11-29-sim-refit/ (docs/perf/sim.md, "A refit after the reads that found nothing", and "Shared
+cores": 1,4,0.5 before, a host's own half core; 0.5,6,0.5 before that, fitted to docs/perf/raw/2026-11-29-sim-cpu/).
 TREE_DUAL_MIN (default 16384) is passed to chorus-sim --tree-dual-min: 0 for runs made before trees below 16 KB ran
 one tree. BURST (default 16384, a fresh TCP connection's first window; docs/perf/sim.md) is the inter-host links'
 burst, the third field of chorus-sim --inter; 0 for none."""
@@ -42,7 +43,7 @@ def main():
     nic_args = ["--nics", str(rails), "--channels", channels] + (["--nic-per-channel"] if rails > 1 else [])
     nic_args += ["--fifo", os.environ.get("FIFO", "16,131072")]
     nic_args += ["--tree-dual-min", os.environ.get("TREE_DUAL_MIN", "16384")]
-    cpu = os.environ.get("CPU", "1,4,0.5")
+    cpu = os.environ.get("CPU", "1,4,2,shared")
     if cpu != "0":
         nic_args += ["--cpu", cpu]
     print(f"chorus-sim --hosts 4 --ranks-per-host 2 {' '.join(nic_args)} --intra {intra} --inter {inter}\n")

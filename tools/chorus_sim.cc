@@ -30,7 +30,7 @@ int usage() {
                "                       (a shaper's burst: slots arrive that much sooner; default 0, a wire)\n"
                "  --preset NAME        dgx-h100: 8 ranks and 8 NICs a host, NVLink 2,360 and 400 Gb/s IB 8,46;\n"
                "                       netns-1g: 2 ranks and 1 NIC a host, shm 2,2 and 1 Gbit/s TCP 4,0.116,16384,\n"
-               "                       host CPU 1,4,0.5 (4 namespace hosts on 2 cores; docs/perf/sim.md)\n"
+               "                       host CPU 1,4,2,shared (4 namespace hosts on 2 cores; docs/perf/sim.md)\n"
                "  --topo FILE          a host's topology file (chorus-topo, NCCL_TOPO_DUMP_FILE): a rank per GPU,\n"
                "                       its PCI NICs at 92%% of their port speed, and NVLink at 20.5 GB/s a link\n"
                "  --coll NAME          allreduce (default), allgather, reducescatter, broadcast, reduce, alltoall\n"
@@ -43,9 +43,11 @@ int usage() {
                "  --fifo SLOTS,BYTES   connection FIFOs: slots and bytes a slot (default 16,131072, the host\n"
                "                       path's across a net; dgx-h100: 8,131072); the model plays up to 64 ranks'\n"
                "                       steps slot by slot through them (a tree's fill and drain); 0: it does not\n"
-               "  --cpu INTRA,INTER,CORES  the host CPU term: us of CPU each message a rank sends or receives\n"
-               "                       costs its host, within a host and across, and the cores a host has for\n"
-               "                       them (a fraction where hosts share cores; default none; netns-1g: its fit)\n"
+               "  --cpu INTRA,INTER,CORES[,shared]  the host CPU term: us of CPU each message a rank sends or\n"
+               "                       receives costs its host, within a host and across, and the cores a host\n"
+               "                       has for them; with \"shared\", the cores of the one machine every host runs\n"
+               "                       on (network namespaces), which take every host's messages (default none;\n"
+               "                       netns-1g: its fit, 1,4,2,shared)\n"
                "  --tree-dual-min B    trees from B bytes run two trees, one a channel (default 16384, as chorus)\n"
                "  -b SIZE -e SIZE -f F sizes as the perf tools (default -b 1M -e 1G -f 4; K, M, G suffixes)\n"
                "Sizes are nccl-tests': allreduce's buffer, allgather's output, reduce-scatter's input.\n");
@@ -90,13 +92,17 @@ bool parseFifo(const char* s, ClusterShape* shape) {
   return true;
 }
 
-// "INTRA_US,INTER_US,CORES": CPU time a message within a host and across hosts, and cores a host (positive).
+// "INTRA_US,INTER_US,CORES[,shared]": CPU time a message within a host and across hosts, and cores a host (positive);
+// with ",shared", the cores of the one machine every host runs on (ClusterShape::coresShared).
 bool parseCpu(const char* s, ClusterShape* shape) {
   double intra = 0, inter = 0, cores = 0;
-  char extra = 0;
-  if (std::sscanf(s, "%lf,%lf,%lf%c", &intra, &inter, &cores, &extra) != 3 || intra < 0 || inter < 0 || cores <= 0)
+  int used = 0;
+  if (std::sscanf(s, "%lf,%lf,%lf%n", &intra, &inter, &cores, &used) != 3 || intra < 0 || inter < 0 || cores <= 0)
     return false;
+  const std::string rest = s + used;
+  if (!rest.empty() && rest != ",shared") return false;
   shape->cpuIntraUs = intra, shape->cpuInterUs = inter, shape->cores = cores;
+  shape->coresShared = !rest.empty();
   return true;
 }
 
@@ -201,7 +207,7 @@ int main(int argc, char** argv) {
       shape.ranksPerHost = 2, shape.nicsPerHost = 1;
       parseLinkCost("2,2", &shape.intra);
       parseLinkCost("4,0.116,16384", &shape.inter);
-      parseCpu("1,4,0.5", &shape);
+      parseCpu("1,4,2,shared", &shape);
     } else {
       ok = false;
     }
@@ -221,8 +227,8 @@ int main(int argc, char** argv) {
       shape.intra.latencyUs, shape.intra.bytesPerUs / 1000, shape.inter.latencyUs, shape.inter.bytesPerUs / 1000,
       collName(coll), channels, fifo.c_str());
   if (shape.cpuIntraUs > 0 || shape.cpuInterUs > 0)
-    std::printf("# host CPU: %.2f us a message within a host, %.2f across, %.3g core(s) a host\n", shape.cpuIntraUs,
-                shape.cpuInterUs, shape.cores);
+    std::printf("# host CPU: %.2f us a message within a host, %.2f across, %.3g core(s) %s\n", shape.cpuIntraUs,
+                shape.cpuInterUs, shape.cores, shape.coresShared ? "shared by every host" : "a host");
   std::printf("# %10s  %-14s  %12s  %9s  %9s  %-10s  %s\n", "size", "algorithm", "time (us)", "algbw", "busbw",
               "bound by", "cheapest");
   bool allowed[static_cast<int>(Algo::kNumAlgos)];

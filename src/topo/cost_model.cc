@@ -464,7 +464,13 @@ bool estimateCollective(Coll coll, Algo algo, size_t size, int nChannels, const 
     if (path >= 0) e.latencyUs = path;
   }
   for (size_t k = 0; k < nicOut.size(); k++) e.nicBytes = std::max({e.nicBytes, nicOut[k], nicIn[k]});
-  for (double c : hostCpu) e.cpuUs = std::max(e.cpuUs, shape.cores > 0 ? c / shape.cores : 0);
+  if (shape.coresShared && shape.cores > 0 && !hostCpu.empty()) {
+    double sampled = 0;  // the hosts built stand for all of them (sampledRanks)
+    for (double c : hostCpu) sampled += c;
+    e.cpuUs = sampled / static_cast<double>(hostCpu.size()) * shape.hosts / shape.cores;
+  } else {
+    for (double c : hostCpu) e.cpuUs = std::max(e.cpuUs, shape.cores > 0 ? c / shape.cores : 0);
+  }
   const double nicUs = shape.hosts > 1 ? e.nicBytes / shape.inter.bytesPerUs : 0;
   const double intraUs = e.intraBytes / shape.intra.bytesPerUs;
   e.bandwidthUs = std::max(nicUs, intraUs);

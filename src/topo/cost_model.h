@@ -91,6 +91,10 @@ struct ClusterShape {
   double cpuIntraUs = 0;
   double cpuInterUs = 0;
   double cores = 1;
+  /// The hosts are one machine's (network namespaces) and `cores` are that machine's, shared by all of them: the CPU
+  /// term is then every host's messages over those cores, not the busiest host's over its own. A host that sends
+  /// less leaves the others its share, as a tree's leaves leave theirs to the hosts that forward.
+  bool coresShared = false;
   int nranks() const { return hosts * ranksPerHost; }
 };
 
@@ -102,7 +106,8 @@ struct CostEstimate {
   /// What the links idle beyond that while data climbs and descends the schedule's steps slot by slot (a tree's
   /// fill and drain; a phase waiting for the one before it): the pipeline term below. 0 without FIFO geometry.
   double pipelineUs = 0;
-  /// The busiest host's messages (every send and receive of its ranks) at ClusterShape's CPU cost, over its cores.
+  /// The busiest host's messages (every send and receive of its ranks) at ClusterShape's CPU cost, over its cores;
+  /// with ClusterShape::coresShared, every host's over the machine's cores.
   double cpuUs = 0;
   int steps = 0;           ///< steps of that rank, all channels
   double nicBytes = 0;     ///< bytes through the busiest NIC in its busier direction

@@ -218,6 +218,28 @@ TEST(CostModel, HostCpuTermCountsMessages) {
   EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 4096, s).cpuUs, (12 * 1 + 12 * 5) / 2.0);
 }
 
+// Hosts on one machine (network namespaces) share its cores, so the CPU term is every host's messages over the
+// machine's cores. A ring on 2 hosts of 2 (above: 72 us of messages on each host) loads both alike: 144 us over 4
+// shared cores is each host's 72 over its own 2. A tree does not: across 4 hosts of one rank, each of its 3 edges is
+// a message up and one down, a send and a receive at each end, 12 in all whatever its shape, while the host that
+// forwards makes more than its share; so sharing lowers its term.
+TEST(CostModel, SharedCoresTakeEveryHostsMessages) {
+  ClusterShape ring = shape(2, 2);
+  ring.cpuIntraUs = 1, ring.cpuInterUs = 5, ring.cores = 2;
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 4096, ring).cpuUs, 36);
+  ring.coresShared = true, ring.cores = 4;
+  EXPECT_DOUBLE_EQ(estimate(Coll::kAllReduce, Algo::kRing, 4096, ring).cpuUs, 36);
+
+  ClusterShape tree = shape(4, 1);
+  tree.cpuInterUs = 1, tree.cores = 1;
+  const CostEstimate own = estimate(Coll::kAllReduce, Algo::kTree, 64, tree);
+  tree.coresShared = true, tree.cores = 4;
+  const CostEstimate shared = estimate(Coll::kAllReduce, Algo::kTree, 64, tree);
+  EXPECT_DOUBLE_EQ(shared.cpuUs, 12 * 1.0 / 4);
+  EXPECT_GE(own.cpuUs, 4) << "the busiest host has two edges or more";
+  EXPECT_DOUBLE_EQ(shared.timeUs, own.timeUs - (own.cpuUs - shared.cpuUs));
+}
+
 TEST(CostModel, ParsesLinkCosts) {
   LinkCost c;
   ASSERT_TRUE(parseLinkCost("5,1.25", &c));
