@@ -21,7 +21,9 @@
 # segments host 1 sent and received during each run, and per call, counting 2 x ITERS calls a size: run one size,
 # MIN_BYTES = MAX_BYTES, with ITERS in the thousands so that warm-up and setup are lost in it), CPUS (a list of CPUs,
 # "0 1 0 1": rank r's process runs on CPU r mod the list's length alone, for every library, so that a run's placement
-# of ranks on cores is the same each time; unset, the kernel places them).
+# of ranks on cores is the same each time; unset, the kernel places them), COLLS (the collectives, default "allreduce
+# allgather"; alltoall too, which Gloo's tool does not offer: its bound is allgather's, (H-1)/H of each rank's buffer
+# through each host's link).
 set -u
 build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
 out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
@@ -102,7 +104,7 @@ run() {
       $(pinned) "$build/perf/mpi_perf" -op "$coll" $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.log" 2>&1
     return $?
   fi
-  case $coll in allreduce) tool=all_reduce_perf ;; allgather) tool=all_gather_perf ;; esac
+  case $coll in allreduce) tool=all_reduce_perf ;; allgather) tool=all_gather_perf ;; alltoall) tool=alltoall_perf ;; esac
   [ "$lib" = Gloo ] && tool="gloo_perf -op $coll"
   pids=()
   for r in $(seq 0 $((n - 1))); do
@@ -122,8 +124,10 @@ run() {
 # TCP segments host 1 has sent and received (OutSegs, InSegs of /proc/net/snmp in its namespace).
 segs() { ip netns exec "${net}_h1" awk '/^Tcp:/ { getline; print $12, $11 }' /proc/net/snmp; }
 
-for coll in allreduce allgather; do
+colls=${COLLS:-allreduce allgather}
+for coll in $colls; do
   for lib in $libs; do
+    if [ "$lib" = Gloo ] && [ "$coll" = alltoall ]; then continue; fi
     [ "${PACKETS:-0}" = 1 ] && before=$(segs)
     run "$lib" "$coll" || echo "$lib $coll failed (logs in $out)"
     if [ "${PACKETS:-0}" = 1 ]; then
@@ -134,14 +138,17 @@ for coll in allreduce allgather; do
   done
 done
 
-python3 - "$out" "$goodput" "$libs" "$H" <<'EOF'
+python3 - "$out" "$goodput" "$libs" "$H" "$colls" <<'EOF'
 import json, os, sys
 out, goodput, libs, H = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
+colls = sys.argv[5].split()
 name = {"Socket": "chorus, NCCL_NET=Socket", "UCX": "chorus, NCCL_NET=UCX", "Gloo": "Gloo (TCP)", "MPI": "Open MPI (BTL tcp; vader within a host)"}
 print("\n| collective | library | size (bytes) | time (ms) | busbw (MB/s) | share of link bound | #wrong |")
 print("|---|---|---|---|---|---|---|")
-for coll in ("allreduce", "allgather"):
+for coll in colls:
     for lib in libs:
+        if lib == "Gloo" and coll == "alltoall":
+            continue
         path = f"{out}/{lib}-{coll}.json"
         if not os.path.exists(path):
             print(f"| {coll} | {name[lib]} | - | failed | | | |")
@@ -149,7 +156,8 @@ for coll in ("allreduce", "allgather"):
         for row in json.load(open(path))["results"]:
             o = row["out_of_place"]
             bw = o["bus_bw"] * 1e9
-            # bytes each host's link must carry each way; the size is allreduce's buffer, allgather's output
+            # bytes each host's link must carry each way; the size is allreduce's buffer, allgather's output,
+            # alltoall's buffer a rank
             link = (2 if coll == "allreduce" else 1) * (H - 1) / H * row["size"]
             share = link / goodput / (o["time"] / 1e6)
             print(f"| {coll} | {name[lib]} | {row['size']} | {o['time']/1e3:.3f} | {bw/1e6:.1f} | "
