@@ -151,7 +151,7 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
       if (modelEstimate(Coll::kAllReduce, Algo::kTree, size, es, nChannels, &e)) us += e.timeUs;
       continue;
     }
-    Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1);
+    Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1, rankOrderByHost_);
     if (!tuningForced() && tunerByModel()) modelChoice(op, nChannels, &c);
     const size_t es = DType::size(op.dtype);
     if (modelEstimate(op.coll, c.algo, size, es, nChannels, &e) ||
@@ -182,6 +182,11 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
     even &= (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
   localRanks_ = even ? P : 0;
   hosts_ = static_cast<int>(perHost.size());
+  // Whether rank order lists each host's ranks together: recursive-doubling allgather, which runs in rank order, then
+  // crosses hosts in its last rounds (chooseAlgo's byHost).
+  rankOrderByHost_ = localRanks_ > 0;
+  for (int r = 0; rankOrderByHost_ && r + 1 < comm->nranks; r++)
+    rankOrderByHost_ = (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
   // The ring order under each host rotation a channel may have (blockRotation), and each one's inverse.
   const int n = comm->nranks;
   const int rotations = channelKinds(Algo::kRing, n, localRanks_);  // every rotation a ring or tree channel has
@@ -425,7 +430,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
     by = op.runsFor->coll == Coll::kAllGather ? "thresholds, as a tree allreduce of its zero-padded output"
                                               : "thresholds, as a tree allreduce of its input";
   } else {
-    p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1);
+    p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1, rankOrderByHost_);
     by = tuningForced() ? "NCCL_ALGO/NCCL_PROTO" : "thresholds";
     if (!tuningForced()) {
       const Choice before = p.choice;

@@ -179,6 +179,7 @@ class Planner {
   mutable uint64_t modelCacheGen_ = 0;
   int hosts_ = 1;                       ///< distinct hosts among the ranks
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
+  bool rankOrderByHost_ = false;  ///< with localRanks_: rank order lists each host's ranks together
   int nicChannels_ = 0;         ///< setNicChannels's device count, 0 when channels do not follow NICs
   std::vector<uint64_t> sendSeq_, recvSeq_;
 };

@@ -114,6 +114,18 @@ IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65535,
                             "Largest allgather output (bytes) that runs recursive doubling by default when ranks span "
                             "several hosts (0: never).",
                             "tuning"};
+// Recursive-doubling allgather runs in rank order: with ranks placed host by host its last rounds, which carry the
+// most blocks, cross hosts, twice the bytes a ring sends across; placed round-robin its first, the fewest. Over 4
+// namespace hosts x 2 ranks host by host (docs/perf/net.md, "Allgather at 4-512 KB by placement", three runs, and
+// the six runs of docs/perf/sim.md's model check at 8 and 32 KB) hierarchical took 199-273 us at 8 KB against
+// recursive doubling's 266-331, 314-339 at 16 KB against 370-405, and was even at 32 KB (444-572 against 446-495);
+// at 4 KB recursive doubling was the faster (167-255 against 201-284).
+IntParam kDoublingGatherByHostMax{"CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES", 4096,
+                                  "Largest allgather output (bytes) that runs recursive doubling by default when the "
+                                  "ranks span several hosts with as many on each and rank order lists each host's "
+                                  "ranks together; larger ones, up to CHORUS_DOUBLING_ALLGATHER_MAX_BYTES, run "
+                                  "hierarchical.",
+                                  "tuning"};
 // Tiny allgathers across hosts as a tree allreduce of the output, zeroed but for the rank's own block: one tree
 // makes 2(n-1) messages where recursive doubling makes n log2(n), and on hosts whose ranks outnumber their cores the
 // messages are the cost. Over 4 namespace hosts x 2 ranks (docs/perf/net.md, "Allgather as a tree allreduce", three
@@ -151,8 +163,8 @@ void parseRingBand(const std::string& band, int64_t* lo, int64_t* hi) {
   *lo = l, *hi = h;
 }
 
-Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts, bool spread, int64_t bandLo,
-                 int64_t bandHi) {
+Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool hosts, bool spread, bool byHost,
+                 int64_t bandLo, int64_t bandHi) {
   const int64_t full = static_cast<int64_t>(fullBufferBytes(coll, bytes, nranks));
   if (spread && !hosts) {
     if (coll == Coll::kAllReduce && full <= kDoublingSpreadMax.get()) return Algo::kDoubling;
@@ -170,7 +182,8 @@ Algo defaultAlgo(Coll coll, size_t bytes, int nranks, int64_t oneShotMax, bool h
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
-      if (coll == Coll::kAllGather && hosts && full <= kDoublingGatherMax.get()) return Algo::kDoubling;
+      if (coll == Coll::kAllGather && hosts && full <= kDoublingGatherMax.get())
+        return byHost && full > kDoublingGatherByHostMax.get() ? Algo::kHier : Algo::kDoubling;
       if (hosts && full >= kRailMin.get() && full <= kRailMax.get()) return Algo::kRail;
       return hier ? Algo::kHier : Algo::kRing;
     case Coll::kAllToAll:
@@ -237,10 +250,10 @@ const Allowed& allowedNow() {
 
 }  // namespace
 
-Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts, bool spread) {
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts, bool spread, bool byHost) {
   const Allowed& al = allowedNow();
   Choice c;
-  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts, spread, al.bandLo, al.bandHi);
+  Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts, spread, byHost, al.bandLo, al.bandHi);
   c.algo = def;
   if (al.algoSet && !al.algo[static_cast<int>(def)]) {
     // Prefer, in order, the algorithms a user is most likely to force.
@@ -296,6 +309,7 @@ unsigned long tunerEnvHash() {
                   std::to_string(kGatherTreeMax.get()) + "|" + std::to_string(kScatterTreeMax.get()) + "|" +
                   std::to_string(kDoublingMin.get()) + "|" +
                   std::to_string(kDoublingMax.get()) + "|" + std::to_string(kDoublingGatherMax.get()) + "|" +
+                  std::to_string(kDoublingGatherByHostMax.get()) + "|" +
                   std::to_string(kDoublingSpreadMax.get()) + "|" +
                   std::to_string(kRailMin.get()) + "|" +
                   std::to_string(kRailMax.get()) + "|" + kHierRingBand.get() + "|" + std::to_string(kTunerModel.get()) +

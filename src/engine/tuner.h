@@ -24,8 +24,12 @@ struct Choice {
 /// communicator spans several hosts with the same number of ranks (at least 2) on each, so hierarchical
 /// allreduce, allgather and reduce-scatter apply. spread (without hosts): the ranks span several hosts, but not as
 /// many on each laid out host by host (one rank a host, say): small allreduces and allgathers run recursive doubling
-/// (CHORUS_DOUBLING_SPREAD_MAX_BYTES, CHORUS_DOUBLING_ALLGATHER_MAX_BYTES), the rest the ring.
-Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool hosts = false, bool spread = false);
+/// (CHORUS_DOUBLING_SPREAD_MAX_BYTES, CHORUS_DOUBLING_ALLGATHER_MAX_BYTES), the rest the ring. byHost (with hosts):
+/// rank order lists each host's ranks together, so recursive-doubling allgather, which runs in rank order, crosses
+/// hosts in its last rounds, which carry the most blocks: from CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES such
+/// allgathers run hierarchical instead.
+Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax = -1, bool hosts = false, bool spread = false,
+                  bool byHost = false);
 /// The cost model's links, from CHORUS_COST_INTRA / CHORUS_COST_INTER (a setting that does not parse gives the
 /// default).
 LinkCost costIntra();

@@ -1,8 +1,10 @@
 // CHORUS_TUNER_MODEL=1: the algorithm is the cost model's cheapest under CHORUS_COST_INTRA / CHORUS_COST_INTER.
-// Four process ranks on two NCCL_HOSTID hosts run a 32 KB allgather, below CHORUS_HIER_MIN_BYTES, where the
-// thresholds pick recursive doubling; with slow links between hosts the model picks hierarchical, which sends the
-// fewest bytes across (2 blocks a host against the ring's 3, rail's 2 in more steps, and recursive doubling's 4);
-// with the model off, recursive doubling. Results are exact either way.
+// Four process ranks placed round-robin on two NCCL_HOSTID hosts (rank r on host r mod 2) run a 32 KB allgather,
+// below CHORUS_HIER_MIN_BYTES, where the thresholds pick recursive doubling (placed host by host they would pick
+// hierarchical: CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES); with slow links between hosts the model, which lays
+// the ranks host by host, picks hierarchical, which sends the fewest bytes across (2 blocks a host against the
+// ring's 3, rail's 2 in more steps, and recursive doubling's 4); with the model off, recursive doubling. Results are
+// exact either way.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -24,7 +26,7 @@ namespace {
 std::string allGatherLog(const char* model) {
   const std::string log = "/tmp/chorus_tuner_model_" + std::to_string(getpid()) + ".log";
   auto child = [&](int rank, const ncclUniqueId& id) {
-    setenv("NCCL_HOSTID", rank < 2 ? "model-host-a" : "model-host-b", 1);
+    setenv("NCCL_HOSTID", rank % 2 == 0 ? "model-host-a" : "model-host-b", 1);
     setenv("CHORUS_TUNER_MODEL", model, 1);
     setenv("CHORUS_COST_INTRA", "1,100", 1);    // 1 us, 100 GB/s
     setenv("CHORUS_COST_INTER", "1,0.001", 1);  // 1 us, 1 MB/s: bytes across hosts dominate
@@ -78,8 +80,8 @@ std::string onTwoHosts(const char* tag, const std::function<int(ncclComm_t, int)
 
 // Small allgathers across hosts run as a tree allreduce of the output zeroed but for the rank's own block
 // (CHORUS_ALLGATHER_TREE_MAX_BYTES, 2 KB): exact for every type, in place and out of place, over an output that held
-// other bytes; larger ones keep recursive doubling. Four process ranks on two NCCL_HOSTID hosts; rank 0's TUNING log
-// names the algorithm of each size.
+// other bytes; larger ones keep their algorithm (hierarchical at 32 KB, the ranks placed host by host). Four process
+// ranks on two NCCL_HOSTID hosts; rank 0's TUNING log names the algorithm of each size.
 template <class T>
 bool gatherIsExact(ncclComm_t comm, int rank, size_t count, ncclDataType_t type, bool inPlace) {
   std::vector<T> in(count), out(count * 4);
@@ -113,7 +115,8 @@ TEST(AllGatherAsTree, SmallGathersAcrossHostsAreExact) {
   for (const char* line :
        {"AllGather of 1 bytes a rank on 4 ranks: Tree", "AllGather of 4 bytes a rank on 4 ranks: Tree",
         "AllGather of 512 bytes a rank on 4 ranks: Tree", "zero-padded",
-        "AllGather of 8192 bytes a rank on 4 ranks: RecDoubling"})
+        // Larger: the ranks are placed host by host, so hierarchical (CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES).
+        "AllGather of 8192 bytes a rank on 4 ranks: Hierarchical"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   EXPECT_NE(text.find("AllReduce of 2048 bytes a rank on 4 ranks: Tree, Simple, 1 channel(s) (thresholds, in place)"),
             std::string::npos)

@@ -101,6 +101,34 @@ TEST_F(Tuner, HierarchicalAcrossHostsFromTheThreshold) {
   EXPECT_EQ(chooseAlgo(Coll::kBroadcast, 64 * kMB, n, -1, true).algo, Algo::kRing);
 }
 
+// Ranks placed host by host in rank order: recursive-doubling allgather, which runs in rank order, would cross hosts
+// in its last rounds, which carry the most blocks; from CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES to
+// CHORUS_DOUBLING_ALLGATHER_MAX_BYTES such allgathers run hierarchical. Placed otherwise (round-robin), recursive
+// doubling throughout; rail from 64 KiB either way, and the other collectives as before.
+TEST_F(Tuner, AllGatherByHostRunsHierarchicalFromTheByHostBand) {
+  const int n = 8;
+  for (bool byHost : {false, true}) {
+    SCOPED_TRACE(byHost);
+    EXPECT_EQ(chooseAlgo(Coll::kAllGather, 4096 / n, n, -1, true, true, byHost).algo, Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8192 / n, n, -1, true, true, byHost).algo,
+              byHost ? Algo::kHier : Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllGather, 65536 / n - 1, n, -1, true, true, byHost).algo,
+              byHost ? Algo::kHier : Algo::kDoubling);
+    EXPECT_EQ(chooseAlgo(Coll::kAllGather, 65536 / n, n, -1, true, true, byHost).algo, Algo::kRail);
+    EXPECT_EQ(chooseAlgo(Coll::kReduceScatter, 8192 / n, n, -1, true, true, byHost).algo, Algo::kRail);
+    for (size_t bytes : {size_t(8), size_t(512), size_t(8192)})
+      EXPECT_EQ(chooseAlgo(Coll::kAllReduce, bytes, n, -1, true, true, byHost).algo,
+                chooseAlgo(Coll::kAllReduce, bytes, n, -1, true, true, !byHost).algo)
+          << bytes;
+  }
+  // Set to the doubling band's top, host by host runs recursive doubling as placed otherwise.
+  setenv("CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES", "65535", 1);
+  paramsReload();
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 8192 / n, n, -1, true, true, true).algo, Algo::kDoubling);
+  unsetenv("CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES");
+  paramsReload();
+}
+
 // Several hosts without as many ranks on each laid out host by host (one rank a host): recursive doubling for allreduce
 // to CHORUS_DOUBLING_SPREAD_MAX_BYTES and allgather below CHORUS_DOUBLING_ALLGATHER_MAX_BYTES, whatever the rank
 // count; the ring above and for reduce-scatter; never one-shot, whose n-1 messages a rank all cross hosts.
