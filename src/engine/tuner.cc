@@ -117,7 +117,7 @@ IntParam kDoublingGatherMax{"CHORUS_DOUBLING_ALLGATHER_MAX_BYTES", 65535,
 // Recursive-doubling allgather runs in rank order: with ranks placed host by host its last rounds, which carry the
 // most blocks, cross hosts, twice the bytes a ring sends across; placed round-robin its first, the fewest. Over 4
 // namespace hosts x 2 ranks host by host (docs/perf/net.md, "Allgather at 4-512 KB by placement", three runs, and
-// the six runs of docs/perf/sim.md's model check at 8 and 32 KB) hierarchical took 199-273 us at 8 KB against
+// the six runs of docs/perf/sim.md's model check at 8 and 32 KB) hierarchical took 175-273 us at 8 KB against
 // recursive doubling's 266-331, 314-339 at 16 KB against 370-405, and was even at 32 KB (444-572 against 446-495);
 // at 4 KB recursive doubling was the faster (167-255 against 201-284).
 IntParam kDoublingGatherByHostMax{"CHORUS_DOUBLING_ALLGATHER_BY_HOST_MAX_BYTES", 4096,
