@@ -177,16 +177,15 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
   int P = perHost.begin()->second;
   bool even = perHost.size() >= 2 && P >= 2;
   for (const auto& [host, count] : perHost) even &= count == P;
-  // Rank order must already be host by host when rings are not laid by host.
-  for (int r = 0; even && ringOrder_.empty() && r + 1 < comm->nranks; r++)
-    even &= (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
+  // Whether rank order lists each host's ranks together. It must when rings are not laid by host; and recursive-doubling
+  // allgather, which runs in rank order, then crosses hosts in its last rounds (chooseAlgo's byHost).
+  bool byHost = even;
+  for (int r = 0; byHost && r + 1 < comm->nranks; r++)
+    byHost = (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
+  if (ringOrder_.empty()) even = byHost;
   localRanks_ = even ? P : 0;
+  rankOrderByHost_ = byHost;  // implies even: it starts from it
   hosts_ = static_cast<int>(perHost.size());
-  // Whether rank order lists each host's ranks together: recursive-doubling allgather, which runs in rank order, then
-  // crosses hosts in its last rounds (chooseAlgo's byHost).
-  rankOrderByHost_ = localRanks_ > 0;
-  for (int r = 0; rankOrderByHost_ && r + 1 < comm->nranks; r++)
-    rankOrderByHost_ = (r + 1) % P == 0 || comm->peers[r].hostHash == comm->peers[r + 1].hostHash;
   // The ring order under each host rotation a channel may have (blockRotation), and each one's inverse.
   const int n = comm->nranks;
   const int rotations = channelKinds(Algo::kRing, n, localRanks_);  // every rotation a ring or tree channel has
