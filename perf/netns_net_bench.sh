@@ -124,10 +124,12 @@ run() {
 # TCP segments host 1 has sent and received (OutSegs, InSegs of /proc/net/snmp in its namespace).
 segs() { ip netns exec "${net}_h1" awk '/^Tcp:/ { getline; print $12, $11 }' /proc/net/snmp; }
 
-colls=${COLLS:-allreduce allgather}
-for coll in $colls; do
+# ran: the LIB-COLL pairs this run measures, in order; the table below lists those.
+ran=
+for coll in ${COLLS:-allreduce allgather}; do
   for lib in $libs; do
     if [ "$lib" = Gloo ] && [ "$coll" = alltoall ]; then continue; fi
+    ran="$ran $lib-$coll"
     [ "${PACKETS:-0}" = 1 ] && before=$(segs)
     run "$lib" "$coll" || echo "$lib $coll failed (logs in $out)"
     if [ "${PACKETS:-0}" = 1 ]; then
@@ -138,28 +140,25 @@ for coll in $colls; do
   done
 done
 
-python3 - "$out" "$goodput" "$libs" "$H" "$colls" <<'EOF'
+python3 - "$out" "$goodput" "$ran" "$H" <<'EOF'
 import json, os, sys
-out, goodput, libs, H = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
-colls = sys.argv[5].split()
+out, goodput, ran, H = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
 name = {"Socket": "chorus, NCCL_NET=Socket", "UCX": "chorus, NCCL_NET=UCX", "Gloo": "Gloo (TCP)", "MPI": "Open MPI (BTL tcp; vader within a host)"}
 print("\n| collective | library | size (bytes) | time (ms) | busbw (MB/s) | share of link bound | #wrong |")
 print("|---|---|---|---|---|---|---|")
-for coll in colls:
-    for lib in libs:
-        if lib == "Gloo" and coll == "alltoall":
-            continue
-        path = f"{out}/{lib}-{coll}.json"
-        if not os.path.exists(path):
-            print(f"| {coll} | {name[lib]} | - | failed | | | |")
-            continue
-        for row in json.load(open(path))["results"]:
-            o = row["out_of_place"]
-            bw = o["bus_bw"] * 1e9
-            # bytes each host's link must carry each way; the size is allreduce's buffer, allgather's output,
-            # alltoall's buffer a rank
-            link = (2 if coll == "allreduce" else 1) * (H - 1) / H * row["size"]
-            share = link / goodput / (o["time"] / 1e6)
-            print(f"| {coll} | {name[lib]} | {row['size']} | {o['time']/1e3:.3f} | {bw/1e6:.1f} | "
-                  f"{100*share:.0f}% | {o.get('wrong', 0)} |")
+for pair in ran:
+    lib, coll = pair.split("-", 1)
+    path = f"{out}/{pair}.json"
+    if not os.path.exists(path):
+        print(f"| {coll} | {name[lib]} | - | failed | | | |")
+        continue
+    for row in json.load(open(path))["results"]:
+        o = row["out_of_place"]
+        bw = o["bus_bw"] * 1e9
+        # bytes each host's link must carry each way; the size is allreduce's buffer, allgather's output,
+        # alltoall's buffer a rank
+        link = (2 if coll == "allreduce" else 1) * (H - 1) / H * row["size"]
+        share = link / goodput / (o["time"] / 1e6)
+        print(f"| {coll} | {name[lib]} | {row['size']} | {o['time']/1e3:.3f} | {bw/1e6:.1f} | "
+              f"{100*share:.0f}% | {o.get('wrong', 0)} |")
 EOF
