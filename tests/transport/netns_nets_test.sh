@@ -17,6 +17,10 @@
 #             second NIC: every rank must fail within CHORUS_TIMEOUT_S (plus slack), and some rank must log an
 #             address it could not reach.
 # Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
+# With NETNS_NET_PLUGIN (a path or name, as NCCL_NET_PLUGIN takes it) every rank loads that NCCL net plugin, and a
+# net named on the command line that is neither Socket nor UCX is the plugin's (NCCL_NET=its name): the matrix, kill
+# and linkdown cases run over it (the rails, one-nic and unrouted cases, which know the built-in nets' devices and
+# messages, only over Socket and UCX). The plugin's own settings (FI_PROVIDER, say) pass through the environment.
 set -u
 bin=${1:?usage: netns_nets_test.sh <path to netns_coll> [Socket UCX]}
 shift
@@ -67,7 +71,7 @@ launch() {
   for r in $(seq "$first" "$last"); do
     host=$((r / PER + 1))
     ip netns exec "${pfx}_h$host" env NCCL_COMM_ID=10.83.0.1:$port NCCL_SOCKET_IFNAME="$ifname" NCCL_NET="$netname" \
-      NCCL_NET_PLUGIN=none UCX_TLS=tcp ${ucx_devices:+UCX_NET_DEVICES=$ucx_devices} CHORUS_TIMEOUT_S=$timeout_s \
+      NCCL_NET_PLUGIN="${NETNS_NET_PLUGIN:-none}" UCX_TLS=tcp ${ucx_devices:+UCX_NET_DEVICES=$ucx_devices} CHORUS_TIMEOUT_S=$timeout_s \
       NCCL_DEBUG="$debug" \
       $extra_env "$bin" "$r" $N "$mode" >"$wd/$netname-$case-$r.log" 2>&1 &
     pids[$r]=$!
@@ -180,7 +184,8 @@ bytes() { ip netns exec "${pfx}_h1" cat "/sys/class/net/$1/statistics/$2_bytes";
 
 declare -A found=([Socket]="NET/Socket : interfaces hx (10.83.0.1), hy (10.84.0.1)"
   [UCX]="NET/UCX : UCX [0-9.]*, 2 device(s): hx ([0-9]* Mbit/s), hy ([0-9]* Mbit/s)")
-for netname in $nets; do
+builtin=$(for n in $nets; do case $n in Socket | UCX) echo "$n" ;; esac; done)
+for netname in $builtin; do
   port=$((port + 1))
   ifname="hx,hy" debug=INFO extra_env="NCCL_DEBUG_SUBSYS=INIT,NET" ucx_devices=
   declare -A before
@@ -230,7 +235,7 @@ done
 declare -A unreachable=(
   [Socket]="connect failed.*cannot connect to 10.8[45].0.[12]:[0-9]*: Network is unreachable"
   [UCX]="connect failed.*NET/UCX : connect to 10.8[45].0.[12]:[0-9]* .*Destination is unreachable")
-for netname in $nets; do
+for netname in $builtin; do
   port=$((port + 1))
   debug=WARN extra_env=
   ip -n "${pfx}_h2" addr del 10.84.0.2/24 dev hy

@@ -96,12 +96,17 @@ void matrixCount(ncclComm_t comm, size_t count) {
 int matrix(ncclComm_t comm) {
   for (size_t count : {size_t{1}, size_t{1031}, size_t{262147}}) matrixCount(comm, count);
   int sock = chorus_test::countThreadsNamed("chorus-net-Sock"), ucx = chorus_test::countThreadsNamed("chorus-net-UCX");
+  // A net plugin's proxy thread: "chorus-net-" and its net's name, cut to a thread name's 15 characters.
+  const char* want = getenv("NCCL_NET");
+  const std::string named = std::string(want != nullptr ? want : "");
+  int other = named.empty() ? 0 : chorus_test::countThreadsNamed(("chorus-net-" + named).substr(0, 15).c_str());
   ncclCommDestroy(comm);
   if (gBad != 0) {
     fprintf(stderr, "rank %d: %d wrong results\n", gRank, gBad);
     return 1;
   }
-  printf("rank %d: OK (proxy threads: Socket %d, UCX %d)\n", gRank, sock, ucx);
+  printf("rank %d: OK (proxy threads: Socket %d, UCX %d, NCCL_NET %s %d)\n", gRank, sock, ucx,
+         named.empty() ? "unset" : named.c_str(), other);
   return 0;
 }
 
