@@ -23,7 +23,9 @@
 # "0 1 0 1": rank r's process runs on CPU r mod the list's length alone, for every library, so that a run's placement
 # of ranks on cores is the same each time; unset, the kernel places them), COLLS (the collectives, default "allreduce
 # allgather"; alltoall too, which Gloo's tool does not offer: its bound is allgather's, (H-1)/H of each rank's buffer
-# through each host's link).
+# through each host's link), NET_PLUGIN (an external NCCL net plugin, a path or a name as NCCL_NET_PLUGIN takes it:
+# any other word in LIBS is then the NCCL_NET name of that plugin's net, "Libfabric" for aws-ofi-nccl; its own
+# settings, FI_PROVIDER say, pass through the environment).
 set -u
 build=${1:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
 out=${2:?usage: netns_net_bench.sh BUILD_DIR OUT_DIR [RATE] [HOSTS] [MAX_BYTES]}
@@ -111,7 +113,7 @@ run() {
     local h=$((r / P + 1)) lr=$((r % P))
     if [ "$place" = cyclic ]; then h=$((r % H + 1)) lr=$((r / H)); fi
     ip netns exec "${net}_h$h" env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$P \
-      MASTER_ADDR=$subnet.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx NCCL_NET="$lib" NCCL_NET_PLUGIN=none \
+      MASTER_ADDR=$subnet.1 MASTER_PORT=$port NCCL_SOCKET_IFNAME==hx NCCL_NET="$lib" NCCL_NET_PLUGIN="${NET_PLUGIN:-none}" \
       UCX_TLS=tcp UCX_NET_DEVICES=hx GLOO_SOCKET_IFNAME=hx GLOO_STORE_DIR=/tmp/gloo-store-nb$$-$port \
       CHORUS_TIMEOUT_S=300 CPUS="${CPUS:-}" $(pinned) $build/perf/$tool $(flags) --json "$out/$lib-$coll.json" >"$out/$lib-$coll.$r.log" 2>&1 &
     pids+=($!)
@@ -148,6 +150,7 @@ print("\n| collective | library | size (bytes) | time (ms) | busbw (MB/s) | shar
 print("|---|---|---|---|---|---|---|")
 for pair in ran:
     lib, coll = pair.split("-", 1)
+    name.setdefault(lib, f"chorus, NCCL_NET={lib} (a plugin)")
     path = f"{out}/{pair}.json"
     if not os.path.exists(path):
         print(f"| {coll} | {name[lib]} | - | failed | | | |")
