@@ -41,19 +41,14 @@ ncclComm_t splitWithChannels(ncclComm_t parent, int rank, const char* channels) 
   return c;
 }
 
-// Rank 0 and rank 1 on two hosts (NCCL_HOSTID) joined by the test net plugin, with two devices each.
-void twoNicHosts(int rank) {
-  setenv("NCCL_HOSTID", rank == 0 ? "nic-host-a" : "nic-host-b", 1);
-  setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
-  setenv("NCCL_NET", "ChorusTestNet", 1);
-  setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
-}
-
 TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
   const std::vector<int> status = forkRanks(
       2,
       [](int rank, const ncclUniqueId& id) {
-        twoNicHosts(rank);
+        setenv("NCCL_HOSTID", rank == 0 ? "nic-host-a" : "nic-host-b", 1);
+        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+        setenv("NCCL_NET", "ChorusTestNet", 1);
+        setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
         setenv("CHORUS_COST_INTER", "20,0.1", 1);  // a slow link: the bytes' part is most of every estimate
         setenv("NCCL_ALGO", "Ring", 1);            // a tree runs two channels at any size
         ncclResetDebugInit();
@@ -88,7 +83,10 @@ TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
   const std::vector<int> status = forkRanks(
       2,
       [](int rank, const ncclUniqueId& id) {
-        twoNicHosts(rank);
+        setenv("NCCL_HOSTID", rank == 0 ? "nic-host-a" : "nic-host-b", 1);
+        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+        setenv("NCCL_NET", "ChorusTestNet", 1);
+        setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
         setenv("CHORUS_TEST_NET_STALL_DEV", "1", 1);
         setenv("NCCL_ALGO", "Ring", 1);
         setenv("CHORUS_TIMEOUT_S", "2", 1);
