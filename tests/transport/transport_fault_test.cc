@@ -311,6 +311,80 @@ TEST(TransportFaultHosts, PeerOnAnotherHostGoneBeforeConnectingIsNamed) {
   peerGoneBeforeConnecting(3, true);
 }
 
+// A peer's failure notice comes once over the bootstrap, and the proxy takes it through a connection with that peer
+// that is already open. A connection with the peer that the executor opens afterwards must fail with it at once: the
+// peer will never set it up. Hosts apart, rank 2 exits after init. Rank 1 sends one slot to rank 0 (handed to the
+// net's FIFO: the send returns with its connection still being set up); then rank 0's receive from rank 2 fails, and
+// rank 0's notice reaches rank 1's proxy through that send connection. Once rank 0 has its answer and rank 1's proxy
+// had time to take the notice, rank 1 receives from rank 0: a new connection, which must fail naming rank 2 within
+// half the timeout rather than wait the whole timeout for rank 0. (A notice taken only with the new connection open
+// gives the same answer: the test passes on any schedule, and checks the late connection on most.)
+TEST(TransportFaultHosts, ANoticeTakenEarlierFailsALaterConnection) {
+  ScopedEnv env;
+  env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
+  constexpr int n = 3, victim = 2;
+  struct Shared {
+    std::atomic<pid_t> victimPid{0};
+    std::atomic<int> answered{0};
+    std::atomic<int> sent{0};
+  };
+  auto* shared =
+      static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(shared, MAP_FAILED);
+  new (shared) Shared();
+  std::vector<int> status = forkRanks(
+      n,
+      [&](int rank, const ncclUniqueId& id) {
+        setenv("NCCL_HOSTID", ("host-" + std::to_string(rank)).c_str(), 1);
+        chorus::paramsReload();
+        ncclComm_t comm;
+        if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return static_cast<int>(kInitFailed);
+        if (rank == victim) {
+          shared->victimPid.store(getpid());
+          _exit(kOk);
+        }
+        pid_t pid;
+        while ((pid = shared->victimPid.load()) == 0 || !exited(pid))
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::vector<float> buf(1024, 1.0f);
+        ncclResult_t res;
+        std::chrono::steady_clock::time_point t0;
+        if (rank == 0) {
+          // Only once rank 1's send is through, so that no notice can fail it.
+          while (shared->sent.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          t0 = std::chrono::steady_clock::now();
+          res = ncclRecv(buf.data(), buf.size(), ncclFloat32, victim, comm, nullptr);
+        } else {
+          res = ncclSend(buf.data(), buf.size(), ncclFloat32, 0, comm, nullptr);
+          shared->sent.store(1);
+          fprintf(stderr, "rank 1: send to rank 0 returned %s\n", ncclGetErrorString(res));
+          if (res != ncclSuccess) {
+            answerAndWait(&shared->answered, n - 1);
+            ncclCommAbort(comm);
+            return static_cast<int>(kFirstOpFailed);
+          }
+          while (shared->answered.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the proxy looks for notices every 20 ms
+          t0 = std::chrono::steady_clock::now();
+          res = ncclRecv(buf.data(), buf.size(), ncclFloat32, 0, comm, nullptr);
+        }
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::string text = ncclGetLastError(comm);
+        fprintf(stderr, "rank %d: %s returned %s after %.3f s: %s\n", rank, rank == 0 ? "receive from rank 2" :
+                "receive from rank 0", ncclGetErrorString(res), took, text.c_str());
+        answerAndWait(&shared->answered, n - 1);
+        ncclCommAbort(comm);
+        if (res == ncclSuccess) return static_cast<int>(kNeverFailed);
+        if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
+        if (text.find("rank 2 failed") == std::string::npos && text.find("rank 2 (pid") == std::string::npos)
+          return static_cast<int>(kNotNamed);
+        return static_cast<int>(took < kTimeoutS / 2.0 ? kOk : kTooSlow);
+      },
+      3.0 * kTimeoutS);
+  munmap(shared, sizeof(Shared));
+  for (int r = 0; r < n; r++) expectRankOk(status, r);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, TransportFault,
                          testing::Combine(testing::Values(Transport::kShm, Transport::kSocket,
                                                           Transport::kSocketStriped, Transport::kUcx,

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -287,10 +288,23 @@ void NetProxy::shutdown() {
 // ---- proxy thread: setup ----------------------------------------------------------------------
 
 void NetProxy::adopt() {
-  std::lock_guard<std::mutex> lock(newMutex_);
-  for (auto& c : newConns_) conns_.push_back(std::move(c));
-  newConns_.clear();
-  haveNew_.store(false, std::memory_order_relaxed);
+  const size_t first = conns_.size();
+  {
+    std::lock_guard<std::mutex> lock(newMutex_);
+    for (auto& c : newConns_) conns_.push_back(std::move(c));
+    newConns_.clear();
+    haveNew_.store(false, std::memory_order_relaxed);
+  }
+  // A peer that already reported a failure will not set this connection up: the executor, which opens connections
+  // as its steps need them, would otherwise wait on it until its deadline.
+  for (size_t i = first; i < conns_.size(); i++) {
+    NetConn& c = *conns_[i];
+    auto it = peerNotices_.find(c.peer);
+    if (it == peerNotices_.end()) continue;
+    const std::array<uint64_t, 8>& n = it->second;
+    INFO(kNet, "%s: rank %d reported a failure before this connection was opened", connName(c).c_str(), c.peer);
+    poisonPeerConn(c, n[0], n[7] != 0 ? n.data() + 1 : nullptr);
+  }
 }
 
 void NetProxy::setupFailed(NetConn& c, const char* what, ncclResult_t rc) {
@@ -347,6 +361,9 @@ void NetProxy::poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls) 
 }
 
 void NetProxy::poisonPeer(int peer, uint64_t word, const uint64_t* calls) {
+  std::array<uint64_t, 8> kept = {word};
+  if (calls != nullptr) std::copy(calls, calls + 7, kept.begin() + 1);
+  peerNotices_.emplace(peer, kept);  // the first notice is the cause
   for (auto& c : conns_)
     if (c->peer == peer && c->state != NetConn::State::kFailed) poisonPeerConn(*c, word, calls);
 }

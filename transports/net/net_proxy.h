@@ -29,8 +29,10 @@
 // received payload is flushed (the net's iflush) before its slot is published to the kernel.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -167,8 +169,10 @@ class NetProxy : public RemoteTransport {
   void setupFailed(NetConn& c, const char* what, ncclResult_t rc);
   /// kSuspect: poisons the FIFO naming the peer once its process is gone (died) or kSuspectS passed (failed).
   bool judge(NetConn& c);
-  /// Poisons every connection with `peer` with `word` (a failure the peer or the net reported) and closes them;
-  /// `calls` (7 words, or null) are a mismatch's two calls, written first as Connections::poisonAll does.
+  /// Poisons every connection with `peer` with `word` (a failure the peer reported over the bootstrap) and closes
+  /// them; `calls` (7 words, or null) are a mismatch's two calls, written first as Connections::poisonAll does. The
+  /// notice is kept: a connection with that peer opened later (adopt) is poisoned with it at once, since the peer
+  /// sends it only once and will never complete that connection's setup.
   void poisonPeer(int peer, uint64_t word, const uint64_t* calls);
   /// The same for one connection.
   void poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls);
@@ -213,6 +217,9 @@ class NetProxy : public RemoteTransport {
   std::atomic<uint64_t> failedWord_{0};
   uint64_t failedCalls_[7] = {};    ///< written by markFailedCalls before failedWord_ (whose release publishes them)
   std::vector<bool> noticeSentTo_;  ///< proxy thread: this rank's failure was sent to the rank over the bootstrap
+  /// Proxy thread: each peer's failure notice taken over the bootstrap (word, then 7 words of calls or zeros), for
+  /// the connections with it that come after (poisonPeer).
+  std::map<int, std::array<uint64_t, 8>> peerNotices_;
   std::chrono::steady_clock::time_point nextNoticePoll_{};
   std::thread thread_;
 };
