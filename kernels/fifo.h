@@ -56,7 +56,16 @@ struct SlotHeader {
 constexpr uint32_t kDescribedSlot = 0x80000000u;
 
 /// Why a FIFO was poisoned.
-enum class PoisonReason : uint32_t { kNone = 0, kPeerDied = 1, kTimeout = 2, kMismatch = 3, kAborted = 4, kError = 5 };
+/// kNetSetup: a connection to another host was not set up by the deadline (the net never completed it).
+enum class PoisonReason : uint32_t {
+  kNone = 0,
+  kPeerDied = 1,
+  kTimeout = 2,
+  kMismatch = 3,
+  kAborted = 4,
+  kError = 5,
+  kNetSetup = 6
+};
 
 /// Packs a FIFO poison word: (reason << 32) | (culprit rank + 1).
 CHORUS_HOST_DEVICE inline uint64_t makePoison(PoisonReason reason, int culprit) {

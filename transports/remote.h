@@ -24,7 +24,7 @@ inline bool poisonWordValid(uint64_t word, int nranks) {
   uint32_t reason = static_cast<uint32_t>(word >> 32);
   uint32_t culpritPlus1 = static_cast<uint32_t>(word);
   return reason >= static_cast<uint32_t>(PoisonReason::kPeerDied) &&
-         reason <= static_cast<uint32_t>(PoisonReason::kError) && culpritPlus1 >= 1 &&
+         reason <= static_cast<uint32_t>(PoisonReason::kNetSetup) && culpritPlus1 >= 1 &&
          culpritPlus1 <= static_cast<uint32_t>(nranks);
 }
 
@@ -112,6 +112,14 @@ class RemoteTransport {
   virtual bool progressAll(const Fifo* waitingOn) {
     (void)waitingOn;
     return false;
+  }
+  /// For a wait on FIFO `f` that reached its deadline: if f's connection is not set up yet, what it waits for ("its
+  /// connection over net Socket (dev 1, channel 1, from rank 3) is not set up after 8.0 s: the net has not accepted
+  /// the peer's connection"); empty when it is open or the transport cannot tell. Any thread; may wait up to a second
+  /// for the proxy's pass.
+  virtual std::string setupPending(const Fifo* f) {
+    (void)f;
+    return std::string();
   }
   /// The transport's name for logs ("net Socket", "net UCX", ...).
   virtual const char* name() const = 0;

@@ -51,6 +51,8 @@ const char* reasonText(PoisonReason r) {
       return "ranks called mismatched operations";
     case PoisonReason::kAborted:
       return "the communicator was aborted";
+    case PoisonReason::kNetSetup:
+      return "a connection between hosts was not set up before the deadline";
     default:
       return "an error";
   }
@@ -149,6 +151,12 @@ ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where)
                "%s; reported through rank %d)",
                detector, text(a).c_str(), offender, text(b).c_str(), mine.c_str(), f->peer);
     }
+  } else if (reason == PoisonReason::kNetSetup && culprit == comm_->rank) {
+    // The rank that found it named this one, the far end of the connection: its own error names the connection.
+    snprintf(msg, sizeof(msg),
+             "%s: a connection over the net between this rank and a peer was not set up before the deadline (the "
+             "peer's error names it)",
+             where);
   } else {
     snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
              culprit != f->peer ? " and the failure reached this rank through its peers" : "");
@@ -229,6 +237,13 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
         extended = true;
         deadline = Deadline::fromEnv();
         continue;
+      }
+      // A connection to another host that never came up says so: the peer waits on it too, so "no progress" alone
+      // would blame the rank rather than the net (a device the net offers but cannot connect through, say).
+      RemoteTransport* net = conn != nullptr && !conn->shm ? conns_->remote() : nullptr;
+      const std::string pending = net != nullptr ? net->setupPending(f) : std::string();
+      if (!pending.empty()) {
+        return fail(ncclRemoteError, PoisonReason::kNetSetup, f->peer, where() + ": " + pending);
       }
       char msg[480];
       if (peerAlive) {

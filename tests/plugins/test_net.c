@@ -18,6 +18,8 @@
  * - A peer's EOF or a socket error fails the comm: test() of any request not yet complete returns ncclSystemError.
  * - Before v11 a plugin is initialized once per process: a second successful init of a v6-v10 build fails, so a test
  *   can see that chorus's adapter calls it once. CHORUS_TEST_NET_FAIL=init makes init fail.
+ * - CHORUS_TEST_NET_STALL_DEV=d: connect() on device d never completes (it returns no comm, call after call), as a
+ *   net may offer a device it cannot connect through; the peer's accept() then finds nobody.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -237,6 +239,8 @@ static int gPtrCuda = 0;
 /* CHORUS_TEST_NET_PTR_DMABUF=1 (with CHORUS_TEST_NET_PTR_CUDA=1): they also take GPU memory as a dma-buf
    (NCCL_PTR_DMABUF, regMrDmaBuf), which must be the buffer's own memory (checked against /proc/self/maps). */
 static int gPtrDmaBuf = 0;
+/* CHORUS_TEST_NET_STALL_DEV: the device whose connects never complete; -1 none. */
+static int gStallDev = -1;
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -440,6 +444,8 @@ static ncclResult_t netInit(Logger log, int again) {
   gPtrCuda = cuda != NULL && strcmp(cuda, "1") == 0;
   const char* dmaBuf = getenv("CHORUS_TEST_NET_PTR_DMABUF");
   gPtrDmaBuf = gPtrCuda && dmaBuf != NULL && strcmp(dmaBuf, "1") == 0;
+  const char* stall = getenv("CHORUS_TEST_NET_STALL_DEV");
+  gStallDev = stall != NULL && *stall != '\0' ? atoi(stall) : -1;
   return ncclSuccess;
 }
 
@@ -536,6 +542,7 @@ static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
   Handle* h = (Handle*)handle;
   *sendComm = NULL;
   if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
+  if (dev == gStallDev) return ncclSuccess; /* never connects: called again, and again */
   if (h->stage == 0) {
     sayDevice("connect", dev);
     h->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -5,6 +5,7 @@
 // one set to two above it, where two channels over two NICs take about half the time of one.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <string>
 #include <vector>
@@ -40,14 +41,19 @@ ncclComm_t splitWithChannels(ncclComm_t parent, int rank, const char* channels) 
   return c;
 }
 
+// Rank 0 and rank 1 on two hosts (NCCL_HOSTID) joined by the test net plugin, with two devices each.
+void twoNicHosts(int rank) {
+  setenv("NCCL_HOSTID", rank == 0 ? "nic-host-a" : "nic-host-b", 1);
+  setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+  setenv("NCCL_NET", "ChorusTestNet", 1);
+  setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
+}
+
 TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
   const std::vector<int> status = forkRanks(
       2,
       [](int rank, const ncclUniqueId& id) {
-        setenv("NCCL_HOSTID", rank == 0 ? "nic-host-a" : "nic-host-b", 1);
-        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
-        setenv("NCCL_NET", "ChorusTestNet", 1);
-        setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
+        twoNicHosts(rank);
         setenv("CHORUS_COST_INTER", "20,0.1", 1);  // a slow link: the bytes' part is most of every estimate
         setenv("NCCL_ALGO", "Ring", 1);            // a tree runs two channels at any size
         ncclResetDebugInit();
@@ -73,6 +79,42 @@ TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
       },
       60);
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+}
+
+// A device the net offers but cannot connect through (the test net's connects on nic1 never complete): the
+// collective's channel over it never gets its connections, and each rank's call ends at CHORUS_TIMEOUT_S with an
+// error that names that connection and what it waits for, not the peer, which waits on the same connection.
+TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
+  const std::vector<int> status = forkRanks(
+      2,
+      [](int rank, const ncclUniqueId& id) {
+        twoNicHosts(rank);
+        setenv("CHORUS_TEST_NET_STALL_DEV", "1", 1);
+        setenv("NCCL_ALGO", "Ring", 1);
+        setenv("CHORUS_TIMEOUT_S", "2", 1);
+        ncclResetDebugInit();
+        chorus::paramsReload();
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        std::vector<float> buf((4 << 20) / sizeof(float), 1.0f);  // above the floor: a channel a NIC
+        EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
+                  ncclRemoteError);
+        // The rank whose deadline comes first names the connection; its failure notice may reach the other first.
+        const std::string err = ncclGetLastError(comm);
+        const bool own = err.find("its connection over net ChorusTestNet (dev 1, channel 1, ") != std::string::npos &&
+                         err.find("rank " + std::to_string(1 - rank) + ") is not set up after ") != std::string::npos;
+        const bool passedOn = err.find("not set up before the deadline") != std::string::npos;
+        EXPECT_TRUE(own || passedOn) << err;
+        EXPECT_EQ(err.find("made no progress"), std::string::npos) << err;
+        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : own ? 0 : 2;
+      },
+      60);
+  // Wait statuses: exit 0 (named the connection) or 2 (told by the peer).
+  auto exited = [&](int r, int code) { return WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == code; };
+  for (int r = 0; r < 2; r++)
+    EXPECT_TRUE(exited(r, 0) || exited(r, 2)) << "rank " << r << " " << describeStatus(status[r]);
+  EXPECT_TRUE(exited(0, 0) || exited(1, 0)) << "no rank named the connection itself";
 }
 
 #endif  // CHORUS_TEST_NET_V11

@@ -946,6 +946,49 @@ bool NetProxy::engage(bool on) {
   return false;
 }
 
+// "its connection over net NAME (dev D, channel C, to rank P)": for a wait's error, which names the rank and host.
+static std::string pendingName(const NetConn& c, const char* net) {
+  char buf[160];
+  snprintf(buf, sizeof(buf), "its connection over %s (dev %d, channel %d, %s rank %d)", net, c.dev, c.channel,
+           c.isSend ? "to" : "from", c.peer);
+  return buf;
+}
+
+std::string NetProxy::setupPending(const Fifo* f) {
+  {
+    std::lock_guard<std::mutex> lock(newMutex_);
+    for (const auto& c : newConns_)
+      if (c->fifo.ctrl == f->ctrl) return pendingName(*c, name()) + " is not set up: the proxy has not taken it up yet";
+  }
+  // The proxy holds passMu_ for a pass, which may be in a net call: wait for it a moment, not indefinitely.
+  std::unique_lock<std::mutex> lock(passMu_, std::defer_lock);
+  for (int i = 0; i < 1000 && !lock.try_lock(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!lock.owns_lock()) return std::string();
+  for (const auto& c : conns_) {
+    if (c->fifo.ctrl != f->ctrl) continue;
+    const char* what = nullptr;
+    switch (c->state) {
+      case NetConn::State::kListen:
+      case NetConn::State::kAccepting:
+        what = "the net has not accepted the peer's connection";
+        break;
+      case NetConn::State::kAwaitHandle:
+        what = "the peer has not sent its handle: it has not reached this step";
+        break;
+      case NetConn::State::kConnecting:
+        what = "the net has not completed the connection";
+        break;
+      default:
+        return std::string();
+    }
+    char buf[64];
+    snprintf(buf, sizeof(buf), " is not set up after %.1f s: ",
+             std::chrono::duration<double>(Clock::now() - c->since).count());
+    return pendingName(*c, name()) + buf + what;
+  }
+  return std::string();
+}
+
 bool NetProxy::progressAll(const Fifo* waitingOn) { return stepDriven(waitingOn, waitingOn == nullptr); }
 
 bool NetProxy::stepDriven(const Fifo* waitingOn, bool everyRecv) {

@@ -126,6 +126,7 @@ class NetProxy : public RemoteTransport {
   bool progress(const Fifo* f) override;
   bool engage(bool on) override;
   bool progressAll(const Fifo* waitingOn) override;
+  std::string setupPending(const Fifo* f) override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
