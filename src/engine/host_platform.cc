@@ -239,13 +239,14 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
         continue;
       }
       // A connection to another host that never came up says so: the peer waits on it too, so "no progress" alone
-      // would blame the rank rather than the net (a device the net offers but cannot connect through, say).
+      // would blame the rank rather than the net (a device the net offers but cannot connect through, say). An open
+      // one says what went through it, so that a stall in the net shows as sends it completed on one rank and
+      // receives it never completed on the other.
       RemoteTransport* net = conn != nullptr && !conn->shm ? conns_->remote() : nullptr;
-      const std::string pending = net != nullptr ? net->setupPending(f) : std::string();
-      if (!pending.empty()) {
-        return fail(ncclRemoteError, PoisonReason::kNetSetup, f->peer, where() + ": " + pending);
-      }
-      char msg[480];
+      bool settingUp = false;
+      const std::string state = net != nullptr ? net->waitState(f, &settingUp) : std::string();
+      if (settingUp) return fail(ncclRemoteError, PoisonReason::kNetSetup, f->peer, where() + ": " + state);
+      char msg[800];
       if (peerAlive) {
         snprintf(msg, sizeof(msg),
                  "%s: rank %d is alive but sent nothing for 2 x %.0f s (CHORUS_TIMEOUT_S): it is "
@@ -257,7 +258,9 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
                  "hung, or calling a different operation",
                  where().c_str(), f->peer, deadline.seconds());
       }
-      return fail(ncclRemoteError, PoisonReason::kTimeout, f->peer, msg);
+      std::string text = msg;
+      if (!state.empty()) text += " (" + state + ")";
+      return fail(ncclRemoteError, PoisonReason::kTimeout, f->peer, text);
     }
   }
 }

@@ -385,6 +385,41 @@ TEST(TransportFaultHosts, ANoticeTakenEarlierFailsALaterConnection) {
   for (int r = 0; r < n; r++) expectRankOk(status, r);
 }
 
+// A peer on another host that stops calling with its connections open: the waiting rank's error at the deadline says
+// what went through the connection it waits on (what the net completed, what is still pending in it), so that a net
+// that lost data can be told from a peer that sent none.
+TEST(TransportFaultHosts, AStalledOpenConnectionSaysWhatWentThrough) {
+  ScopedEnv env;
+  env.set("CHORUS_TIMEOUT_S", "2");
+  std::vector<int> status = forkRanks(
+      2,
+      [&](int rank, const ncclUniqueId& id) {
+        setenv("NCCL_HOSTID", ("host-" + std::to_string(rank)).c_str(), 1);
+        chorus::paramsReload();
+        ncclComm_t comm;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return static_cast<int>(kInitFailed);
+        std::vector<float> buf(4096, 1.0f);
+        if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+          return static_cast<int>(kFirstOpFailed);
+        if (rank == 1) {  // stops calling, connections open, until rank 0 has its answer
+          std::this_thread::sleep_for(std::chrono::seconds(6));
+          ncclCommAbort(comm);
+          return static_cast<int>(kOk);
+        }
+        ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclSum, comm, nullptr);
+        std::string text = ncclGetLastError(comm);
+        fprintf(stderr, "rank 0: %s: %s\n", ncclGetErrorString(res), text.c_str());
+        ncclCommAbort(comm);
+        if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
+        const bool named = text.find("rank 1 made no progress") != std::string::npos;
+        const bool state = text.find("(its connection over net Socket (dev 0, channel 0, ") != std::string::npos &&
+                           text.find(" rank 1) is open; slots received ") != std::string::npos;
+        return named && state ? static_cast<int>(kOk) : static_cast<int>(kNotNamed);
+      },
+      30);
+  for (int r = 0; r < 2; r++) expectRankOk(status, r);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, TransportFault,
                          testing::Combine(testing::Values(Transport::kShm, Transport::kSocket,
                                                           Transport::kSocketStriped, Transport::kUcx,

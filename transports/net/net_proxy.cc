@@ -954,39 +954,80 @@ static std::string pendingName(const NetConn& c, const char* net) {
   return buf;
 }
 
-std::string NetProxy::setupPending(const Fifo* f) {
+// Where an open connection stands: what the executor published or freed, what the net was given and completed.
+std::string NetProxy::progressText(const NetConn& c) const {
+  const uint64_t tail = loadAcquire(&c.fifo.ctrl->tail), head = loadAcquire(&c.fifo.ctrl->head);
+  int inNet = 0;
+  for (uint64_t s = c.done; s < c.posted + (c.halfPosted ? 1 : 0); s++)
+    for (void* r : c.reqs[s % net_.inflightSlots]) inNet += r != nullptr;
+  char buf[256];
+  if (c.isSend) {
+    snprintf(buf, sizeof(buf),
+             "open; slots published by the executor %llu, given to the net %llu%s, sent %llu (%d requests pending "
+             "in the net)",
+             static_cast<unsigned long long>(tail), static_cast<unsigned long long>(c.posted),
+             c.halfPosted ? " and a half" : "", static_cast<unsigned long long>(c.done), inNet);
+  } else {
+    snprintf(buf, sizeof(buf),
+             "open; slots received %llu, posted to the net %llu%s (%d requests pending in the net), consumed by the "
+             "executor %llu",
+             static_cast<unsigned long long>(c.done), static_cast<unsigned long long>(c.posted),
+             c.halfPosted ? " and a half" : "", inNet, static_cast<unsigned long long>(head));
+  }
+  return buf;
+}
+
+std::string NetProxy::waitState(const Fifo* f, bool* settingUp) {
+  *settingUp = false;
   {
     std::lock_guard<std::mutex> lock(newMutex_);
     for (const auto& c : newConns_)
-      if (c->fifo.ctrl == f->ctrl) return pendingName(*c, name()) + " is not set up: the proxy has not taken it up yet";
+      if (c->fifo.ctrl == f->ctrl) {
+        *settingUp = true;
+        return pendingName(*c, name()) + " is not set up: the proxy has not taken it up yet";
+      }
   }
   // The proxy holds passMu_ for a pass, which may be in a net call: wait for it a moment, not indefinitely.
   std::unique_lock<std::mutex> lock(passMu_, std::defer_lock);
   for (int i = 0; i < 1000 && !lock.try_lock(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!lock.owns_lock()) return std::string();
+  // Every connection's state at INFO: a stall that the net, not a peer, caused shows as sends the net completed on
+  // one rank and receives it never completed on the other.
+  std::string mine;
   for (const auto& c : conns_) {
-    if (c->fifo.ctrl != f->ctrl) continue;
-    const char* what = nullptr;
+    std::string text;
     switch (c->state) {
       case NetConn::State::kListen:
       case NetConn::State::kAccepting:
-        what = "the net has not accepted the peer's connection";
+        text = "not set up: the net has not accepted the peer's connection";
         break;
       case NetConn::State::kAwaitHandle:
-        what = "the peer has not sent its handle: it has not reached this step";
+        text = "not set up: the peer has not sent its handle: it has not reached this step";
         break;
       case NetConn::State::kConnecting:
-        what = "the net has not completed the connection";
+        text = "not set up: the net has not completed the connection";
+        break;
+      case NetConn::State::kOpen:
+        text = progressText(*c);
         break;
       default:
-        return std::string();
+        text = "failed";
+        break;
     }
+    INFO(kNet, "%s: at a wait's deadline, %s", connName(*c).c_str(), text.c_str());
+    if (c->fifo.ctrl != f->ctrl || c->state == NetConn::State::kSuspect || c->state == NetConn::State::kFailed)
+      continue;
+    if (c->state == NetConn::State::kOpen) {
+      mine = pendingName(*c, name()) + " is " + text;  // "... is open; slots received ..."
+      continue;
+    }
+    *settingUp = true;
     char buf[64];
     snprintf(buf, sizeof(buf), " is not set up after %.1f s: ",
              std::chrono::duration<double>(Clock::now() - c->since).count());
-    return pendingName(*c, name()) + buf + what;
+    mine = pendingName(*c, name()) + buf + text.substr(strlen("not set up: "));
   }
-  return std::string();
+  return mine;
 }
 
 bool NetProxy::progressAll(const Fifo* waitingOn) { return stepDriven(waitingOn, waitingOn == nullptr); }

@@ -126,7 +126,7 @@ class NetProxy : public RemoteTransport {
   bool progress(const Fifo* f) override;
   bool engage(bool on) override;
   bool progressAll(const Fifo* waitingOn) override;
-  std::string setupPending(const Fifo* f) override;
+  std::string waitState(const Fifo* f, bool* settingUp) override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
@@ -184,6 +184,8 @@ class NetProxy : public RemoteTransport {
   void closeConn(NetConn& c);
   bool flushed(bool notices) const;
   std::string connName(const NetConn& c) const;
+  /// An open connection's progress, for waitState.
+  std::string progressText(const NetConn& c) const;
 
   ncclComm* comm_;
   int rank_;
