@@ -990,7 +990,12 @@ std::string NetProxy::waitState(const Fifo* f, bool* settingUp) {
   // The proxy holds passMu_ for a pass, which may be in a net call: wait for it a moment, not indefinitely.
   std::unique_lock<std::mutex> lock(passMu_, std::defer_lock);
   for (int i = 0; i < 1000 && !lock.try_lock(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!lock.owns_lock()) return std::string();
+  if (!lock.owns_lock()) {
+    // A net call that does not return for a second (a plugin's connect that allocates hundreds of MB, say) is news.
+    INFO(kNet, "rank %d: %s: at a wait's deadline the proxy was busy in one pass for over 1 s", rank_, name());
+    return "its " + std::string(name()) + " proxy was busy in one pass over its connections, which may be a call into " +
+           "the net, for over 1 s";
+  }
   // Every connection's state at INFO: a stall that the net, not a peer, caused shows as sends the net completed on
   // one rank and receives it never completed on the other.
   std::string mine;
@@ -1009,6 +1014,10 @@ std::string NetProxy::waitState(const Fifo* f, bool* settingUp) {
         break;
       case NetConn::State::kOpen:
         text = progressText(*c);
+        break;
+      case NetConn::State::kSuspect:
+        text = "failed in the net" + (c->endWhy.empty() ? std::string() : " (" + c->endWhy + ")") +
+               "; waiting for the peer's failure notice";
         break;
       default:
         text = "failed";
