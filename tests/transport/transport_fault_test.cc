@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -206,24 +207,29 @@ bool exited(pid_t pid) {
   return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
 }
 
-// The last rank exits right after init, before any connection to it exists (no operation has run). Every other
-// rank's first allreduce must fail with ncclRemoteError naming it, long before CHORUS_TIMEOUT_S: a sender finds
-// its port refused, a receiver waits for a connection that will never come. The survivors start only once the
-// process is gone, and each keeps its communicator until all have their answer: a survivor that failed first still
-// tells the others the cause when they reach it late (it names the victim), so the outcome does not depend on how
-// loaded the machine is. With `separateHosts` every rank names its own host (NCCL_HOSTID): no pid can be checked
-// then, and the dead rank is found through its ports.
-void peerGoneBeforeConnecting(int n, bool separateHosts) {
+// Shared with the forked ranks of a test whose last rank exits right after init.
+struct GoneShared {
+  std::atomic<pid_t> victimPid{0};
+  std::atomic<int> answered{0};  // survivors that have their answer
+  std::atomic<int> sent{0};      // ANoticeTakenEarlierFailsALaterConnection: rank 1's send is through
+};
+
+// What a survivor's call returned, and how long the call that must fail took.
+struct SurvivorResult {
+  ncclResult_t res = ncclSuccess;
+  double took = 0;
+  bool earlierFailed = false;  // a call before it, which must succeed, failed
+};
+
+// n ranks, the last of which exits right after init. Each survivor, once that process is gone, runs `call`, which
+// must fail with ncclRemoteError naming the dead rank within half of CHORUS_TIMEOUT_S.
+void runWithVictimGone(int n, bool separateHosts,
+                       const std::function<SurvivorResult(int rank, ncclComm_t comm, GoneShared* shared)>& call) {
   const int victim = n - 1;
-  // The victim's pid and how many survivors have their answer, shared with the forked ranks.
-  struct Shared {
-    std::atomic<pid_t> victimPid{0};
-    std::atomic<int> answered{0};
-  };
-  auto* shared =
-      static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* shared = static_cast<GoneShared*>(
+      mmap(nullptr, sizeof(GoneShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(shared, MAP_FAILED);
-  new (shared) Shared();
+  new (shared) GoneShared();
   std::vector<int> status = forkRanks(
       n,
       [&](int rank, const ncclUniqueId& id) {
@@ -240,25 +246,45 @@ void peerGoneBeforeConnecting(int n, bool separateHosts) {
         pid_t pid;
         while ((pid = shared->victimPid.load()) == 0 || !exited(pid))
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        std::vector<float> in(4099, 1.0f), out(4099);
-        auto t0 = std::chrono::steady_clock::now();
-        ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr);
-        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const SurvivorResult r = call(rank, comm, shared);
         std::string text = ncclGetLastError(comm);
-        fprintf(stderr, "rank %d: allreduce with rank %d gone returned %s after %.3f s: %s\n", rank, victim,
-                ncclGetErrorString(res), took, text.c_str());
+        fprintf(stderr, "rank %d: with rank %d gone, the call returned %s after %.3f s: %s\n", rank, victim,
+                ncclGetErrorString(r.res), r.took, text.c_str());
         answerAndWait(&shared->answered, n - 1);
         ncclCommAbort(comm);
-        if (res == ncclSuccess) return static_cast<int>(kNeverFailed);
-        if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
+        if (r.earlierFailed) return static_cast<int>(kFirstOpFailed);
+        if (r.res == ncclSuccess) return static_cast<int>(kNeverFailed);
+        if (r.res != ncclRemoteError) return static_cast<int>(kWrongCode);
         std::string named = "rank " + std::to_string(victim) + " ";
         if (text.find(named + "failed") == std::string::npos && text.find(named + "(pid") == std::string::npos)
           return static_cast<int>(kNotNamed);
-        return static_cast<int>(took < kTimeoutS / 2.0 ? kOk : kTooSlow);
+        return static_cast<int>(r.took < kTimeoutS / 2.0 ? kOk : kTooSlow);
       },
       3.0 * kTimeoutS);
-  munmap(shared, sizeof(Shared));
+  munmap(shared, sizeof(GoneShared));
   for (int r = 0; r < n; r++) expectRankOk(status, r);
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The last rank exits right after init, before any connection to it exists (no operation has run). Every other
+// rank's first allreduce must fail with ncclRemoteError naming it, long before CHORUS_TIMEOUT_S: a sender finds
+// its port refused, a receiver waits for a connection that will never come. The survivors start only once the
+// process is gone, and each keeps its communicator until all have their answer: a survivor that failed first still
+// tells the others the cause when they reach it late (it names the victim), so the outcome does not depend on how
+// loaded the machine is. With `separateHosts` every rank names its own host (NCCL_HOSTID): no pid can be checked
+// then, and the dead rank is found through its ports.
+void peerGoneBeforeConnecting(int n, bool separateHosts) {
+  runWithVictimGone(n, separateHosts, [](int, ncclComm_t comm, GoneShared*) {
+    std::vector<float> in(4099, 1.0f), out(4099);
+    SurvivorResult r;
+    auto t0 = std::chrono::steady_clock::now();
+    r.res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr);
+    r.took = secondsSince(t0);
+    return r;
+  });
 }
 
 // Rank 2 calls with a different count. The ranks that compare fingerprints with it (0 and 2, its ring neighbours)
@@ -322,67 +348,30 @@ TEST(TransportFaultHosts, PeerOnAnotherHostGoneBeforeConnectingIsNamed) {
 TEST(TransportFaultHosts, ANoticeTakenEarlierFailsALaterConnection) {
   ScopedEnv env;
   env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
-  constexpr int n = 3, victim = 2;
-  struct Shared {
-    std::atomic<pid_t> victimPid{0};
-    std::atomic<int> answered{0};
-    std::atomic<int> sent{0};
-  };
-  auto* shared =
-      static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(shared, MAP_FAILED);
-  new (shared) Shared();
-  std::vector<int> status = forkRanks(
-      n,
-      [&](int rank, const ncclUniqueId& id) {
-        setenv("NCCL_HOSTID", ("host-" + std::to_string(rank)).c_str(), 1);
-        chorus::paramsReload();
-        ncclComm_t comm;
-        if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return static_cast<int>(kInitFailed);
-        if (rank == victim) {
-          shared->victimPid.store(getpid());
-          _exit(kOk);
-        }
-        pid_t pid;
-        while ((pid = shared->victimPid.load()) == 0 || !exited(pid))
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        std::vector<float> buf(1024, 1.0f);
-        ncclResult_t res;
-        std::chrono::steady_clock::time_point t0;
-        if (rank == 0) {
-          // Only once rank 1's send is through, so that no notice can fail it.
-          while (shared->sent.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-          t0 = std::chrono::steady_clock::now();
-          res = ncclRecv(buf.data(), buf.size(), ncclFloat32, victim, comm, nullptr);
-        } else {
-          res = ncclSend(buf.data(), buf.size(), ncclFloat32, 0, comm, nullptr);
-          shared->sent.store(1);
-          fprintf(stderr, "rank 1: send to rank 0 returned %s\n", ncclGetErrorString(res));
-          if (res != ncclSuccess) {
-            answerAndWait(&shared->answered, n - 1);
-            ncclCommAbort(comm);
-            return static_cast<int>(kFirstOpFailed);
-          }
-          while (shared->answered.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the proxy looks for notices every 20 ms
-          t0 = std::chrono::steady_clock::now();
-          res = ncclRecv(buf.data(), buf.size(), ncclFloat32, 0, comm, nullptr);
-        }
-        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::string text = ncclGetLastError(comm);
-        fprintf(stderr, "rank %d: %s returned %s after %.3f s: %s\n", rank, rank == 0 ? "receive from rank 2" :
-                "receive from rank 0", ncclGetErrorString(res), took, text.c_str());
-        answerAndWait(&shared->answered, n - 1);
-        ncclCommAbort(comm);
-        if (res == ncclSuccess) return static_cast<int>(kNeverFailed);
-        if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
-        if (text.find("rank 2 failed") == std::string::npos && text.find("rank 2 (pid") == std::string::npos)
-          return static_cast<int>(kNotNamed);
-        return static_cast<int>(took < kTimeoutS / 2.0 ? kOk : kTooSlow);
-      },
-      3.0 * kTimeoutS);
-  munmap(shared, sizeof(Shared));
-  for (int r = 0; r < n; r++) expectRankOk(status, r);
+  runWithVictimGone(3, true, [](int rank, ncclComm_t comm, GoneShared* shared) {
+    std::vector<float> buf(1024, 1.0f);
+    SurvivorResult r;
+    if (rank == 0) {
+      // Only once rank 1's send is through, so that no notice can fail it.
+      while (shared->sent.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      auto t0 = std::chrono::steady_clock::now();
+      r.res = ncclRecv(buf.data(), buf.size(), ncclFloat32, 2, comm, nullptr);
+      r.took = secondsSince(t0);
+      return r;
+    }
+    r.res = ncclSend(buf.data(), buf.size(), ncclFloat32, 0, comm, nullptr);
+    shared->sent.store(1);
+    if (r.res != ncclSuccess) {
+      r.earlierFailed = true;
+      return r;
+    }
+    while (shared->answered.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the proxy looks for notices every 20 ms
+    auto t0 = std::chrono::steady_clock::now();
+    r.res = ncclRecv(buf.data(), buf.size(), ncclFloat32, 0, comm, nullptr);
+    r.took = secondsSince(t0);
+    return r;
+  });
 }
 
 // A peer on another host that stops calling with its connections open: the waiting rank's error at the deadline says
