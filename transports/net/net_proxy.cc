@@ -1000,17 +1000,18 @@ std::string NetProxy::waitState(const Fifo* f, bool* settingUp) {
   // one rank and receives it never completed on the other.
   std::string mine;
   for (const auto& c : conns_) {
+    const char* notSetUp = nullptr;  // for a connection still being set up: what it waits for
     std::string text;
     switch (c->state) {
       case NetConn::State::kListen:
       case NetConn::State::kAccepting:
-        text = "not set up: the net has not accepted the peer's connection";
+        notSetUp = "the net has not accepted the peer's connection";
         break;
       case NetConn::State::kAwaitHandle:
-        text = "not set up: the peer has not sent its handle: it has not reached this step";
+        notSetUp = "the peer has not sent its handle: it has not reached this step";
         break;
       case NetConn::State::kConnecting:
-        text = "not set up: the net has not completed the connection";
+        notSetUp = "the net has not completed the connection";
         break;
       case NetConn::State::kOpen:
         text = progressText(*c);
@@ -1023,18 +1024,18 @@ std::string NetProxy::waitState(const Fifo* f, bool* settingUp) {
         text = "failed";
         break;
     }
+    if (notSetUp != nullptr) text = std::string("not set up: ") + notSetUp;
     INFO(kNet, "%s: at a wait's deadline, %s", connName(*c).c_str(), text.c_str());
-    if (c->fifo.ctrl != f->ctrl || c->state == NetConn::State::kSuspect || c->state == NetConn::State::kFailed)
-      continue;
+    if (c->fifo.ctrl != f->ctrl) continue;
     if (c->state == NetConn::State::kOpen) {
       mine = pendingName(*c, name()) + " is " + text;  // "... is open; slots received ..."
-      continue;
+    } else if (notSetUp != nullptr) {
+      *settingUp = true;
+      char buf[64];
+      snprintf(buf, sizeof(buf), " is not set up after %.1f s: ",
+               std::chrono::duration<double>(Clock::now() - c->since).count());
+      mine = pendingName(*c, name()) + buf + notSetUp;
     }
-    *settingUp = true;
-    char buf[64];
-    snprintf(buf, sizeof(buf), " is not set up after %.1f s: ",
-             std::chrono::duration<double>(Clock::now() - c->since).count());
-    mine = pendingName(*c, name()) + buf + text.substr(strlen("not set up: "));
   }
   return mine;
 }
