@@ -18,6 +18,7 @@
 
 using chorus_test::describeStatus;
 using chorus_test::forkRanks;
+using chorus_test::secondsSince;
 
 namespace {
 
@@ -39,7 +40,7 @@ int loopUntilFailure(ncclComm_t comm, int rank, const Expect& want, double limit
   for (int i = 0; i < 100000; i++) {
     ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
     if (res == ncclSuccess) continue;
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double s = secondsSince(t0);
     std::string text = ncclGetLastError(comm);
     fprintf(stderr, "rank %d: call %d failed after %.2f s: %s: %s\n", rank, i, s, ncclGetErrorString(res),
             text.c_str());

@@ -5,6 +5,7 @@
 // is killed) instead of hanging the suite.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ std::vector<int> forkRanks(int n, const std::function<int(int rank, const ncclUn
 /// before it dies of that signal, so that a rank that crashes leaves more than "killed by signal 11". Every forked
 /// rank calls it.
 void printStackOnCrash();
+
+/// Seconds from `t0` to now (steady clock): how long a call took. Inline, for tests that do not link the harness.
+inline double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 /// "exited with 0", "killed by signal 9"...
 std::string describeStatus(int status);

@@ -94,7 +94,7 @@ int rankMain(int rank, const ncclUniqueId& id, int n, int victim, size_t count =
     auto t0 = std::chrono::steady_clock::now();
     ncclResult_t res = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
     if (res == ncclSuccess) continue;
-    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double took = secondsSince(t0);
     std::string text = ncclGetLastError(comm);
     fprintf(stderr, "rank %d: allreduce #%d failed after %.3f s with %s: %s\n", rank, iter, took,
             ncclGetErrorString(res), text.c_str());
@@ -129,7 +129,7 @@ void killedPeerIsNamed(Transport t, int n, size_t count) {
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int> status = forkRanks(
       n, [&](int rank, const ncclUniqueId& id) { return rankMain(rank, id, n, victim, count); }, 3.0 * kTimeoutS);
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double took = secondsSince(t0);
   for (int r = 0; r < n; r++) {
     if (r == victim) {
       EXPECT_TRUE(WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL)
@@ -174,7 +174,7 @@ TEST_P(TransportFault, AbortedPeerIsNamed) {
         }
         auto t0 = std::chrono::steady_clock::now();
         ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr);
-        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double took = secondsSince(t0);
         std::string text = ncclGetLastError(comm);
         fprintf(stderr, "rank %d: allreduce after the abort returned %s after %.3f s: %s\n", rank,
                 ncclGetErrorString(res), took, text.c_str());
@@ -263,10 +263,6 @@ void runWithVictimGone(int n, bool separateHosts,
       3.0 * kTimeoutS);
   munmap(shared, sizeof(GoneShared));
   for (int r = 0; r < n; r++) expectRankOk(status, r);
-}
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // The last rank exits right after init, before any connection to it exists (no operation has run). Every other

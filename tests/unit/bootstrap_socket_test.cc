@@ -14,13 +14,12 @@
 
 #include "core/params.h"
 #include "core/socket.h"
+#include "harness/ranks.h"
 
 namespace chorus {
 namespace {
 
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using chorus_test::secondsSince;
 
 SockAddr loopback(int port = 0) {
   SockAddr a;
