@@ -239,14 +239,21 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
         continue;
       }
       // A connection to another host that never came up says so: the peer waits on it too, so "no progress" alone
-      // would blame the rank rather than the net (a device the net offers but cannot connect through, say). An open
-      // one says what went through it, so that a stall in the net shows as sends it completed on one rank and
-      // receives it never completed on the other.
+      // would blame the rank rather than the net (a device the net offers but cannot connect through, say); so does
+      // a proxy held in a net call. An open one says what went through it, so that a stall in the net shows as sends
+      // it completed on one rank and receives it never completed on the other.
       RemoteTransport* net = conn != nullptr && !conn->shm ? conns_->remote() : nullptr;
-      bool settingUp = false;
-      const std::string state = net != nullptr ? net->waitState(f, &settingUp) : std::string();
-      if (settingUp) return fail(ncclRemoteError, PoisonReason::kNetSetup, f->peer, where() + ": " + state);
+      RemoteTransport::Stall stall = RemoteTransport::Stall::kUnknown;
+      const std::string state = net != nullptr ? net->waitState(f, &stall) : std::string();
+      if (stall == RemoteTransport::Stall::kSettingUp)
+        return fail(ncclRemoteError, PoisonReason::kNetSetup, f->peer, where() + ": " + state);
       char msg[800];
+      if (stall == RemoteTransport::Stall::kProxyHeld) {
+        // This rank's own proxy did not come back from the net: the peer may have sent everything.
+        snprintf(msg, sizeof(msg), "%s: no progress for %.0f s (CHORUS_TIMEOUT_S), and %s", where().c_str(),
+                 deadline.seconds(), state.c_str());
+        return fail(ncclRemoteError, PoisonReason::kTimeout, comm_->rank, msg);
+      }
       if (peerAlive) {
         snprintf(msg, sizeof(msg),
                  "%s: rank %d is alive but sent nothing for 2 x %.0f s (CHORUS_TIMEOUT_S): it is "

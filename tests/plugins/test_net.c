@@ -20,6 +20,8 @@
  *   can see that chorus's adapter calls it once. CHORUS_TEST_NET_FAIL=init makes init fail.
  * - CHORUS_TEST_NET_STALL_DEV=d: connect() on device d never completes (it returns no comm, call after call), as a
  *   net may offer a device it cannot connect through; the peer's accept() then finds nobody.
+ * - CHORUS_TEST_NET_SLOW_CONNECT_S=s: the process's first connect() does not return for s seconds, as a plugin's
+ *   connect that allocates hundreds of MB may not on a loaded machine; the caller's thread is held in the net.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -241,6 +243,8 @@ static int gPtrCuda = 0;
 static int gPtrDmaBuf = 0;
 /* CHORUS_TEST_NET_STALL_DEV: the device whose connects never complete; -1 none. */
 static int gStallDev = -1;
+/* CHORUS_TEST_NET_SLOW_CONNECT_S: how long the first connect() holds its caller; 0 none. */
+static int gSlowConnectS = 0;
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -446,6 +450,8 @@ static ncclResult_t netInit(Logger log, int again) {
   gPtrDmaBuf = gPtrCuda && dmaBuf != NULL && strcmp(dmaBuf, "1") == 0;
   const char* stall = getenv("CHORUS_TEST_NET_STALL_DEV");
   gStallDev = stall != NULL && *stall != '\0' ? atoi(stall) : -1;
+  const char* slow = getenv("CHORUS_TEST_NET_SLOW_CONNECT_S");
+  gSlowConnectS = slow != NULL ? atoi(slow) : 0;
   return ncclSuccess;
 }
 
@@ -543,6 +549,11 @@ static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
   *sendComm = NULL;
   if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
   if (dev == gStallDev) return ncclSuccess; /* never connects: called again, and again */
+  const int slowS = __atomic_exchange_n(&gSlowConnectS, 0, __ATOMIC_ACQ_REL); /* once a process */
+  if (slowS > 0) {
+    say(kLogInfo, __LINE__, "connect: held for %d s (CHORUS_TEST_NET_SLOW_CONNECT_S)", slowS);
+    sleep((unsigned)slowS);
+  }
   if (h->stage == 0) {
     sayDevice("connect", dev);
     h->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

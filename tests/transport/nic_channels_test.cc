@@ -2,7 +2,8 @@
 // on two NCCL_HOSTID hosts over the test net plugin with two devices each. From CHORUS_NIC_CHANNELS_MIN_BYTES a
 // collective runs two channels, below it one, and ncclGroupSimulateEnd's estimate must follow the same rule: it
 // equals the estimate of a communicator set to one channel (CHORUS_HOST_NCHANNELS=1) below the floor, and that of
-// one set to two above it, where two channels over two NICs take about half the time of one.
+// one set to two above it, where two channels over two NICs take about half the time of one. And what a rank's
+// deadline says when the net holds a connection back: a device it cannot connect through, a call that does not return.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -115,6 +116,44 @@ TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
   for (int r = 0; r < 2; r++)
     EXPECT_TRUE(exited(r, 0) || exited(r, 2)) << "rank " << r << " " << describeStatus(status[r]);
   EXPECT_TRUE(exited(0, 0) || exited(1, 0)) << "no rank named the connection itself";
+}
+
+// A net call that holds the proxy (the test net's first connect on each rank does not return for 6 s, as a plugin's
+// connect that allocates hundreds of MB may not on a loaded machine): at CHORUS_TIMEOUT_S the rank cannot read its
+// connections' state, and its error says that its proxy was held in one pass, rather than nothing beside the blame.
+TEST(NicChannels, AProxyHeldInTheNetIsNamedAtTheDeadline) {
+  const std::vector<int> status = forkRanks(
+      2,
+      [](int rank, const ncclUniqueId& id) {
+        setenv("NCCL_HOSTID", rank == 0 ? "held-host-a" : "held-host-b", 1);
+        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+        setenv("NCCL_NET", "ChorusTestNet", 1);
+        setenv("CHORUS_TEST_NET_SLOW_CONNECT_S", "6", 1);  // past the deadline plus the second a wait gives the proxy
+        setenv("CHORUS_TIMEOUT_S", "2", 1);
+        ncclResetDebugInit();
+        chorus::paramsReload();
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        std::vector<float> buf(1024, 1.0f);
+        EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
+                  ncclRemoteError);
+        // A rank whose proxy is held names it. The other's proxy, whose connections wait for the held one's, names
+        // the connection it waits on, or passes on the held rank's failure.
+        const std::string err = ncclGetLastError(comm);
+        const bool own = err.find("proxy was busy in one pass over its connections") != std::string::npos;
+        const bool waiting = err.find("is not set up after ") != std::string::npos;
+        const bool passedOn = err.find("rank " + std::to_string(1 - rank) + " failed") != std::string::npos ||
+                              err.find("was not set up before the deadline") != std::string::npos;
+        EXPECT_TRUE(own || waiting || passedOn) << err;
+        EXPECT_EQ(err.find("made no progress"), std::string::npos) << "the peer is blamed: " << err;
+        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : own ? 0 : 2;
+      },
+      60);
+  auto exited = [&](int r, int code) { return WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == code; };
+  for (int r = 0; r < 2; r++)
+    EXPECT_TRUE(exited(r, 0) || exited(r, 2)) << "rank " << r << " " << describeStatus(status[r]);
+  EXPECT_TRUE(exited(0, 0) || exited(1, 0)) << "no rank named its held proxy";
 }
 
 #endif  // CHORUS_TEST_NET_V11

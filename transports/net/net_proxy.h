@@ -126,7 +126,7 @@ class NetProxy : public RemoteTransport {
   bool progress(const Fifo* f) override;
   bool engage(bool on) override;
   bool progressAll(const Fifo* waitingOn) override;
-  std::string waitState(const Fifo* f, bool* settingUp) override;
+  std::string waitState(const Fifo* f, Stall* stall) override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
