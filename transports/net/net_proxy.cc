@@ -314,7 +314,9 @@ void NetProxy::setupFailed(NetConn& c, const char* what, ncclResult_t rc) {
   const char* said = threadLastError();
   std::string why = std::string(what) + " failed (" + ncclGetErrorString(rc) + ")";
   if (said != nullptr && said[0] != '\0') why += std::string(": ") + said;
-  WARN("%s: %s", connName(c).c_str(), why.c_str());
+  // Once this rank failed or is closing, its peers close their ends too: a setup that then fails is not news.
+  if (failedWord_.load(std::memory_order_acquire) == 0 && !stop_.load(std::memory_order_acquire))
+    WARN("%s: %s", connName(c).c_str(), why.c_str());
   fail(c, why);
 }
 
