@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -82,78 +83,85 @@ TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 
+// What a rank's error at the deadline says: the cause, named by this rank (kNamed), or something acceptable that does
+// not name it (kOther: the peer's failure passed on, say); anything else fails the test.
+enum Said { kNamed = 0, kOther = 2 };
+
+// Two ranks on two hosts, each with `env` set, whose first allreduce of `bytes` must fail with ncclRemoteError at
+// CHORUS_TIMEOUT_S (2 s) and never blame the peer ("made no progress"); `judge` reads a rank's error, and at least one
+// rank must name the cause itself (`what`, for the failure message).
+void expectNamedAtTheDeadline(const std::function<void(int rank)>& env, size_t bytes,
+                              const std::function<Said(int rank, const std::string& err)>& judge, const char* what) {
+  const std::vector<int> status = forkRanks(
+      2,
+      [&](int rank, const ncclUniqueId& id) {
+        env(rank);
+        setenv("CHORUS_TIMEOUT_S", "2", 1);
+        ncclResetDebugInit();
+        chorus::paramsReload();
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        std::vector<float> buf(bytes / sizeof(float), 1.0f);
+        EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
+                  ncclRemoteError);
+        const std::string err = ncclGetLastError(comm);
+        const Said said = judge(rank, err);
+        EXPECT_EQ(err.find("made no progress"), std::string::npos) << "the peer is blamed: " << err;
+        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : static_cast<int>(said);
+      },
+      60);
+  auto exited = [&](int r, int code) { return WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == code; };
+  for (int r = 0; r < 2; r++)
+    EXPECT_TRUE(exited(r, kNamed) || exited(r, kOther)) << "rank " << r << " " << describeStatus(status[r]);
+  EXPECT_TRUE(exited(0, kNamed) || exited(1, kNamed)) << "no rank named " << what;
+}
+
 // A device the net offers but cannot connect through (the test net's connects on nic1 never complete): the
 // collective's channel over it never gets its connections, and each rank's call ends at CHORUS_TIMEOUT_S with an
 // error that names that connection and what it waits for, not the peer, which waits on the same connection.
 TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
-  const std::vector<int> status = forkRanks(
-      2,
-      [](int rank, const ncclUniqueId& id) {
+  expectNamedAtTheDeadline(
+      [](int rank) {
         twoNicHosts(rank);
         setenv("CHORUS_TEST_NET_STALL_DEV", "1", 1);
         setenv("NCCL_ALGO", "Ring", 1);
-        setenv("CHORUS_TIMEOUT_S", "2", 1);
-        ncclResetDebugInit();
-        chorus::paramsReload();
-        ncclComm_t comm = nullptr;
-        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
-        std::vector<float> buf((4 << 20) / sizeof(float), 1.0f);  // above the floor: a channel a NIC
-        EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
-                  ncclRemoteError);
+      },
+      4 << 20,  // above the floor: a channel a NIC
+      [](int rank, const std::string& err) {
         // The rank whose deadline comes first names the connection; its failure notice may reach the other first.
-        const std::string err = ncclGetLastError(comm);
         const bool own = err.find("its connection over net ChorusTestNet (dev 1, channel 1, ") != std::string::npos &&
                          err.find("rank " + std::to_string(1 - rank) + ") is not set up after ") != std::string::npos;
         const bool passedOn = err.find("not set up before the deadline") != std::string::npos;
         EXPECT_TRUE(own || passedOn) << err;
-        EXPECT_EQ(err.find("made no progress"), std::string::npos) << err;
-        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
-        return ::testing::Test::HasFailure() ? 1 : own ? 0 : 2;
+        return own ? kNamed : kOther;
       },
-      60);
-  // Wait statuses: exit 0 (named the connection) or 2 (told by the peer).
-  auto exited = [&](int r, int code) { return WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == code; };
-  for (int r = 0; r < 2; r++)
-    EXPECT_TRUE(exited(r, 0) || exited(r, 2)) << "rank " << r << " " << describeStatus(status[r]);
-  EXPECT_TRUE(exited(0, 0) || exited(1, 0)) << "no rank named the connection itself";
+      "the connection itself");
 }
 
 // A net call that holds the proxy (the test net's first connect on each rank does not return for 6 s, as a plugin's
 // connect that allocates hundreds of MB may not on a loaded machine): at CHORUS_TIMEOUT_S the rank cannot read its
-// connections' state, and its error says that its proxy was held in one pass, rather than nothing beside the blame.
+// connections' state, and its error says that its proxy was held in one pass, and blames no peer.
 TEST(NicChannels, AProxyHeldInTheNetIsNamedAtTheDeadline) {
-  const std::vector<int> status = forkRanks(
-      2,
-      [](int rank, const ncclUniqueId& id) {
+  expectNamedAtTheDeadline(
+      [](int rank) {
         setenv("NCCL_HOSTID", rank == 0 ? "held-host-a" : "held-host-b", 1);
         setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
         setenv("NCCL_NET", "ChorusTestNet", 1);
         setenv("CHORUS_TEST_NET_SLOW_CONNECT_S", "6", 1);  // past the deadline plus the second a wait gives the proxy
-        setenv("CHORUS_TIMEOUT_S", "2", 1);
-        ncclResetDebugInit();
-        chorus::paramsReload();
-        ncclComm_t comm = nullptr;
-        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
-        std::vector<float> buf(1024, 1.0f);
-        EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
-                  ncclRemoteError);
+      },
+      4096,
+      [](int rank, const std::string& err) {
         // A rank whose proxy is held names it. The other's proxy, whose connections wait for the held one's, names
         // the connection it waits on, or passes on the held rank's failure.
-        const std::string err = ncclGetLastError(comm);
         const bool own = err.find("proxy was busy in one pass over its connections") != std::string::npos;
         const bool waiting = err.find("is not set up after ") != std::string::npos;
         const bool passedOn = err.find("rank " + std::to_string(1 - rank) + " failed") != std::string::npos ||
                               err.find("was not set up before the deadline") != std::string::npos;
         EXPECT_TRUE(own || waiting || passedOn) << err;
-        EXPECT_EQ(err.find("made no progress"), std::string::npos) << "the peer is blamed: " << err;
-        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
-        return ::testing::Test::HasFailure() ? 1 : own ? 0 : 2;
+        return own ? kNamed : kOther;
       },
-      60);
-  auto exited = [&](int r, int code) { return WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == code; };
-  for (int r = 0; r < 2; r++)
-    EXPECT_TRUE(exited(r, 0) || exited(r, 2)) << "rank " << r << " " << describeStatus(status[r]);
-  EXPECT_TRUE(exited(0, 0) || exited(1, 0)) << "no rank named its held proxy";
+      "its held proxy");
 }
 
 #endif  // CHORUS_TEST_NET_V11
