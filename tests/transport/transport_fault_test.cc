@@ -1,6 +1,7 @@
 // Peer failures, for every transport (shm, sockets, and the net proxy over UCX and over a net plugin): one forked rank
 // is killed with SIGKILL in the middle of a stream of large allreduces, or aborts its communicator; every other rank
 // must return ncclRemoteError naming that rank, well within CHORUS_TIMEOUT_S, instead of hanging.
+#include <glob.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -37,6 +38,7 @@ enum : int {
   kWrongCode = 20,
   kNotNamed = 21,
   kTooSlow = 22,
+  kCaseMissed = 23,
   kNeverFailed = 30
 };
 
@@ -52,6 +54,8 @@ const char* exitText(int code) {
       return "ncclGetLastError did not name the dead rank";
     case kTooSlow:
       return "the failure took longer than CHORUS_TIMEOUT_S to surface";
+    case kCaseMissed:
+      return "the rank's log does not show the path the test is for (its stderr says which step)";
     case kNeverFailed:
       return "no call failed although a peer died";
     default:
@@ -219,6 +223,7 @@ struct SurvivorResult {
   ncclResult_t res = ncclSuccess;
   double took = 0;
   bool earlierFailed = false;  // a call before it, which must succeed, failed
+  bool caseMissed = false;     // the run did not take the path the test is for
 };
 
 // n ranks, the last of which exits right after init. Each survivor, once that process is gone, runs `call`, which
@@ -253,6 +258,7 @@ void runWithVictimGone(int n, bool separateHosts,
         answerAndWait(&shared->answered, n - 1);
         ncclCommAbort(comm);
         if (r.earlierFailed) return static_cast<int>(kFirstOpFailed);
+        if (r.caseMissed) return static_cast<int>(kCaseMissed);
         if (r.res == ncclSuccess) return static_cast<int>(kNeverFailed);
         if (r.res != ncclRemoteError) return static_cast<int>(kWrongCode);
         std::string named = "rank " + std::to_string(victim) + " ";
@@ -337,14 +343,17 @@ TEST(TransportFaultHosts, PeerOnAnotherHostGoneBeforeConnectingIsNamed) {
 // that is already open. A connection with the peer that the executor opens afterwards must fail with it at once: the
 // peer will never set it up. Hosts apart, rank 2 exits after init. Rank 1 sends one slot to rank 0 (handed to the
 // net's FIFO: the send returns with its connection still being set up); then rank 0's receive from rank 2 fails, and
-// rank 0's notice reaches rank 1's proxy through that send connection. Once rank 0 has its answer and rank 1's proxy
-// had time to take the notice, rank 1 receives from rank 0: a new connection, which must fail naming rank 2 within
-// half the timeout rather than wait the whole timeout for rank 0. (A notice taken only with the new connection open
-// gives the same answer: the test passes on any schedule, and checks the late connection on most.)
+// rank 0's notice reaches rank 1's proxy through that send connection. Once rank 1's log (INFO NET) says its proxy
+// took the notice, rank 1 receives from rank 0: a new connection, which must fail naming rank 2 within half the
+// timeout rather than wait the whole timeout for rank 0, and which its log must show failed by the notice kept.
 TEST(TransportFaultHosts, ANoticeTakenEarlierFailsALaterConnection) {
   ScopedEnv env;
   env.set("CHORUS_TIMEOUT_S", std::to_string(kTimeoutS).c_str());
-  runWithVictimGone(3, true, [](int rank, ncclComm_t comm, GoneShared* shared) {
+  const std::string logs = "/tmp/chorus-notice-test-" + std::to_string(getpid()) + "-";
+  env.set("NCCL_DEBUG", "INFO");
+  env.set("NCCL_DEBUG_SUBSYS", "NET");
+  env.set("NCCL_DEBUG_FILE", (logs + "%p.log").c_str());
+  runWithVictimGone(3, true, [&logs](int rank, ncclComm_t comm, GoneShared* shared) {
     std::vector<float> buf(1024, 1.0f);
     SurvivorResult r;
     if (rank == 0) {
@@ -361,13 +370,29 @@ TEST(TransportFaultHosts, ANoticeTakenEarlierFailsALaterConnection) {
       r.earlierFailed = true;
       return r;
     }
-    while (shared->answered.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the proxy looks for notices every 20 ms
+    const std::string log = logs + std::to_string(getpid()) + ".log";
+    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(2 * kTimeoutS);
+    while (readFile(log).find("rank 0 reports a failure") == std::string::npos &&
+           std::chrono::steady_clock::now() < giveUp)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     auto t0 = std::chrono::steady_clock::now();
     r.res = ncclRecv(buf.data(), buf.size(), ncclFloat32, 0, comm, nullptr);
     r.took = secondsSince(t0);
+    const std::string text = readFile(log);
+    if (text.find("rank 0 reports a failure") == std::string::npos) {
+      fprintf(stderr, "rank 1: its proxy did not take rank 0's failure notice in %d s\n", 2 * kTimeoutS);
+      r.caseMissed = true;
+    } else if (text.find("rank 0 reported a failure before this connection was opened") == std::string::npos) {
+      fprintf(stderr, "rank 1: the connection from rank 0 was not failed by the notice taken before it\n");
+      r.caseMissed = true;
+    }
     return r;
   });
+  // Each rank's log, the victim's too.
+  glob_t found{};
+  if (glob((logs + "*.log").c_str(), 0, nullptr, &found) == 0)
+    for (size_t i = 0; i < found.gl_pathc; i++) unlink(found.gl_pathv[i]);
+  globfree(&found);
 }
 
 // A peer on another host that stops calling with its connections open: the waiting rank's error at the deadline says
