@@ -981,31 +981,26 @@ std::string NetProxy::progressText(const NetConn& c) const {
 
 std::string NetProxy::waitState(const Fifo* f, Stall* stall) {
   *stall = Stall::kUnknown;
-  // A connection the proxy has not adopted yet, by the name a wait's error gives it; empty if f's is adopted.
-  auto notAdopted = [&]() -> std::string {
-    std::lock_guard<std::mutex> lock(newMutex_);
-    for (const auto& c : newConns_)
-      if (c->fifo.ctrl == f->ctrl) return pendingName(*c, name()) + " is not set up: the proxy has not taken it up yet";
-    return std::string();
-  };
   // The proxy holds passMu_ for a pass, which may be in a net call: wait for it a moment, not indefinitely.
   std::unique_lock<std::mutex> lock(passMu_, std::defer_lock);
   for (int i = 0; i < 1000 && !lock.try_lock(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!lock.owns_lock()) {
-    // A net call that does not return for a second (a plugin's connect that allocates hundreds of MB, say) is news,
-    // and the reason a connection behind it was not taken up.
-    INFO(kNet, "rank %d: %s: at a wait's deadline the proxy was busy in one pass for over 1 s", rank_, name());
-    const char* busy = "busy in one pass over its connections, which may be a call into the net, for over 1 s";
-    const std::string waiting = notAdopted();
-    *stall = waiting.empty() ? Stall::kProxyHeld : Stall::kSettingUp;
-    return waiting.empty() ? "its " + std::string(name()) + " proxy was " + busy : waiting + "; the proxy was " + busy;
-  }
+  const bool held = !lock.owns_lock();
+  // A net call that does not return for a second (a plugin's connect that allocates hundreds of MB, say) is news,
+  // and the reason a connection behind it was not taken up.
+  const char* busy = "busy in one pass over its connections, which may be a call into the net, for over 1 s";
+  if (held) INFO(kNet, "rank %d: %s: at a wait's deadline the proxy was busy in one pass for over 1 s", rank_, name());
   {
-    std::string waiting = notAdopted();
-    if (!waiting.empty()) {
-      *stall = Stall::kSettingUp;
-      return waiting;
-    }
+    std::lock_guard<std::mutex> guard(newMutex_);
+    for (const auto& c : newConns_)
+      if (c->fifo.ctrl == f->ctrl) {
+        *stall = Stall::kSettingUp;
+        return pendingName(*c, name()) + " is not set up: the proxy has not taken it up yet" +
+               (held ? std::string("; the proxy was ") + busy : std::string());
+      }
+  }
+  if (held) {
+    *stall = Stall::kProxyHeld;
+    return "its " + std::string(name()) + " proxy was " + busy;
   }
   // Every connection's state at INFO: a stall that the net, not a peer, caused shows as sends the net completed on
   // one rank and receives it never completed on the other.
