@@ -22,6 +22,8 @@
  *   net may offer a device it cannot connect through; the peer's accept() then finds nobody.
  * - CHORUS_TEST_NET_SLOW_CONNECT_S=s: the process's first connect() does not return for s seconds, as a plugin's
  *   connect that allocates hundreds of MB may not on a loaded machine; the caller's thread is held in the net.
+ * - CHORUS_TEST_NET_SLOW_TEST_S=s: the process's first test() does not return for s seconds, as a net's progress
+ *   call may not when it waits inside (a provider's lock, a retry); the connection is open, its data in flight.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -245,6 +247,8 @@ static int gPtrDmaBuf = 0;
 static int gStallDev = -1;
 /* CHORUS_TEST_NET_SLOW_CONNECT_S: how long the first connect() holds its caller; 0 none. */
 static int gSlowConnectS = 0;
+/* CHORUS_TEST_NET_SLOW_TEST_S: how long the first test() holds its caller; 0 none. */
+static int gSlowTestS = 0;
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -452,6 +456,8 @@ static ncclResult_t netInit(Logger log, int again) {
   gStallDev = stall != NULL && *stall != '\0' ? atoi(stall) : -1;
   const char* slow = getenv("CHORUS_TEST_NET_SLOW_CONNECT_S");
   gSlowConnectS = slow != NULL ? atoi(slow) : 0;
+  const char* slowTest = getenv("CHORUS_TEST_NET_SLOW_TEST_S");
+  gSlowTestS = slowTest != NULL ? atoi(slowTest) : 0;
   return ncclSuccess;
 }
 
@@ -717,6 +723,13 @@ static ncclResult_t netIflush(void* recvComm, int n, void** data, int* sizes, vo
 static ncclResult_t netTest(void* request, int* done, int* sizes) {
   Req* r = (Req*)request;
   *done = 0;
+  /* Once a process; a plain read first, since every test() passes here. */
+  const int slowS =
+      __atomic_load_n(&gSlowTestS, __ATOMIC_RELAXED) > 0 ? __atomic_exchange_n(&gSlowTestS, 0, __ATOMIC_ACQ_REL) : 0;
+  if (slowS > 0) {
+    say(kLogInfo, __LINE__, "test: held for %d s (CHORUS_TEST_NET_SLOW_TEST_S)", slowS);
+    sleep((unsigned)slowS);
+  }
   progress(r->comm);
   if (!r->done) return r->comm->failed ? ncclSystemError : ncclSuccess;
   *done = 1;

@@ -164,6 +164,27 @@ TEST(NicChannels, AProxyHeldInTheNetIsNamedAtTheDeadline) {
       "its held proxy");
 }
 
+// The same, held later: a net call on an open connection, with the collective's data in flight (the test net's
+// first test() on each rank does not return for 6 s). The rank whose proxy is held names it, whatever state its
+// connections were left in.
+TEST(NicChannels, AProxyHeldInATestIsNamedAtTheDeadline) {
+  expectNamedAtTheDeadline(
+      [](int rank) {
+        setenv("NCCL_HOSTID", rank == 0 ? "held-test-a" : "held-test-b", 1);
+        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+        setenv("NCCL_NET", "ChorusTestNet", 1);
+        setenv("CHORUS_TEST_NET_SLOW_TEST_S", "6", 1);
+      },
+      4096,
+      [](int rank, const std::string& err) {
+        const bool own = err.find("proxy was busy in one pass over its connections") != std::string::npos;
+        const bool passedOn = err.find("rank " + std::to_string(1 - rank) + " failed") != std::string::npos;
+        EXPECT_TRUE(own || passedOn) << err;
+        return own ? kNamed : kOther;
+      },
+      "its proxy held in a test");
+}
+
 #endif  // CHORUS_TEST_NET_V11
 
 }  // namespace
