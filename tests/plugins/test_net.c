@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "nccl.h"
@@ -305,22 +306,28 @@ static void fail(Comm* c, int line, const char* what, int err) {
   c->failed = 1;
 }
 
-/* Sends what the socket takes of r's header and payload; sets r->done when all is sent. */
+/* Sends what the socket takes of r's header and payload, both in one call (one segment for a small message, as a
+ * net that sends a message whole); sets r->done when all is sent. */
 static void sendSome(Comm* c, Req* r) {
   while (!c->failed && !r->done) {
-    const int inHeader = r->headerDone < sizeof(r->header);
-    const char* from = inHeader ? (const char*)r->header + r->headerDone : r->data + r->dataDone;
-    const size_t left = inHeader ? sizeof(r->header) - r->headerDone : r->length - r->dataDone;
-    ssize_t n = left == 0 ? 0 : send(c->fd, from, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
+    struct iovec iov[2];
+    int n = 0;
+    if (r->headerDone < sizeof(r->header))
+      iov[n++] = (struct iovec){(char*)r->header + r->headerDone, sizeof(r->header) - r->headerDone};
+    if (r->dataDone < r->length) iov[n++] = (struct iovec){r->data + r->dataDone, r->length - r->dataDone};
+    struct msghdr m;
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = iov;
+    m.msg_iovlen = (size_t)n;
+    ssize_t sent = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
       if (!wouldBlock(errno)) fail(c, __LINE__, "send", errno);
       return;
     }
-    if (inHeader) {
-      r->headerDone += (size_t)n;
-    } else {
-      r->dataDone += (size_t)n;
-    }
+    const size_t inHeader = sizeof(r->header) - r->headerDone;
+    const size_t toHeader = (size_t)sent < inHeader ? (size_t)sent : inHeader;
+    r->headerDone += toHeader;
+    r->dataDone += (size_t)sent - toHeader;
     if (r->headerDone == sizeof(r->header) && r->dataDone == r->length) r->done = 1;
   }
 }
