@@ -2,7 +2,7 @@
 // the protocol rules both ends follow. Plain data, usable from host and device code.
 //
 // Layout of one FIFO (one channel, one direction, one peer pair):
-//   [FifoCtrl][SlotHeader x nSlots][Simple data: slotBytes x nSlots][LL lines: llLines x nSlots]
+//   [FifoCtrl][SlotHeader x nSlots][Simple data: (slotBytes + slotGap) x nSlots][LL lines: llLines x nSlots]
 // Simple: the producer fills slot (tail % nSlots) and its header, then release-stores
 //   tail+1; the consumer waits for tail > its step, reads, then release-stores head+1.
 // LL: every 8-byte line carries 4 data bytes and a 4-byte flag equal to (step + 1); the
@@ -83,10 +83,14 @@ struct FifoGeometry {
   uint32_t nSlots = 8;
   uint32_t slotBytes = 64 << 10;
   uint32_t llLines = 1024;  ///< lines per LL slot (8 header lines + data: 4 bytes a line)
+  /// Bytes after each Simple slot's data that no payload uses: where a net proxy that sends a slot as one message
+  /// puts the slot's header, after its payload (transports/net). 0 but on such a proxy's connections.
+  uint32_t slotGap = 0;
 
+  CHORUS_HOST_DEVICE size_t slotStride() const { return static_cast<size_t>(slotBytes) + slotGap; }
   CHORUS_HOST_DEVICE size_t hdrOffset() const { return sizeof(FifoCtrl); }
   CHORUS_HOST_DEVICE size_t dataOffset() const { return align(hdrOffset() + sizeof(SlotHeader) * nSlots); }
-  CHORUS_HOST_DEVICE size_t llOffset() const { return align(dataOffset() + static_cast<size_t>(slotBytes) * nSlots); }
+  CHORUS_HOST_DEVICE size_t llOffset() const { return align(dataOffset() + slotStride() * nSlots); }
   CHORUS_HOST_DEVICE size_t totalBytes() const { return align(llOffset() + static_cast<size_t>(llLines) * 8 * nSlots); }
   /// Payload bytes one LL slot carries.
   CHORUS_HOST_DEVICE uint32_t llPayload() const { return (llLines - kLLHeaderLines) * 4; }
@@ -119,7 +123,7 @@ struct Fifo {
   CHORUS_HOST_DEVICE uint32_t slot() const { return static_cast<uint32_t>(step % geo.nSlots); }
   CHORUS_HOST_DEVICE char* slotData() const { return slotData(slot()); }
   /// Simple data of slot `s` (the net proxy works on slots other than the executor's current one).
-  CHORUS_HOST_DEVICE char* slotData(uint32_t s) const { return data + static_cast<size_t>(s) * geo.slotBytes; }
+  CHORUS_HOST_DEVICE char* slotData(uint32_t s) const { return data + static_cast<size_t>(s) * geo.slotStride(); }
   CHORUS_HOST_DEVICE uint64_t* slotLL() const { return ll + static_cast<size_t>(slot()) * geo.llLines; }
 };
 

@@ -56,6 +56,17 @@ namespace {
 IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
                     "transports"};
 
+IntParam kSlotTrailer{"CHORUS_NET_SLOT_TRAILER", -1,
+                      "IB and plugin nets, host buffers: 1: a FIFO slot goes to the net as one message, its payload "
+                      "followed by its header; 0: as two messages, the header and then the payload; -1: 1 over "
+                      "chorus's IB net, 0 over a plugin. One message took 25-35% less time for an 8 B allreduce over "
+                      "aws-ofi-nccl and the test plugin, but 32 bytes more can take a payload past a plugin's "
+                      "threshold (aws-ofi-nccl over TCP: a 16 KB payload, 1.3-1.8x the time; docs/net_plugin.md). "
+                      "The device path's connections (GPU buffers), and the socket and UCX nets, which frame slots "
+                      "their own way (docs/net.md), are not affected. Ranks must agree (checked when the "
+                      "communicator is made).",
+                      "transports"};
+
 // Names compare as NCCL compares them: without case.
 bool sameName(const std::string& a, const char* b) { return b != nullptr && strcasecmp(a.c_str(), b) == 0; }
 
@@ -283,16 +294,22 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   NetChoice net;
   ncclResult_t chosen = choose(comm, &net);
   // Every rank takes part in the exchange, even one whose choice failed (it sends an empty name), so that the others
-  // fail naming it rather than waiting. Each rank's entry: its net's name, and how many devices it offers.
+  // fail naming it rather than waiting. Each rank's entry: its net's name, how many devices it offers, and how its
+  // proxy frames a slot (CHORUS_NET_SLOT_TRAILER), which both ends of a connection must share.
   struct Entry {
-    char name[60];
+    char name[56];
     int32_t ndev;
+    int32_t trailer;
   };
   static_assert(sizeof(Entry) == 64, "one bootstrap allgather entry");
   std::vector<Entry> entries(comm->nranks, Entry{});
   std::string mine = chosen != ncclSuccess ? "" : net.name;
   strncpy(entries[comm->rank].name, mine.c_str(), sizeof(Entry::name) - 1);
   entries[comm->rank].ndev = chosen != ncclSuccess ? 0 : net.ndev;
+  // As set, or by the net: chorus's IB net takes a message of any size alike; a plugin may have thresholds.
+  const int64_t asSet = kSlotTrailer.get();
+  const int32_t trailer = asSet > 0 || (asSet < 0 && chosen == ncclSuccess && net.api == ibNet()) ? 1 : 0;
+  entries[comm->rank].trailer = trailer;
   ncclResult_t ag = comm->bootstrap->allGather(entries.data(), sizeof(Entry));
   auto release = [&]() {
     if (net.api == nullptr || net.api->finalize == nullptr || net.ctx == nullptr) return;
@@ -317,6 +334,16 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
                 "same way on every rank",
                 comm->rank, mine.c_str(), r, theirs);
   }
+  // (Only over a net that takes it: the socket and UCX nets frame slots their own way.)
+  for (int r = 0; r < comm->nranks && net.takesTrailers(); r++) {
+    if (entries[r].trailer == trailer) continue;
+    release();
+    CHORUS_FAIL(comm, ncclInvalidUsage,
+                "rank %d frames its slots with CHORUS_NET_SLOT_TRAILER=%d but rank %d with %d: set it the same way "
+                "on every rank",
+                comm->rank, trailer, r, entries[r].trailer);
+  }
+  net.slotTrailer = trailer != 0;
   INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s): %s (%s)", comm->rank, net.name.c_str(), net.ndev,
        describeDevices(net).c_str(), net.reason.c_str());
   net.commonDevices = std::max(common, 1);

@@ -31,7 +31,7 @@ inline bool poisonWordValid(uint64_t word, int nranks) {
 /// GPU memory that holds a connection's Simple slot data instead of the FIFO's host memory (GPUDirect RDMA: the net
 /// reads and writes it in place). The FIFO's control words and headers stay in host memory.
 struct RemoteData {
-  char* ptr = nullptr;            ///< geo.nSlots x geo.slotBytes bytes
+  char* ptr = nullptr;            ///< geo.nSlots x geo.slotStride() bytes
   int ptrType = 0;                ///< how the net registers it (NCCL_PTR_CUDA)
   std::function<void()> release;  ///< frees it; called once the transport no longer uses it
   /// GPUDirect RDMA through dma-buf (NetGdr::kDmaBuf): a dma-buf file descriptor for the memory and ptr's offset into

@@ -261,7 +261,7 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
     way = useNetGdr(info, isSend, gpu, &why);
   }
   if (way != NetGdr::kNone) {
-    const size_t bytes = static_cast<size_t>(geo_.nSlots) * geo_.slotBytes;
+    const size_t bytes = geo_.slotStride() * geo_.nSlots;
     void* p = nullptr;
     if (rt_->deviceAlloc(bytes, &p) != ncclSuccess) {
       why = "GPU memory for the FIFO: " + rt_->lastError();

@@ -102,6 +102,18 @@ struct NetChoice {
   /// UCS_THREAD_MODE_SERIALIZED). IB's and plugins' calls are not promised to be safe from another thread: their
   /// proxy alone calls them, as NCCL's proxy does.
   bool anyThread = false;
+  /// CHORUS_NET_SLOT_TRAILER, the same on every rank: over a net without hooks (IB, a plugin), a host channel's slot
+  /// goes as one message, its payload and then its header (the FIFO's slotGap holds the header).
+  bool slotTrailer = false;
+
+  /// The net sends a FIFO slot's header and a small payload as one message itself (NetProgressHooks::isendv/irecvv:
+  /// the UCX net).
+  bool slotMessages() const { return hooks != nullptr && hooks->isendv != nullptr && hooks->irecvv != nullptr; }
+  /// The net's proxy may send a host channel's slot with its header after the payload (slotTrailer): a net without
+  /// hooks. The built-in nets frame slots their own way: the socket net sends a slot's two messages with one sendmsg
+  /// (NetProgressHooks::holdSends) and may send a slot's data from the operation's buffer (sendsUnregistered), the
+  /// UCX net has slot messages.
+  bool takesTrailers() const { return hooks == nullptr; }
 };
 
 }  // namespace chorus

@@ -70,6 +70,11 @@ IntParam kSlotMessageMax{"CHORUS_NET_SLOT_MESSAGE_MAX_BYTES", 65536,
 /// with their payload, go with tag 0).
 constexpr int kApartTag = 1;
 
+/// A FIFO slot's gap over a net whose slots carry their header after the payload (NetConn::trailer): room for the
+/// header, and slots that stay 64-byte aligned.
+constexpr uint32_t kTrailerGap = 64;
+static_assert(sizeof(SlotHeader) <= kTrailerGap, "a slot header fits in the gap");
+
 /// Slot messages into GPU memory: where slot `slot`'s payload lands when it comes with its header (NetConn::bounce);
 /// null where the connection has no bounce.
 char* bounceSlot(const NetConn& c, uint32_t slot) {
@@ -146,7 +151,7 @@ NetProxy::NetProxy(ncclComm* comm, NetChoice net)
       net_(std::move(net)),
       label_("net " + net_.name),
       rankProgress_(net_.anyThread && kRankProgress.get() != 0),
-      slotMsgs_(net_.hooks != nullptr && net_.hooks->isendv != nullptr && net_.hooks->irecvv != nullptr) {}
+      slotMsgs_(net_.slotMessages()) {}
 
 NetProxy::~NetProxy() {
   shutdown();
@@ -200,26 +205,32 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
     CHORUS_FAIL(comm_, ncclInternalError, "rank %d: %s: invalid peer %d", rank_, name(), peer);
   }
   const bool apart = data != nullptr && data->ptr != nullptr;
-  void* mem = allocRemoteFifo(geo, apart);
+  // A host channel's slot over IB or a plugin goes as one message: its header follows the payload, in a gap after the
+  // slot that no payload uses. (The device path's channels keep the geometry their kernels were given.)
+  const bool trailer = net_.slotTrailer && net_.takesTrailers() && !apart && channel < kDeviceNetChannelBase;
+  FifoGeometry g = geo;
+  if (trailer) g.slotGap = kTrailerGap;
+  void* mem = allocRemoteFifo(g, apart);
   if (mem == nullptr) {
     if (data != nullptr) releaseRemoteData(RemoteData(*data));  // the transport owns it from the call on
     CHORUS_FAIL(comm_, ncclSystemError, "rank %d: %s: cannot allocate a %zu-byte FIFO for rank %d", rank_, name(),
-                remoteHostBytes(geo, apart), peer);
+                remoteHostBytes(g, apart), peer);
   }
   auto c = std::make_unique<NetConn>();
   c->isSend = isSend;
+  c->trailer = trailer;
   c->channel = channel;
   c->peer = peer;
   // Each end picks its own device (a net connects any two of its devices); channels take this rank's in turn.
   c->dev = devices_[static_cast<size_t>(channel) % devices_.size()];
   c->mem = mem;
   if (apart) c->data = *data;
-  c->fifo.attach(mem, geo, c->data.ptr);
+  c->fifo.attach(mem, g, c->data.ptr);
   c->fifo.peer = peer;
   c->state = isSend ? NetConn::State::kAwaitHandle : NetConn::State::kListen;
   c->since = Clock::now();
   Fifo view;
-  view.attach(mem, geo, c->data.ptr);
+  view.attach(mem, g, c->data.ptr);
   view.peer = peer;
   {
     std::lock_guard<std::mutex> lock(newMutex_);
@@ -572,7 +583,10 @@ bool NetProxy::setup(NetConn& c) {
     }
   }
   c.state = NetConn::State::kOpen;
-  INFO(kNet, "%s: connected%s", connName(c).c_str(), apart ? " (GPUDirect RDMA: payloads in GPU memory)" : "");
+  INFO(kNet, "%s: connected%s", connName(c).c_str(),
+       apart       ? " (GPUDirect RDMA: payloads in GPU memory)"
+       : c.trailer ? " (a slot as one message, its header after its payload)"
+                   : "");
   return true;
 }
 
@@ -661,6 +675,11 @@ bool NetProxy::sendSlots(NetConn& c) {
       rc = net_.hooks->isendv(c.comm, bytes > 0 ? 2 : 1, bufs, sizes, 0, &r[0]);
       if (rc == ncclSuccess && r[0] == nullptr) break;
       r[1] = nullptr;
+    } else if (c.trailer) {  // one message: the payload, then the header in the slot's gap
+      std::memcpy(slotData + bytes, &f.hdrs[slot], sizeof(SlotHeader));
+      rc = n->isend(c.comm, slotData, bytes + sizeof(SlotHeader), 0, c.mhandle, nullptr, &r[0]);
+      if (rc == ncclSuccess && r[0] == nullptr) break;
+      r[1] = nullptr;
     } else {
       if (!c.halfPosted) {
         rc = n->isend(c.comm, &f.hdrs[slot], sizeof(SlotHeader), 0, c.mhandle, nullptr, &r[0]);
@@ -705,7 +724,14 @@ bool NetProxy::recvSlots(NetConn& c, bool test) {
       progress = true;
       const SlotHeader& h = f.hdrs[slot];
       const int hdrSize = static_cast<int>(sizeof(SlotHeader));
-      if (slotMsgs_ ? size < hdrSize : size != hdrSize) {
+      if (c.trailer) {  // the payload, then its header: the header goes where the executor reads it
+        if (size < hdrSize || static_cast<size_t>(size) > f.geo.slotBytes + sizeof(SlotHeader)) {
+          fail(c, "protocol error: a slot message of " + std::to_string(size) + " bytes arrived");
+          return true;
+        }
+        std::memcpy(&f.hdrs[slot], f.slotData(slot) + size - hdrSize, sizeof(SlotHeader));
+        paySize = size - hdrSize;
+      } else if (slotMsgs_ ? size < hdrSize : size != hdrSize) {
         fail(c, "protocol error: a slot header of " + std::to_string(size) + " bytes arrived");
         return true;
       }
@@ -811,6 +837,12 @@ bool NetProxy::recvSlots(NetConn& c, bool test) {
       size_t sizes[2] = {sizeof(SlotHeader), f.geo.slotBytes};
       rc = net_.hooks->irecvv(c.comm, 2, bufs, sizes, 0, &r[0]);
       if (rc == ncclSuccess && r[0] == nullptr) break;
+    } else if (c.trailer) {  // the payload and its header after it, into the slot and its gap
+      void* data = f.slotData(slot);
+      size_t bytes = f.geo.slotBytes + sizeof(SlotHeader);
+      rc = n->irecv(c.comm, 1, &data, &bytes, &tag, &c.mhandle, nullptr, &r[0]);
+      if (rc == ncclSuccess && r[0] == nullptr) break;
+      r[1] = nullptr;
     } else {
       if (!c.halfPosted) {
         void* hdr = &f.hdrs[slot];
@@ -854,7 +886,7 @@ bool NetProxy::sendNotice(NetConn& c) {
   // no longer writes (it failed).
   // Its payload, in the same slot's data, is a mismatch's 7 call words (zero otherwise): the receiver has that
   // slot's receives posted, so the notice matches them as a slot's messages always do (with slot messages, one
-  // message: header and calls).
+  // message: header and calls; with a trailer, one message: calls and header).
   const uint32_t slot = static_cast<uint32_t>(c.posted % c.fifo.geo.nSlots);
   // (With GPUDirect RDMA the slots' data is GPU memory: the payload goes from the FIFO's host page for it.)
   char* body = c.data.ptr != nullptr ? remoteNoticeArea(c.mem, c.fifo.geo) : c.fifo.slotData(slot);
@@ -869,6 +901,11 @@ bool NetProxy::sendNotice(NetConn& c) {
       void* bufs[2] = {&h, body};
       size_t sizes[2] = {sizeof(SlotHeader), sizeof(failedCalls_)};
       rc = net_.hooks->isendv(c.comm, 2, bufs, sizes, 0, &c.noticeReq);
+      c.noticeBodySent = rc != ncclSuccess || c.noticeReq != nullptr;
+    } else if (c.trailer) {  // the calls and the header after them, as a slot goes
+      std::memcpy(body + sizeof(failedCalls_), &h, sizeof(SlotHeader));
+      rc = net_.api->isend(c.comm, body, sizeof(failedCalls_) + sizeof(SlotHeader), 0, c.mhandle, nullptr,
+                           &c.noticeReq);
       c.noticeBodySent = rc != ncclSuccess || c.noticeReq != nullptr;
     } else {
       rc = net_.api->isend(c.comm, &h, sizeof(SlotHeader), 0, c.mhandle, nullptr, &c.noticeReq);

@@ -80,6 +80,9 @@ struct NetConn {
   uint64_t posted = 0;          ///< slots whose requests are all posted
   uint64_t done = 0;            ///< slots completed: freed (send side) or published (receive side)
   bool halfPosted = false;      ///< slot `posted` has its header request posted, not its payload's yet
+  /// A slot goes as one message, its payload and then its header, in the slot's gap (NetChoice::slotTrailer; a host
+  /// channel over IB or a plugin). Both ends of a connection agree: the setting is checked across ranks.
+  bool trailer = false;
   /// Receive side, slot messages: slot `done`'s header came alone and its payload follows as a message of its own,
   /// whose receive is still to be posted.
   bool payloadApart = false;
