@@ -81,6 +81,18 @@ void expectAllOk(const std::vector<int>& status) {
         << "rank " << r << " " << describeStatus(status[r]);
 }
 
+// Runs 2 hosts, each with env(rank) applied, whose init must fail with ncclInvalidUsage and a text that `named`
+// accepts.
+void expectInitRefused(const std::function<void(int)>& env, const std::function<bool(int, const std::string&)>& named) {
+  expectAllOk(runHosts(
+      2, env, [](int, ncclComm_t) { return static_cast<int>(kInitSucceeded); },
+      [&](int rank, ncclResult_t res, const std::string& text) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+        if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
+        return named(rank, text) ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
+      }));
+}
+
 class NetSelect : public testing::Test {
  protected:
   void SetUp() override {
@@ -256,8 +268,8 @@ TEST_F(NetSelect, PluginNetsAreDrivenByTheirProxyAlone) {
 }
 
 // CHORUS_NET_SLOT_TRAILER: over a plugin net a host channel's slot goes as one message, its header after its payload
-// (1), or as two, the header first (0, and by default over a plugin). Both compute right with 4 KB slots, most of them full (the header
-// then lies wholly in the slot's gap), and each connection's INFO line says which framing it uses.
+// (1), or as two, the header first (0, and by default over a plugin). Both compute right with 4 KB slots, most of them
+// full (the header then lies wholly in the slot's gap), and each connection's INFO line says which framing it uses.
 int fullSlotAllreduces(int rank, ncclComm_t comm) {
   for (size_t count : {size_t(1), size_t(1024), size_t(70001)}) {  // 4 B, one full 4 KB slot, 69 slots
     std::vector<float> in(count), out(count, 0.0f);
@@ -294,18 +306,13 @@ TEST_F(NetSelect, RanksThatFrameSlotsDifferentlyFailNamingTheSetting) {
   if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
   env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
   env_.set("NCCL_NET", "ChorusTestNet");
-  std::vector<int> status = runHosts(
-      2, [](int rank) { setenv("CHORUS_NET_SLOT_TRAILER", rank == 0 ? "0" : "1", 1); },
-      [](int, ncclComm_t) { return static_cast<int>(kInitSucceeded); },
-      [](int rank, ncclResult_t res, const std::string& text) {
-        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
-        if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
-        const std::string other = "but rank " + std::to_string(1 - rank) + " with " + std::to_string(1 - rank);
-        bool named = text.find("CHORUS_NET_SLOT_TRAILER=" + std::to_string(rank)) != std::string::npos &&
-                     text.find(other) != std::string::npos;
-        return named ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
-      });
-  expectAllOk(status);
+  expectInitRefused([](int rank) { setenv("CHORUS_NET_SLOT_TRAILER", rank == 0 ? "0" : "1", 1); },
+                    [](int rank, const std::string& text) {
+                      const std::string other = "but rank " + std::to_string(1 - rank) + " with " +
+                                                std::to_string(1 - rank);
+                      return text.find("CHORUS_NET_SLOT_TRAILER=" + std::to_string(rank)) != std::string::npos &&
+                             text.find(other) != std::string::npos;
+                    });
   // The socket net does not care.
   env_.set("NCCL_NET", "Socket");
   env_.set("NCCL_NET_PLUGIN", "none");
@@ -353,17 +360,11 @@ TEST_F(NetSelect, IbWithoutDeviceFailsFast) {
 // Rank 0 asks for UCX and rank 1 for sockets: both fail at init naming the other's choice, instead of hanging.
 TEST_F(NetSelect, RanksThatChoseDifferentNetsFailNamingBoth) {
   if (chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
-  std::vector<int> status = runHosts(
-      2, [](int rank) { setenv("NCCL_NET", rank == 0 ? "UCX" : "Socket", 1); },
-      [](int, ncclComm_t) { return static_cast<int>(kInitSucceeded); },
-      [](int rank, ncclResult_t res, const std::string& text) {
-        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
-        if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
-        bool named = text.find("UCX") != std::string::npos && text.find("Socket") != std::string::npos &&
-                     text.find("NCCL_NET") != std::string::npos;
-        return named ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
-      });
-  expectAllOk(status);
+  expectInitRefused([](int rank) { setenv("NCCL_NET", rank == 0 ? "UCX" : "Socket", 1); },
+                    [](int, const std::string& text) {
+                      return text.find("UCX") != std::string::npos && text.find("Socket") != std::string::npos &&
+                             text.find("NCCL_NET") != std::string::npos;
+                    });
 }
 
 // NCCL_NET_GDR_LEVEL's names and numbers, and each condition of GPUDirect RDMA for the device path's connections.

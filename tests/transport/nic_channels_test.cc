@@ -139,22 +139,31 @@ TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
       "the connection itself");
 }
 
-// A net call that holds the proxy (the test net's first connect on each rank does not return for 6 s, as a plugin's
-// connect that allocates hundreds of MB may not on a loaded machine): at CHORUS_TIMEOUT_S the rank cannot read its
-// connections' state, and its error says that its proxy was held in one pass, and blames no peer.
+// Two hosts over the test net, whose first call of one kind on each rank (`knob`: CHORUS_TEST_NET_SLOW_CONNECT_S or
+// _TEST_S) does not return for 6 s: past the 2 s deadline plus the second a wait gives the proxy.
+std::function<void(int)> heldNetHosts(const char* knob) {
+  return [knob](int rank) {
+    setenv("NCCL_HOSTID", rank == 0 ? "held-host-a" : "held-host-b", 1);
+    setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+    setenv("NCCL_NET", "ChorusTestNet", 1);
+    setenv(knob, "6", 1);
+  };
+}
+
+bool namesHeldProxy(const std::string& err) {
+  return err.find("proxy was busy in one pass over its connections") != std::string::npos;
+}
+
+// A net call that holds the proxy (the test net's first connect on each rank, as a plugin's connect that allocates
+// hundreds of MB may not return on a loaded machine): at CHORUS_TIMEOUT_S the rank cannot read its connections'
+// state, and its error says that its proxy was held in one pass, and blames no peer.
 TEST(NicChannels, AProxyHeldInTheNetIsNamedAtTheDeadline) {
   expectNamedAtTheDeadline(
-      [](int rank) {
-        setenv("NCCL_HOSTID", rank == 0 ? "held-host-a" : "held-host-b", 1);
-        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
-        setenv("NCCL_NET", "ChorusTestNet", 1);
-        setenv("CHORUS_TEST_NET_SLOW_CONNECT_S", "6", 1);  // past the deadline plus the second a wait gives the proxy
-      },
-      4096,
+      heldNetHosts("CHORUS_TEST_NET_SLOW_CONNECT_S"), 4096,
       [](int rank, const std::string& err) {
         // A rank whose proxy is held names it. The other's proxy, whose connections wait for the held one's, names
         // the connection it waits on, or passes on the held rank's failure.
-        const bool own = err.find("proxy was busy in one pass over its connections") != std::string::npos;
+        const bool own = namesHeldProxy(err);
         const bool waiting = err.find("is not set up after ") != std::string::npos;
         const bool passedOn = err.find("rank " + std::to_string(1 - rank) + " failed") != std::string::npos ||
                               err.find("was not set up before the deadline") != std::string::npos;
@@ -165,19 +174,12 @@ TEST(NicChannels, AProxyHeldInTheNetIsNamedAtTheDeadline) {
 }
 
 // The same, held later: a net call on an open connection, with the collective's data in flight (the test net's
-// first test() on each rank does not return for 6 s). The rank whose proxy is held names it, whatever state its
-// connections were left in.
+// first test() on each rank). The rank whose proxy is held names it, whatever state its connections were left in.
 TEST(NicChannels, AProxyHeldInATestIsNamedAtTheDeadline) {
   expectNamedAtTheDeadline(
-      [](int rank) {
-        setenv("NCCL_HOSTID", rank == 0 ? "held-test-a" : "held-test-b", 1);
-        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
-        setenv("NCCL_NET", "ChorusTestNet", 1);
-        setenv("CHORUS_TEST_NET_SLOW_TEST_S", "6", 1);
-      },
-      4096,
+      heldNetHosts("CHORUS_TEST_NET_SLOW_TEST_S"), 4096,
       [](int rank, const std::string& err) {
-        const bool own = err.find("proxy was busy in one pass over its connections") != std::string::npos;
+        const bool own = namesHeldProxy(err);
         const bool passedOn = err.find("rank " + std::to_string(1 - rank) + " failed") != std::string::npos;
         EXPECT_TRUE(own || passedOn) << err;
         return own ? kNamed : kOther;
