@@ -324,7 +324,7 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   for (int r = 0; r < comm->nranks; r++) {
     const char* theirs = entries[r].name;
     common = std::min(common, static_cast<int>(entries[r].ndev));
-    if (strcmp(theirs, mine.c_str()) == 0) continue;
+    if (strncmp(theirs, entries[comm->rank].name, sizeof(Entry::name)) == 0) continue;  // as sent: cut to 55
     release();
     if (theirs[0] == '\0')
       CHORUS_FAIL(comm, ncclSystemError, "rank %d: rank %d could not choose a net between hosts (see its log)",
