@@ -343,7 +343,7 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
                 "on every rank",
                 comm->rank, trailer, r, entries[r].trailer);
   }
-  net.slotTrailer = trailer != 0;
+  net.slotTrailer = trailer != 0 && net.takesTrailers();
   INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s): %s (%s)", comm->rank, net.name.c_str(), net.ndev,
        describeDevices(net).c_str(), net.reason.c_str());
   net.commonDevices = std::max(common, 1);

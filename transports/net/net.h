@@ -102,8 +102,9 @@ struct NetChoice {
   /// UCS_THREAD_MODE_SERIALIZED). IB's and plugins' calls are not promised to be safe from another thread: their
   /// proxy alone calls them, as NCCL's proxy does.
   bool anyThread = false;
-  /// CHORUS_NET_SLOT_TRAILER, the same on every rank: over a net without hooks (IB, a plugin), a host channel's slot
-  /// goes as one message, its payload and then its header (the FIFO's slotGap holds the header).
+  /// CHORUS_NET_SLOT_TRAILER as it applies, the same on every rank: set only over a net that takesTrailers() (IB, a
+  /// plugin), where a host channel's slot goes as one message, its payload and then its header (the FIFO's slotGap
+  /// holds the header).
   bool slotTrailer = false;
 
   /// The net sends a FIFO slot's header and a small payload as one message itself (NetProgressHooks::isendv/irecvv:

@@ -207,7 +207,7 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
   const bool apart = data != nullptr && data->ptr != nullptr;
   // A host channel's slot over IB or a plugin goes as one message: its header follows the payload, in a gap after the
   // slot that no payload uses. (The device path's channels keep the geometry their kernels were given.)
-  const bool trailer = net_.slotTrailer && net_.takesTrailers() && !apart && channel < kDeviceNetChannelBase;
+  const bool trailer = net_.slotTrailer && !apart && channel < kDeviceNetChannelBase;
   FifoGeometry g = geo;
   if (trailer) g.slotGap = kTrailerGap;
   void* mem = allocRemoteFifo(g, apart);
@@ -552,7 +552,7 @@ bool NetProxy::setup(NetConn& c) {
     return true;
   }
   if (apart) {
-    const size_t bytes = static_cast<size_t>(c.fifo.geo.nSlots) * c.fifo.geo.slotBytes;
+    const size_t bytes = c.fifo.geo.slotStride() * c.fifo.geo.nSlots;  // as the device path allocated it
     if (c.data.dmaBufFd >= 0) {  // the net said it takes dma-bufs (NCCL_PTR_DMABUF), so it has regMrDmaBuf
       rc = n->regMrDmaBuf != nullptr ? n->regMrDmaBuf(c.comm, c.data.ptr, bytes, c.data.ptrType, c.data.dmaBufOffset,
                                                       c.data.dmaBufFd, &c.dataMhandle)
