@@ -16,8 +16,9 @@ namespace chorus_test {
 
 /// The transports every suite runs against: shared memory, and the net proxy over the socket net (one socket per
 /// connection, and striped over 2 helper threads x 2 sockets), the UCX net and an external net plugin (the test
-/// suite's TCP plugin in NCCL's v11 ABI).
-enum class Transport { kShm, kSocket, kSocketStriped, kUcx, kPlugin };
+/// suite's TCP plugin in NCCL's v11 ABI); and the IB net over the fake verbs (tests/unit/ib_verbs_fake.h), which
+/// carries data between the thread ranks of one process only.
+enum class Transport { kShm, kSocket, kSocketStriped, kUcx, kPlugin, kIbFake };
 
 /// Name of a transport, for parameterised test names.
 inline const char* transportName(Transport t) {
@@ -32,6 +33,8 @@ inline const char* transportName(Transport t) {
       return "ucx";
     case Transport::kPlugin:
       return "plugin";
+    case Transport::kIbFake:
+      return "ib_fake";
   }
   return "?";
 }
@@ -48,6 +51,8 @@ inline const char* proxyThreadName(Transport t) {
       return "chorus-net-UCX";
     case Transport::kPlugin:
       return "chorus-net-Chor";  // the test plugin, "ChorusTestNet"
+    case Transport::kIbFake:
+      return "chorus-net-IB";
   }
   return nullptr;
 }
@@ -100,6 +105,8 @@ class ScopedEnv {
     } else if (t == Transport::kPlugin) {
       set("NCCL_NET_PLUGIN", kTestNetPlugin);
       set("NCCL_NET", "ChorusTestNet");
+    } else if (t == Transport::kIbFake) {
+      set("NCCL_NET", "IB");  // the caller puts the fake in place of libibverbs (FakeIbProcessNet)
     } else {
       set("NCCL_NET", "Socket");
       if (t == Transport::kSocketStriped) {

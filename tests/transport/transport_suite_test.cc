@@ -1,7 +1,7 @@
 // One suite, every transport: the same collectives and point-to-point exchanges, with
 // closed-form expected values, over shared memory and, forced with NCCL_SHM_DISABLE=1, over the socket
 // transport and the net proxy (UCX, and an external net plugin), on 2 and 3 ranks, as threads and as
-// forked processes.
+// forked processes; and chorus's IB net through the proxy over the fake verbs, as threads.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -14,6 +14,7 @@
 #include "core/params.h"
 #include "harness/ranks.h"
 #include "nccl.h"
+#include "transport/ib_fake_net.h"
 #include "transport/transport_env.h"
 #include "transports/net/net.h"
 
@@ -73,6 +74,12 @@ class TransportSuite : public testing::TestWithParam<Param> {
     Transport t = transport();
     if (t == Transport::kUcx && chorus::ucxNet() == nullptr) GTEST_SKIP() << "chorus was built without UCX";
     if (t == Transport::kPlugin && kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+    if (t == Transport::kIbFake && chorus::ibNet() == nullptr) GTEST_SKIP() << "chorus was built without verbs";
+    std::unique_ptr<FakeIbProcessNet> ib;
+    if (t == Transport::kIbFake) {
+      ib = std::make_unique<FakeIbProcessNet>();
+      ASSERT_TRUE(ib->ok()) << ib->why();
+    }
     ScopedEnv env;
     env.select(t);
     for (const auto& kv : extra) env.set(kv.first, kv.second);
@@ -90,6 +97,12 @@ class TransportSuite : public testing::TestWithParam<Param> {
         EXPECT_EQ(any, mine) << "rank " << ctx.rank << ": " << transportName(t) << " run started another net's proxy";
       }
     });
+    if (ib != nullptr) {
+      // The communicators are gone: their proxies closed every queue pair and released every registration.
+      EXPECT_GT(ib->fabric().writes().size(), 0u) << "nothing went over the fake fabric";
+      EXPECT_EQ(ib->fabric().liveQps(), 0);
+      EXPECT_EQ(ib->fabric().liveMrs(), 0);
+    }
   }
 };
 
@@ -269,6 +282,11 @@ INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite,
                                                           Transport::kSocketStriped, Transport::kUcx,
                                                           Transport::kPlugin),
                                           testing::Values(Driver::kThreads, Driver::kProcesses), testing::Values(2, 3)),
+                         paramName);
+// The IB net through the proxy, over the fake verbs: thread ranks only (the fake fabric is this process's memory).
+INSTANTIATE_TEST_SUITE_P(FakeVerbs, TransportSuite,
+                         testing::Combine(testing::Values(Transport::kIbFake), testing::Values(Driver::kThreads),
+                                          testing::Values(2, 3)),
                          paramName);
 
 }  // namespace

@@ -9,9 +9,10 @@
 // flags a test sets. A dma-buf registration needs an open file descriptor and covers [iova, iova + size) of host
 // memory (test buffers stand in for GPU memory); the fabric records its fd, offset and iova.
 //
-// Threading: every fake object takes the fabric's mutex, so the fake may be driven from several threads; a receiver
-// that polls its FIFO without the mutex (as the net does) then races with memcpy, which real DMA does too, so tests
-// drive both ends from one thread.
+// Threading: every fake object takes the fabric's mutex, so the fake may be driven from several threads (the
+// transport suite runs thread ranks' net proxies over it). A receiver that polls its FIFO without the mutex (as the
+// net does) reads what a write put there once it sees the descriptor's last word: a write stores its bytes in order,
+// the last word with release, as an HCA's write lands in order.
 #pragma once
 
 #include <cstdint>

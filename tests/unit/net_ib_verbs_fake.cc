@@ -9,6 +9,21 @@ namespace chorus {
 
 namespace {
 enum class QpState { kReset, kInit, kRtr, kRts, kError };
+
+// An RDMA write's bytes as an HCA puts them in memory, in order: a receiver on another thread that polls the last
+// word of what was written (the net's FIFO descriptors end in their sequence number) and reads the rest after it
+// (acquire) finds the rest written. The last 4 bytes, when aligned, are stored with release.
+void writeInOrder(void* dst, const void* src, size_t length) {
+  const uintptr_t lastWord = reinterpret_cast<uintptr_t>(dst) + length - sizeof(uint32_t);
+  if (length < sizeof(uint32_t) || lastWord % alignof(uint32_t) != 0) {
+    memcpy(dst, src, length);
+    return;
+  }
+  memcpy(dst, src, length - sizeof(uint32_t));
+  uint32_t word;
+  memcpy(&word, static_cast<const char*>(src) + length - sizeof(uint32_t), sizeof(word));
+  __atomic_store_n(reinterpret_cast<uint32_t*>(lastWord), word, __ATOMIC_RELEASE);
+}
 }  // namespace
 
 // ---- CQ -------------------------------------------------------------------------------------
@@ -181,7 +196,7 @@ class FakeIbQp : public IbQp {
     if (int st = start(&f.failStatus_, w.local, w.length, w.lkey, &dst); st != kIbWcSuccess) return st;
     if (w.length > 0 && !f.covers(w.rkey, w.remoteAddr, w.length)) return kIbWcRemAccessErr;
     if (w.withImm && dst->recvs_.empty()) return kIbWcRnrRetryExcErr;
-    if (w.length > 0) memcpy(reinterpret_cast<void*>(w.remoteAddr), w.local, w.length);
+    if (w.length > 0) writeInOrder(reinterpret_cast<void*>(w.remoteAddr), w.local, w.length);
     if (w.withImm) {
       IbWc wc;
       wc.wrId = dst->recvs_.front();

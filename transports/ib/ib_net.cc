@@ -23,8 +23,9 @@ IntParam kIbGidIndex{"NCCL_IB_GID_INDEX", -1,
                      "IPv4-mapped GID, else RoCE v2 IPv6, else any configured GID.",
                      "network"};
 
-// The process's IbNet over libibverbs, made once by the table's init(). Never destroyed: comms of communicators
-// that outlive finalize() (or static destructors at exit) may still use its HCAs.
+// The process's IbNet over libibverbs, made once by the table's init() (or one a test put in its place:
+// replaceIbProcessNet). Never destroyed: comms of communicators that outlive finalize() (or static destructors at
+// exit) may still use its HCAs.
 struct ProcessNet {
   std::mutex mu;
   bool tried = false;
@@ -232,6 +233,17 @@ std::string ibProcessNetSummary() {
   std::lock_guard<std::mutex> lock(p.mu);
   if (!p.tried) return "";
   return p.net != nullptr ? p.net->summary() : p.why;
+}
+
+std::unique_ptr<IbNet> replaceIbProcessNet(std::unique_ptr<IbNet> net) {
+  ProcessNet& p = processNet();
+  std::lock_guard<std::mutex> lock(p.mu);
+  std::unique_ptr<IbNet> old(p.net);
+  p.net = net.release();
+  p.tried = p.net != nullptr;
+  p.result = ncclSuccess;
+  p.why.clear();
+  return old;
 }
 
 const ncclNet_v11_t* ibNet() {

@@ -68,4 +68,10 @@ const ncclNet_v11_t* ibNetTable();
 /// first init.
 std::string ibProcessNetSummary();
 
+/// Makes `net` the process's IB net, the one the table's init() hands to communicators made from now on (tests: an
+/// IbNet over the fake verbs, so that whole communicators run the IB net through the net proxy); null makes the next
+/// init() open libibverbs again. Returns the net it replaces (null if none), which the caller destroys once no
+/// communicator that used it is left.
+std::unique_ptr<IbNet> replaceIbProcessNet(std::unique_ptr<IbNet> net);
+
 }  // namespace chorus

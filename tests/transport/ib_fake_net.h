@@ -1,0 +1,48 @@
+// The fake verbs (tests/unit/ib_verbs_fake.h) in place of libibverbs for one scope: communicators made in it with
+// NCCL_NET=IB run chorus's IB net through the net proxy, as on a cluster, their queue pairs carried by one fake
+// fabric. The fabric is memory of this process, so only thread ranks reach each other over it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "transports/ib/ib_net.h"
+#include "unit/ib_verbs_fake.h"
+
+namespace chorus_test {
+
+class FakeIbProcessNet {
+ public:
+  /// One fake RoCE port, mlx5_0 port 1, as the process's IB net.
+  FakeIbProcessNet() : fabric_(std::make_shared<chorus::FakeIbFabric>()) {
+    auto verbs = std::make_unique<chorus::FakeIbVerbs>(
+        fabric_, std::vector<chorus::IbPortDesc>{chorus::fakeIbPort("mlx5_0", 1, 1)});
+    auto net = std::make_unique<chorus::IbNet>(std::move(verbs));
+    ok_ = net->discover(&why_) == ncclSuccess && net->ndev() == 1;
+    if (ok_) previous_ = chorus::replaceIbProcessNet(std::move(net));
+    if (!ok_ && why_.empty()) why_ = "the fake verbs offered no usable port";
+  }
+  /// Puts back the net it replaced (none: the next init opens libibverbs) and destroys the fake one; every
+  /// communicator made in the scope must be gone.
+  ~FakeIbProcessNet() {
+    if (ok_) chorus::replaceIbProcessNet(std::move(previous_));
+  }
+  FakeIbProcessNet(const FakeIbProcessNet&) = delete;
+  FakeIbProcessNet& operator=(const FakeIbProcessNet&) = delete;
+
+  /// Whether the fake is in place; why() when not.
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  /// The fabric: what it carried, and the queue pairs and registrations alive.
+  chorus::FakeIbFabric& fabric() { return *fabric_; }
+
+ private:
+  std::shared_ptr<chorus::FakeIbFabric> fabric_;
+  std::unique_ptr<chorus::IbNet> previous_;
+  bool ok_ = false;
+  std::string why_;
+};
+
+}  // namespace chorus_test

@@ -1,0 +1,125 @@
+// chorus's IB net through the net proxy, as communicators use it on a cluster, over the fake verbs
+// (tests/transport/ib_fake_net.h): thread ranks on one fake fabric, with NCCL_SHM_DISABLE=1 and NCCL_NET=IB. The
+// transport suite runs every collective this way; these tests check what is the IB net's own: how a slot is framed
+// on the wire, and data split over several queue pairs.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness/ranks.h"
+#include "nccl.h"
+#include "transport/ib_fake_net.h"
+#include "transport/transport_env.h"
+#include "transports/net/net.h"
+
+namespace chorus_test {
+namespace {
+
+constexpr uint32_t kSlotHeaderBytes = 32;  // a FIFO slot's header (transports/net/net_proxy.cc)
+
+class IbProxy : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (chorus::ibNet() == nullptr) GTEST_SKIP() << "chorus was built without verbs";
+    ASSERT_TRUE(ib_.ok()) << ib_.why();
+    env_.select(Transport::kIbFake);
+  }
+  void TearDown() override {
+    if (IsSkipped()) return;
+    // Every communicator is gone: their proxies closed every queue pair and released every registration.
+    EXPECT_EQ(ib_.fabric().liveQps(), 0);
+    EXPECT_EQ(ib_.fabric().liveMrs(), 0);
+  }
+
+  // The data messages the fabric carried since the last clearWrites() (RDMA writes with immediate: the net's
+  // FIFO descriptors go as writes without).
+  std::vector<chorus::FakeIbFabric::WriteRecord> dataWrites() {
+    std::vector<chorus::FakeIbFabric::WriteRecord> out;
+    for (const auto& w : ib_.fabric().writes())
+      if (w.withImm) out.push_back(w);
+    return out;
+  }
+
+  FakeIbProcessNet ib_;  // before env_: the fake outlives the settings' scope
+  ScopedEnv env_;
+};
+
+// Allreduces of 4 B, one full 4 KB slot and 69 slots on 2 thread ranks, each result checked.
+void slotAllreduces(RankCtx& ctx) {
+  for (size_t count : {size_t(1), size_t(1024), size_t(70001)}) {
+    std::vector<float> in(count), out(count, 0.0f);
+    for (size_t k = 0; k < count; k++) in[k] = static_cast<float>((k % 1000) * (ctx.rank + 1));
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr), ncclSuccess)
+        << ncclGetLastError(ctx.comm);
+    for (size_t k = 0; k < count; k++) {
+      ASSERT_EQ(out[k], static_cast<float>((k % 1000) * 3))
+          << "rank " << ctx.rank << ", count " << count << ", element " << k;
+    }
+  }
+}
+
+// CHORUS_NET_SLOT_TRAILER over the IB net: one RDMA write a slot, its header after its payload (1, and by default),
+// or a write of the header and one of the payload (0). Told apart on the wire: a full 4 KB slot goes as a 4128-byte
+// write in one framing, and a 32-byte header write precedes every payload in the other.
+TEST_F(IbProxy, SlotsGoAsOneWriteOrTwo) {
+  env_.set("CHORUS_FIFO_SLOT_BYTES", "4096");
+  for (const char* setting : {"1", "0", "-1"}) {
+    SCOPED_TRACE(std::string("CHORUS_NET_SLOT_TRAILER=") + setting);
+    env_.set("CHORUS_NET_SLOT_TRAILER", setting);
+    ib_.fabric().clearWrites();
+    runRanks(2, Driver::kThreads, slotAllreduces, 60);
+    size_t headers = 0, fullSlotWithHeader = 0, longest = 0;
+    std::vector<chorus::FakeIbFabric::WriteRecord> writes = dataWrites();
+    for (const auto& w : writes) {
+      headers += w.length == kSlotHeaderBytes;
+      fullSlotWithHeader += w.length == 4096 + kSlotHeaderBytes;
+      longest = std::max(longest, w.length);
+    }
+    ASSERT_FALSE(writes.empty());
+    if (setting[0] == '0') {
+      EXPECT_EQ(longest, 4096u) << "two messages a slot: none longer than the slot";
+      EXPECT_GE(headers * 2, writes.size()) << "two messages a slot: a header before every payload";
+    } else {
+      EXPECT_GT(fullSlotWithHeader, 0u) << "one message a slot: full slots go with their header";
+      EXPECT_EQ(headers, 0u) << "one message a slot: no header alone";
+    }
+  }
+}
+
+// Allreduces and allgathers of an odd count of several MB on 2 thread ranks, each result checked.
+void bigCollectives(RankCtx& ctx) {
+  const size_t count = (1u << 20) + 3;
+  std::vector<float> in(count), out(count * ctx.nranks, -1.0f);
+  for (size_t k = 0; k < count; k++) in[k] = static_cast<float>(ctx.rank + 1 + static_cast<int>(k % 97));
+  ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr), ncclSuccess)
+      << ncclGetLastError(ctx.comm);
+  for (size_t k = 0; k < count; k++)
+    ASSERT_EQ(out[k], static_cast<float>(3 + 2 * static_cast<int>(k % 97))) << "allreduce element " << k;
+  ASSERT_EQ(ncclAllGather(in.data(), out.data(), count, ncclFloat32, ctx.comm, nullptr), ncclSuccess)
+      << ncclGetLastError(ctx.comm);
+  for (size_t k = 0; k < count * ctx.nranks; k++)
+    ASSERT_EQ(out[k], static_cast<float>(k / count + 1 + (k % count) % 97)) << "allgather element " << k;
+}
+
+// NCCL_IB_QPS_PER_CONNECTION: a connection's messages are split over that many queue pairs, and what each carries
+// lands in place. The same run with 1 and with 3: three times the queue pairs send data.
+TEST_F(IbProxy, DataIsSplitOverTheQueuePairsOfAConnection) {
+  std::vector<size_t> senders;
+  for (const char* qps : {"1", "3"}) {
+    SCOPED_TRACE(std::string("NCCL_IB_QPS_PER_CONNECTION=") + qps);
+    env_.set("NCCL_IB_QPS_PER_CONNECTION", qps);
+    ib_.fabric().clearWrites();
+    runRanks(2, Driver::kThreads, bigCollectives, 60);
+    std::set<uint32_t> qpns;
+    for (const auto& w : dataWrites()) qpns.insert(w.srcQpn);
+    senders.push_back(qpns.size());
+  }
+  ASSERT_GT(senders[0], 0u);
+  EXPECT_EQ(senders[1], 3 * senders[0]) << "queue pairs that sent data, with 1 and with 3 a connection";
+}
+
+}  // namespace
+}  // namespace chorus_test
