@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -382,7 +383,7 @@ ncclResult_t DeviceEngine::checkStatus() {
   auto reason = static_cast<PoisonReason>(st->reason);
   int peer = st->peer;
   const char* stop = stopText(reason);  // nullptr: a peer's own failure
-  char msg[600];
+  char msg[1000];
   if (st->what == kDevWaitDirect) {
     snprintf(msg, sizeof(msg),
              "rank %d: device operation #%lu (direct collective) stopped while waiting for rank %d's kernel to %s "
@@ -433,6 +434,14 @@ ncclResult_t DeviceEngine::checkStatus() {
              comm_->rank, static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel, st->step, why,
              reason == PoisonReason::kTimeout ? "; rank " : "; reported by or about rank ",
              reason == PoisonReason::kTimeout ? peer : culprit);
+    // A peer across hosts: what this rank's net said, where it failed a connection (HostPlatform::poisoned).
+    const bool acrossHosts =
+        peer >= 0 && peer < comm_->nranks && comm_->peers[peer].hostHash != comm_->peers[comm_->rank].hostHash;
+    const std::string said = reason == PoisonReason::kError && acrossHosts && host_->remote() != nullptr
+                                 ? host_->remote()->netFailure(nullptr)
+                                 : std::string();
+    if (!said.empty())
+      snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; this rank's net said: %s", said.c_str());
   }
   comm_->state.store(static_cast<int>(CommState::kFailed));
   int expected = ncclSuccess;

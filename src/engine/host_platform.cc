@@ -157,11 +157,22 @@ ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where)
              "%s: a connection over the net between this rank and a peer was not set up before the deadline (the "
              "peer's error names it)",
              where);
+  } else if (culprit == comm_->rank) {
+    // A peer whose connection with this rank broke named this rank (a net error does not say which end failed).
+    snprintf(msg, sizeof(msg), "%s: this rank's peers report it failed (%s), through rank %d", where,
+             reasonText(reason), f->peer);
   } else {
     snprintf(msg, sizeof(msg), "%s: rank %d failed (%s)%s", where, culprit, reasonText(reason),
              culprit != f->peer ? " and the failure reached this rank through its peers" : "");
   }
-  return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, msg);
+  std::string text = msg;
+  // What this rank's own net said, where it failed a connection: the cause a peer's notice cannot carry.
+  RemoteTransport* net = conns_->remote();
+  if (reason == PoisonReason::kError && net != nullptr) {
+    const std::string said = net->netFailure(f);
+    if (!said.empty()) text += "; this rank's net said: " + said;
+  }
+  return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, text);
 }
 
 template <class Ready>

@@ -1,12 +1,14 @@
 // chorus's IB net through the net proxy, as communicators use it on a cluster, over the fake verbs
 // (tests/transport/ib_fake_net.h): thread ranks on one fake fabric, with NCCL_SHM_DISABLE=1 and NCCL_NET=IB. The
 // transport suite runs every collective this way; these tests check what is the IB net's own: how a slot is framed
-// on the wire, and data split over several queue pairs.
+// on the wire, data split over several queue pairs, and a failed RDMA write ending every rank's call.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -119,6 +121,56 @@ TEST_F(IbProxy, DataIsSplitOverTheQueuePairsOfAConnection) {
   }
   ASSERT_GT(senders[0], 0u);
   EXPECT_EQ(senders[1], 3 * senders[0]) << "queue pairs that sent data, with 1 and with 3 a connection";
+}
+
+// An RDMA write that fails (the HCA's error completion, here "remote access error": a data write, or a receiver's
+// FIFO descriptor, whichever rank posts first) ends the call of every rank with ncclRemoteError within the timeout.
+// Each rank's error says what its own net saw: the rank whose write failed names that completion, the other that the
+// connection broke. Nothing hangs, and destroying the communicators after releases every queue pair and registration
+// (TearDown).
+TEST_F(IbProxy, AFailedWriteEndsEveryRanksCall) {
+  env_.set("CHORUS_TIMEOUT_S", "4");
+  const int n = 2;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::atomic<int> arrived{0};
+  std::vector<ncclResult_t> results(n, ncclSuccess);
+  std::vector<std::string> texts(n);
+  std::vector<double> seconds(n, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; r++) {
+    threads.emplace_back([&, r] {
+      ncclComm_t comm = nullptr;
+      ASSERT_EQ(ncclCommInitRank(&comm, n, id, r), ncclSuccess) << ncclGetLastError(nullptr);
+      const size_t count = 1 << 18;
+      std::vector<float> in(count, 1.0f), out(count);
+      EXPECT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+          << ncclGetLastError(comm);
+      // Both ranks between calls: the next RDMA write on the fabric fails.
+      arrived.fetch_add(1);
+      while (arrived.load() < n) std::this_thread::yield();
+      if (r == 0) ib_.fabric().failNextWrite(chorus::kIbWcRemAccessErr);
+      arrived.fetch_add(1);
+      while (arrived.load() < 2 * n) std::this_thread::yield();
+      auto t0 = std::chrono::steady_clock::now();
+      results[r] = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
+      seconds[r] = secondsSince(t0);
+      texts[r] = ncclGetLastError(comm);
+      ncclCommAbort(comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int named = 0;
+  for (int r = 0; r < n; r++) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + texts[r]);
+    EXPECT_EQ(results[r], ncclRemoteError);
+    EXPECT_LT(seconds[r], 4 + 4.0) << "within CHORUS_TIMEOUT_S (and the time to tell the others)";
+    // Each rank's error carries what its own net said of the connection that broke.
+    EXPECT_NE(texts[r].find("this rank's net said: rank " + std::to_string(r) + ": net IB dev 0 channel 0"),
+              std::string::npos);
+    named += texts[r].find("failed: remote access error") != std::string::npos;
+  }
+  EXPECT_EQ(named, 1) << "the rank whose write failed names the failed completion";
 }
 
 }  // namespace

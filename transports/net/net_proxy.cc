@@ -332,7 +332,13 @@ void NetProxy::setupFailed(NetConn& c, const char* what, ncclResult_t rc) {
 }
 
 void NetProxy::fail(NetConn& c, const std::string& why) {
-  INFO(kNet, "%s: %s", connName(c).c_str(), why.c_str());
+  const std::string text = connName(c) + ": " + why;
+  INFO(kNet, "%s", text.c_str());
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    connFailures_.emplace(c.fifo.ctrl, text);  // a connection's first failure is its cause
+    if (firstFailure_.empty()) firstFailure_ = text;
+  }
   closeConn(c);
   c.state = NetConn::State::kSuspect;
   c.suspectUntil = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kSuspectS));
@@ -1014,6 +1020,12 @@ std::string NetProxy::progressText(const NetConn& c) const {
              c.halfPosted ? " and a half" : "", inNet, static_cast<unsigned long long>(head));
   }
   return buf;
+}
+
+std::string NetProxy::netFailure(const Fifo* f) const {
+  std::lock_guard<std::mutex> lock(failMu_);
+  auto it = f != nullptr ? connFailures_.find(f->ctrl) : connFailures_.end();
+  return it != connFailures_.end() ? it->second : firstFailure_;
 }
 
 std::string NetProxy::waitState(const Fifo* f, Stall* stall) {

@@ -130,6 +130,7 @@ class NetProxy : public RemoteTransport {
   bool engage(bool on) override;
   bool progressAll(const Fifo* waitingOn) override;
   std::string waitState(const Fifo* f, Stall* stall) override;
+  std::string netFailure(const Fifo* f) const override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
@@ -166,8 +167,8 @@ class NetProxy : public RemoteTransport {
   /// Tests request *req: 1 when it completed (*req null, *size the bytes moved), 0 while pending, -1 when it failed
   /// (*req null, c.endWhy says why).
   int testReq(NetConn& c, void** req, int* size);
-  /// The net failed the connection: closes it and suspects the peer (kSuspect), logging why at INFO (the executor
-  /// reports the failure if an operation waits on this FIFO).
+  /// The net failed the connection: closes it and suspects the peer (kSuspect), logging why at INFO and keeping it
+  /// for netFailure (the executor reports the failure if an operation waits on this FIFO).
   void fail(NetConn& c, const std::string& why);
   /// connect or accept (`what`) returned `rc`: fail(), with the net's text (the thread's last error) in a WARN.
   void setupFailed(NetConn& c, const char* what, ncclResult_t rc);
@@ -227,6 +228,9 @@ class NetProxy : public RemoteTransport {
   /// the connections with it that come after (poisonPeer).
   std::map<int, std::array<uint64_t, 8>> peerNotices_;
   std::chrono::steady_clock::time_point nextNoticePoll_{};
+  mutable std::mutex failMu_;  ///< guards the two below (fail() writes, netFailure() reads)
+  std::map<const FifoCtrl*, std::string> connFailures_;  ///< the first reason each failed connection failed
+  std::string firstFailure_;                             ///< the first of them
   std::thread thread_;
 };
 
