@@ -113,15 +113,12 @@ class RemoteTransport {
     (void)waitingOn;
     return false;
   }
-  /// What this rank's net said when it failed f's connection ("rank 0: net IB dev 0 channel 0 -> rank 1 (host):
-  /// transfer failed (...): NET/IB: ... remote access error"); for a connection it did not fail (or f null), the
-  /// first one it failed; empty when it failed none. For an error report: a net error says that a connection broke,
-  /// not which rank failed, so the rank that a failure notice names may learn the cause only from its own net. Any
-  /// thread.
-  virtual std::string netFailure(const Fifo* f) const {
-    (void)f;
-    return "";
-  }
+  /// What this rank's net said when it failed its first connection ("rank 0: net IB dev 0 channel 0 -> rank 1
+  /// (host): transfer failed (...): NET/IB: ... remote access error"); empty when it failed none. The first: once one
+  /// end fails, the connections after it fail because their peers closed them. For an error report: a net error says
+  /// that a connection broke, not which rank failed, so the rank that a failure notice names may learn the cause only
+  /// from its own net. Any thread.
+  virtual std::string netFailure() const { return ""; }
   /// What a wait's deadline found behind its connection (waitState): nothing to say, a connection not set up yet, or
   /// a proxy held in one pass (a net call that does not return), so that the peer is not blamed for either.
   enum class Stall { kUnknown, kSettingUp, kProxyHeld };

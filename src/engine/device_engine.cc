@@ -438,7 +438,7 @@ ncclResult_t DeviceEngine::checkStatus() {
     const bool acrossHosts =
         peer >= 0 && peer < comm_->nranks && comm_->peers[peer].hostHash != comm_->peers[comm_->rank].hostHash;
     const std::string said = reason == PoisonReason::kError && acrossHosts && host_->remote() != nullptr
-                                 ? host_->remote()->netFailure(nullptr)
+                                 ? host_->remote()->netFailure()
                                  : std::string();
     if (!said.empty())
       snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; this rank's net said: %s", said.c_str());

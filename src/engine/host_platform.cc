@@ -169,7 +169,7 @@ ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where)
   // What this rank's own net said, where it failed a connection: the cause a peer's notice cannot carry.
   RemoteTransport* net = conns_->remote();
   if (reason == PoisonReason::kError && net != nullptr) {
-    const std::string said = net->netFailure(f);
+    const std::string said = net->netFailure();
     if (!said.empty()) text += "; this rank's net said: " + said;
   }
   return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, text);

@@ -336,7 +336,6 @@ void NetProxy::fail(NetConn& c, const std::string& why) {
   INFO(kNet, "%s", text.c_str());
   {
     std::lock_guard<std::mutex> lock(failMu_);
-    connFailures_.emplace(c.fifo.ctrl, text);  // a connection's first failure is its cause
     if (firstFailure_.empty()) firstFailure_ = text;
   }
   closeConn(c);
@@ -1022,10 +1021,9 @@ std::string NetProxy::progressText(const NetConn& c) const {
   return buf;
 }
 
-std::string NetProxy::netFailure(const Fifo* f) const {
+std::string NetProxy::netFailure() const {
   std::lock_guard<std::mutex> lock(failMu_);
-  auto it = f != nullptr ? connFailures_.find(f->ctrl) : connFailures_.end();
-  return it != connFailures_.end() ? it->second : firstFailure_;
+  return firstFailure_;
 }
 
 std::string NetProxy::waitState(const Fifo* f, Stall* stall) {

@@ -130,7 +130,7 @@ class NetProxy : public RemoteTransport {
   bool engage(bool on) override;
   bool progressAll(const Fifo* waitingOn) override;
   std::string waitState(const Fifo* f, Stall* stall) override;
-  std::string netFailure(const Fifo* f) const override;
+  std::string netFailure() const override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
@@ -228,9 +228,8 @@ class NetProxy : public RemoteTransport {
   /// the connections with it that come after (poisonPeer).
   std::map<int, std::array<uint64_t, 8>> peerNotices_;
   std::chrono::steady_clock::time_point nextNoticePoll_{};
-  mutable std::mutex failMu_;  ///< guards the two below (fail() writes, netFailure() reads)
-  std::map<const FifoCtrl*, std::string> connFailures_;  ///< the first reason each failed connection failed
-  std::string firstFailure_;                             ///< the first of them
+  mutable std::mutex failMu_;  ///< guards firstFailure_ (fail() writes, netFailure() reads)
+  std::string firstFailure_;   ///< the first connection that failed in the net, and why
   std::thread thread_;
 };
 
