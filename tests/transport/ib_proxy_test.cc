@@ -1,7 +1,8 @@
 // chorus's IB net through the net proxy, as communicators use it on a cluster, over the fake verbs
 // (tests/transport/ib_fake_net.h): thread ranks on one fake fabric, with NCCL_SHM_DISABLE=1 and NCCL_NET=IB. The
 // transport suite runs every collective this way; these tests check what is the IB net's own: how a slot is framed
-// on the wire, data split over several queue pairs, and a failed RDMA write ending every rank's call.
+// on the wire, data split over several queue pairs, a failed RDMA write ending every rank's call, and a mismatch's
+// failure notices.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -48,6 +49,29 @@ class IbProxy : public testing::Test {
   FakeIbProcessNet ib_;  // before env_: the fake outlives the settings' scope
   ScopedEnv env_;
 };
+
+// Runs body(rank, comm) on n thread ranks, each with a communicator it aborts after (a failed one included), and
+// waits for all.
+void onThreadRanks(int n, const std::function<void(int rank, ncclComm_t comm)>& body) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; r++) {
+    threads.emplace_back([&, r] {
+      ncclComm_t comm = nullptr;
+      ASSERT_EQ(ncclCommInitRank(&comm, n, id, r), ncclSuccess) << ncclGetLastError(nullptr);
+      body(r, comm);
+      ncclCommAbort(comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Waits until all n ranks have called it once more (a barrier of thread ranks; `count` starts at 0).
+void meet(std::atomic<int>* count, int n) {
+  const int target = (count->fetch_add(1) / n + 1) * n;
+  while (count->load() < target) std::this_thread::yield();
+}
 
 // Allreduces of 4 B, one full 4 KB slot and 69 slots on 2 thread ranks, each result checked.
 void slotAllreduces(RankCtx& ctx) {
@@ -131,35 +155,24 @@ TEST_F(IbProxy, DataIsSplitOverTheQueuePairsOfAConnection) {
 TEST_F(IbProxy, AFailedWriteEndsEveryRanksCall) {
   env_.set("CHORUS_TIMEOUT_S", "4");
   const int n = 2;
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   std::atomic<int> arrived{0};
   std::vector<ncclResult_t> results(n, ncclSuccess);
   std::vector<std::string> texts(n);
   std::vector<double> seconds(n, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; r++) {
-    threads.emplace_back([&, r] {
-      ncclComm_t comm = nullptr;
-      ASSERT_EQ(ncclCommInitRank(&comm, n, id, r), ncclSuccess) << ncclGetLastError(nullptr);
-      const size_t count = 1 << 18;
-      std::vector<float> in(count, 1.0f), out(count);
-      EXPECT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
-          << ncclGetLastError(comm);
-      // Both ranks between calls: the next RDMA write on the fabric fails.
-      arrived.fetch_add(1);
-      while (arrived.load() < n) std::this_thread::yield();
-      if (r == 0) ib_.fabric().failNextWrite(chorus::kIbWcRemAccessErr);
-      arrived.fetch_add(1);
-      while (arrived.load() < 2 * n) std::this_thread::yield();
-      auto t0 = std::chrono::steady_clock::now();
-      results[r] = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
-      seconds[r] = secondsSince(t0);
-      texts[r] = ncclGetLastError(comm);
-      ncclCommAbort(comm);
-    });
-  }
-  for (auto& t : threads) t.join();
+  onThreadRanks(n, [&](int r, ncclComm_t comm) {
+    const size_t count = 1 << 18;
+    std::vector<float> in(count, 1.0f), out(count);
+    EXPECT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+        << ncclGetLastError(comm);
+    // Both ranks between calls: the next RDMA write on the fabric fails.
+    meet(&arrived, n);
+    if (r == 0) ib_.fabric().failNextWrite(chorus::kIbWcRemAccessErr);
+    meet(&arrived, n);
+    auto t0 = std::chrono::steady_clock::now();
+    results[r] = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
+    seconds[r] = secondsSince(t0);
+    texts[r] = ncclGetLastError(comm);
+  });
   int named = 0;
   for (int r = 0; r < n; r++) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + texts[r]);
@@ -171,6 +184,32 @@ TEST_F(IbProxy, AFailedWriteEndsEveryRanksCall) {
     named += texts[r].find("failed: remote access error") != std::string::npos;
   }
   EXPECT_EQ(named, 1) << "the rank whose write failed names the failed completion";
+}
+
+// Rank 2 calls with a different count: every rank's call fails with ncclInvalidUsage naming both calls, the failure
+// notices that carry them to rank 1 (which compares with neither) going over the IB net in either slot framing.
+// Each rank keeps its communicator until every rank has its answer (as TransportFault's test of the same).
+TEST_F(IbProxy, MismatchedCountsReachEveryRank) {
+  env_.set("CHORUS_TIMEOUT_S", "10");
+  for (const char* setting : {"1", "0"}) {
+    SCOPED_TRACE(std::string("CHORUS_NET_SLOT_TRAILER=") + setting);
+    env_.set("CHORUS_NET_SLOT_TRAILER", setting);
+    const int n = 3;
+    std::atomic<int> answered{0};
+    std::vector<ncclResult_t> results(n, ncclSuccess);
+    std::vector<std::string> texts(n);
+    onThreadRanks(n, [&](int r, ncclComm_t comm) {
+      std::vector<int> buf(4096, 1);
+      results[r] = ncclAllReduce(buf.data(), buf.data(), r == 2 ? 4000 : 4096, ncclInt32, ncclSum, comm, nullptr);
+      texts[r] = ncclGetLastError(comm);
+      meet(&answered, n);
+    });
+    for (int r = 0; r < n; r++) {
+      EXPECT_EQ(results[r], ncclInvalidUsage) << "rank " << r << ": " << texts[r];
+      EXPECT_NE(texts[r].find("count 4000"), std::string::npos) << "rank " << r << ": " << texts[r];
+      EXPECT_NE(texts[r].find("count 4096"), std::string::npos) << "rank " << r << ": " << texts[r];
+    }
+  }
 }
 
 }  // namespace
