@@ -15,12 +15,13 @@ namespace chorus_test {
 
 class FakeIbProcessNet {
  public:
-  /// One fake RoCE port, mlx5_0 port 1, as the process's IB net.
-  FakeIbProcessNet() : fabric_(std::make_shared<chorus::FakeIbFabric>()) {
-    auto verbs = std::make_unique<chorus::FakeIbVerbs>(
-        fabric_, std::vector<chorus::IbPortDesc>{chorus::fakeIbPort("mlx5_0", 1, 1)});
+  /// `ports` fake RoCE ports (HCAs mlx5_0, mlx5_1..., port 1 each) as the process's IB net.
+  explicit FakeIbProcessNet(int ports = 1) : fabric_(std::make_shared<chorus::FakeIbFabric>()) {
+    std::vector<chorus::IbPortDesc> descs;
+    for (int i = 0; i < ports; i++) descs.push_back(chorus::fakeIbPort("mlx5_" + std::to_string(i), 1, i + 1));
+    auto verbs = std::make_unique<chorus::FakeIbVerbs>(fabric_, descs);
     auto net = std::make_unique<chorus::IbNet>(std::move(verbs));
-    ok_ = net->discover(&why_) == ncclSuccess && net->ndev() == 1;
+    ok_ = net->discover(&why_) == ncclSuccess && net->ndev() == ports;
     if (ok_) previous_ = chorus::replaceIbProcessNet(std::move(net));
     if (!ok_ && why_.empty()) why_ = "the fake verbs offered no usable port";
   }

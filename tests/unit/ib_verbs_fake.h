@@ -36,6 +36,7 @@ class FakeIbFabric {
   /// One RDMA write as the fabric carried it.
   struct WriteRecord {
     uint32_t srcQpn = 0;
+    std::string srcHca;  ///< the HCA of the queue pair that wrote
     uint32_t dstQpn = 0;
     size_t length = 0;
     bool withImm = false;

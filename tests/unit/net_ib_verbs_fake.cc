@@ -60,8 +60,8 @@ class FakeIbCq : public IbCq {
 
 class FakeIbQp : public IbQp {
  public:
-  FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, FakeIbCq* cq, int maxSendWr, int maxRecvWr)
-      : fabric_(std::move(fabric)), cq_(cq), maxSendWr_(maxSendWr), maxRecvWr_(maxRecvWr) {
+  FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, std::string hca, FakeIbCq* cq, int maxSendWr, int maxRecvWr)
+      : fabric_(std::move(fabric)), hca_(std::move(hca)), cq_(cq), maxSendWr_(maxSendWr), maxRecvWr_(maxRecvWr) {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     qpn_ = fabric_->nextQpn_++;
     fabric_->qps_[qpn_] = this;
@@ -209,6 +209,7 @@ class FakeIbQp : public IbQp {
     }
     FakeIbFabric::WriteRecord rec;
     rec.srcQpn = qpn_;
+    rec.srcHca = hca_;
     rec.dstQpn = dst->qpn_;
     rec.length = w.length;
     rec.withImm = w.withImm;
@@ -236,6 +237,7 @@ class FakeIbQp : public IbQp {
   }
 
   std::shared_ptr<FakeIbFabric> fabric_;
+  std::string hca_;  // the HCA that made it
   FakeIbCq* cq_;
   int maxSendWr_;
   int maxRecvWr_;
@@ -251,7 +253,8 @@ class FakeIbQp : public IbQp {
 
 class FakeIbHca : public IbHca {
  public:
-  FakeIbHca(std::shared_ptr<FakeIbFabric> fabric, bool dmaBuf) : fabric_(std::move(fabric)), dmaBuf_(dmaBuf) {}
+  FakeIbHca(std::shared_ptr<FakeIbFabric> fabric, std::string name, bool dmaBuf)
+      : fabric_(std::move(fabric)), name_(std::move(name)), dmaBuf_(dmaBuf) {}
 
   ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) override {
     out->reset(new FakeIbCq(fabric_, depth));
@@ -259,7 +262,7 @@ class FakeIbHca : public IbHca {
   }
 
   ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) override {
-    out->reset(new FakeIbQp(fabric_, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr));
+    out->reset(new FakeIbQp(fabric_, name_, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr));
     return ncclSuccess;
   }
 
@@ -310,6 +313,7 @@ class FakeIbHca : public IbHca {
   }
 
   std::shared_ptr<FakeIbFabric> fabric_;
+  std::string name_;
   bool dmaBuf_;
 };
 
@@ -372,7 +376,7 @@ ncclResult_t FakeIbVerbs::listPorts(std::vector<IbPortDesc>* out, std::string* w
 ncclResult_t FakeIbVerbs::openHca(const std::string& hca, std::unique_ptr<IbHca>* out) {
   for (const IbPortDesc& p : ports_) {
     if (p.hca == hca) {
-      out->reset(new FakeIbHca(fabric_, dmaBuf_));
+      out->reset(new FakeIbHca(fabric_, hca, dmaBuf_));
       return ncclSuccess;
     }
   }
