@@ -1,8 +1,8 @@
 // chorus's IB net through the net proxy, as communicators use it on a cluster, over the fake verbs
 // (tests/transport/ib_fake_net.h): thread ranks on one fake fabric, with NCCL_SHM_DISABLE=1 and NCCL_NET=IB. The
 // transport suite runs every collective this way; these tests check what is the IB net's own: how a slot is framed
-// on the wire, data split over several queue pairs, a failed RDMA write ending every rank's call, and a mismatch's
-// failure notices.
+// on the wire, data split over several queue pairs and ports, a failed RDMA write ending every rank's call, and
+// failure notices (a mismatch's, an aborted rank's).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -51,9 +51,9 @@ class IbProxy : public testing::Test {
   ScopedEnv env_;
 };
 
-// Runs body(rank, comm) on n thread ranks, each with a communicator it aborts after (a failed one included), and
-// waits for all.
-void onThreadRanks(int n, const std::function<void(int rank, ncclComm_t comm)>& body) {
+// Runs body(rank, comm) on n thread ranks, each with a communicator aborted after (a failed one included) unless the
+// body aborted it and set it null, and waits for all.
+void onThreadRanks(int n, const std::function<void(int rank, ncclComm_t& comm)>& body) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
@@ -62,7 +62,7 @@ void onThreadRanks(int n, const std::function<void(int rank, ncclComm_t comm)>& 
       ncclComm_t comm = nullptr;
       ASSERT_EQ(ncclCommInitRank(&comm, n, id, r), ncclSuccess) << ncclGetLastError(nullptr);
       body(r, comm);
-      ncclCommAbort(comm);
+      if (comm != nullptr) ncclCommAbort(comm);
     });
   }
   for (auto& t : threads) t.join();
@@ -182,7 +182,7 @@ TEST_F(IbProxy, AFailedWriteEndsEveryRanksCall) {
   std::vector<ncclResult_t> results(n, ncclSuccess);
   std::vector<std::string> texts(n);
   std::vector<double> seconds(n, 0);
-  onThreadRanks(n, [&](int r, ncclComm_t comm) {
+  onThreadRanks(n, [&](int r, ncclComm_t& comm) {
     const size_t count = 1 << 18;
     std::vector<float> in(count, 1.0f), out(count);
     EXPECT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
@@ -221,7 +221,7 @@ TEST_F(IbProxy, MismatchedCountsReachEveryRank) {
     std::atomic<int> answered{0};
     std::vector<ncclResult_t> results(n, ncclSuccess);
     std::vector<std::string> texts(n);
-    onThreadRanks(n, [&](int r, ncclComm_t comm) {
+    onThreadRanks(n, [&](int r, ncclComm_t& comm) {
       std::vector<int> buf(4096, 1);
       results[r] = ncclAllReduce(buf.data(), buf.data(), r == 2 ? 4000 : 4096, ncclInt32, ncclSum, comm, nullptr);
       texts[r] = ncclGetLastError(comm);
@@ -232,6 +232,38 @@ TEST_F(IbProxy, MismatchedCountsReachEveryRank) {
       EXPECT_NE(texts[r].find("count 4000"), std::string::npos) << "rank " << r << ": " << texts[r];
       EXPECT_NE(texts[r].find("count 4096"), std::string::npos) << "rank " << r << ": " << texts[r];
     }
+  }
+}
+
+// Rank 1 of 3 aborts its communicator after one good allreduce while the others start the next: its proxy's failure
+// notice crosses the IB net, and the others' call fails with ncclRemoteError naming rank 1, within the timeout.
+TEST_F(IbProxy, AnAbortedPeerIsNamed) {
+  env_.set("CHORUS_TIMEOUT_S", "6");
+  const int n = 3;
+  std::vector<ncclResult_t> results(n, ncclSuccess);
+  std::vector<std::string> texts(n);
+  std::vector<double> seconds(n, 0);
+  onThreadRanks(n, [&](int r, ncclComm_t& comm) {
+    std::vector<float> in(4099, 1.0f), out(4099);
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+        << ncclGetLastError(comm);
+    if (r == 1) {
+      // Abort drops what the net has not delivered: the others finish the first allreduce meanwhile.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ncclCommAbort(comm);
+      comm = nullptr;
+      return;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    results[r] = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr);
+    seconds[r] = secondsSince(t0);
+    texts[r] = ncclGetLastError(comm);
+  });
+  for (int r : {0, 2}) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + texts[r]);
+    EXPECT_EQ(results[r], ncclRemoteError);
+    EXPECT_NE(texts[r].find("rank 1 failed"), std::string::npos);
+    EXPECT_LT(seconds[r], 6.0) << "within CHORUS_TIMEOUT_S";
   }
 }
 
