@@ -127,13 +127,17 @@ LogLevel logLevel() {
 
 void pluginLog(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
   const LogLevel lv = static_cast<LogLevel>(level);
-  if (!logEnabled(lv, flags)) return;
+  // A plugin's WARN is the calling thread's last error whether or not it is logged, as NCCL keeps the last WARN: the
+  // net proxy puts it into what it reports of a net call that failed (a plugin says why only through its log).
+  const bool keep = lv == LogLevel::kWarn;
+  if (!keep && !logEnabled(lv, flags)) return;
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  logMessage(lv, flags, file ? file : "plugin", line, "%s", msg);
+  if (keep) setThreadLastError(msg);
+  if (logEnabled(lv, flags)) logMessage(lv, flags, file ? file : "plugin", line, "%s", msg);
 }
 
 bool logEnabled(LogLevel level, uint64_t subsys) {

@@ -24,6 +24,8 @@
  *   connect that allocates hundreds of MB may not on a loaded machine; the caller's thread is held in the net.
  * - CHORUS_TEST_NET_SLOW_TEST_S=s: the process's first test() does not return for s seconds, as a net's progress
  *   call may not when it waits inside (a provider's lock, a retry); the connection is open, its data in flight.
+ * - CHORUS_TEST_NET_FAIL=test:N: the process's Nth test() call (from 1) fails its comm, with a WARN that says so, as a
+ *   net reports an error completion.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -250,6 +252,9 @@ static int gStallDev = -1;
 static int gSlowConnectS = 0;
 /* CHORUS_TEST_NET_SLOW_TEST_S: how long the first test() holds its caller; 0 none. */
 static int gSlowTestS = 0;
+/* CHORUS_TEST_NET_FAIL=test:N: the test() call that fails (counted from 1 by gTests); 0 none. */
+static long gFailTest = 0;
+static long gTests = 0;
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -465,6 +470,7 @@ static ncclResult_t netInit(Logger log, int again) {
   gSlowConnectS = slow != NULL ? atoi(slow) : 0;
   const char* slowTest = getenv("CHORUS_TEST_NET_SLOW_TEST_S");
   gSlowTestS = slowTest != NULL ? atoi(slowTest) : 0;
+  gFailTest = failWhat != NULL && strncmp(failWhat, "test:", 5) == 0 ? atol(failWhat + 5) : 0;
   return ncclSuccess;
 }
 
@@ -736,6 +742,12 @@ static ncclResult_t netTest(void* request, int* done, int* sizes) {
   if (slowS > 0) {
     say(kLogInfo, __LINE__, "test: held for %d s (CHORUS_TEST_NET_SLOW_TEST_S)", slowS);
     sleep((unsigned)slowS);
+  }
+  if (gFailTest > 0 && __atomic_add_fetch(&gTests, 1, __ATOMIC_RELAXED) == gFailTest) {
+    r->comm->failed = 1;
+    say(kLogWarn, __LINE__, "test: call %ld failed the connection (CHORUS_TEST_NET_FAIL=test:%ld)", gFailTest,
+        gFailTest);
+    return ncclSystemError;
   }
   progress(r->comm);
   if (!r->done) return r->comm->failed ? ncclSystemError : ncclSuccess;

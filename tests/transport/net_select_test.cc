@@ -321,6 +321,35 @@ TEST_F(NetSelect, RanksThatFrameSlotsDifferentlyFailNamingTheSetting) {
       [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
 }
 
+// A net call that fails (as an error completion does) ends both hosts' calls with ncclRemoteError, and the error of the
+// rank whose call failed carries what the plugin said of it (its WARN: a plugin tells why only through its log, and
+// NCCL keeps the last WARN as the last error).
+TEST_F(NetSelect, AFailedPluginCallIsReportedInThePluginsWords) {
+  if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+  env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
+  env_.set("NCCL_NET", "ChorusTestNet");
+  expectAllOk(runHosts(
+      2, [](int rank) { setenv("CHORUS_TEST_NET_FAIL", rank == 0 ? "test:40" : "", 1); },
+      [](int rank, ncclComm_t comm) {
+        std::vector<float> in(70001, 1.0f), out(70001);
+        for (int i = 0; i < 100; i++) {
+          ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr);
+          if (res == ncclSuccess) continue;
+          const std::string text = ncclGetLastError(comm);
+          fprintf(stderr, "rank %d: allreduce %d: %s: %s\n", rank, i, ncclGetErrorString(res), text.c_str());
+          if (res != ncclRemoteError) return static_cast<int>(kWrongCode);
+          if (rank == 1) return static_cast<int>(kOk);  // its own net may or may not have seen the connection end
+          const bool said = text.find("this rank's net said: rank 0: net ChorusTestNet dev 0 channel 0") !=
+                                std::string::npos &&
+                            text.find("ChorusTestNet: test: call 40 failed the connection (CHORUS_TEST_NET_FAIL="
+                                      "test:40)") != std::string::npos;
+          return said ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
+        }
+        return static_cast<int>(kInitSucceeded);  // never failed
+      },
+      unexpectedFailure));
+}
+
 TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {
   env_.set("NCCL_NET", "Carrier-Pigeon");
   std::vector<int> status = runHosts(
