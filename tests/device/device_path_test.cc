@@ -1076,6 +1076,45 @@ TEST(DevicePathGpuDirect, UcxSlotMessagesTakeGpuMemory) {
   }
   gEmu.gpuDirect = false;
 }
+
+// A net call that fails under a device-path collective across hosts (the test plugin fails rank 0's 40th test(), with
+// a WARN): both ranks' kernels stop with ncclRemoteError, and rank 0's error carries what its net said (the plugin's
+// WARN), as the host path's does.
+TEST(DevicePathStaging, AFailedNetCallIsReportedInTheNetsWords) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
+    setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+    setenv("NCCL_NET", "ChorusTestNet", 1);
+    setenv("CHORUS_TEST_NET_FAIL", rank == 0 ? "test:40" : "", 1);
+    setenv("CHORUS_TIMEOUT_S", "10", 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+    const size_t count = 300000;
+    DevBuf b(gEmu, count * sizeof(float));
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+    ncclResult_t e = ncclSuccess;
+    for (int i = 0; i < 100 && e == ncclSuccess; i++) {
+      e = ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, comm, s);
+      if (e == ncclSuccess) {
+        gEmu.streamSynchronize(s);
+        e = commAsyncError(comm);
+      }
+    }
+    const std::string text = ncclGetLastError(comm);
+    fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(e), text.c_str());
+    EXPECT_EQ(e, ncclRemoteError) << text;
+    if (rank == 0) {
+      EXPECT_NE(text.find("this rank's net said: rank 0: net ChorusTestNet dev 0 channel"), std::string::npos) << text;
+      EXPECT_NE(text.find("ChorusTestNet: test: call 40 failed the connection"), std::string::npos) << text;
+    }
+    ncclCommAbort(comm);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
 #endif
 #endif
 
