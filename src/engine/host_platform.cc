@@ -241,9 +241,12 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
     }
     if (deadline.expired()) {
       // A peer that still beats is alive and itself waiting (on the rank that is really stuck,
-      // which that rank's own neighbour blames and poisons): give it one more period.
+      // which that rank's own neighbour blames and poisons): give it one more period. It beats every 20 ms while it
+      // waits; one that ranks outnumbering busy cores kept off the CPU for a while still counts if it beat within half
+      // the timeout (at least 1 s), so that a starved bystander is not blamed for the stuck rank.
       uint64_t peerBeat = __atomic_load_n(&f->ctrl->beat[1 - f->end], __ATOMIC_RELAXED);
-      bool peerAlive = peerBeat != 0 && now - peerBeat < 1000;
+      const uint64_t aliveMs = static_cast<uint64_t>(std::max(1000.0, deadline.seconds() * 500.0));
+      bool peerAlive = peerBeat != 0 && now - peerBeat < aliveMs;
       if (peerAlive && !extended) {
         extended = true;
         deadline = Deadline::fromEnv();
