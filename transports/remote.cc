@@ -219,6 +219,11 @@ void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls) {
   __atomic_compare_exchange_n(&ctrl->poison, &zero, word, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
+std::string netFailureSuffix(const RemoteTransport* net) {
+  const std::string said = net != nullptr ? net->netFailure() : std::string();
+  return said.empty() ? said : "; this rank's net said: " + said;
+}
+
 bool parseGdrLevel(const std::string& text, int* level) {
   static const struct {
     const char* name;

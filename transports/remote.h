@@ -187,6 +187,10 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
 /// word can name both calls.
 void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls = nullptr);
 
+/// The end of an error report that a peer's failure ended: "; this rank's net said: " and net->netFailure(), or ""
+/// when there is no net or it failed no connection.
+std::string netFailureSuffix(const RemoteTransport* net);
+
 /// NCCL_NET_GDR_LEVEL's value as the farthest PathClass (topo/topology.h) at which GPUDirect RDMA is used, -1 for
 /// never (LOC); false when it is none of NCCL's names or numbers.
 bool parseGdrLevel(const std::string& text, int* level);

@@ -437,11 +437,10 @@ ncclResult_t DeviceEngine::checkStatus() {
     // A peer across hosts: what this rank's net said, where it failed a connection (HostPlatform::poisoned).
     const bool acrossHosts =
         peer >= 0 && peer < comm_->nranks && comm_->peers[peer].hostHash != comm_->peers[comm_->rank].hostHash;
-    const std::string said = reason == PoisonReason::kError && acrossHosts && host_->remote() != nullptr
-                                 ? host_->remote()->netFailure()
-                                 : std::string();
-    if (!said.empty())
-      snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; this rank's net said: %s", said.c_str());
+    if (reason == PoisonReason::kError && acrossHosts) {
+      const std::string said = netFailureSuffix(host_->remote());
+      snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "%s", said.c_str());
+    }
   }
   comm_->state.store(static_cast<int>(CommState::kFailed));
   int expected = ncclSuccess;

@@ -167,11 +167,7 @@ ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where)
   }
   std::string text = msg;
   // What this rank's own net said, where it failed a connection: the cause a peer's notice cannot carry.
-  RemoteTransport* net = conns_->remote();
-  if (reason == PoisonReason::kError && net != nullptr) {
-    const std::string said = net->netFailure();
-    if (!said.empty()) text += "; this rank's net said: " + said;
-  }
+  if (reason == PoisonReason::kError) text += netFailureSuffix(conns_->remote());
   return fail(reason == PoisonReason::kMismatch ? ncclInvalidUsage : ncclRemoteError, reason, culprit, text);
 }
 
