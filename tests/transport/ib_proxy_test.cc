@@ -26,6 +26,8 @@ constexpr uint32_t kSlotHeaderBytes = 32;  // a FIFO slot's header (transports/n
 
 class IbProxy : public testing::Test {
  protected:
+  /// Over `ports` fake ports (HCAs mlx5_0, mlx5_1...).
+  explicit IbProxy(int ports = 1) : ib_(ports) {}
   void SetUp() override {
     if (chorus::ibNet() == nullptr) GTEST_SKIP() << "chorus was built without verbs";
     ASSERT_TRUE(ib_.ok()) << ib_.why();
@@ -148,26 +150,21 @@ TEST_F(IbProxy, DataIsSplitOverTheQueuePairsOfAConnection) {
   EXPECT_EQ(senders[1], 3 * senders[0]) << "queue pairs that sent data, with 1 and with 3 a connection";
 }
 
+class IbProxyTwoPorts : public IbProxy {
+ protected:
+  IbProxyTwoPorts() : IbProxy(2) {}
+};
+
 // Two ports (HCAs mlx5_0 and mlx5_1): the host path takes a channel for each device of the net, and each HCA's queue
 // pairs carry data, the results intact.
-TEST(IbProxyPorts, EachPortCarriesAChannel) {
-  if (chorus::ibNet() == nullptr) GTEST_SKIP() << "chorus was built without verbs";
-  FakeIbProcessNet ib(2);
-  ASSERT_TRUE(ib.ok()) << ib.why();
-  {
-    ScopedEnv env;
-    env.select(Transport::kIbFake);
-    env.unset("CHORUS_HOST_NCHANNELS");
-    runRanks(2, Driver::kThreads, bigCollectives, 60);
-  }
+TEST_F(IbProxyTwoPorts, EachPortCarriesAChannel) {
+  env_.unset("CHORUS_HOST_NCHANNELS");
+  runRanks(2, Driver::kThreads, bigCollectives, 60);
   std::map<std::string, size_t> bytes;
-  for (const auto& w : ib.fabric().writes())
-    if (w.withImm) bytes[w.srcHca] += w.length;
+  for (const auto& w : dataWrites()) bytes[w.srcHca] += w.length;
   EXPECT_GT(bytes["mlx5_0"], 1u << 20);
   EXPECT_GT(bytes["mlx5_1"], 1u << 20);
   EXPECT_EQ(bytes.size(), 2u);
-  EXPECT_EQ(ib.fabric().liveQps(), 0);
-  EXPECT_EQ(ib.fabric().liveMrs(), 0);
 }
 
 // An RDMA write that fails (the HCA's error completion, here "remote access error": a data write, or a receiver's
