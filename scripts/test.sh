@@ -36,6 +36,12 @@ run_build() {
   if [ "$status" = 0 ]; then cmake --build "$dir" -j"$JOBS" || status=$?; fi
   local built=$((SECONDS - start))
   if [ "$status" = 0 ]; then
+    # A build without test timings of its own takes the host build's (the same tests), so ctest starts the longest
+    # first rather than in the order they were declared, and the suite does not end on one long test.
+    local costs=$dir/Testing/Temporary/CTestCostData.txt
+    if [ ! -f "$costs" ] && [ -n "$cost_seed" ] && [ -f "$cost_seed" ]; then
+      mkdir -p "$(dirname "$costs")" && cp "$cost_seed" "$costs"
+    fi
     hip_kernel_nice 19
     (cd "$dir" && ctest -L cpu --output-on-failure -j2 --timeout 600 "${CTEST_ARGS[@]}") || status=$?
     hip_kernel_nice 0
@@ -95,7 +101,9 @@ if [ "$want_hip" = 1 ] && [ "${CHORUS_HIP_KERNEL_EARLY:-1}" != "0" ]; then
   fi
 fi
 
+cost_seed=
 run_build host "${BUILD_DIR:-build}" -DCHORUS_CUDA=OFF -DCHORUS_HIP=OFF "${COMMON[@]}"
+cost_seed=${BUILD_DIR:-build}/Testing/Temporary/CTestCostData.txt
 if [ "${CHORUS_GPU_BUILDS:-1}" != "0" ]; then
   if [ -x "$NVCC" ] || command -v nvcc > /dev/null; then
     run_build cuda build-cuda -DCHORUS_CUDA=ON -DCHORUS_HIP=OFF -DCHORUS_CUDA_ARCHS=90 \
