@@ -119,16 +119,21 @@ class RemoteTransport {
   /// that a connection broke, not which rank failed, so the rank that a failure notice names may learn the cause only
   /// from its own net. Any thread.
   virtual std::string netFailure() const { return ""; }
-  /// What a wait's deadline found behind its connection (waitState): nothing to say, a connection not set up yet, or
-  /// a proxy held in one pass (a net call that does not return), so that the peer is not blamed for either.
-  enum class Stall { kUnknown, kSettingUp, kProxyHeld };
+  /// What a wait's deadline found behind its connection (waitState): nothing to say, a connection not set up yet, a
+  /// proxy held in one pass (a net call that does not return), so that the peer is not blamed for either; or a
+  /// connection the net failed whose culprit the proxy has yet to name (kFailing): within kVerdictS it poisons the
+  /// FIFO with the peer's failure notice, or names the peer.
+  enum class Stall { kUnknown, kSettingUp, kProxyHeld, kFailing };
+  static constexpr double kVerdictS = 2.0;
   /// For a wait on FIFO `f` that reached its deadline, where f's connection stands. Not set up yet (*stall
   /// kSettingUp): what it waits for ("its connection over net Socket (dev 1, channel 1, from rank 3) is not set up
   /// after 8.0 s: the net has not accepted the peer's connection"). Open: what the executor and the net moved
   /// through it ("... is open; slots received 1, posted to the net 9 (16 requests pending in the net), consumed by
   /// the executor 1"). A proxy that stayed in one pass for the second it was waited for (kProxyHeld, or kSettingUp
-  /// for a connection it has not taken up): that it was busy. Empty when the transport cannot tell. Logs every
-  /// connection's state at INFO NET. Any thread; may wait up to a second for the proxy's pass.
+  /// for a connection it has not taken up): that it was busy. Failed in the net (kFailing while the proxy has not yet
+  /// named the culprit): "... failed in the net (...); waiting for the peer's failure notice". Empty when the
+  /// transport cannot tell. Logs every connection's state at INFO NET. Any thread; may wait up to a second for the
+  /// proxy's pass.
   virtual std::string waitState(const Fifo* f, Stall* stall) {
     (void)f;
     *stall = Stall::kUnknown;

@@ -199,7 +199,8 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   ncclResult_t res = poll();
   if (res != ncclInProgress) return res;
   Deadline deadline = Deadline::fromEnv();
-  bool extended = false;
+  const double timeoutS = deadline.seconds();  // CHORUS_TIMEOUT_S, for the messages: a verdict's wait is shorter
+  bool extended = false, awaitedVerdict = false;
   uint64_t nextLiveCheck = 0;  // monotonic ms
   Conn* conn = connOf(f);
   auto where = [&]() {
@@ -241,7 +242,7 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       // waits; one that ranks outnumbering busy cores kept off the CPU for a while still counts if it beat within half
       // the timeout (at least 1 s), so that a starved bystander is not blamed for the stuck rank.
       uint64_t peerBeat = __atomic_load_n(&f->ctrl->beat[1 - f->end], __ATOMIC_RELAXED);
-      const uint64_t aliveMs = static_cast<uint64_t>(std::max(1000.0, deadline.seconds() * 500.0));
+      const uint64_t aliveMs = static_cast<uint64_t>(std::max(1000.0, timeoutS * 500.0));
       bool peerAlive = peerBeat != 0 && now - peerBeat < aliveMs;
       if (peerAlive && !extended) {
         extended = true;
@@ -255,25 +256,35 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       RemoteTransport* net = conn != nullptr && !conn->shm ? conns_->remote() : nullptr;
       RemoteTransport::Stall stall = RemoteTransport::Stall::kUnknown;
       const std::string state = net != nullptr ? net->waitState(f, &stall) : std::string();
+      // The proxy may have taken a peer's failure notice while the state was read (waitState waits for its pass, and
+      // the peer's deadline is often this one's): the cause it names is the answer, not this peer's silence.
+      const uint64_t late = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
+      if (late != 0) return poisoned(f, late, where().c_str());
+      if (stall == RemoteTransport::Stall::kFailing && !awaitedVerdict) {
+        // The net failed the connection a moment ago and the proxy is about to name who failed: wait for its verdict.
+        awaitedVerdict = true;
+        deadline = Deadline::after(RemoteTransport::kVerdictS);
+        continue;
+      }
       if (stall == RemoteTransport::Stall::kSettingUp)
         return fail(ncclRemoteError, PoisonReason::kNetSetup, f->peer, where() + ": " + state);
       char msg[800];
       if (stall == RemoteTransport::Stall::kProxyHeld) {
         // This rank's own proxy did not come back from the net: the peer may have sent everything.
-        snprintf(msg, sizeof(msg), "%s: no progress for %.0f s (CHORUS_TIMEOUT_S), and %s", where().c_str(),
-                 deadline.seconds(), state.c_str());
+        snprintf(msg, sizeof(msg), "%s: no progress for %.0f s (CHORUS_TIMEOUT_S), and %s", where().c_str(), timeoutS,
+                 state.c_str());
         return fail(ncclRemoteError, PoisonReason::kTimeout, comm_->rank, msg);
       }
       if (peerAlive) {
         snprintf(msg, sizeof(msg),
                  "%s: rank %d is alive but sent nothing for 2 x %.0f s (CHORUS_TIMEOUT_S): it is "
                  "waiting too, so the ranks are deadlocked (mismatched calls, or a rank stopped calling)",
-                 where().c_str(), f->peer, deadline.seconds());
+                 where().c_str(), f->peer, timeoutS);
       } else {
         snprintf(msg, sizeof(msg),
                  "%s: rank %d made no progress for %.0f s (CHORUS_TIMEOUT_S); it may be stopped, "
                  "hung, or calling a different operation",
-                 where().c_str(), f->peer, deadline.seconds());
+                 where().c_str(), f->peer, timeoutS);
       }
       std::string text = msg;
       if (!state.empty()) text += " (" + state + ")";

@@ -1026,6 +1026,10 @@ std::string NetProxy::netFailure() const {
   return firstFailure_;
 }
 
+// A wait that finds its connection suspect waits kVerdictS for judge(), which names the culprit after kSuspectS (and
+// a check of the peer's process every 250 ms).
+static_assert(kSuspectS + 0.25 < RemoteTransport::kVerdictS, "a wait gives up before the proxy's verdict");
+
 std::string NetProxy::waitState(const Fifo* f, Stall* stall) {
   *stall = Stall::kUnknown;
   // The proxy holds passMu_ for a pass, which may be in a net call: wait for it a moment, not indefinitely.
@@ -1082,6 +1086,10 @@ std::string NetProxy::waitState(const Fifo* f, Stall* stall) {
     if (c->fifo.ctrl != f->ctrl) continue;
     if (c->state == NetConn::State::kOpen) {
       mine = pendingName(*c, name()) + " is " + text;  // "... is open; slots received ..."
+    } else if (c->state == NetConn::State::kSuspect || c->state == NetConn::State::kFailed) {
+      // Failed: judge() names the culprit within kSuspectS; a failed one's FIFO is poisoned already.
+      if (c->state == NetConn::State::kSuspect) *stall = Stall::kFailing;
+      mine = pendingName(*c, name()) + " " + text;
     } else if (notSetUp != nullptr) {
       *stall = Stall::kSettingUp;
       char buf[64];
