@@ -602,6 +602,47 @@ TEST(NetUcx, MessagesSentBeforeTheSenderClosesStillArrive) {
 /// The endpoint a send or receive comm of the UCX net runs over.
 ucp_ep_h endpointOf(void* comm) { return static_cast<ucx::Comm*>(comm)->ep; }
 
+// The same, with the receiver later than the grace a receive gets once its peer's endpoint failed (kPeerGoneGrace): a
+// rank on a loaded machine may free the slot for a message, and post its receive, seconds after the peer finished and
+// closed. What the peer sent waits in the worker, so the receives are still taken; only one with nothing to match
+// fails.
+TEST(NetUcx, MessagesWaitingWhenTheSenderLeftAreReceivedAfterTheGrace) {
+  SKIP_WITHOUT_UCX();
+  NetCtx a, b;
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
+  std::vector<std::vector<char>> msgs;
+  ASSERT_NO_FATAL_FAILURE(sendMessages(c.send, 8, 1000, 40, &msgs));
+  // The sender closes and leaves (its context finalized, as at the end of a rank's process), while the receiving end
+  // progresses its worker without posting a receive, until it learns that the peer's endpoint closed.
+  std::thread sender([&a, comm = c.send] {
+    EXPECT_EQ(net()->closeSend(comm), ncclSuccess);
+    EXPECT_EQ(net()->finalize(a.ctx), ncclSuccess);
+  });
+  c.send = nullptr;
+  auto* recvComm = static_cast<ucx::Comm*>(c.recv);
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (recvComm->epStatus == UCS_OK && std::chrono::steady_clock::now() < giveUp) {
+    ucx::progress(recvComm->ctx);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  sender.join();
+  a.ctx = nullptr;
+  ASSERT_NE(recvComm->epStatus, UCS_OK) << "the receiving end never saw its peer close";
+  std::this_thread::sleep_until(recvComm->failedAt + ucx::kPeerGoneGrace + std::chrono::milliseconds(100));
+  ASSERT_NO_FATAL_FAILURE(expectMessages(c.recv, msgs));
+  // A ninth receive has no message to take, and its peer is gone.
+  std::vector<char> buf(1000);
+  void* data = buf.data();
+  size_t cap = buf.size();
+  int tag = 0;
+  void* r = nullptr;
+  EXPECT_EQ(net()->irecv(c.recv, 1, &data, &cap, &tag, nullptr, nullptr, &r), ncclSystemError);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("the endpoint failed"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  c.close();
+}
+
 // CHORUS_UCX_TWO_WAY: a connection from b back to a, which connected to b, runs over the endpoint b accepted (and a's
 // receive comm over a's send endpoint), so both directions share one connection of UCX's transport; messages go both
 // ways. A send comm that closes leaves the endpoint to the other direction, and what it sent still arrives when the

@@ -136,6 +136,17 @@ bool mayReceive(const Comm* c) {
   return c->epStatus == UCS_OK || std::chrono::steady_clock::now() - c->failedAt <= kPeerGoneGrace;
 }
 
+/// Whether a receive of `tag` may be posted on `c`: within the grace, or later when its message is already here. A
+/// peer that finished and closed its end flushed first, so what it sent waits in this worker's unexpected queue
+/// until a receive is posted for it, however long this rank takes to get there (a loaded rank may free the slot
+/// for the last message seconds after the peer left).
+bool mayPost(Comm* c, ucp_tag_t tag) {
+  if (mayReceive(c)) return true;
+  progress(c->ctx);
+  ucp_tag_recv_info_t info{};
+  return ucp_tag_probe_nb(c->ctx->worker, tag, ~ucp_tag_t{0}, 0, &info) != nullptr;
+}
+
 /// A free slot of `c`, or null after letting completions in (the pool is full: the caller is called again).
 Request* takeSlot(Comm* c) {
   Request* r = freeSlot(c);
@@ -271,11 +282,11 @@ ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
   auto* c = static_cast<Comm*>(recvComm);
   *request = nullptr;
   if (n != 1) CHORUS_FAIL(nullptr, ncclInternalError, "NET/UCX : irecv of %d buffers (maxRecvs is 1)", n);
-  if (!mayReceive(c)) return endpointFailed(c, "irecv");
+  const ucp_tag_t tag = makeTag(c->connId, tags[0]);
+  if (!mayPost(c, tag)) return endpointFailed(c, "irecv");
   Request* r = takeSlot(c);
   if (r == nullptr) return ncclSuccess;
-  CHORUS_CHECK(postRecv(c, r, data[0], sizes[0], makeTag(c->connId, tags[0]),
-                        mhandles != nullptr ? mhandles[0] : nullptr, "irecv"));
+  CHORUS_CHECK(postRecv(c, r, data[0], sizes[0], tag, mhandles != nullptr ? mhandles[0] : nullptr, "irecv"));
   *request = r;
   return ncclSuccess;
 }
@@ -300,14 +311,14 @@ ncclResult_t isendv(void* sendComm, int n, void** data, size_t* sizes, int tag, 
 ncclResult_t irecvv(void* recvComm, int n, void** data, size_t* sizes, int tag, void** request) {
   auto* c = static_cast<Comm*>(recvComm);
   *request = nullptr;
-  if (!mayReceive(c)) return endpointFailed(c, "irecvv");
+  const ucp_tag_t full = makeTag(c->connId, tag);
+  if (!mayPost(c, full)) return endpointFailed(c, "irecvv");
   Request* r = takeSlot(c);
   if (r == nullptr) return ncclSuccess;
   size_t total = 0;
   if (!fillIov(r, n, data, sizes, &total))
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/UCX : irecvv of %d buffers (1 to %d)", n, kMaxIov);
-  CHORUS_CHECK(
-      recvAs(c, r, r->iov, static_cast<size_t>(n), ucp_dt_make_iov(), makeTag(c->connId, tag), nullptr, "irecvv"));
+  CHORUS_CHECK(recvAs(c, r, r->iov, static_cast<size_t>(n), ucp_dt_make_iov(), full, nullptr, "irecvv"));
   *request = r;
   return ncclSuccess;
 }

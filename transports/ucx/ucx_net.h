@@ -41,7 +41,8 @@ struct Handle {
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a UCX handle must fit NCCL's handle");
 
 /// How long a receive may stay pending after its peer's endpoint failed before test() fails it: messages the peer
-/// sent just before closing may still be in flight on the data lane when the disconnect is seen.
+/// sent just before closing may still be in flight on the data lane when the disconnect is seen. A receive posted
+/// after it is taken only when its message already waits in the worker.
 constexpr std::chrono::milliseconds kPeerGoneGrace{1000};
 /// How long closing an endpoint may progress its worker (its flush waits for the peer to have everything) before the
 /// close is left to UCX.
