@@ -12,6 +12,7 @@ JOBS=$(nproc)
 NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 results=()
 failed=0
+failed_suites=()
 
 # generator_for DIR: Ninja for a new build directory. With Makefiles a target's objects wait until the libraries it
 # links are built, so in the HIP build every test object waited for the one long hipcc compile of the kernel; Ninja
@@ -24,6 +25,30 @@ generator_for() {
   else
     echo "Unix Makefiles"
   fi
+}
+
+# failure_excerpt DIR: for each of the first three tests that failed in DIR's last ctest run, the lines of its output
+# that say why: from just before its first gtest failure (or its last lines, when it printed none), at most 12.
+# Printed last, after the summary, where a log cut to its tail still shows them.
+failure_excerpt() {
+  local log=$1/Testing/Temporary/LastTest.log list=$1/Testing/Temporary/LastTestsFailed.log
+  [ -f "$log" ] && [ -f "$list" ] || return 0
+  local name
+  while IFS= read -r name; do
+    name=${name#*:}
+    echo "--- $name ---"
+    awk -v t="$name" '
+      $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); cur = ($0 == t); next }
+      cur && /^Output:$/ { inside = 1; getline; n = 0; first = 0; next }
+      cur && inside && /^<end of output>$/ { inside = 0; cur = 0; done = 1; next }
+      cur && inside { out[++n] = $0; if (!first && /Failure$|Failure:|^\[  FAILED  \]|[Tt]imeout|Segmentation|Abort/) first = n }
+      END {
+        if (!done && n == 0) { print "(no output recorded)"; exit }
+        from = first ? (first > 1 ? first - 1 : 1) : (n > 12 ? n - 11 : 1)
+        to = from + 11 < n ? from + 11 : n
+        for (i = from; i <= to; i++) print substr(out[i], 1, 300)
+      }' "$log"
+  done < <(head -3 "$list")
 }
 
 # run_build NAME DIR CMAKE_ARGS...: configure, build and run the CPU suite; records the outcome and goes on.
@@ -43,7 +68,10 @@ run_build() {
       mkdir -p "$(dirname "$costs")" && cp "$cost_seed" "$costs"
     fi
     hip_kernel_nice 19
-    (cd "$dir" && ctest -L cpu --output-on-failure -j2 --timeout 600 "${CTEST_ARGS[@]}") || status=$?
+    (cd "$dir" && ctest -L cpu --output-on-failure -j2 --timeout 600 "${CTEST_ARGS[@]}") || {
+      status=$?
+      failed_suites+=("$name $dir")
+    }
     hip_kernel_nice 0
   fi
   local msg="$name: build ${built}s, total $((SECONDS - start))s"
@@ -129,4 +157,8 @@ fi
 echo "=== summary ==="
 printf '%s\n' "${results[@]}"
 if [ ${#LAUNCHER[@]} -gt 0 ]; then ccache -s | grep -Ei "^(cacheable|  hits|  misses|hits|misses)" || true; fi
+for suite in "${failed_suites[@]}"; do
+  echo "=== why the ${suite%% *} suite failed ==="
+  failure_excerpt "${suite#* }"
+done
 exit "$failed"
