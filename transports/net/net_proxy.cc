@@ -1034,7 +1034,10 @@ std::string NetProxy::waitState(const Fifo* f, Stall* stall) {
   *stall = Stall::kUnknown;
   // The proxy holds passMu_ for a pass, which may be in a net call: wait for it a moment, not indefinitely.
   std::unique_lock<std::mutex> lock(passMu_, std::defer_lock);
-  for (int i = 0; i < 1000 && !lock.try_lock(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // By the clock, not by a count of 1 ms sleeps: on a loaded machine a thousand of them took seconds, until a test's
+  // 8 s hold of a net call ended, and the wait then found the proxy free and the peer's notice taken, not the hold.
+  const Clock::time_point giveUp = Clock::now() + std::chrono::seconds(1);
+  while (!lock.try_lock() && Clock::now() < giveUp) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const bool held = !lock.owns_lock();
   // A net call that does not return for a second (a plugin's connect that allocates hundreds of MB, say) is news,
   // and the reason a connection behind it was not taken up.
