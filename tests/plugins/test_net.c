@@ -24,6 +24,8 @@
  *   connect that allocates hundreds of MB may not on a loaded machine; the caller's thread is held in the net.
  * - CHORUS_TEST_NET_SLOW_TEST_S=s: the process's first test() does not return for s seconds, as a net's progress
  *   call may not when it waits inside (a provider's lock, a retry); the connection is open, its data in flight.
+ * - CHORUS_TEST_NET_SLOW_DEV=d: the held connect() or test() above is the first on device d rather than the process's
+ *   first, so that a call over another device can run before it.
  * - CHORUS_TEST_NET_FAIL=test:N: the process's Nth test() call (from 1) fails its comm, with a WARN that says so, as a
  *   net reports an error completion.
  */
@@ -221,6 +223,7 @@ typedef struct {
 typedef struct Comm {
   int fd;
   int isSend;
+  int dev;
   int failed; /* sticky: the connection is broken */
   Req reqs[kMaxReqs];
   int order[kMaxReqs]; /* slots in posting order (a ring indexed by sequence number) */
@@ -231,6 +234,7 @@ typedef struct Comm {
 
 typedef struct {
   int fd;
+  int dev;
 } ListenComm;
 
 static Logger gLog;
@@ -252,6 +256,8 @@ static int gStallDev = -1;
 static int gSlowConnectS = 0;
 /* CHORUS_TEST_NET_SLOW_TEST_S: how long the first test() holds its caller; 0 none. */
 static int gSlowTestS = 0;
+/* CHORUS_TEST_NET_SLOW_DEV: the device whose first connect() or test() is held; -1 any. */
+static int gSlowDev = -1;
 /* CHORUS_TEST_NET_FAIL=test:N: the test() call that fails (counted from 1 by gTests); 0 none. */
 static long gFailTest = 0;
 static long gTests = 0;
@@ -470,6 +476,8 @@ static ncclResult_t netInit(Logger log, int again) {
   gSlowConnectS = slow != NULL ? atoi(slow) : 0;
   const char* slowTest = getenv("CHORUS_TEST_NET_SLOW_TEST_S");
   gSlowTestS = slowTest != NULL ? atoi(slowTest) : 0;
+  const char* slowDev = getenv("CHORUS_TEST_NET_SLOW_DEV");
+  gSlowDev = slowDev != NULL && *slowDev != '\0' ? atoi(slowDev) : -1;
   gFailTest = failWhat != NULL && strncmp(failWhat, "test:", 5) == 0 ? atol(failWhat + 5) : 0;
   return ncclSuccess;
 }
@@ -542,6 +550,7 @@ static ncclResult_t netListen(int dev, void* handle, void** listenComm) {
     return ncclSystemError;
   }
   l->fd = fd;
+  l->dev = dev;
   memset(h, 0, sizeof(*h));
   h->magic = kHandleMagic;
   h->addr.sin_family = AF_INET;
@@ -553,13 +562,14 @@ static ncclResult_t netListen(int dev, void* handle, void** listenComm) {
   return ncclSuccess;
 }
 
-static Comm* newComm(int fd, int isSend) {
+static Comm* newComm(int fd, int isSend, int dev) {
   const int one = 1;
   Comm* c = (Comm*)calloc(1, sizeof(Comm));
   if (c == NULL) return NULL;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   c->fd = fd;
   c->isSend = isSend;
+  c->dev = dev;
   return c;
 }
 
@@ -568,7 +578,8 @@ static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
   *sendComm = NULL;
   if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
   if (dev == gStallDev) return ncclSuccess; /* never connects: called again, and again */
-  const int slowS = __atomic_exchange_n(&gSlowConnectS, 0, __ATOMIC_ACQ_REL); /* once a process */
+  /* Once a process (or a device, CHORUS_TEST_NET_SLOW_DEV). */
+  const int slowS = gSlowDev < 0 || dev == gSlowDev ? __atomic_exchange_n(&gSlowConnectS, 0, __ATOMIC_ACQ_REL) : 0;
   if (slowS > 0) {
     say(kLogInfo, __LINE__, "connect: held for %d s (CHORUS_TEST_NET_SLOW_CONNECT_S)", slowS);
     sleep((unsigned)slowS);
@@ -600,7 +611,7 @@ static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
     close(fd);
     return ncclSystemError;
   }
-  Comm* c = newComm(fd, 1);
+  Comm* c = newComm(fd, 1, dev);
   if (c == NULL) {
     close(fd);
     return ncclSystemError;
@@ -618,7 +629,7 @@ static ncclResult_t netAccept(void* listenComm, void** recvComm) {
     say(kLogWarn, __LINE__, "accept: %s", strerror(errno));
     return ncclSystemError;
   }
-  Comm* c = newComm(fd, 0);
+  Comm* c = newComm(fd, 0, l->dev);
   if (c == NULL) {
     close(fd);
     return ncclSystemError;
@@ -736,9 +747,10 @@ static ncclResult_t netIflush(void* recvComm, int n, void** data, int* sizes, vo
 static ncclResult_t netTest(void* request, int* done, int* sizes) {
   Req* r = (Req*)request;
   *done = 0;
-  /* Once a process; a plain read first, since every test() passes here. */
-  const int slowS =
-      __atomic_load_n(&gSlowTestS, __ATOMIC_RELAXED) > 0 ? __atomic_exchange_n(&gSlowTestS, 0, __ATOMIC_ACQ_REL) : 0;
+  /* Once a process (or a device); a plain read first, since every test() passes here. */
+  const int slowS = __atomic_load_n(&gSlowTestS, __ATOMIC_RELAXED) > 0 && (gSlowDev < 0 || r->comm->dev == gSlowDev)
+                        ? __atomic_exchange_n(&gSlowTestS, 0, __ATOMIC_ACQ_REL)
+                        : 0;
   if (slowS > 0) {
     say(kLogInfo, __LINE__, "test: held for %d s (CHORUS_TEST_NET_SLOW_TEST_S)", slowS);
     sleep((unsigned)slowS);

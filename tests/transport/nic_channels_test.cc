@@ -87,26 +87,37 @@ TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
 // not name it (kOther: the peer's failure passed on, say); anything else fails the test.
 enum Said { kNamed = 0, kOther = 2 };
 
-// Two ranks on two hosts, each with `env` set, whose first allreduce of `bytes` must fail with ncclRemoteError at
-// CHORUS_TIMEOUT_S (2 s) and never blame the peer ("made no progress"); `judge` reads a rank's error, and at least one
-// rank must name the cause itself (`what`, for the failure message).
+// Two ranks on two hosts, each with `env` set, whose allreduce of `bytes` must fail with ncclRemoteError at
+// CHORUS_TIMEOUT_S (`timeoutS`); `judge` reads a rank's error, and at least one rank must name the cause itself (`what`, for
+// the failure message). A rank that names its peer as silent ("made no progress") fails the test unless `judge`
+// accepts it (the peer's proxy held, say). With `warmBytes`, an allreduce of that size runs first under the suite's
+// deadline: both ranks then meet the short one at the same point, rather than one still in its
+// first call's setup (loading the GPU runtime, say, which a loaded machine may take seconds over) while the other's
+// deadline runs out on a connection the late one has not reached yet.
 void expectNamedAtTheDeadline(const std::function<void(int rank)>& env, size_t bytes,
-                              const std::function<Said(int rank, const std::string& err)>& judge, const char* what) {
+                              const std::function<Said(int rank, const std::string& err)>& judge, const char* what,
+                              size_t warmBytes = 0, int timeoutS = 2) {
   const std::vector<int> status = forkRanks(
       2,
       [&](int rank, const ncclUniqueId& id) {
         env(rank);
-        setenv("CHORUS_TIMEOUT_S", "2", 1);
         ncclResetDebugInit();
         chorus::paramsReload();
         ncclComm_t comm = nullptr;
         if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        if (warmBytes > 0) {
+          std::vector<float> warm(warmBytes / sizeof(float), float(rank + 1));
+          if (ncclAllReduce(warm.data(), warm.data(), warm.size(), ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+            return 11;
+          EXPECT_EQ(warm[0], 3.0f);
+        }
+        setenv("CHORUS_TIMEOUT_S", std::to_string(timeoutS).c_str(), 1);
+        chorus::paramsReload();
         std::vector<float> buf(bytes / sizeof(float), 1.0f);
         EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
                   ncclRemoteError);
         const std::string err = ncclGetLastError(comm);
         const Said said = judge(rank, err);
-        EXPECT_EQ(err.find("made no progress"), std::string::npos) << "the peer is blamed: " << err;
         EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
         return ::testing::Test::HasFailure() ? 1 : static_cast<int>(said);
       },
@@ -115,6 +126,11 @@ void expectNamedAtTheDeadline(const std::function<void(int rank)>& env, size_t b
   for (int r = 0; r < 2; r++)
     EXPECT_TRUE(exited(r, kNamed) || exited(r, kOther)) << "rank " << r << " " << describeStatus(status[r]);
   EXPECT_TRUE(exited(0, kNamed) || exited(1, kNamed)) << "no rank named " << what;
+}
+
+// Whether a rank's error says that its own net proxy stayed in one pass over its connections past the wait's second.
+bool namesHeldProxy(const std::string& err) {
+  return err.find("proxy was busy in one pass over its connections") != std::string::npos;
 }
 
 // A device the net offers but cannot connect through (the test net's connects on nic1 never complete): the
@@ -129,62 +145,77 @@ TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
       },
       4 << 20,  // above the floor: a channel a NIC
       [](int rank, const std::string& err) {
+        EXPECT_EQ(err.find("made no progress"), std::string::npos) << "the peer is blamed: " << err;
         // The rank whose deadline comes first names the connection; its failure notice may reach the other first.
         const bool own = err.find("its connection over net ChorusTestNet (dev 1, channel 1, ") != std::string::npos &&
                          err.find("rank " + std::to_string(1 - rank) + ") is not set up after ") != std::string::npos;
         const bool passedOn = err.find("not set up before the deadline") != std::string::npos;
-        EXPECT_TRUE(own || passedOn) << err;
+        // A machine loaded past its cores may keep a rank's proxy in one pass for over the second a wait gives it
+        // (seen once in 48 runs with the suite at ctest -j4 beside three more copies of these tests, on 2 cores): that
+        // rank says so, and blames nobody; the other must still name the connection.
+        EXPECT_TRUE(own || passedOn || namesHeldProxy(err)) << err;
         return own ? kNamed : kOther;
       },
-      "the connection itself");
+      "the connection itself", 64 << 10);  // below the floor: one channel, over the device that connects
 }
 
-// Two hosts over the test net, whose first call of one kind on each rank (`knob`: CHORUS_TEST_NET_SLOW_CONNECT_S or
-// _TEST_S) does not return for 6 s: past the 2 s deadline plus the second a wait gives the proxy.
+// Two hosts over the test net with two devices each, whose first call of one kind on device 1 on each rank (`knob`:
+// CHORUS_TEST_NET_SLOW_CONNECT_S or _TEST_S) does not return for 8 s: past the deadline (kHeldTimeoutS) plus the
+// second a wait gives the proxy. A call below the floor (one channel, over device 0) runs first, so that both ranks
+// are past their first call's setup when the held one comes; a call above it then takes a channel over device 1.
+// A held rank names its proxy only if the hold begins before the other rank's deadline (whose failure notice it would
+// otherwise take first, and pass on): a connect begins once the peer's handle came, which a heavily loaded machine
+// (the suite at ctest -j4 beside three more copies of these tests, on 2 cores) delayed past a 2 s deadline in 2 runs
+// of 54, hence 4 s.
+constexpr int kHeldTimeoutS = 4;
 std::function<void(int)> heldNetHosts(const char* knob) {
   return [knob](int rank) {
-    setenv("NCCL_HOSTID", rank == 0 ? "held-host-a" : "held-host-b", 1);
-    setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
-    setenv("NCCL_NET", "ChorusTestNet", 1);
-    setenv(knob, "6", 1);
+    twoNicHosts(rank);
+    setenv("NCCL_ALGO", "Ring", 1);
+    setenv("CHORUS_TEST_NET_SLOW_DEV", "1", 1);
+    setenv(knob, "8", 1);
   };
 }
 
-bool namesHeldProxy(const std::string& err) {
-  return err.find("proxy was busy in one pass over its connections") != std::string::npos;
+// The other rank may wait on its open connection over device 0, which the held proxy no longer serves: then it names
+// the held rank as silent, which it is.
+bool namesPeerSilent(int rank, const std::string& err) {
+  return err.find("rank " + std::to_string(1 - rank) + " made no progress") != std::string::npos &&
+         err.find("(dev 0, channel 0, from rank " + std::to_string(1 - rank) + ") is open") != std::string::npos;
 }
 
-// A net call that holds the proxy (the test net's first connect on each rank, as a plugin's connect that allocates
-// hundreds of MB may not return on a loaded machine): at CHORUS_TIMEOUT_S the rank cannot read its connections'
-// state, and its error says that its proxy was held in one pass, and blames no peer.
+// A net call that holds the proxy (the test net's first connect on device 1 on each rank, as a plugin's connect that
+// allocates hundreds of MB may not return on a loaded machine): at CHORUS_TIMEOUT_S the rank cannot read its
+// connections' state, and its error says that its proxy was held in one pass, and blames no peer.
 TEST(NicChannels, AProxyHeldInTheNetIsNamedAtTheDeadline) {
   expectNamedAtTheDeadline(
-      heldNetHosts("CHORUS_TEST_NET_SLOW_CONNECT_S"), 4096,
+      heldNetHosts("CHORUS_TEST_NET_SLOW_CONNECT_S"), 4 << 20,
       [](int rank, const std::string& err) {
-        // A rank whose proxy is held names it. The other's proxy, whose connections wait for the held one's, names
-        // the connection it waits on, or passes on the held rank's failure.
+        // A rank whose proxy is held names it. The other, whose connections wait for the held one's, names the
+        // connection it waits on, passes on the held rank's failure, or names the held rank as silent.
         const bool own = namesHeldProxy(err);
         const bool waiting = err.find("is not set up after ") != std::string::npos;
         const bool passedOn = err.find("rank " + std::to_string(1 - rank) + " failed") != std::string::npos ||
                               err.find("was not set up before the deadline") != std::string::npos;
-        EXPECT_TRUE(own || waiting || passedOn) << err;
+        EXPECT_TRUE(own || waiting || passedOn || namesPeerSilent(rank, err)) << err;
         return own ? kNamed : kOther;
       },
-      "its held proxy");
+      "its held proxy", 64 << 10, kHeldTimeoutS);
 }
 
 // The same, held later: a net call on an open connection, with the collective's data in flight (the test net's
-// first test() on each rank). The rank whose proxy is held names it, whatever state its connections were left in.
+// first test() on device 1 on each rank). The rank whose proxy is held names it, whatever state its connections were
+// left in.
 TEST(NicChannels, AProxyHeldInATestIsNamedAtTheDeadline) {
   expectNamedAtTheDeadline(
-      heldNetHosts("CHORUS_TEST_NET_SLOW_TEST_S"), 4096,
+      heldNetHosts("CHORUS_TEST_NET_SLOW_TEST_S"), 4 << 20,
       [](int rank, const std::string& err) {
         const bool own = namesHeldProxy(err);
         const bool passedOn = err.find("rank " + std::to_string(1 - rank) + " failed") != std::string::npos;
-        EXPECT_TRUE(own || passedOn) << err;
+        EXPECT_TRUE(own || passedOn || namesPeerSilent(rank, err)) << err;
         return own ? kNamed : kOther;
       },
-      "its proxy held in a test");
+      "its proxy held in a test", 64 << 10, kHeldTimeoutS);
 }
 
 #endif  // CHORUS_TEST_NET_V11
