@@ -612,7 +612,8 @@ TEST(NetUcx, MessagesWaitingWhenTheSenderLeftAreReceivedAfterTheGrace) {
   Conn c;
   ASSERT_NO_FATAL_FAILURE(connectPair(a, b, &c));
   std::vector<std::vector<char>> msgs;
-  ASSERT_NO_FATAL_FAILURE(sendMessages(c.send, 8, 1000, 40, &msgs));
+  // A FIFO slot's size (128 KB): UCX sends it in several fragments, all of which wait for the receive.
+  ASSERT_NO_FATAL_FAILURE(sendMessages(c.send, 8, size_t{128} << 10, 40, &msgs));
   // The sender closes and leaves (its context finalized, as at the end of a rank's process), while the receiving end
   // progresses its worker without posting a receive, until it learns that the peer's endpoint closed.
   std::thread sender([&a, comm = c.send] {
@@ -632,7 +633,7 @@ TEST(NetUcx, MessagesWaitingWhenTheSenderLeftAreReceivedAfterTheGrace) {
   std::this_thread::sleep_until(recvComm->failedAt + ucx::kPeerGoneGrace + std::chrono::milliseconds(100));
   ASSERT_NO_FATAL_FAILURE(expectMessages(c.recv, msgs));
   // A ninth receive has no message to take, and its peer is gone.
-  std::vector<char> buf(1000);
+  std::vector<char> buf(size_t{128} << 10);
   void* data = buf.data();
   size_t cap = buf.size();
   int tag = 0;
