@@ -199,7 +199,7 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
   ncclResult_t res = poll();
   if (res != ncclInProgress) return res;
   Deadline deadline = Deadline::fromEnv();
-  const double timeoutS = deadline.seconds();  // CHORUS_TIMEOUT_S, for the messages: a verdict's wait is shorter
+  const double timeoutS = deadline.seconds();  // CHORUS_TIMEOUT_S, for the messages: a verdict's wait has its own
   bool extended = false, awaitedVerdict = false;
   uint64_t nextLiveCheck = 0;  // monotonic ms
   Conn* conn = connOf(f);

@@ -562,6 +562,13 @@ static ncclResult_t netListen(int dev, void* handle, void** listenComm) {
   return ncclSuccess;
 }
 
+/* The hold a CHORUS_TEST_NET_SLOW_* knob sets for a call on device `dev`, taken once (a plain read first, since every
+   test() passes here): 0 when it was taken already, or is for another device (CHORUS_TEST_NET_SLOW_DEV). */
+static int takeHold(int* seconds, int dev) {
+  if (__atomic_load_n(seconds, __ATOMIC_RELAXED) <= 0 || (gSlowDev >= 0 && dev != gSlowDev)) return 0;
+  return __atomic_exchange_n(seconds, 0, __ATOMIC_ACQ_REL);
+}
+
 static Comm* newComm(int fd, int isSend, int dev) {
   const int one = 1;
   Comm* c = (Comm*)calloc(1, sizeof(Comm));
@@ -578,8 +585,7 @@ static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
   *sendComm = NULL;
   if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
   if (dev == gStallDev) return ncclSuccess; /* never connects: called again, and again */
-  /* Once a process (or a device, CHORUS_TEST_NET_SLOW_DEV). */
-  const int slowS = gSlowDev < 0 || dev == gSlowDev ? __atomic_exchange_n(&gSlowConnectS, 0, __ATOMIC_ACQ_REL) : 0;
+  const int slowS = takeHold(&gSlowConnectS, dev);
   if (slowS > 0) {
     say(kLogInfo, __LINE__, "connect: held for %d s (CHORUS_TEST_NET_SLOW_CONNECT_S)", slowS);
     sleep((unsigned)slowS);
@@ -747,10 +753,7 @@ static ncclResult_t netIflush(void* recvComm, int n, void** data, int* sizes, vo
 static ncclResult_t netTest(void* request, int* done, int* sizes) {
   Req* r = (Req*)request;
   *done = 0;
-  /* Once a process (or a device); a plain read first, since every test() passes here. */
-  const int slowS = __atomic_load_n(&gSlowTestS, __ATOMIC_RELAXED) > 0 && (gSlowDev < 0 || r->comm->dev == gSlowDev)
-                        ? __atomic_exchange_n(&gSlowTestS, 0, __ATOMIC_ACQ_REL)
-                        : 0;
+  const int slowS = takeHold(&gSlowTestS, r->comm->dev);
   if (slowS > 0) {
     say(kLogInfo, __LINE__, "test: held for %d s (CHORUS_TEST_NET_SLOW_TEST_S)", slowS);
     sleep((unsigned)slowS);

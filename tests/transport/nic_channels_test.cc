@@ -88,12 +88,12 @@ TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
 enum Said { kNamed = 0, kOther = 2 };
 
 // Two ranks on two hosts, each with `env` set, whose allreduce of `bytes` must fail with ncclRemoteError at
-// CHORUS_TIMEOUT_S (`timeoutS`); `judge` reads a rank's error, and at least one rank must name the cause itself (`what`, for
-// the failure message). A rank that names its peer as silent ("made no progress") fails the test unless `judge`
-// accepts it (the peer's proxy held, say). With `warmBytes`, an allreduce of that size runs first under the suite's
-// deadline: both ranks then meet the short one at the same point, rather than one still in its
-// first call's setup (loading the GPU runtime, say, which a loaded machine may take seconds over) while the other's
-// deadline runs out on a connection the late one has not reached yet.
+// CHORUS_TIMEOUT_S (`timeoutS`); `judge` reads a rank's error, and at least one rank must name the cause itself
+// (`what`, for the failure message). A rank that names its peer as silent ("made no progress") fails the test unless
+// `judge` accepts it (the peer's proxy held, say). With `warmBytes`, an allreduce of that size runs first under the
+// suite's deadline: both ranks then meet the short one at the same point, rather than one still in its first call's
+// setup, where a loaded machine may keep it for seconds, while the other's deadline runs out on a connection the late
+// one has not reached yet.
 void expectNamedAtTheDeadline(const std::function<void(int rank)>& env, size_t bytes,
                               const std::function<Said(int rank, const std::string& err)>& judge, const char* what,
                               size_t warmBytes = 0, int timeoutS = 2) {
