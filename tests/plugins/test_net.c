@@ -28,6 +28,10 @@
  *   first, so that a call over another device can run before it.
  * - CHORUS_TEST_NET_FAIL=test:N: the process's Nth test() call (from 1) fails its comm, with a WARN that says so, as a
  *   net reports an error completion.
+ * - chorusTestNetFailStaleReceives(ms), which a test calls through dlopen(RTLD_NOLOAD) and dlsym: from then on, the
+ *   first receive to wait ms for its data (counted from that call or its posting, whichever is later) fails its comm at
+ *   its next test(), with a WARN, as a net whose receives time out does. Once a process. A test arms it just before a
+ *   call whose peer sends nothing, so that the net fails the connection a known time into the call's wait.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -46,6 +50,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nccl.h"
@@ -218,6 +223,7 @@ typedef struct {
   size_t length; /* the message's length (a receive learns it from the header) */
   size_t dataDone;
   int done;
+  int64_t postedMs; /* CLOCK_MONOTONIC ms at posting */
 } Req;
 
 typedef struct Comm {
@@ -261,6 +267,16 @@ static int gSlowDev = -1;
 /* CHORUS_TEST_NET_FAIL=test:N: the test() call that fails (counted from 1 by gTests); 0 none. */
 static long gFailTest = 0;
 static long gTests = 0;
+/* chorusTestNetFailStaleReceives: when it was called (CLOCK_MONOTONIC ms; 0 never) and its ms; whether it fired. */
+static int64_t gStaleArmedMs = 0;
+static int gStaleMs = 0;
+static int gStaleFired = 0;
+
+static int64_t nowMs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 static void say(int level, int line, const char* fmt, ...) {
   char text[256];
@@ -400,6 +416,7 @@ static Req* newReq(Comm* c, char* data, size_t size) {
     r->used = 1;
     r->data = data;
     r->size = size;
+    r->postedMs = nowMs();
     c->order[c->posted % kMaxReqs] = s;
     c->posted++;
     return r;
@@ -750,6 +767,20 @@ static ncclResult_t netIflush(void* recvComm, int n, void** data, int* sizes, vo
   return ncclSuccess;
 }
 
+__attribute__((visibility("default"))) void chorusTestNetFailStaleReceives(int ms) {
+  __atomic_store_n(&gStaleMs, ms, __ATOMIC_RELAXED);
+  __atomic_store_n(&gStaleArmedMs, nowMs(), __ATOMIC_RELEASE);
+}
+
+/* Whether receive r is the first to have waited chorusTestNetFailStaleReceives's ms since it was armed. */
+static int staleReceive(const Req* r) {
+  const int64_t armed = __atomic_load_n(&gStaleArmedMs, __ATOMIC_ACQUIRE);
+  if (armed == 0 || __atomic_load_n(&gStaleFired, __ATOMIC_RELAXED)) return 0;
+  const int64_t since = r->postedMs > armed ? r->postedMs : armed;
+  if (nowMs() - since < gStaleMs) return 0;
+  return !__atomic_exchange_n(&gStaleFired, 1, __ATOMIC_ACQ_REL);
+}
+
 static ncclResult_t netTest(void* request, int* done, int* sizes) {
   Req* r = (Req*)request;
   *done = 0;
@@ -765,6 +796,11 @@ static ncclResult_t netTest(void* request, int* done, int* sizes) {
     return ncclSystemError;
   }
   progress(r->comm);
+  if (!r->done && !r->comm->isSend && staleReceive(r)) {
+    r->comm->failed = 1;
+    say(kLogWarn, __LINE__, "test: a receive waited %d ms for its data (chorusTestNetFailStaleReceives)", gStaleMs);
+    return ncclSystemError;
+  }
   if (!r->done) return r->comm->failed ? ncclSystemError : ncclSuccess;
   *done = 1;
   if (sizes != NULL) *sizes = (int)r->length;

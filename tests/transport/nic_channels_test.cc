@@ -3,10 +3,13 @@
 // collective runs two channels, below it one, and ncclGroupSimulateEnd's estimate must follow the same rule: it
 // equals the estimate of a communicator set to one channel (CHORUS_HOST_NCHANNELS=1) below the floor, and that of
 // one set to two above it, where two channels over two NICs take about half the time of one. And what a rank's
-// deadline says when the net holds a connection back: a device it cannot connect through, a call that does not return.
+// deadline says when the net holds a connection back: a device it cannot connect through, a call that does not return,
+// a connection it fails while a rank waits on it.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <functional>
 #include <string>
@@ -216,6 +219,60 @@ TEST(NicChannels, AProxyHeldInATestIsNamedAtTheDeadline) {
         return own ? kNamed : kOther;
       },
       "its proxy held in a test", 64 << 10, kHeldTimeoutS);
+}
+
+// A connection the net fails while a rank waits on it. A net error says that a connection broke, not who failed, so
+// the proxy waits up to a second for the peer's failure notice before it names the peer (docs/net.md). A deadline
+// that comes within that second must wait for the proxy's verdict, not blame the peer's silence while the net's error
+// is in hand. Rank 1 sends nothing after the warm-up (its thread sleeps; its proxy runs); rank 0's test net fails the
+// receive from it 300 ms into a call whose deadline is 1 s (chorusTestNetFailStaleReceives, as a net's receive
+// timeout). Rank 0's error then carries the net's words. A machine that keeps rank 0's proxy from the net for over 0.7
+// s may bring the deadline before the failure: the peer's silence on an open connection is then the right answer.
+TEST(NicChannels, ADeadlineThatFindsItsConnectionFailingAwaitsTheNetsVerdict) {
+  const std::vector<int> status = forkRanks(
+      2,
+      [](int rank, const ncclUniqueId& id) {
+        setenv("NCCL_HOSTID", rank == 0 ? "nic-host-a" : "nic-host-b", 1);
+        setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+        setenv("NCCL_NET", "ChorusTestNet", 1);
+        ncclResetDebugInit();
+        chorus::paramsReload();
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        std::vector<float> buf(16 << 10, float(rank + 1));  // 64 KB: one channel, one slot
+        if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+          return 11;
+        EXPECT_EQ(buf[0], 3.0f);
+        if (rank == 1) {
+          sleep(5);  // past rank 0's verdict (at most its 1 s deadline and RemoteTransport::kVerdictS after it)
+          EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
+                    ncclRemoteError);
+          EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+          return ::testing::Test::HasFailure() ? 1 : 0;
+        }
+        void* plugin = dlopen(CHORUS_TEST_NET_V11, RTLD_NOW | RTLD_NOLOAD);
+        auto failStale = plugin != nullptr
+                             ? reinterpret_cast<void (*)(int)>(dlsym(plugin, "chorusTestNetFailStaleReceives"))
+                             : nullptr;
+        if (failStale == nullptr) return 12;
+        setenv("CHORUS_TIMEOUT_S", "1", 1);
+        chorus::paramsReload();
+        failStale(300);
+        EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
+                  ncclRemoteError);
+        const std::string err = ncclGetLastError(comm);
+        fprintf(stderr, "rank 0: %s\n", err.c_str());
+        const bool verdict = err.find("a receive waited 300 ms for its data") != std::string::npos &&
+                             err.find("made no progress") == std::string::npos;
+        const bool silentOnOpen = err.find("rank 1 made no progress") != std::string::npos &&
+                                  err.find("(dev 0, channel 0, from rank 1) is open") != std::string::npos;
+        EXPECT_TRUE(verdict || silentOnOpen) << err;
+        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+        dlclose(plugin);
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      60);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 
 #endif  // CHORUS_TEST_NET_V11
