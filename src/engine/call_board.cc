@@ -160,23 +160,46 @@ bool CallBoard::readSlot(const Segment* seg, uint64_t seq, CallRecord* out) cons
   return before == seq && after == seq;
 }
 
+void CallBoard::mapPeer(Peer* peer) {
+  if (peer->seg != nullptr) return;
+  int err = 0;
+  const char* call = "";
+  auto* seg =
+      static_cast<Segment*>(shmMapNamed(segmentName(commHash_, peer->rank), sizeof(Segment), false, &err, &call));
+  if (seg != nullptr && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) != kBoardMagic) {
+    munmap(seg, sizeof(Segment));  // not made yet: the next look maps it again
+    seg = nullptr;
+  }
+  peer->seg = seg;
+  if (seg != nullptr) __atomic_add_fetch(&seg->mapped, 1, __ATOMIC_ACQ_REL);  // the one write to a peer's board
+}
+
+std::string CallBoard::conflictText(const CallRecord& mine, int peer, const CallRecord& theirs) const {
+  return "rank " + std::to_string(rank_) + ": device operation #" + std::to_string(mine.seq) + " does not match rank " +
+         std::to_string(peer) + "'s call at the same point: this rank called " + describeCall(mine) + ", rank " +
+         std::to_string(peer) + " called " + describeCall(theirs);
+}
+
+std::string CallBoard::differs(int peer, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CallRecord mine, theirs;
+  for (Peer& p : peers_) {
+    if (p.rank != peer || mine_ == nullptr) continue;
+    mapPeer(&p);
+    if (p.seg == nullptr || !readSlot(mine_, seq, &mine) || !readSlot(p.seg, seq, &theirs)) return std::string();
+    const bool same =
+        mine.count == theirs.count && mine.desc == theirs.desc && mine.root == theirs.root && mine.path == theirs.path;
+    return same ? std::string() : conflictText(mine, peer, theirs);
+  }
+  return std::string();
+}
+
 std::string CallBoard::check() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!conflict_.empty() || mine_ == nullptr) return conflict_;
   uint64_t oldest = UINT64_MAX;  // the oldest record some peer still has to be compared with
   for (Peer& peer : peers_) {
-    if (peer.seg == nullptr) {
-      int err = 0;
-      const char* call = "";
-      auto* seg =
-          static_cast<Segment*>(shmMapNamed(segmentName(commHash_, peer.rank), sizeof(Segment), false, &err, &call));
-      if (seg != nullptr && __atomic_load_n(&seg->magic, __ATOMIC_ACQUIRE) != kBoardMagic) {
-        munmap(seg, sizeof(Segment));  // not made yet: the next look maps it again
-        seg = nullptr;
-      }
-      peer.seg = seg;
-      if (seg != nullptr) __atomic_add_fetch(&seg->mapped, 1, __ATOMIC_ACQ_REL);  // the one write to a peer's board
-    }
+    mapPeer(&peer);
     for (const CallRecord& r : posted_) {
       if (peer.seg == nullptr) break;
       if (r.seq <= peer.compared) continue;
@@ -190,13 +213,7 @@ std::string CallBoard::check() {
         }
       }
       if (!held) break;  // not there yet
-      if (callsConflict(r, theirs)) {
-        conflict_ = "rank " + std::to_string(rank_) + ": device operation #" + std::to_string(r.seq) +
-                    " does not match rank " + std::to_string(peer.rank) +
-                    "'s call at the same point: this rank called " + describeCall(r) + ", rank " +
-                    std::to_string(peer.rank) + " called " + describeCall(theirs);
-        return conflict_;
-      }
+      if (callsConflict(r, theirs)) return conflict_ = conflictText(r, peer.rank, theirs);
       peer.compared = r.seq;
     }
     oldest = std::min(oldest, peer.compared);

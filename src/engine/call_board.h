@@ -71,6 +71,11 @@ class CallBoard {
   /// Returns the first conflict as "rank R: collective #S ... does not match rank P's call ..." ("" when none);
   /// once one is found, every later call returns it. Thread-safe.
   std::string check();
+  /// For a failure the kernels met before they compared the calls themselves (a peer whose kernel refused this
+  /// rank's call and stopped before its own flag went out): when this rank's and `peer`'s records of collective `seq`
+  /// are both on the boards and differ in the call (count, type, op, root) or its path, the text check() gives for a
+  /// conflict; else "". Thread-safe.
+  std::string differs(int peer, uint64_t seq);
   /// Segment name of a rank's board.
   static std::string segmentName(uint64_t commHash, int rank);
   /// Removes boards whose owner process and the peers' processes have all exited (what a killed rank leaves);
@@ -85,6 +90,9 @@ class CallBoard {
     uint64_t compared = 0;   ///< this rank's records up to this seq are compared with (or unknown to) it
   };
   bool readSlot(const Segment* seg, uint64_t seq, CallRecord* out) const;
+  /// Maps the peer's segment if it is not yet and the peer made it. Under mutex_.
+  void mapPeer(Peer* peer);
+  std::string conflictText(const CallRecord& mine, int peer, const CallRecord& theirs) const;
 
   uint64_t commHash_;
   int rank_;

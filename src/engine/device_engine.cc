@@ -384,7 +384,15 @@ ncclResult_t DeviceEngine::checkStatus() {
   int peer = st->peer;
   const char* stop = stopText(reason);  // nullptr: a peer's own failure
   char msg[1000];
-  if (st->what == kDevWaitDirect) {
+  // A peer whose kernel refused this rank's call (its flag carries the call) may stop before its own flag reaches
+  // this rank's kernel, which then sees only that the peer failed: the boards still hold both calls.
+  std::string differs;
+  if (board_ && st->what == kDevWaitIpc && stop == nullptr && reason != PoisonReason::kPeerDied)
+    differs = board_->differs(peer, st->seq);
+  if (!differs.empty()) {
+    code = ncclInvalidUsage;
+    snprintf(msg, sizeof(msg), "%s", differs.c_str());
+  } else if (st->what == kDevWaitDirect) {
     snprintf(msg, sizeof(msg),
              "rank %d: device operation #%lu (direct collective) stopped while waiting for rank %d's kernel to %s "
              "(block %d): %s",

@@ -97,6 +97,28 @@ TEST(CallBoard, WhatCountsAsAConflict) {
   EXPECT_FALSE(callsConflict(rec(3, 10, CallPath::kFifos), rec(4, 20, CallPath::kOneShot))) << "other collectives";
 }
 
+// Calls the kernels compare themselves are no conflict for check(), but a rank whose kernel saw only that the peer
+// failed (the peer refused this rank's call and stopped before its own flag went out) asks for that collective:
+// differs() names both calls where they differ, and says nothing where they match or a record is missing.
+TEST(CallBoard, DiffersNamesCallsTheKernelsCompare) {
+  const uint64_t h = testHash(6);
+  CallBoard a(h, 0, {1}), b(h, 1, {0});
+  ASSERT_NO_FATAL_FAILURE(openBoth(a, b));
+  a.post(rec(1, 100, CallPath::kOneShot));
+  b.post(rec(1, 100, CallPath::kOneShot));
+  a.post(rec(2, 100, CallPath::kOneShot, chorus::Coll::kBroadcast, 0));
+  EXPECT_EQ(a.differs(1, 2), "") << "rank 1 has not posted collective 2";
+  b.post(rec(2, 100, CallPath::kOneShot, chorus::Coll::kBroadcast, 1));
+  EXPECT_EQ(a.check(), "") << "the kernels compare these";
+  EXPECT_EQ(a.differs(1, 1), "") << "the same call";
+  const std::string text = a.differs(1, 2);
+  EXPECT_NE(text.find("rank 0: device operation #2 does not match rank 1's call"), std::string::npos) << text;
+  EXPECT_NE(text.find("root 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("root 1"), std::string::npos) << text;
+  EXPECT_NE(b.differs(0, 2).find("rank 1: device operation #2 does not match rank 0's call"), std::string::npos);
+  EXPECT_EQ(a.differs(2, 2), "") << "not a peer of this board";
+}
+
 // A peer that ran collectives on the host path posts nothing for them; one that never made a board (no device
 // operation yet) is not compared; one that posted more than a ring holds since the last look loses the oldest.
 TEST(CallBoard, GapsAreNotConflicts) {
