@@ -1,5 +1,6 @@
 #include "engine/device_connections.h"
 
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include "core/process.h"
 #include "core/timeout.h"
 #include "kernels/device_work.h"
+#include "topo/topology.h"
+#include "transports/remote.h"
 #include "transports/shm/shm.h"
 
 namespace chorus {
@@ -22,6 +25,16 @@ IntParam kP2PRead{"CHORUS_P2P_READ", 0,
                   "Device connections: 0 (write mode) puts each FIFO in the receiver's GPU memory and the sender "
                   "writes across the link; 1 (read mode) puts it in the sender's memory and the receiver reads.",
                   "transport"};
+IntParam kP2PDisable{"NCCL_P2P_DISABLE", 0,
+                     "1: GPUs of one host never map each other's memory (device FIFOs between them in pinned host "
+                     "memory; windows not mapped across GPUs), as NCCL_P2P_LEVEL=LOC.",
+                     "transport"};
+StrParam kP2PLevel{"NCCL_P2P_LEVEL", "",
+                   "The farthest path between two GPUs of a host over which they map each other's memory: LOC "
+                   "(never), NVL (an NVLink or xGMI link), PIX, PXB, PHB, SYS, or NCCL's 0-5. A link counts as "
+                   "nearer than any PCI path; the classes come from the host topology (docs/topology.md), and a "
+                   "pair it does not place is taken as SYS. Unset: wherever the GPU runtime allows.",
+                   "transport"};
 
 constexpr size_t kRendezvousBytes = 4096;           ///< one page per rendezvous record
 constexpr uint64_t kReady = 0x63686f7275734456ull;  // "chorusDV"
@@ -49,6 +62,41 @@ void releaseShared(GpuRuntime* rt, void* p) {
 }  // namespace
 
 bool p2pReadSetting() { return kP2PRead.get() != 0; }
+
+std::string p2pPolicySetting() {
+  return std::to_string(kP2PDisable.get()) + "/" + (kP2PLevel.isSet() ? kP2PLevel.get() : std::string("-"));
+}
+
+bool p2pPermitted(const ncclComm* comm, int peer, std::string* why) {
+  const PeerInfo& me = comm->peers[comm->rank];
+  const PeerInfo& far = comm->peers[peer];
+  if (me.busId >= 0 ? me.busId == far.busId : me.cudaDev == far.cudaDev) return true;  // one GPU
+  if (kP2PDisable.get() != 0) return (*why = "NCCL_P2P_DISABLE=" + std::to_string(kP2PDisable.get())), false;
+  if (!kP2PLevel.isSet()) return true;
+  const std::string level = kP2PLevel.get(), setting = "NCCL_P2P_LEVEL=" + level;
+  const bool linkOnly = strcasecmp(level.c_str(), "NVL") == 0 || strcasecmp(level.c_str(), "NVB") == 0 ||
+                        strcasecmp(level.c_str(), "C2C") == 0;
+  int farthest = static_cast<int>(PathClass::kSYS);
+  if (!linkOnly && !parseGdrLevel(level, &farthest)) {
+    static std::once_flag warned;
+    std::call_once(warned,
+                   [&setting] { WARN("%s is not LOC, NVL, PIX, PXB, PHB, SYS or 0-5: ignored", setting.c_str()); });
+    return true;
+  }
+  if (!linkOnly && farthest < 0) return (*why = setting), false;
+  const HostTopology& t = processTopology();
+  const int a = topologyGpuIndex(t, me.busId), b = topologyGpuIndex(t, far.busId);
+  const bool placed = a >= 0 && b >= 0;
+  if (placed && t.gpuLink(a, b) != nullptr) return true;
+  const std::string pair =
+      "GPUs " + (a >= 0 ? t.gpus[a].busId : std::string("?")) + " and " + (b >= 0 ? t.gpus[b].busId : std::string("?"));
+  if (linkOnly) return (*why = setting + ", and the host topology has no NVLink or xGMI link between " + pair), false;
+  const PathClass c = placed ? t.gpuGpu(a, b) : PathClass::kSYS;
+  if (c != PathClass::kNone && static_cast<int>(c) <= farthest) return true;
+  *why = setting + ", and " + pair + " are " + pathClassName(c) + " apart" +
+         (placed ? "" : " (the host topology does not place them)");
+  return false;
+}
 
 std::string describeDevChannel(int ch) {
   if (ch == kDevIpcChannel) return "inboxes";
@@ -204,7 +252,11 @@ ncclResult_t DeviceConnections::publish(int ch, int peer, bool isSend, DevConn* 
   r.ownerDev = comm_->cudaDev;
   size_t bytes = bytesFor(ch);
   bool samePid = far.pid == me.pid;
-  if (rt_->canAccessPeer(comm_->cudaDev, far.cudaDev)) {
+  std::string notP2p;
+  if (!p2pPermitted(comm_, peer, &notP2p))
+    INFO(kP2P, "rank %d: device connection %s %s rank %d in pinned host memory: %s", comm_->rank,
+         describeDevChannel(ch).c_str(), isSend ? "to" : "from", peer, notP2p.c_str());
+  if (notP2p.empty() && rt_->canAccessPeer(comm_->cudaDev, far.cudaDev)) {
     ncclResult_t res = rt_->deviceAlloc(bytes, &c->ownedDev);
     // One reference for this end and, when the peer is a thread of this process, one for the peer taken now:
     // the peer may still be reading after this communicator is destroyed. (If it never opens, the FIFO lives

@@ -31,6 +31,17 @@ namespace chorus {
 /// CHORUS_P2P_READ as set in the environment.
 bool p2pReadSetting();
 
+/// NCCL_P2P_DISABLE and NCCL_P2P_LEVEL as set, for the settings every rank must share.
+std::string p2pPolicySetting();
+
+/// Whether NCCL_P2P_DISABLE and NCCL_P2P_LEVEL let this rank's GPU and `peer`'s (another GPU of this host) map each
+/// other's memory, as NCCL's P2P transport does: unset, wherever the GPU runtime allows it; LOC (or
+/// NCCL_P2P_DISABLE=1) never; NVL over an NVLink or xGMI link the host topology has between the two; PIX, PXB, PHB
+/// or SYS (or NCCL's 0-5) over such a link, or where the topology puts their PCI path at that class or nearer. When
+/// not, *why says which setting and what the topology says of the pair; the FIFOs between them are then in pinned host
+/// memory, and registered windows do not map each other. Ranks sharing a GPU are not P2P: they always may.
+bool p2pPermitted(const ncclComm* comm, int peer, std::string* why);
+
 /// The pseudo-channel of the allreduce inboxes between co-located processes (kernels/device_ipc.h): a connection
 /// per ordered pair, in the receiver's memory (write mode), of DeviceConnections::setInboxBytes bytes.
 constexpr int kDevIpcChannel = kDevMaxBlocks;

@@ -113,7 +113,7 @@ std::string deviceEnvKey() {
          std::to_string(p2pReadSetting()) + "|" + std::to_string(kDevDirect.get()) + "|" +
          std::to_string(kDevIpc.get()) + "|" + std::to_string(kDevOneShotMax.get()) + "|" +
          std::to_string(kDevIpcMax.get()) + "|" + std::to_string(kDevIpcBlocks.get()) + "|" +
-         std::to_string(kDevWindows.get());
+         std::to_string(kDevWindows.get()) + "|" + p2pPolicySetting();
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include "core/checks.h"
 #include "core/debug.h"
+#include "engine/device_connections.h"
 #include "kernels/device_work.h"
 #include "runtime/runtime.h"
 
@@ -113,6 +114,12 @@ bool WindowTable::mapPeers(ncclWindow_vidmem* win, const std::vector<Entry>& all
     const Entry& e = all[static_cast<size_t>(q)];
     const PeerInfo& p = comm_->peers[q];
     if (p.cudaDev != comm_->cudaDev) {
+      std::string notP2p;
+      if (!p2pPermitted(comm_, q, &notP2p)) {
+        INFO(kReg, "rank %d: GPU %d does not map GPU %d (rank %d): %s", me, comm_->cudaDev, p.cudaDev, q,
+             notP2p.c_str());
+        return false;
+      }
       if (!rt->canAccessPeer(comm_->cudaDev, p.cudaDev)) {
         INFO(kReg, "rank %d: GPU %d cannot map GPU %d (rank %d)", me, comm_->cudaDev, p.cudaDev, q);
         return false;

@@ -775,6 +775,84 @@ TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
   std::remove(topo.c_str());
 }
 
+// NCCL_P2P_DISABLE and NCCL_P2P_LEVEL, as NCCL's P2P transport takes them: two processes of one host on emulated
+// GPUs that can map each other's memory, over the DGX H100 topology with three of its GPUs at the emulated bus ids
+// (devices 0 and 1 on one PCI switch, PIX; device 2 behind the host bridge, PHB), with or without its NVLink. The
+// device FIFOs between them are in GPU memory where the setting allows it, else in pinned host memory with an INFO
+// line that says why; the allreduce is right either way.
+TEST(DevicePathTopology, P2pLevelAndDisableDecideWhereFifosLive) {
+  const std::string linked = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:43:00.0"}, "p2p");
+  std::string xml = readFile(linked), unlinkedXml;
+  for (size_t at = 0, end; at < xml.size(); at = end + 1) {
+    end = xml.find('\n', at);
+    if (end == std::string::npos) end = xml.size();
+    const std::string line = xml.substr(at, end - at);
+    if (line.find("ChorusGPULink") == std::string::npos) unlinkedXml += line + "\n";
+  }
+  const std::string unlinked = linked + ".pci.xml";
+  std::ofstream(unlinked) << unlinkedXml;
+
+  gEmu.devices = 3;
+  gEmu.peerAccess = true;
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  const std::string log = "/tmp/chorus-p2p-log-" + std::to_string(getpid());
+  // Rank 0 on device 0, rank 1 on `peerDevice`; returns what rank 0 logged of its device connections.
+  auto run = [&](const std::string& topo, int peerDevice, const char* name, const char* value) {
+    return forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
+          setenv("NCCL_ALGO", "Ring", 1);
+          setenv("CHORUS_DEVICE_IPC", "0", 1);  // the ring's FIFOs, not the inboxes (which are placed alike)
+          if (name != nullptr) setenv(name, value, 1);
+          if (rank == 0) logInfoTo(log, "P2P");  // rank 0 owns the FIFOs it receives on: it says where they are
+          ncclResetDebugInit();
+          chorus::paramsReload();
+          return allReduceOnDevice(rank, 2, rank == 0 ? 0 : peerDevice, id, 100000);
+        },
+        log);
+  };
+  const std::string inGpu = "via p2p/IPC", inHost = "via shm (pinned host memory)";
+  struct Case {
+    const std::string& topo;
+    int peerDevice;
+    const char* name;
+    const char* value;
+    const char* why;  // nullptr: in GPU memory
+  };
+  const Case cases[] = {
+      {unlinked, 2, nullptr, nullptr, nullptr},  // unset: wherever the runtime allows
+      {unlinked, 1, "NCCL_P2P_LEVEL", "PIX", nullptr},
+      {unlinked, 2, "NCCL_P2P_LEVEL", "PIX",
+       "NCCL_P2P_LEVEL=PIX, and GPUs 0000:00:00.0 and 0000:00:02.0 are PHB apart"},
+      {unlinked, 2, "NCCL_P2P_LEVEL", "3", nullptr},  // NCCL's number for PHB
+      {unlinked, 1, "NCCL_P2P_LEVEL", "LOC", "NCCL_P2P_LEVEL=LOC"},
+      {unlinked, 1, "NCCL_P2P_DISABLE", "1", "NCCL_P2P_DISABLE=1"},
+      {unlinked, 1, "NCCL_P2P_LEVEL", "NVL",
+       "NCCL_P2P_LEVEL=NVL, and the host topology has no NVLink or xGMI link between GPUs 0000:00:00.0 and "
+       "0000:00:01.0"},
+      {linked, 2, "NCCL_P2P_LEVEL", "NVL", nullptr},  // NVLink is nearer than any PCI path
+      {linked, 2, "NCCL_P2P_LEVEL", "PIX", nullptr},
+  };
+  for (const Case& c : cases) {
+    const std::string text = run(c.topo, c.peerDevice, c.name, c.value);
+    const std::string what = std::string(c.name ? c.name : "unset") + "=" + (c.value ? c.value : "") + ", device " +
+                             std::to_string(c.peerDevice) + (&c.topo == &linked ? ", NVLink" : ", PCI only");
+    if (c.why == nullptr) {
+      EXPECT_NE(text.find(inGpu), std::string::npos) << what << "\n" << text;
+      EXPECT_EQ(text.find(inHost), std::string::npos) << what << "\n" << text;
+    } else {
+      EXPECT_NE(text.find(inHost), std::string::npos) << what << "\n" << text;
+      EXPECT_EQ(text.find(inGpu), std::string::npos) << what << "\n" << text;
+      EXPECT_NE(text.find(std::string("in pinned host memory: ") + c.why), std::string::npos) << what << "\n" << text;
+    }
+  }
+  chorus::setGpuRuntimeForTesting(nullptr);
+  gEmu.devices = 1;
+  std::remove(linked.c_str());
+  std::remove(unlinked.c_str());
+}
+
 #ifdef CHORUS_TEST_NET_V11
 // In a rank process of two ranks: rank 0 on host dgx-a and rank 1 on dgx-b, both with the topology file `topo`,
 // over the test net plugin offering the node's eight HCAs by name (all over one TCP interface), logging INIT and NET
