@@ -23,6 +23,24 @@ namespace {
 
 constexpr unsigned kConfigMagic = 0xcafebeef;
 
+// As NCCL, these override every communicator's config (ncclCommInitRank's default one included).
+IntParam kCommBlocking{"NCCL_COMM_BLOCKING", -1,
+                       "0 or 1: every communicator's config.blocking, whatever the program set (0: init, split and "
+                       "shrink return ncclInProgress and finish in the background). Other values: the config's.",
+                       "general"};
+IntParam kMaxCtas{"NCCL_MAX_CTAS", -1,
+                  "Above 0: every communicator's config.maxCTAs, the most blocks (CTAs) one device-path launch of "
+                  "it uses. The communicator takes the smallest of its ranks' values (and of NCCL_MAX_NCHANNELS).",
+                  "general"};
+IntParam kMinCtas{"NCCL_MIN_CTAS", -1,
+                  "Above 0: every communicator's config.minCTAs (checked against maxCTAs; chorus sizes each launch by "
+                  "its call and does not raise it to this).",
+                  "general"};
+IntParam kMaxNChannels{"NCCL_MAX_NCHANNELS", -1,
+                       "Above 0: the most channels, and so blocks, one device-path launch uses, as config.maxCTAs "
+                       "(the smaller wins). Host-path channels are CHORUS_HOST_NCHANNELS'.",
+                       "general"};
+
 // Reads the fields of a user config that its `size` covers (older layouts are accepted).
 ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, CommConfig* out) {
   *out = inherit ? *inherit : CommConfig{};
@@ -47,13 +65,27 @@ ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, Com
     if (cfg->maxCTAs <= 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.maxCTAs must be > 0, got %d", cfg->maxCTAs);
     out->maxCTAs = cfg->maxCTAs;
   }
-  if (out->minCTAs > out->maxCTAs)
+  if (out->maxCTAs > 0 && out->minCTAs > out->maxCTAs)
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.minCTAs (%d) exceeds config.maxCTAs (%d)", out->minCTAs,
                 out->maxCTAs);
   if (cfg->size >= offsetof(ncclConfig_t, netName) + sizeof(char*) && cfg->netName) out->netName = cfg->netName;
   if (has(offsetof(ncclConfig_t, splitShare)) && cfg->splitShare != NCCL_CONFIG_UNDEF_INT)
     out->splitShare = cfg->splitShare;
   if (cfg->size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && cfg->commName) out->commName = cfg->commName;
+  return ncclSuccess;
+}
+
+// The config as NCCL's environment overrides leave it.
+ncclResult_t configWithEnv(const ncclConfig_t* cfg, const CommConfig* inherit, CommConfig* out) {
+  CHORUS_CHECK(parseConfig(cfg, inherit, out));
+  const int64_t blocking = kCommBlocking.get();
+  if (blocking == 0 || blocking == 1) out->blocking = static_cast<int>(blocking);
+  if (kMaxCtas.get() > 0) out->maxCTAs = static_cast<int>(std::min<int64_t>(kMaxCtas.get(), INT32_MAX));
+  if (kMinCtas.get() > 0) out->minCTAs = static_cast<int>(std::min<int64_t>(kMinCtas.get(), INT32_MAX));
+  if (out->maxCTAs > 0 && out->minCTAs > out->maxCTAs)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument,
+                "minCTAs (%d) exceeds maxCTAs (%d), from the config and NCCL_MIN_CTAS/NCCL_MAX_CTAS", out->minCTAs,
+                out->maxCTAs);
   return ncclSuccess;
 }
 
@@ -83,6 +115,9 @@ ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
     mine.busId = rt->busId(comm->cudaDev);
     mine.deviceBlocks = static_cast<uint32_t>(std::max(0, rt->maxResidentBlocks(comm->cudaDev)));
   }
+  mine.maxBlocks = comm->config.maxCTAs;
+  if (kMaxNChannels.get() > 0 && (mine.maxBlocks == 0 || kMaxNChannels.get() < mine.maxBlocks))
+    mine.maxBlocks = static_cast<int32_t>(std::min<int64_t>(kMaxNChannels.get(), INT32_MAX));
   mine.version = NCCL_VERSION_CODE;
   mine.envHash = engineEnvHash();
   mine.calibrate = calibrateSetting();
@@ -116,7 +151,7 @@ ncclResult_t commInitRankImpl(ncclComm_t* out, int nranks, const ncclUniqueId& i
   if (rank < 0 || rank >= nranks)
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRank: rank %d is out of range [0, %d)", rank, nranks);
   CommConfig cfg;
-  CHORUS_CHECK(parseConfig(config, inherit, &cfg));
+  CHORUS_CHECK(configWithEnv(config, inherit, &cfg));
   ncclComm* comm = new ncclComm();
   comm->rank = rank;
   comm->nranks = nranks;
@@ -434,7 +469,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   job.color = color;
   job.key = key;
   job.newcomm = newcomm;
-  CHORUS_CHECK(parseConfig(config, &comm->config, &job.config));
+  CHORUS_CHECK(configWithEnv(config, &comm->config, &job.config));
   comm->splitCount++;
   return startChildJob(std::move(job));
 }
@@ -467,7 +502,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
   job.newcomm = newcomm;
   for (int r = 0; r < comm->nranks; r++)
     if (!excluded[r]) job.members.push_back(r);
-  CHORUS_CHECK(parseConfig(config, &comm->config, &job.config));
+  CHORUS_CHECK(configWithEnv(config, &comm->config, &job.config));
   if (shrinkFlags == NCCL_SHRINK_ABORT && comm->engine) {
     // Stop whatever the parent is doing (a peer may be dead), then keep only the bootstrap.
     comm->abortFlag.store(1);

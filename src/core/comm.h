@@ -27,7 +27,7 @@ class Worker;
 struct CommConfig {
   int blocking = 1;
   int minCTAs = 1;
-  int maxCTAs = 32;
+  int maxCTAs = 0;  ///< 0: not set (no cap beyond the device's)
   int splitShare = 0;
   std::string commName;
   std::string netName;

@@ -330,5 +330,49 @@ TEST(DeviceLanesStaging, AcrossHostsThroughTheNetProxy) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// config.maxCTAs, NCCL_MAX_CTAS and NCCL_MAX_NCHANNELS cap the blocks of every launch (NCCL's CTAs); ranks that
+// disagree take the smallest, so that their launches still pair up. Two processes with the lane settings above: rank
+// 0 asks for `config0` blocks in its config (0: the default), rank 1 sets `env1` (NCCL_MAX_CTAS or
+// NCCL_MAX_NCHANNELS) to 1; the allreduce's launch has the blocks the smallest cap leaves, and its result is right.
+TEST(DeviceLanesCap, MaxCtasCapsEveryLaunchAtTheRanksSmallest) {
+  struct Case {
+    int config0;
+    const char* env1;
+    int blocks;  // of the launch: channels x lanes
+  };
+  const Case cases[] = {
+      {0, nullptr, kChannels * chorus::kDevMaxLanes},  // no cap: every lane the bytes warrant
+      {3, nullptr, kChannels},                         // 3 blocks: both channels, one lane each
+      {0, "NCCL_MAX_CTAS", 1},
+      {0, "NCCL_MAX_NCHANNELS", 1},
+  };
+  for (const Case& k : cases) {
+    auto status = forkRanks(2, [&k](int rank, const ncclUniqueId& id) {
+      setenv("CHORUS_DEVICE_IPC", "0", 1);
+      setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(kChannels).c_str(), 1);
+      setenv("CHORUS_DEVICE_CHANNEL_BYTES", std::to_string(kChannelBytes).c_str(), 1);
+      setenv("CHORUS_FIFO_SLOTS", "4", 1);
+      setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+      setenv("NCCL_PROTO", "Simple", 1);
+      if (rank == 1 && k.env1 != nullptr) setenv(k.env1, "1", 1);
+      chorus::paramsReload();
+      installEmu(gEmu);
+      gEmu.concurrentBlocks = true;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      if (rank == 0 && k.config0 > 0) config.maxCTAs = k.config0;
+      ncclComm_t comm = nullptr;
+      if (ncclCommInitRankConfig(&comm, 2, id, rank, &config) != ncclSuccess) return 10;
+      RankCtx c{rank, 2, comm};
+      checkAllReduce(gEmu, c, ncclFloat32, ncclSum, 100000, false, laneLaunches, k.blocks > kChannels);
+      EXPECT_EQ(gEmu.lastChannels.load(), k.blocks);
+      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+      return ::testing::Test::HasFailure() ? 1 : 0;
+    });
+    for (int r = 0; r < 2; r++)
+      EXPECT_EQ(status[r], 0) << "config.maxCTAs " << k.config0 << ", " << (k.env1 ? k.env1 : "-") << ": rank " << r
+                              << " " << describeStatus(status[r]);
+  }
+}
+
 }  // namespace
 }  // namespace chorus_test

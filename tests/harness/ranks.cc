@@ -198,4 +198,11 @@ void logInfoTo(const std::string& logPath, const char* subsys) {
   setenv("NCCL_DEBUG_FILE", logPath.c_str(), 1);
 }
 
+void reloadEnv() {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
+}
+
 }  // namespace chorus_test

@@ -64,4 +64,7 @@ std::string forkRanksForLog(int n, const std::function<int(int rank, const ncclU
 /// caller then reloads the parameters (chorus::paramsReload or ncclResetDebugInit) before its communicator.
 void logInfoTo(const std::string& logPath, const char* subsys);
 
+/// Makes chorus read its NCCL_* and CHORUS_* variables again (ncclResetDebugInit, which nccl.h marks deprecated).
+void reloadEnv();
+
 }  // namespace chorus_test

@@ -162,6 +162,18 @@ TEST_F(ApiArgs, ConfigValidation) {
   ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
   cfg2.blocking = 7;
   expectError(ncclCommInitRankConfig(&c, 1, id, 0, &cfg2), ncclInvalidArgument, nullptr, "blocking");
+  ncclConfig_t cfg3 = NCCL_CONFIG_INITIALIZER;
+  cfg3.minCTAs = 8;
+  cfg3.maxCTAs = 4;
+  expectError(ncclCommInitRankConfig(&c, 1, id, 0, &cfg3), ncclInvalidArgument, nullptr, "minCTAs (8) exceeds");
+  cfg3.minCTAs = 1;
+  setenv("NCCL_MIN_CTAS", "8", 1);  // the environment overrides the config, then the two are checked
+  chorus_test::reloadEnv();
+  expectError(ncclCommInitRankConfig(&c, 1, id, 0, &cfg3), ncclInvalidArgument, nullptr, "NCCL_MIN_CTAS");
+  unsetenv("NCCL_MIN_CTAS");
+  chorus_test::reloadEnv();
+  cfg3.maxCTAs = 0;
+  expectError(ncclCommInitRankConfig(&c, 1, id, 0, &cfg3), ncclInvalidArgument, nullptr, "maxCTAs must be > 0");
   expectError(ncclCommInitRank(&c, 2, id, 2), ncclInvalidArgument, nullptr, "rank 2 is out of range");
   expectError(ncclCommInitRank(&c, 0, id, 0), ncclInvalidArgument, nullptr, "nranks 0");
   expectError(ncclCommInitRank(nullptr, 1, id, 0), ncclInvalidArgument, nullptr, "comm pointer is NULL");

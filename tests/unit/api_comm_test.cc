@@ -54,6 +54,41 @@ TEST(ApiComm, NonblockingInit) {
   for (auto& t : threads) t.join();
 }
 
+// NCCL_COMM_BLOCKING overrides every communicator's config.blocking, as in NCCL: 0 makes ncclCommInitRank (whose
+// default config blocks) return ncclInProgress and finish in the background; 1 makes a nonblocking config block.
+TEST(ApiComm, CommBlockingOverridesTheConfig) {
+  for (const char* blocking : {"0", "1"}) {
+    setenv("NCCL_COMM_BLOCKING", blocking, 1);
+    chorus_test::reloadEnv();
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; r++) {
+      threads.emplace_back([&, r]() {
+        ncclComm_t comm = nullptr;
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        const bool nonblocking = blocking[0] == '0';
+        ncclResult_t res =
+            nonblocking ? ncclCommInitRank(&comm, 3, id, r) : ncclCommInitRankConfig(&comm, 3, id, r, &cfg);
+        ASSERT_EQ(res, nonblocking ? ncclInProgress : ncclSuccess) << ncclGetErrorString(res);
+        ncclResult_t async = ncclInProgress;
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (async == ncclInProgress && std::chrono::steady_clock::now() < end) {
+          ASSERT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(comm);
+        checkSum(comm);
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  unsetenv("NCCL_COMM_BLOCKING");
+  chorus_test::reloadEnv();
+}
+
 TEST(ApiComm, GroupedInitFromOneThread) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
