@@ -24,8 +24,8 @@ namespace {
 
 StrParam kNetName{
     "NCCL_NET", "",
-    "The net between hosts: Socket, IB, UCX, or an external net plugin's name. Unset: a plugin with devices, "
-    "then IB, then Socket (docs/net.md).",
+    "The net between hosts: Socket, IB, UCX, or an external net plugin's name. Unset: the communicator's "
+    "config.netName, else a plugin with devices, then IB, then Socket (docs/net.md).",
     "transports"};
 StrParam kNetGdrLevel{"NCCL_NET_GDR_LEVEL", "",
                       "Device buffers between hosts: the farthest PCI distance between a GPU and its NIC at which the "
@@ -111,13 +111,16 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
 // This rank's choice, initialized; the socket net when nothing better runs. A net that NCCL_NET names but cannot run is
 // an error.
 ncclResult_t choose(ncclComm* comm, NetChoice* net) {
-  const std::string want = kNetName.get();
+  // As NCCL: NCCL_NET wins over the communicator's config.netName.
+  const bool fromEnv = !kNetName.get().empty();
+  const std::string want = fromEnv ? kNetName.get() : comm->config.netName;
+  const std::string setting = fromEnv ? "NCCL_NET" : "config.netName";
   std::string pluginWhy;
   int pluginVersion = 0;
   const ncclNet_v11_t* plugin = pluginNet(&pluginWhy, &pluginVersion);
   std::string why;
   if (!want.empty()) {
-    const std::string because = "NCCL_NET=" + want;
+    const std::string because = setting + "=" + want;
     const ncclNet_v11_t* api = nullptr;
     std::string missing;
     if (plugin != nullptr && sameName(want, plugin->name)) {
@@ -133,8 +136,8 @@ ncclResult_t choose(ncclComm* comm, NetChoice* net) {
     } else {
       const std::string others = plugin != nullptr ? std::string(", and the plugin ") + plugin->name
                                                    : "; no net plugin is loaded (" + pluginWhy + ")";
-      CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: NCCL_NET=%s names no net: chorus has Socket, IB and UCX%s",
-                  comm->rank, want.c_str(), others.c_str());
+      CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: %s names no net: chorus has Socket, IB and UCX%s", comm->rank,
+                  because.c_str(), others.c_str());
     }
     if (api == nullptr)
       CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: %s: %s", comm->rank, because.c_str(), missing.c_str());

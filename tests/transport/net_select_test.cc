@@ -28,9 +28,11 @@ constexpr int kTimeoutS = 10;
 // Exit codes of a rank.
 enum : int { kOk = 0, kInitSucceeded = 10, kWrongCode = 11, kWrongText = 12, kInitFailed = 13, kWrongProxy = 14 };
 
-// Runs n ranks, each on its own host, with env(rank) applied before init; returns each rank's exit status.
+// Runs n ranks, each on its own host, with env(rank) applied before init (and config.netName `netName`, when not
+// null); returns each rank's exit status.
 std::vector<int> runHosts(int n, const std::function<void(int)>& env, const std::function<int(int, ncclComm_t)>& use,
-                          const std::function<int(int, ncclResult_t, const std::string&)>& onFail) {
+                          const std::function<int(int, ncclResult_t, const std::string&)>& onFail,
+                          const char* netName = nullptr) {
   return forkRanks(
       n,
       [&](int rank, const ncclUniqueId& id) {
@@ -38,7 +40,9 @@ std::vector<int> runHosts(int n, const std::function<void(int)>& env, const std:
         env(rank);
         chorus::paramsReload();
         ncclComm_t comm = nullptr;
-        ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.netName = netName;
+        ncclResult_t res = ncclCommInitRankConfig(&comm, n, id, rank, &config);
         if (res != ncclSuccess) return onFail(rank, res, ncclGetLastError(nullptr));
         int code = use(rank, comm);
         ncclCommDestroy(comm);
@@ -362,6 +366,30 @@ TEST_F(NetSelect, UnknownNetIsRefusedNamingTheNets) {
         return named ? static_cast<int>(kOk) : static_cast<int>(kWrongText);
       });
   expectAllOk(status);
+}
+
+// A communicator's config.netName chooses its net as NCCL_NET does (over the plugin the default would take), a name
+// of no net is refused naming the setting, and NCCL_NET, when set, wins over it, as in NCCL.
+TEST_F(NetSelect, ConfigNetNameChoosesTheNetUnlessNcclNetIsSet) {
+  if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+  env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
+  expectAllOk(runHosts(
+      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure,
+      "Socket"));
+  expectAllOk(runHosts(
+      2, [](int) {}, [](int, ncclComm_t) { return static_cast<int>(kInitSucceeded); },
+      [](int rank, ncclResult_t res, const std::string& text) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+        if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
+        return text.find("config.netName=Carrier-Pigeon names no net") != std::string::npos
+                   ? static_cast<int>(kOk)
+                   : static_cast<int>(kWrongText);
+      },
+      "Carrier-Pigeon"));
+  env_.set("NCCL_NET", "Socket");
+  expectAllOk(runHosts(
+      2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure,
+      "ChorusTestNet"));
 }
 
 // On a host without an InfiniBand port, NCCL_NET=IB fails at init, at once, saying why.
