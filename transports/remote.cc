@@ -338,8 +338,8 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
       CHORUS_FAIL(comm, ncclSystemError, "rank %d: rank %d could not choose a net between hosts (see its log)",
                   comm->rank, r);
     CHORUS_FAIL(comm, ncclInvalidUsage,
-                "rank %d chose the net %s between hosts but rank %d chose %s: set NCCL_NET (and NCCL_NET_PLUGIN) the "
-                "same way on every rank",
+                "rank %d chose the net %s between hosts but rank %d chose %s: set NCCL_NET (and NCCL_NET_PLUGIN) or "
+                "config.netName the same way on every rank",
                 comm->rank, mine.c_str(), r, theirs);
   }
   // (Only over a net that takes it: the socket and UCX nets frame slots their own way.)

@@ -392,6 +392,31 @@ TEST_F(NetSelect, ConfigNetNameChoosesTheNetUnlessNcclNetIsSet) {
       "ChorusTestNet"));
 }
 
+// Ranks that choose different nets (here rank 0 names Socket in its config while rank 1 takes the plugin the default
+// prefers) cannot connect: init fails on both, each naming the other's choice and the settings to align.
+TEST_F(NetSelect, RanksThatChooseDifferentNetsAreToldSo) {
+  if (kTestNetPlugin[0] == '\0') GTEST_SKIP() << "the test net plugin was not built";
+  env_.set("NCCL_NET_PLUGIN", kTestNetPlugin);
+  std::vector<int> status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    setenv("NCCL_HOSTID", ("net-host-" + std::to_string(rank)).c_str(), 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.netName = rank == 0 ? "Socket" : nullptr;
+    ncclResult_t res = ncclCommInitRankConfig(&comm, 2, id, rank, &config);
+    if (res == ncclSuccess) return static_cast<int>(kInitSucceeded);
+    const std::string text = ncclGetLastError(nullptr);
+    fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+    if (res != ncclInvalidUsage) return static_cast<int>(kWrongCode);
+    const std::string want = rank == 0 ? "chose the net Socket between hosts but rank 1 chose ChorusTestNet"
+                                       : "chose the net ChorusTestNet between hosts but rank 0 chose Socket";
+    return text.find(want) != std::string::npos && text.find("config.netName the same way") != std::string::npos
+               ? static_cast<int>(kOk)
+               : static_cast<int>(kWrongText);
+  });
+  expectAllOk(status);
+}
+
 // On a host without an InfiniBand port, NCCL_NET=IB fails at init, at once, saying why.
 TEST_F(NetSelect, IbWithoutDeviceFailsFast) {
   if (chorus::ibNet() != nullptr) {
