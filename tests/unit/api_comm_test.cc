@@ -29,6 +29,20 @@ void checkSum(ncclComm_t comm) {
   for (int x : v) ASSERT_EQ(x, n * (n + 1) / 2);
 }
 
+// Polls a communicator whose init may still run in the background until it is ready (30 s at most), then checks an
+// allreduce on it and destroys it.
+void awaitThenCheckAndDestroy(ncclComm_t comm) {
+  ncclResult_t async = ncclInProgress;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (async == ncclInProgress && std::chrono::steady_clock::now() < end) {
+    ASSERT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(comm);
+  checkSum(comm);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
 TEST(ApiComm, NonblockingInit) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
@@ -40,15 +54,7 @@ TEST(ApiComm, NonblockingInit) {
       ncclComm_t comm = nullptr;
       ncclResult_t res = ncclCommInitRankConfig(&comm, 3, id, r, &cfg);
       ASSERT_TRUE(res == ncclInProgress || res == ncclSuccess) << ncclGetErrorString(res);
-      ncclResult_t async = ncclInProgress;
-      auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (async == ncclInProgress && std::chrono::steady_clock::now() < end) {
-        ASSERT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(comm);
-      checkSum(comm);
-      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+      awaitThenCheckAndDestroy(comm);
     });
   }
   for (auto& t : threads) t.join();
@@ -72,15 +78,7 @@ TEST(ApiComm, CommBlockingOverridesTheConfig) {
         ncclResult_t res =
             nonblocking ? ncclCommInitRank(&comm, 3, id, r) : ncclCommInitRankConfig(&comm, 3, id, r, &cfg);
         ASSERT_EQ(res, nonblocking ? ncclInProgress : ncclSuccess) << ncclGetErrorString(res);
-        ncclResult_t async = ncclInProgress;
-        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        while (async == ncclInProgress && std::chrono::steady_clock::now() < end) {
-          ASSERT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(comm);
-        checkSum(comm);
-        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+        awaitThenCheckAndDestroy(comm);
       });
     }
     for (auto& t : threads) t.join();
