@@ -30,15 +30,16 @@ IntParam kCommBlocking{"NCCL_COMM_BLOCKING", -1,
                        "general"};
 IntParam kMaxCtas{"NCCL_MAX_CTAS", -1,
                   "Above 0: every communicator's config.maxCTAs, the most blocks (CTAs) one device-path launch of "
-                  "it uses. The communicator takes the smallest of its ranks' values (and of NCCL_MAX_NCHANNELS).",
+                  "it uses, and the most channels of a host-path operation. The communicator takes the smallest of "
+                  "its ranks' values (and of NCCL_MAX_NCHANNELS).",
                   "general"};
 IntParam kMinCtas{"NCCL_MIN_CTAS", -1,
                   "Above 0: every communicator's config.minCTAs (checked against maxCTAs; chorus sizes each launch by "
                   "its call and does not raise it to this).",
                   "general"};
 IntParam kMaxNChannels{"NCCL_MAX_NCHANNELS", -1,
-                       "Above 0: the most channels, and so blocks, one device-path launch uses, as config.maxCTAs "
-                       "(the smaller wins). Host-path channels are CHORUS_HOST_NCHANNELS'.",
+                       "Above 0: the most channels an operation uses (on the device path, blocks of a launch), as "
+                       "config.maxCTAs (the smaller wins).",
                        "general"};
 
 // Reads the fields of a user config that its `size` covers (older layouts are accepted).

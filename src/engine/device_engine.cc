@@ -13,6 +13,7 @@
 #include "core/params.h"
 #include "core/process.h"
 #include "core/timeout.h"
+#include "engine/engine.h"
 #include "engine/host_platform.h"
 #include "kernels/device_kernel.h"
 #include "kernels/dtypes.h"
@@ -157,11 +158,13 @@ DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Con
          (void*)comm, blockCap_, ranks, blocks);
   // config.maxCTAs (NCCL_MAX_CTAS, NCCL_MAX_NCHANNELS): the smallest of the ranks', so that their launches pair up.
   int capRank = -1;
-  for (const PeerInfo& p : comm->peers)
-    if (p.maxBlocks > 0 && p.maxBlocks < blockCap_) blockCap_ = p.maxBlocks, capRank = p.rank;
-  if (capRank >= 0 && comm->rank == 0)
-    INFO(kInit, "comm %p: %d block(s) a launch at most: rank %d's config.maxCTAs (NCCL_MAX_CTAS, NCCL_MAX_NCHANNELS)",
-         (void*)comm, blockCap_, capRank);
+  const int cap = configChannelCap(comm, &capRank);
+  if (cap > 0 && cap < blockCap_) {
+    blockCap_ = cap;
+    if (comm->rank == 0)
+      INFO(kInit, "comm %p: %d block(s) a launch at most: rank %d's config.maxCTAs (NCCL_MAX_CTAS, NCCL_MAX_NCHANNELS)",
+           (void*)comm, blockCap_, capRank);
+  }
   nChannels_ = std::min(nChannels_, blockCap_);
   int64_t lanes = kDevLanes.get() > 0 ? kDevLanes.get() : kDevMaxLanes;
   maxLanes_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxLanes, lanes)));

@@ -15,6 +15,11 @@ namespace chorus {
 /// Hash of the settings every rank must share (algorithms, protocols, transports, FIFO geometry).
 unsigned long engineEnvHash();
 
+/// The most channels (and, on the device path, blocks) one launch of the communicator may use: the smallest of its
+/// ranks' config.maxCTAs and NCCL_MAX_NCHANNELS, exchanged at init, so that every rank agrees; `*rank` is the rank
+/// that set it. 0 (and -1) when no rank set one.
+int configChannelCap(const ncclComm* comm, int* rank);
+
 /// Per-communicator execution state: connections, channels, scratch.
 class Engine {
  public:

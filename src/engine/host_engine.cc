@@ -118,6 +118,15 @@ class HostEngine : public Engine {
         INFO(kInit, "comm %p: %d channels on the host path, one for each device of the %s (CHORUS_HOST_NCHANNELS)",
              (void*)comm_, nChannels_, conns_->remote()->name());
     }
+    int capRank = -1;
+    const int cap = configChannelCap(comm_, &capRank);
+    planner_->setChannelCap(cap);
+    if (cap > 0 && cap < nChannels_) {
+      nChannels_ = cap;
+      if (comm_->rank == 0)
+        INFO(kInit, "comm %p: %d channel(s) on the host path: rank %d's config.maxCTAs (NCCL_MAX_CTAS, NCCL_MAX_NCHANNELS)",
+             (void*)comm_, nChannels_, capRank);
+    }
     return probeSingleCopy();
   }
 
@@ -380,6 +389,14 @@ class HostEngine : public Engine {
 };
 
 }  // namespace
+
+int configChannelCap(const ncclComm* comm, int* rank) {
+  int cap = 0;
+  *rank = -1;
+  for (const PeerInfo& p : comm->peers)
+    if (p.maxBlocks > 0 && (cap == 0 || p.maxBlocks < cap)) cap = p.maxBlocks, *rank = p.rank;
+  return cap;
+}
 
 unsigned long engineEnvHash() {
   std::string s = std::to_string(kHostChannels.get()) + "|" + std::to_string(kNicChannelsMinBytes.get()) + "|" +

@@ -35,7 +35,7 @@ ClusterShape Planner::modelShape() const {
   shape.inter = links.inter;
   shape.fifoSlots = static_cast<int>(geo_.nSlots);
   shape.slotBytes = geo_.slotBytes;
-  shape.treeDualMinBytes = treeDualMinBytes();
+  shape.treeDualMinBytes = dualTreeMinBytes();
   if (nicChannels_ > 1) {
     shape.nicsPerHost = nicChannels_;
     shape.nicPerChannel = true;
@@ -47,6 +47,13 @@ void Planner::setNicChannels(int n) {
   nicChannels_ = n;
   modelCache_.clear();
 }
+
+void Planner::setChannelCap(int cap) {
+  channelCap_ = cap;
+  modelCache_.clear();
+}
+
+size_t Planner::dualTreeMinBytes() const { return channelCap_ == 1 ? SIZE_MAX : treeDualMinBytes(); }
 
 bool Planner::asTreeAllReduce(const OpDesc& op) const {
   return (op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter) && !op.device && op.runsFor == nullptr &&
@@ -442,7 +449,7 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
   }
   p.inPlace = op.sendbuff == op.recvbuff || isInPlaceOffset(op);
   if (p.inPlace && !algoAliasSafe(op.coll, p.choice.algo, n, localRanks_)) p.choice.algo = Algo::kRing;
-  const bool dualTree = fullBuffer(op) >= treeDualMinBytes();
+  const bool dualTree = fullBuffer(op) >= dualTreeMinBytes();
   const int minCh = p.choice.algo == Algo::kTree && dualTree ? 2 : 1;  // double binary tree: one tree per channel
   int nch = std::max(nChannels, minCh);
   p.scheds = &schedules(op.coll, p.choice.algo, op.root, nch);

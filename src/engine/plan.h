@@ -91,6 +91,8 @@ class Planner {
   /// The collective's full buffer in bytes (allreduce's, allgather's output, reduce-scatter's input...): the cost
   /// model's size and NCCL's nBytes.
   size_t fullBuffer(const OpDesc& op) const;
+  /// The smallest collective (its full buffer) a tree runs as two trees on two channels; SIZE_MAX under a cap of 1.
+  size_t dualTreeMinBytes() const;
   /// Whether this allgather or reduce-scatter runs as a tree allreduce (the host path, hosts with as many ranks on
   /// each, CHORUS_ALLGATHER_TREE_MAX_BYTES / CHORUS_REDUCESCATTER_TREE_MAX_BYTES, no tuner plugin or model): the host
   /// engine then prepares the buffers and plans an allreduce whose OpDesc::runsFor is the call.
@@ -127,6 +129,9 @@ class Planner {
   float estimateUs(const std::vector<OpDesc>& ops, int nChannels) const;
   /// The host path runs a channel a net device (every rank has `n`): the model then puts channel c on NIC c mod n.
   void setNicChannels(int n);
+  /// The communicator's channel cap (config.maxCTAs, NCCL_MAX_NCHANNELS; 0: none). At 1 a tree runs one tree, not
+  /// the double binary tree's two channels.
+  void setChannelCap(int cap);
   ~Planner();
   /// The reduction an operation applies (premulsum factor, average), as the kernels take it.
   RedOp redOpFor(const OpDesc& op) const;
@@ -181,6 +186,7 @@ class Planner {
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
   bool rankOrderByHost_ = false;  ///< with localRanks_: rank order lists each host's ranks together
   int nicChannels_ = 0;         ///< setNicChannels's device count, 0 when channels do not follow NICs
+  int channelCap_ = 0;          ///< setChannelCap's cap, 0 when none
   std::vector<uint64_t> sendSeq_, recvSeq_;
 };
 

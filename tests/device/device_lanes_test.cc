@@ -339,12 +339,15 @@ TEST(DeviceLanesCap, MaxCtasCapsEveryLaunchAtTheRanksSmallest) {
     int config0;
     const char* env1;
     int blocks;  // of the launch: channels x lanes
+    const char* algo = "Ring";
   };
   const Case cases[] = {
       {0, nullptr, kChannels * chorus::kDevMaxLanes},  // no cap: every lane the bytes warrant
       {3, nullptr, kChannels},                         // 3 blocks: both channels, one lane each
       {0, "NCCL_MAX_CTAS", 1},
       {0, "NCCL_MAX_NCHANNELS", 1},
+      {0, nullptr, kChannels * chorus::kDevMaxLanes, "Tree"},  // the double binary tree: a tree a channel
+      {0, "NCCL_MAX_CTAS", 1, "Tree"},                         // one block: one tree
   };
   for (const Case& k : cases) {
     auto status = forkRanks(2, [&k](int rank, const ncclUniqueId& id) {
@@ -354,6 +357,7 @@ TEST(DeviceLanesCap, MaxCtasCapsEveryLaunchAtTheRanksSmallest) {
       setenv("CHORUS_FIFO_SLOTS", "4", 1);
       setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
       setenv("NCCL_PROTO", "Simple", 1);
+      setenv("NCCL_ALGO", k.algo, 1);
       if (rank == 1 && k.env1 != nullptr) setenv(k.env1, "1", 1);
       chorus::paramsReload();
       installEmu(gEmu);
@@ -369,7 +373,8 @@ TEST(DeviceLanesCap, MaxCtasCapsEveryLaunchAtTheRanksSmallest) {
       return ::testing::Test::HasFailure() ? 1 : 0;
     });
     for (int r = 0; r < 2; r++)
-      EXPECT_EQ(status[r], 0) << "config.maxCTAs " << k.config0 << ", " << (k.env1 ? k.env1 : "-") << ": rank " << r
+      EXPECT_EQ(status[r], 0) << k.algo << ", config.maxCTAs " << k.config0 << ", " << (k.env1 ? k.env1 : "-")
+                              << ": rank " << r
                               << " " << describeStatus(status[r]);
   }
 }

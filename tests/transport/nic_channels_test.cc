@@ -73,13 +73,20 @@ TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
         EXPECT_LT(estimateUs(two, small), estimateUs(one, small)) << "two channels on two NICs";
         EXPECT_FLOAT_EQ(estimateUs(comm, large), estimateUs(two, large));
         EXPECT_LT(estimateUs(comm, large), 0.6 * estimateUs(one, large)) << "two NICs should take about half";
+        // config.maxCTAs caps the host path's channels too (as NCCL's channels): one, whatever the NICs.
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.maxCTAs = 1;
+        ncclComm_t capped = nullptr;
+        EXPECT_EQ(ncclCommSplit(comm, 0, rank, &capped, &config), ncclSuccess) << ncclGetLastError(comm);
+        if (capped == nullptr) return 12;
+        EXPECT_FLOAT_EQ(estimateUs(capped, large), estimateUs(one, large));
         // And a run: the result is exact at both sizes.
         for (size_t bytes : {small, large}) {
           std::vector<float> in(bytes / sizeof(float), float(rank + 1)), out(in.size(), 0.0f);
           EXPECT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
           for (size_t i = 0; i < out.size(); i += 997) EXPECT_EQ(out[i], 3.0f) << bytes << " " << i;
         }
-        for (ncclComm_t c : {two, one, comm}) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+        for (ncclComm_t c : {capped, two, one, comm}) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
         return ::testing::Test::HasFailure() ? 1 : 0;
       },
       60);
