@@ -423,8 +423,11 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
       res[i] = commInitRankImpl(&comms[i], ndev, id, i, nullptr, nullptr);
     });
   for (auto& t : threads) t.join();
+  // Nonblocking (NCCL_COMM_BLOCKING=0): the inits go on in the background, each communicator polled on its own.
+  bool inProgress = false;
   for (int i = 0; i < ndev; i++) {
-    if (res[i] != ncclSuccess) {
+    inProgress |= res[i] == ncclInProgress;
+    if (res[i] != ncclSuccess && res[i] != ncclInProgress) {
       for (int j = 0; j < ndev; j++) {
         if (comms[j]) commFree(comms[j], true, "ncclCommInitAll");
         comms[j] = nullptr;
@@ -432,7 +435,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
       return res[i];
     }
   }
-  return ncclSuccess;
+  return inProgress ? ncclInProgress : ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {

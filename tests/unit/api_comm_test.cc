@@ -60,8 +60,9 @@ TEST(ApiComm, NonblockingInit) {
   for (auto& t : threads) t.join();
 }
 
-// NCCL_COMM_BLOCKING overrides every communicator's config.blocking, as in NCCL: 0 makes ncclCommInitRank (whose
-// default config blocks) return ncclInProgress and finish in the background; 1 makes a nonblocking config block.
+// NCCL_COMM_BLOCKING overrides every communicator's config.blocking, as in NCCL: 0 makes ncclCommInitRank and
+// ncclCommInitAll (whose default config blocks) return ncclInProgress and finish in the background; 1 makes a
+// nonblocking config block.
 TEST(ApiComm, CommBlockingOverridesTheConfig) {
   for (const char* blocking : {"0", "1"}) {
     setenv("NCCL_COMM_BLOCKING", blocking, 1);
@@ -80,6 +81,16 @@ TEST(ApiComm, CommBlockingOverridesTheConfig) {
         ASSERT_EQ(res, nonblocking ? ncclInProgress : ncclSuccess) << ncclGetErrorString(res);
         awaitThenCheckAndDestroy(comm);
       });
+    }
+    for (auto& t : threads) t.join();
+    // ncclCommInitAll too (it takes no config): at 0 it returns ncclInProgress with every communicator made.
+    ncclComm_t comms[3] = {nullptr, nullptr, nullptr};
+    ASSERT_EQ(ncclCommInitAll(comms, 3, nullptr), blocking[0] == '0' ? ncclInProgress : ncclSuccess)
+        << ncclGetLastError(nullptr);
+    threads.clear();
+    for (ncclComm_t comm : comms) {
+      ASSERT_NE(comm, nullptr);
+      threads.emplace_back([comm]() { awaitThenCheckAndDestroy(comm); });
     }
     for (auto& t : threads) t.join();
   }
