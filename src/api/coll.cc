@@ -96,7 +96,7 @@ ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc*
 }
 
 
-ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
+ncclResult_t validateAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
   CHORUS_CHECK(checkCommUsable(comm, fn));
   if (static_cast<int>(op.dtype) < 0 || op.dtype >= ncclNumTypes)
     CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: invalid datatype %d (valid: 0..%d)", fn, comm->rank,
@@ -160,6 +160,13 @@ ncclResult_t checkAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
   TRACE(kCall, "%s: rank %d send %p recv %p count %zu dtype %d op %d root/peer %d", fn, comm->rank, op.sendbuff,
         op.recvbuff, op.count, op.dtype, op.op, op.root);
   return enqueueOp(comm, op);
+}
+
+// A refused call inside a group fails the group too (group.h, noteRefusedCall).
+ncclResult_t checkAndEnqueue(const char* fn, const OpDesc& op, ncclComm* comm) {
+  const ncclResult_t res = validateAndEnqueue(fn, op, comm);
+  noteRefusedCall(res);
+  return res;
 }
 
 OpDesc makeOp(Coll coll, const void* send, void* recv, size_t count, ncclDataType_t dtype, ncclRedOp_t redop, int root,

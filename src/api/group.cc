@@ -4,6 +4,7 @@
 #include "api/group.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -20,6 +21,8 @@ struct GroupState {
   std::vector<std::pair<ncclComm*, OpDesc>> ops;
   std::vector<std::pair<const ncclComm*, std::function<ncclResult_t()>>> inits;  ///< (serialOn, work)
   bool nonblocking = false;  ///< a nonblocking creation started in this group: ncclGroupEnd says ncclInProgress
+  ncclResult_t refused = ncclSuccess;  ///< the first refused call's result (noteRefusedCall)
+  std::string refusedText;             ///< and its error text
 };
 thread_local GroupState tGroup;
 
@@ -107,15 +110,38 @@ std::vector<std::pair<ncclComm*, std::vector<OpDesc>>> byComm(const std::vector<
   return out;
 }
 
+// A group with a refused call launches none of its operations (the ranks' calls would no longer pair up): it says so,
+// naming the call, and the comms of the dropped operations say so too. Returns the refused call's result.
+ncclResult_t dropRefusedGroup(GroupState& g, const char* fn) {
+  const size_t n = g.ops.size();
+  char text[1200];
+  snprintf(text, sizeof(text), "%s: a call in the group was refused, so none of its operations ran (%zu dropped): %s",
+           fn, n, g.refusedText.c_str());
+  std::vector<ncclComm*> comms;
+  for (const auto& [comm, op] : g.ops)
+    if (std::find(comms.begin(), comms.end(), comm) == comms.end()) comms.push_back(comm);
+  for (ncclComm* comm : comms)
+    if (commValid(comm)) commStoreLastError(comm, text);
+  setThreadLastError(text);
+  WARN("%s", text);
+  g.ops.clear();
+  const ncclResult_t res = g.refused;
+  g.refused = ncclSuccess;
+  g.refusedText.clear();
+  return res;
+}
+
 ncclResult_t launchGroup(GroupState& g) {
   std::vector<std::function<ncclResult_t()>> inits = initJobs(g.inits);
   g.inits.clear();
-  auto ops = byComm(g.ops);
-  g.ops.clear();
   bool nonblocking = g.nonblocking;
   g.nonblocking = false;
   ncclResult_t res = ncclSuccess;
+  // Inits run even so: the other ranks' inits expect this rank's.
   if (!inits.empty()) res = runAll(inits);
+  if (g.refused != ncclSuccess) return dropRefusedGroup(g, "ncclGroupEnd");
+  auto ops = byComm(g.ops);
+  g.ops.clear();
   if (ops.empty()) return res == ncclSuccess && nonblocking ? ncclInProgress : res;
   for (auto& [comm, list] : ops) CHORUS_CHECK(checkCommUsable(comm, "ncclGroupEnd"));
   // Every communicator but the first runs on its own persistent worker; the first runs here.
@@ -146,6 +172,12 @@ ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op) {
   static thread_local std::vector<OpDesc> single(1);
   single[0] = op;
   return runOnComm(comm, single);
+}
+
+void noteRefusedCall(ncclResult_t res) {
+  if (tGroup.depth == 0 || res == ncclSuccess || res == ncclInProgress || tGroup.refused != ncclSuccess) return;
+  tGroup.refused = res;
+  tGroup.refusedText = threadLastError();
 }
 
 void noteNonblockingInit() {
@@ -182,6 +214,12 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
     CHORUS_FAIL(nullptr, ncclInvalidArgument,
                 "ncclGroupSimulateEnd: simInfo must be initialized with NCCL_SIM_INFO_INITIALIZER");
   if (--tGroup.depth > 0) return ncclSuccess;
+  if (tGroup.refused != ncclSuccess) {
+    std::vector<std::function<ncclResult_t()>> inits = initJobs(tGroup.inits);
+    tGroup.inits.clear();
+    if (!inits.empty()) runAll(inits);
+    return dropRefusedGroup(tGroup, "ncclGroupSimulateEnd");
+  }
   float worst = 0;
   for (auto& [comm, list] : byComm(tGroup.ops)) {
     if (commValid(comm) && comm->engine) worst = std::max(worst, comm->engine->estimateUs(list));

@@ -19,6 +19,10 @@ ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op);
 /// communicator (whose bootstrap it uses) runs in call order, one after the other; every item runs even if one
 /// before it failed, since the other ranks' items expect it, and the first failure is the group's.
 ncclResult_t enqueueInit(std::function<ncclResult_t()> init, const ncclComm* serialOn = nullptr);
+/// Records a collective or point-to-point call of this thread's group that was refused (`res` an error, the thread's
+/// last error its text): as in NCCL, ncclGroupEnd then launches none of the group's operations and returns the first
+/// such error. No-op outside a group and for ncclSuccess.
+void noteRefusedCall(ncclResult_t res);
 /// Records that a nonblocking communicator creation started inside this thread's group: ncclGroupEnd then
 /// returns ncclInProgress, as NCCL does (no-op outside a group).
 void noteNonblockingInit();

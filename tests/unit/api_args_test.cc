@@ -50,6 +50,26 @@ TEST_F(ApiArgs, NullCommIsInvalidArgument) {
   expectWorks();
 }
 
+// As in NCCL, a call refused inside a group fails the group: ncclGroupEnd returns its error, naming it, and none of
+// the group's operations runs (the ranks' calls would no longer pair up); the next group runs as usual.
+TEST_F(ApiArgs, ARefusedCallInAGroupFailsTheGroup) {
+  std::vector<float> a(100, 1.0f), b(100, 2.0f);
+  for (bool simulate : {false, true}) {
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(a.data(), a.data(), 100, ncclFloat, ncclSum, comms_[0], nullptr), ncclSuccess);
+    expectError(ncclAllReduce(b.data(), b.data(), 100, static_cast<ncclDataType_t>(99), ncclSum, comms_[1], nullptr),
+                ncclInvalidArgument, comms_[1], "invalid datatype 99");
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    expectError(simulate ? ncclGroupSimulateEnd(&sim) : ncclGroupEnd(), ncclInvalidArgument, nullptr,
+                "a call in the group was refused, so none of its operations ran (1 dropped): ncclAllReduce: rank 1: "
+                "invalid datatype 99");
+    EXPECT_NE(std::string(ncclGetLastError(comms_[0])).find("none of its operations ran"), std::string::npos)
+        << ncclGetLastError(comms_[0]);
+    EXPECT_EQ(a[0], 1.0f) << "an operation of the failed group ran";
+  }
+  expectWorks();
+}
+
 TEST_F(ApiArgs, NullBuffersWithCount) {
   expectError(ncclAllReduce(nullptr, buf_, 4, ncclFloat, ncclSum, comms_[0], nullptr), ncclInvalidArgument, comms_[0],
               "sendbuff is NULL");
