@@ -117,10 +117,7 @@ ncclResult_t dropRefusedGroup(GroupState& g, const char* fn) {
   char text[1200];
   snprintf(text, sizeof(text), "%s: a call in the group was refused, so none of its operations ran (%zu dropped): %s",
            fn, n, g.refusedText.c_str());
-  std::vector<ncclComm*> comms;
-  for (const auto& [comm, op] : g.ops)
-    if (std::find(comms.begin(), comms.end(), comm) == comms.end()) comms.push_back(comm);
-  for (ncclComm* comm : comms)
+  for (const auto& [comm, list] : byComm(g.ops))
     if (commValid(comm)) commStoreLastError(comm, text);
   setThreadLastError(text);
   WARN("%s", text);
@@ -131,14 +128,18 @@ ncclResult_t dropRefusedGroup(GroupState& g, const char* fn) {
   return res;
 }
 
-ncclResult_t launchGroup(GroupState& g) {
+// Runs the group's deferred inits (initJobs) and empties their list: the first failure, or ncclSuccess.
+ncclResult_t runGroupInits(GroupState& g) {
   std::vector<std::function<ncclResult_t()>> inits = initJobs(g.inits);
   g.inits.clear();
+  return inits.empty() ? ncclSuccess : runAll(inits);
+}
+
+ncclResult_t launchGroup(GroupState& g) {
   bool nonblocking = g.nonblocking;
   g.nonblocking = false;
-  ncclResult_t res = ncclSuccess;
-  // Inits run even so: the other ranks' inits expect this rank's.
-  if (!inits.empty()) res = runAll(inits);
+  // Inits run even in a group with a refused call: the other ranks' inits expect this rank's.
+  ncclResult_t res = runGroupInits(g);
   if (g.refused != ncclSuccess) return dropRefusedGroup(g, "ncclGroupEnd");
   auto ops = byComm(g.ops);
   g.ops.clear();
@@ -215,9 +216,7 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
                 "ncclGroupSimulateEnd: simInfo must be initialized with NCCL_SIM_INFO_INITIALIZER");
   if (--tGroup.depth > 0) return ncclSuccess;
   if (tGroup.refused != ncclSuccess) {
-    std::vector<std::function<ncclResult_t()>> inits = initJobs(tGroup.inits);
-    tGroup.inits.clear();
-    if (!inits.empty()) runAll(inits);
+    runGroupInits(tGroup);  // as ncclGroupEnd: they run, the operations do not
     return dropRefusedGroup(tGroup, "ncclGroupSimulateEnd");
   }
   float worst = 0;
@@ -225,8 +224,6 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
     if (commValid(comm) && comm->engine) worst = std::max(worst, comm->engine->estimateUs(list));
   }
   tGroup.ops.clear();  // a simulated group launches no operation
-  std::vector<std::function<ncclResult_t()>> inits = initJobs(tGroup.inits);
-  tGroup.inits.clear();
   simInfo->estimatedTime = worst;
-  return inits.empty() ? ncclSuccess : runAll(inits);  // deferred inits still happen
+  return runGroupInits(tGroup);  // deferred inits still happen
 }

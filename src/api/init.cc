@@ -66,9 +66,6 @@ ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, Com
     if (cfg->maxCTAs <= 0) CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.maxCTAs must be > 0, got %d", cfg->maxCTAs);
     out->maxCTAs = cfg->maxCTAs;
   }
-  if (out->maxCTAs > 0 && out->minCTAs > out->maxCTAs)
-    CHORUS_FAIL(nullptr, ncclInvalidArgument, "config.minCTAs (%d) exceeds config.maxCTAs (%d)", out->minCTAs,
-                out->maxCTAs);
   if (cfg->size >= offsetof(ncclConfig_t, netName) + sizeof(char*) && cfg->netName) out->netName = cfg->netName;
   if (has(offsetof(ncclConfig_t, splitShare)) && cfg->splitShare != NCCL_CONFIG_UNDEF_INT)
     out->splitShare = cfg->splitShare;
@@ -76,7 +73,7 @@ ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, Com
   return ncclSuccess;
 }
 
-// The config as NCCL's environment overrides leave it.
+// The config as NCCL's environment overrides leave it, its CTA bounds checked against each other.
 ncclResult_t configWithEnv(const ncclConfig_t* cfg, const CommConfig* inherit, CommConfig* out) {
   CHORUS_CHECK(parseConfig(cfg, inherit, out));
   const int64_t blocking = kCommBlocking.get();
@@ -85,8 +82,8 @@ ncclResult_t configWithEnv(const ncclConfig_t* cfg, const CommConfig* inherit, C
   if (kMinCtas.get() > 0) out->minCTAs = static_cast<int>(std::min<int64_t>(kMinCtas.get(), INT32_MAX));
   if (out->maxCTAs > 0 && out->minCTAs > out->maxCTAs)
     CHORUS_FAIL(nullptr, ncclInvalidArgument,
-                "minCTAs (%d) exceeds maxCTAs (%d), from the config and NCCL_MIN_CTAS/NCCL_MAX_CTAS", out->minCTAs,
-                out->maxCTAs);
+                "minCTAs (%d) exceeds maxCTAs (%d) (config.minCTAs/maxCTAs, or NCCL_MIN_CTAS/NCCL_MAX_CTAS)",
+                out->minCTAs, out->maxCTAs);
   return ncclSuccess;
 }
 

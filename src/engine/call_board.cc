@@ -66,11 +66,16 @@ const char* callPathText(CallPath path) {
   }
 }
 
+// Whether two records of one collective differ in the call (count, type, op, root) or its path.
+bool callsDiffer(const CallRecord& a, const CallRecord& b) {
+  return a.count != b.count || a.desc != b.desc || a.root != b.root || a.path != b.path;
+}
+
 bool callsConflict(const CallRecord& a, const CallRecord& b) {
   if (a.seq != b.seq) return false;
   // Both kernels exchange flags that carry the call and the windows, and refuse a mismatch naming them.
   if (kernelsCompare(a.path) && kernelsCompare(b.path)) return false;
-  return a.count != b.count || a.desc != b.desc || a.root != b.root || a.path != b.path;
+  return callsDiffer(a, b);
 }
 
 std::string describeCall(const CallRecord& r) {
@@ -187,9 +192,7 @@ std::string CallBoard::differs(int peer, uint64_t seq) {
     if (p.rank != peer || mine_ == nullptr) continue;
     mapPeer(&p);
     if (p.seg == nullptr || !readSlot(mine_, seq, &mine) || !readSlot(p.seg, seq, &theirs)) return std::string();
-    const bool same =
-        mine.count == theirs.count && mine.desc == theirs.desc && mine.root == theirs.root && mine.path == theirs.path;
-    return same ? std::string() : conflictText(mine, peer, theirs);
+    return callsDiffer(mine, theirs) ? conflictText(mine, peer, theirs) : std::string();
   }
   return std::string();
 }
