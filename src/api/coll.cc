@@ -164,9 +164,7 @@ ncclResult_t validateAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
 
 // A refused call inside a group fails the group too (group.h, noteRefusedCall).
 ncclResult_t checkAndEnqueue(const char* fn, const OpDesc& op, ncclComm* comm) {
-  const ncclResult_t res = validateAndEnqueue(fn, op, comm);
-  noteRefusedCall(res);
-  return res;
+  return noteRefusedCall(validateAndEnqueue(fn, op, comm));
 }
 
 OpDesc makeOp(Coll coll, const void* send, void* recv, size_t count, ncclDataType_t dtype, ncclRedOp_t redop, int root,

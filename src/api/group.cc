@@ -21,6 +21,7 @@ struct GroupState {
   std::vector<std::pair<ncclComm*, OpDesc>> ops;
   std::vector<std::pair<const ncclComm*, std::function<ncclResult_t()>>> inits;  ///< (serialOn, work)
   bool nonblocking = false;  ///< a nonblocking creation started in this group: ncclGroupEnd says ncclInProgress
+  int creationBlocking = -1;  ///< config.blocking of the group's communicator creations, -1 before the first
   ncclResult_t refused = ncclSuccess;  ///< the first refused call's result (noteRefusedCall)
   std::string refusedText;             ///< and its error text
 };
@@ -135,9 +136,16 @@ ncclResult_t runGroupInits(GroupState& g) {
   return inits.empty() ? ncclSuccess : runAll(inits);
 }
 
-ncclResult_t launchGroup(GroupState& g) {
-  bool nonblocking = g.nonblocking;
+// Ends the group's blocking mode for the next group on this thread: whether a nonblocking creation started in it.
+bool takeNonblocking(GroupState& g) {
+  const bool nonblocking = g.nonblocking;
   g.nonblocking = false;
+  g.creationBlocking = -1;
+  return nonblocking;
+}
+
+ncclResult_t launchGroup(GroupState& g) {
+  const bool nonblocking = takeNonblocking(g);
   // Inits run even in a group with a refused call: the other ranks' inits expect this rank's.
   ncclResult_t res = runGroupInits(g);
   if (g.refused != ncclSuccess) return dropRefusedGroup(g, "ncclGroupEnd");
@@ -175,10 +183,22 @@ ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op) {
   return runOnComm(comm, single);
 }
 
-void noteRefusedCall(ncclResult_t res) {
-  if (tGroup.depth == 0 || res == ncclSuccess || res == ncclInProgress || tGroup.refused != ncclSuccess) return;
+ncclResult_t noteRefusedCall(ncclResult_t res) {
+  if (tGroup.depth == 0 || res == ncclSuccess || res == ncclInProgress || tGroup.refused != ncclSuccess) return res;
   tGroup.refused = res;
   tGroup.refusedText = threadLastError();
+  return res;
+}
+
+ncclResult_t joinGroupCreation(int blocking, const char* fn) {
+  if (tGroup.depth == 0) return ncclSuccess;
+  if (tGroup.creationBlocking == -1) tGroup.creationBlocking = blocking;
+  if (tGroup.creationBlocking != blocking)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument,
+                "%s: blocking and nonblocking communicators cannot be created in one group (this one's "
+                "config.blocking is %d, the group's earlier creations' %d)",
+                fn, blocking, tGroup.creationBlocking);
+  return ncclSuccess;
 }
 
 void noteNonblockingInit() {
@@ -215,6 +235,7 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
     CHORUS_FAIL(nullptr, ncclInvalidArgument,
                 "ncclGroupSimulateEnd: simInfo must be initialized with NCCL_SIM_INFO_INITIALIZER");
   if (--tGroup.depth > 0) return ncclSuccess;
+  const bool nonblocking = takeNonblocking(tGroup);
   if (tGroup.refused != ncclSuccess) {
     runGroupInits(tGroup);  // as ncclGroupEnd: they run, the operations do not
     return dropRefusedGroup(tGroup, "ncclGroupSimulateEnd");
@@ -225,5 +246,6 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   }
   tGroup.ops.clear();  // a simulated group launches no operation
   simInfo->estimatedTime = worst;
-  return runGroupInits(tGroup);  // deferred inits still happen
+  const ncclResult_t res = runGroupInits(tGroup);  // deferred inits still happen
+  return res == ncclSuccess && nonblocking ? ncclInProgress : res;
 }

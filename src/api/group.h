@@ -21,10 +21,14 @@ ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op);
 ncclResult_t enqueueInit(std::function<ncclResult_t()> init, const ncclComm* serialOn = nullptr);
 /// Records a collective or point-to-point call of this thread's group that was refused (`res` an error, the thread's
 /// last error its text): as in NCCL, ncclGroupEnd then launches none of the group's operations and returns the first
-/// such error. No-op outside a group and for ncclSuccess.
-void noteRefusedCall(ncclResult_t res);
+/// such error. No-op outside a group and for ncclSuccess or ncclInProgress. Returns `res`.
+ncclResult_t noteRefusedCall(ncclResult_t res);
 /// Records that a nonblocking communicator creation started inside this thread's group: ncclGroupEnd then
 /// returns ncclInProgress, as NCCL does (no-op outside a group).
 void noteNonblockingInit();
+/// Joins a communicator creation (init, split, shrink) of config.blocking `blocking` to this thread's group: as in
+/// NCCL, blocking and nonblocking creations cannot share a group, and the second kind is refused with
+/// ncclInvalidArgument, naming `fn`. ncclSuccess outside a group.
+ncclResult_t joinGroupCreation(int blocking, const char* fn);
 
 }  // namespace chorus

@@ -150,6 +150,7 @@ ncclResult_t commInitRankImpl(ncclComm_t* out, int nranks, const ncclUniqueId& i
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRank: rank %d is out of range [0, %d)", rank, nranks);
   CommConfig cfg;
   CHORUS_CHECK(configWithEnv(config, inherit, &cfg));
+  CHORUS_CHECK(joinGroupCreation(cfg.blocking, "ncclCommInitRank"));
   ncclComm* comm = new ncclComm();
   comm->rank = rank;
   comm->nranks = nranks;
@@ -317,6 +318,73 @@ ncclResult_t startChildJob(ChildJob job) {
   return runChildJob(job);
 }
 
+ncclResult_t commSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommSplit", /*allowRevoked=*/true));
+  if (newcomm == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommSplit: color %d must be >= 0 or NCCL_SPLIT_NOCOLOR", color);
+  *newcomm = nullptr;
+  ChildJob job;
+  job.parent = comm;
+  job.fn = "ncclCommSplit";
+  job.color = color;
+  job.key = key;
+  job.newcomm = newcomm;
+  CHORUS_CHECK(configWithEnv(config, &comm->config, &job.config));
+  CHORUS_CHECK(joinGroupCreation(job.config.blocking, "ncclCommSplit"));
+  comm->splitCount++;
+  return startChildJob(std::move(job));
+}
+
+ncclResult_t commShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                        ncclConfig_t* config, int shrinkFlags) {
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommShrink", /*allowRevoked=*/true));
+  if (newcomm == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: unknown shrinkFlags %d", shrinkFlags);
+  if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: invalid exclude list (count %d, list %p)",
+                excludeRanksCount, (void*)excludeRanksList);
+  *newcomm = nullptr;
+  std::vector<bool> excluded(comm->nranks, false);
+  for (int i = 0; i < excludeRanksCount; i++) {
+    int r = excludeRanksList[i];
+    if (r < 0 || r >= comm->nranks)
+      CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: excluded rank %d is out of range [0, %d)", r,
+                  comm->nranks);
+    if (excluded[r]) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: rank %d is listed twice", r);
+    excluded[r] = true;
+  }
+  if (excluded[comm->rank])
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: rank %d is in its own exclude list", comm->rank);
+  ChildJob job;
+  job.parent = comm;
+  job.fn = "ncclCommShrink";
+  job.split = false;
+  job.newcomm = newcomm;
+  for (int r = 0; r < comm->nranks; r++)
+    if (!excluded[r]) job.members.push_back(r);
+  CHORUS_CHECK(configWithEnv(config, &comm->config, &job.config));
+  CHORUS_CHECK(joinGroupCreation(job.config.blocking, "ncclCommShrink"));
+  if (shrinkFlags == NCCL_SHRINK_ABORT && comm->engine) {
+    // Stop whatever the parent is doing (a peer may be dead), then keep only the bootstrap.
+    comm->abortFlag.store(1);
+    waitQuiescent(comm, "ncclCommShrink");
+    comm->abortFlag.store(0);
+  }
+  return startChildJob(std::move(job));
+}
+
+ncclResult_t commInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                                  ncclConfig_t* config) {
+  if (commIds == nullptr || nId < 1 || nId > nranks)
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRankScalable: need 1 <= nId (%d) <= nranks (%d) ids", nId,
+                nranks);
+  // One rendezvous serves every rank: the first id's root coordinates (the others are
+  // accepted so that programs written for several roots run unchanged).
+  return commInitRankImpl(newcomm, nranks, commIds[0], myrank, config, nullptr);
+}
+
 }  // namespace
 
 ncclResult_t checkCommUsable(ncclComm* comm, const char* fn, bool allowRevoked) {
@@ -376,23 +444,19 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
   return bootstrapGetUniqueId(uniqueId);
 }
 
+// As in NCCL, a creating call refused inside a group fails the group (group.h, noteRefusedCall).
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t* config) {
-  return commInitRankImpl(comm, nranks, commId, rank, config, nullptr);
+  return noteRefusedCall(commInitRankImpl(comm, nranks, commId, rank, config, nullptr));
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return commInitRankImpl(comm, nranks, commId, rank, nullptr, nullptr);
+  return noteRefusedCall(commInitRankImpl(comm, nranks, commId, rank, nullptr, nullptr));
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
          ncclUniqueId* commIds, ncclConfig_t* config) {
-  if (commIds == nullptr || nId < 1 || nId > nranks)
-    CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommInitRankScalable: need 1 <= nId (%d) <= nranks (%d) ids", nId,
-                nranks);
-  // One rendezvous serves every rank: the first id's root coordinates (the others are
-  // accepted so that programs written for several roots run unchanged).
-  return commInitRankImpl(newcomm, nranks, commIds[0], myrank, config, nullptr);
+  return noteRefusedCall(commInitRankScalable(newcomm, nranks, myrank, nId, commIds, config));
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
@@ -459,58 +523,12 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 }
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
-  CHORUS_CHECK(checkCommUsable(comm, "ncclCommSplit", /*allowRevoked=*/true));
-  if (newcomm == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommSplit: color %d must be >= 0 or NCCL_SPLIT_NOCOLOR", color);
-  *newcomm = nullptr;
-  ChildJob job;
-  job.parent = comm;
-  job.fn = "ncclCommSplit";
-  job.color = color;
-  job.key = key;
-  job.newcomm = newcomm;
-  CHORUS_CHECK(configWithEnv(config, &comm->config, &job.config));
-  comm->splitCount++;
-  return startChildJob(std::move(job));
+  return noteRefusedCall(commSplit(comm, color, key, newcomm, config));
 }
 
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  CHORUS_CHECK(checkCommUsable(comm, "ncclCommShrink", /*allowRevoked=*/true));
-  if (newcomm == nullptr) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
-  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: unknown shrinkFlags %d", shrinkFlags);
-  if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: invalid exclude list (count %d, list %p)",
-                excludeRanksCount, (void*)excludeRanksList);
-  *newcomm = nullptr;
-  std::vector<bool> excluded(comm->nranks, false);
-  for (int i = 0; i < excludeRanksCount; i++) {
-    int r = excludeRanksList[i];
-    if (r < 0 || r >= comm->nranks)
-      CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: excluded rank %d is out of range [0, %d)", r,
-                  comm->nranks);
-    if (excluded[r]) CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: rank %d is listed twice", r);
-    excluded[r] = true;
-  }
-  if (excluded[comm->rank])
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommShrink: rank %d is in its own exclude list", comm->rank);
-  ChildJob job;
-  job.parent = comm;
-  job.fn = "ncclCommShrink";
-  job.split = false;
-  job.newcomm = newcomm;
-  for (int r = 0; r < comm->nranks; r++)
-    if (!excluded[r]) job.members.push_back(r);
-  CHORUS_CHECK(configWithEnv(config, &comm->config, &job.config));
-  if (shrinkFlags == NCCL_SHRINK_ABORT && comm->engine) {
-    // Stop whatever the parent is doing (a peer may be dead), then keep only the bootstrap.
-    comm->abortFlag.store(1);
-    waitQuiescent(comm, "ncclCommShrink");
-    comm->abortFlag.store(0);
-  }
-  return startChildJob(std::move(job));
+  return noteRefusedCall(commShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {

@@ -34,6 +34,46 @@ struct Registration {
   size_t size;
 };
 
+// Checks and runs (or, in a group, defers) a collective window registration.
+ncclResult_t windowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+  CHORUS_CHECK(checkQuery(comm, win, "ncclCommWindowRegister"));
+  *win = nullptr;
+  if (buff == nullptr || size == 0)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowRegister: buff %p / size %zu must be non-null / non-zero",
+                buff, size);
+  if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC))
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowRegister: unknown winFlags %#x", winFlags);
+  if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) && (reinterpret_cast<uintptr_t>(buff) % NCCL_WIN_REQUIRED_ALIGNMENT) != 0)
+    CHORUS_FAIL(comm, ncclInvalidArgument,
+                "ncclCommWindowRegister: a symmetric window must be %d-byte aligned (buff %p)",
+                NCCL_WIN_REQUIRED_ALIGNMENT, buff);
+  CHORUS_CHECK(checkCommUsable(comm, "ncclCommWindowRegister"));
+  auto* w = new ncclWindow_vidmem;
+  w->magic = kWindowMagic;
+  w->comm = comm;
+  w->buff = static_cast<char*>(buff);
+  w->size = size;
+  w->flags = winFlags;
+  auto add = [comm, w]() {
+    ActiveCall active(comm);
+    return comm->engine->windows().add(w);
+  };
+  if (inGroup()) {
+    // Collective: the exchange runs at ncclGroupEnd, beside the other ranks' (one thread may drive several). The
+    // handle is valid now; collectives use the window once the group has ended.
+    *win = w;
+    return enqueueInit(add, comm);
+  }
+  ncclResult_t res = add();
+  if (res != ncclSuccess) {
+    w->magic = 0;
+    delete w;
+    return res;
+  }
+  *win = w;
+  return ncclSuccess;
+}
+
 }  // namespace
 
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
@@ -140,44 +180,10 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) 
   return ncclSuccess;
 }
 
+// A collective registration; refused inside a group, it fails the group as NCCL's does (group.h, noteRefusedCall).
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
          int winFlags) {
-  CHORUS_CHECK(checkQuery(comm, win, "ncclCommWindowRegister"));
-  *win = nullptr;
-  if (buff == nullptr || size == 0)
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowRegister: buff %p / size %zu must be non-null / non-zero",
-                buff, size);
-  if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC))
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowRegister: unknown winFlags %#x", winFlags);
-  if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) && (reinterpret_cast<uintptr_t>(buff) % NCCL_WIN_REQUIRED_ALIGNMENT) != 0)
-    CHORUS_FAIL(comm, ncclInvalidArgument,
-                "ncclCommWindowRegister: a symmetric window must be %d-byte aligned (buff %p)",
-                NCCL_WIN_REQUIRED_ALIGNMENT, buff);
-  CHORUS_CHECK(checkCommUsable(comm, "ncclCommWindowRegister"));
-  auto* w = new ncclWindow_vidmem;
-  w->magic = kWindowMagic;
-  w->comm = comm;
-  w->buff = static_cast<char*>(buff);
-  w->size = size;
-  w->flags = winFlags;
-  auto add = [comm, w]() {
-    ActiveCall active(comm);
-    return comm->engine->windows().add(w);
-  };
-  if (inGroup()) {
-    // Collective: the exchange runs at ncclGroupEnd, beside the other ranks' (one thread may drive several). The
-    // handle is valid now; collectives use the window once the group has ended.
-    *win = w;
-    return enqueueInit(add, comm);
-  }
-  ncclResult_t res = add();
-  if (res != ncclSuccess) {
-    w->magic = 0;
-    delete w;
-    return res;
-  }
-  *win = w;
-  return ncclSuccess;
+  return noteRefusedCall(windowRegister(comm, buff, size, win, winFlags));
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {

@@ -194,6 +194,76 @@ TEST(GroupCreate, ShrinkFromOneThreadBlockingAndNonblocking) {
   }
 }
 
+// As in NCCL, one group cannot create blocking and nonblocking communicators both: the creation of the other kind
+// is refused with ncclInvalidArgument, and the group fails. Its accepted creations still run (the other ranks' inits
+// expect them), and the next group on the thread starts afresh.
+TEST(GroupCreate, BlockingAndNonblockingCreationsCannotShareAGroup) {
+  for (int first : {1, 0}) {
+    SCOPED_TRACE(first ? "blocking first" : "nonblocking first");
+    ncclUniqueId id, other;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ASSERT_EQ(ncclGetUniqueId(&other), ncclSuccess);
+    std::vector<ncclComm_t> comms(kRanks, nullptr);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER, otherCfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = first;
+    otherCfg.blocking = 1 - first;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < kRanks; r++) {
+      ncclResult_t res = ncclCommInitRankConfig(&comms[r], kRanks, id, r, &cfg);
+      ASSERT_EQ(res, first ? ncclSuccess : ncclInProgress);
+    }
+    ncclComm_t refused = reinterpret_cast<ncclComm_t>(&other);  // must come back NULL
+    EXPECT_EQ(ncclCommInitRankConfig(&refused, 1, other, 0, &otherCfg), ncclInvalidArgument);
+    EXPECT_EQ(refused, nullptr);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("blocking and nonblocking communicators cannot be created"),
+              std::string::npos)
+        << ncclGetLastError(nullptr);
+    EXPECT_EQ(ncclGroupEnd(), ncclInvalidArgument);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("a call in the group was refused"), std::string::npos)
+        << ncclGetLastError(nullptr);
+    for (ncclComm_t c : comms) ASSERT_EQ(settle(c), ncclSuccess) << ncclGetLastError(c);
+    expectWorks(comms, kRanks);  // its ncclGroupEnd must say ncclSuccess: nothing of the failed group is left
+    destroyAll(comms);
+  }
+}
+
+// A creating call refused inside a group (here a split with a bad color) fails the group, as any refused call does:
+// none of its operations runs.
+TEST(GroupCreate, ARefusedCreationFailsTheGroup) {
+  std::vector<ncclComm_t> comms = initAll();
+  std::vector<std::vector<int>> bufs(kRanks, std::vector<int>(5, 1));
+  ncclComm_t child = nullptr;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < kRanks; r++)
+    ASSERT_EQ(ncclAllReduce(bufs[r].data(), bufs[r].data(), 5, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclCommSplit(comms[0], -7, 0, &child, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidArgument);
+  const std::string why = ncclGetLastError(nullptr);
+  EXPECT_NE(why.find("color -7"), std::string::npos) << why;
+  EXPECT_NE(why.find("4 dropped"), std::string::npos) << why;
+  for (auto& b : bufs)
+    for (int x : b) EXPECT_EQ(x, 1) << "an operation of the failed group ran";
+  EXPECT_EQ(child, nullptr);
+  expectWorks(comms, kRanks);
+  destroyAll(comms);
+}
+
+// ncclGroupSimulateEnd over nonblocking creations says ncclInProgress, as ncclGroupEnd does, and leaves no trace:
+// the thread's next group ends with ncclSuccess.
+TEST(GroupCreate, SimulatedGroupOfNonblockingCreations) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(kRanks, nullptr);
+  ncclConfig_t cfg = nonblockingConfig();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < kRanks; r++) ASSERT_EQ(ncclCommInitRankConfig(&comms[r], kRanks, id, r, &cfg), ncclInProgress);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclInProgress) << ncclGetLastError(nullptr);
+  for (ncclComm_t c : comms) ASSERT_EQ(settle(c), ncclSuccess) << ncclGetLastError(c);
+  expectWorks(comms, kRanks);
+  destroyAll(comms);
+}
+
 // A group that splits some communicators and runs collectives on others: the splits happen first, the
 // collectives run as usual.
 TEST(GroupCreate, SplitBesideCollectivesOnOtherCommunicators) {
