@@ -21,7 +21,7 @@ struct GroupState {
   std::vector<std::pair<ncclComm*, OpDesc>> ops;
   std::vector<std::pair<const ncclComm*, std::function<ncclResult_t()>>> inits;  ///< (serialOn, work)
   bool nonblocking = false;  ///< a nonblocking creation started in this group: ncclGroupEnd says ncclInProgress
-  int creationBlocking = -1;  ///< config.blocking of the group's communicator creations, -1 before the first
+  int creationBlocking = -1;           ///< config.blocking of the group's communicator creations, -1 before the first
   ncclResult_t refused = ncclSuccess;  ///< the first refused call's result (noteRefusedCall)
   std::string refusedText;             ///< and its error text
 };
