@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/link_costs.h"
 #include "runtime/runtime.h"
+#include "topo/affinity.h"
 #include "topo/topology.h"
 
 namespace chorus {
@@ -121,6 +122,11 @@ ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
   mine.calibrate = calibrateSetting();
   mine.nicMbps = static_cast<uint32_t>(std::clamp<int64_t>(topologyNicMbps(processTopology()), 0, UINT32_MAX));
   mine.gpuNuma = topologyGpuNuma(processTopology(), mine.busId);
+  // As NCCL's init: on the CPUs near the GPU until it returns, so that what it allocates and starts is near it.
+  const NearGpuScope nearGpu(mine.busId);
+  if (mine.busId >= 0)
+    INFO(kInit, "comm %p rank %d: init near GPU %d: %s", (void*)comm, comm->rank, comm->cudaDev,
+         nearGpu.said().c_str());
   CHORUS_CHECK(Bootstrap::create(comm, id, comm->rank, comm->nranks, mine, &comm->abortFlag, &comm->bootstrap));
   comm->peers = comm->bootstrap->peers();
   comm->commHash = fnv1a64(id.internal, sizeof(id.internal));

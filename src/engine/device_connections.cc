@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "chorus/net.h"
 #include "core/checks.h"
@@ -14,6 +15,7 @@
 #include "core/process.h"
 #include "core/timeout.h"
 #include "kernels/device_work.h"
+#include "topo/affinity.h"
 #include "topo/topology.h"
 #include "transports/remote.h"
 #include "transports/shm/shm.h"
@@ -196,12 +198,15 @@ std::string DeviceConnections::rendezvousName(int ch, int from, int to) const {
 
 ncclResult_t DeviceConnections::get(const std::vector<std::tuple<int, int, bool>>& need, std::vector<DevFifo>* out) {
   // Pass 1: what this rank owns or stages (never waits). Pass 2: what it opens (waits for the owner's record).
+  // New connections are made near the GPU, so that the pinned host memory they first touch is on its NUMA node.
+  std::optional<NearGpuScope> nearGpu;
   for (int pass = 0; pass < 2; pass++) {
     for (const auto& key : need) {
       int ch = std::get<0>(key), peer = std::get<1>(key);
       bool isSend = std::get<2>(key);
       bool first = remote(peer) || owns(isSend);
       if (first != (pass == 0) || conns_.count(key)) continue;
+      if (!nearGpu) nearGpu.emplace(comm_->peers[comm_->rank].busId);
       DevConn c;
       c.fifo.geo = geo_;
       c.fifo.channel = static_cast<int16_t>(ch);

@@ -21,6 +21,7 @@
 #include "engine/tuner.h"
 #include "kernels/dtypes.h"
 #include "runtime/runtime.h"
+#include "topo/affinity.h"
 #include "topo/ring_order.h"
 
 namespace chorus {
@@ -191,7 +192,10 @@ class HostEngine : public Engine {
       if (rt == nullptr || comm_->cudaDev < 0)
         CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: GPU buffers on a communicator without a GPU", comm_->rank);
       auto dev = std::make_unique<DeviceEngine>(comm_, rt, planner_.get(), conns_.get(), &windows_);
-      CHORUS_CHECK(dev->init());
+      {
+        const NearGpuScope nearGpu(comm_->peers[comm_->rank].busId);  // its pinned host memory near the GPU
+        CHORUS_CHECK(dev->init());
+      }
       device_ = std::move(dev);
     }
     return device_->run(ops);

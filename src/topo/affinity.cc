@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/params.h"
+
 namespace chorus {
 
 std::string cpusNearNics(const HostTopology& t, const std::vector<std::pair<std::string, std::string>>& namesAndPaths) {
@@ -65,21 +67,50 @@ std::string formatCpuList(const cpu_set_t& set) {
   return out;
 }
 
-bool bindThreadNear(const std::string& cpus, std::string* result) {
-  cpu_set_t near, now, both;
+namespace {
+
+IntParam kIgnoreCpuAffinity{"NCCL_IGNORE_CPU_AFFINITY", 0,
+                            "1: a communicator's init, and the setup of its GPU connections, run on the CPUs near its "
+                            "GPU whatever the thread's affinity; 0: on those of them within the thread's affinity "
+                            "(none: the thread stays where it is).",
+                            "general"};
+
+// The calling thread's affinity (*now) and the CPUs of `cpus` it is to run on (*target): those within *now, or with
+// `ignoreNow` all of them. False and *why when the list does not parse, the affinity cannot be read, or no CPU is left.
+bool targetAffinity(const std::string& cpus, bool ignoreNow, cpu_set_t* now, cpu_set_t* target, std::string* why) {
+  cpu_set_t near;
   if (!parseCpuList(cpus, &near)) {
-    *result = "CPU list \"" + cpus + "\" does not parse";
+    *why = "CPU list \"" + cpus + "\" does not parse";
     return false;
   }
-  if (pthread_getaffinity_np(pthread_self(), sizeof(now), &now) != 0) {
-    *result = std::string("cannot read the thread's affinity: ") + strerror(errno);
+  if (pthread_getaffinity_np(pthread_self(), sizeof(*now), now) != 0) {
+    *why = std::string("cannot read the thread's affinity: ") + strerror(errno);
     return false;
   }
-  CPU_AND(&both, &near, &now);
-  if (CPU_COUNT(&both) == 0) {
-    *result = "CPUs " + cpus + " are outside this thread's affinity " + formatCpuList(now);
+  if (ignoreNow) {
+    *target = near;
+  } else {
+    CPU_AND(target, &near, now);
+  }
+  if (CPU_COUNT(target) == 0) {
+    *why = "CPUs " + cpus + " are outside this thread's affinity " + formatCpuList(*now);
     return false;
   }
+  return true;
+}
+
+// The CPUs near the GPU at `runtimeBusId` in this process's topology ("" when it does not place it).
+std::string gpuCpus(int64_t runtimeBusId) {
+  const HostTopology& t = processTopology();
+  const int g = topologyGpuIndex(t, runtimeBusId);
+  return g < 0 ? std::string() : t.gpus[static_cast<size_t>(g)].cpus;
+}
+
+}  // namespace
+
+bool bindThreadNear(const std::string& cpus, std::string* result) {
+  cpu_set_t now, both;
+  if (!targetAffinity(cpus, false, &now, &both, result)) return false;
   if (CPU_EQUAL(&both, &now)) {
     *result = "already on CPUs " + formatCpuList(now);
     return false;
@@ -90,6 +121,37 @@ bool bindThreadNear(const std::string& cpus, std::string* result) {
   }
   *result = formatCpuList(both);
   return true;
+}
+
+NearGpuScope::NearGpuScope(const std::string& gpuCpus, bool ignoreThreadAffinity) {
+  if (gpuCpus.empty()) {
+    said_ = "stays: the topology does not say which CPUs are near the GPU";
+    return;
+  }
+  cpu_set_t now, target;
+  std::string why;
+  if (!targetAffinity(gpuCpus, ignoreThreadAffinity, &now, &target, &why)) {
+    said_ = "stays: " + why + " (NCCL_IGNORE_CPU_AFFINITY=1 uses the GPU's CPUs whatever the thread's)";
+    return;
+  }
+  if (CPU_EQUAL(&target, &now)) {
+    said_ = "stays: the thread's CPUs " + formatCpuList(now) + " are all near the GPU";
+    return;
+  }
+  if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(target), &target); rc != 0) {
+    said_ = std::string("stays: cannot set the thread's affinity: ") + strerror(rc);
+    return;
+  }
+  saved_ = now;
+  restore_ = true;
+  said_ = "CPUs " + formatCpuList(target) + " (the GPU's " + gpuCpus +
+          (ignoreThreadAffinity ? ", NCCL_IGNORE_CPU_AFFINITY=1" : "") + "; the thread's " + formatCpuList(now) + ")";
+}
+
+NearGpuScope::NearGpuScope(int64_t runtimeBusId) : NearGpuScope(gpuCpus(runtimeBusId), kIgnoreCpuAffinity.get() == 1) {}
+
+NearGpuScope::~NearGpuScope() {
+  if (restore_) pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_);
 }
 
 }  // namespace chorus

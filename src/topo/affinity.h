@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,5 +28,28 @@ std::string formatCpuList(const cpu_set_t& set);
 /// *result the CPUs it now runs on when that narrowed it; false and *result why not: the list does not parse, it
 /// shares no CPU with the current affinity, or it covers all of it already.
 bool bindThreadNear(const std::string& cpus, std::string* result);
+
+/// While it lives, the calling thread runs on the CPUs near a GPU, as NCCL runs a communicator's init
+/// (ncclTopoGetCpuAffinity): the GPU's CPUs within the thread's affinity, or, with `ignoreThreadAffinity`
+/// (NCCL_IGNORE_CPU_AFFINITY=1), the GPU's CPUs whatever the thread's. So the host memory the init first touches and
+/// the threads it starts are on the GPU's NUMA node. The destructor gives the thread its affinity back. Nothing moves
+/// when `gpuCpus` is empty (the topology does not place the GPU) or shares no CPU with the thread's affinity.
+class NearGpuScope {
+ public:
+  NearGpuScope(const std::string& gpuCpus, bool ignoreThreadAffinity);
+  /// For the GPU at `runtimeBusId` (GpuRuntime::busId) in this process's topology (processTopology), with
+  /// NCCL_IGNORE_CPU_AFFINITY; nothing moves for a rank without a GPU or a GPU the topology does not have.
+  explicit NearGpuScope(int64_t runtimeBusId);
+  ~NearGpuScope();
+  NearGpuScope(const NearGpuScope&) = delete;
+  NearGpuScope& operator=(const NearGpuScope&) = delete;
+  /// One phrase for INFO: the CPUs the thread now runs on and why, or why it stayed.
+  const std::string& said() const { return said_; }
+
+ private:
+  bool restore_ = false;
+  cpu_set_t saved_;
+  std::string said_;
+};
 
 }  // namespace chorus

@@ -4,6 +4,8 @@
 // message naming the peer. Thread ranks and forked ranks (IPC through the emulated handles).
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -770,6 +772,87 @@ TEST(DevicePathTopology, RingsGroupEachHostsRanksByGpuNumaNode) {
       },
       log);
   EXPECT_NE(text.find("rings host by host (CHORUS_RING_BY_HOST): 0 2 1 3"), std::string::npos) << text;
+  chorus::setGpuRuntimeForTesting(nullptr);
+  gEmu.devices = 1;
+  std::remove(topo.c_str());
+}
+
+// The CPUs the calling thread may run on, comma-separated ("0,1").
+std::string threadCpus() {
+  cpu_set_t cpus;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(cpus), &cpus) != 0) return "?";
+  std::string list;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &cpus)) list += (list.empty() ? "" : ",") + std::to_string(c);
+  return list;
+}
+
+// As NCCL's init does, a rank's init runs on the CPUs near its GPU (those within the thread's affinity), and so do the
+// setup of its device engine and of new GPU connections, so that the pinned host memory they first touch is on the
+// GPU's NUMA node; the thread has its own affinity back after each. A host of two NUMA nodes, GPU 0 near CPU 0 and
+// GPU 1 near CPU 1 (this machine's two CPUs), and a process on each GPU, their FIFOs in pinned host memory
+// (NCCL_P2P_DISABLE=1). A thread kept off its GPU's CPUs stays where it is, unless NCCL_IGNORE_CPU_AFFINITY=1.
+TEST(DevicePathTopology, InitAndConnectionsRunNearTheGpu) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (!CPU_ISSET(0, &mine) || !CPU_ISSET(1, &mine)) GTEST_SKIP() << "needs CPUs 0 and 1";
+  const std::string topo = "/tmp/chorus-neargpu-topo-" + std::to_string(getpid()) + ".xml";
+  {
+    std::ofstream f(topo);
+    f << "<system version=\"1\">\n";
+    for (int g = 0; g < 2; g++) {
+      f << "  <cpu numaid=\"" << g << "\" affinity=\"0000000" << (g + 1)
+        << "\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"143\">\n"
+        << "    <pci busid=\"0000:00:0" << g << ".0\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x2330\" "
+        << "link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n"
+        << "      <gpu dev=\"" << g << "\" sm=\"90\" rank=\"" << g << "\" gdr=\"1\"/>\n"
+        << "    </pci>\n  </cpu>\n";
+    }
+    f << "</system>\n";
+  }
+  gEmu.devices = 2;
+  gEmu.peerAccess = true;
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  const std::string log = "/tmp/chorus-neargpu-log-" + std::to_string(getpid());
+  struct Case {
+    const char* rank1Cpus;  // rank 1's thread (rank 0's: CPUs 0 and 1)
+    bool ignore;            // NCCL_IGNORE_CPU_AFFINITY=1
+    const char* rank1Mem;   // the CPUs rank 1's thread had when it allocated and pinned host memory
+  };
+  for (const Case& c : {Case{"0,1", false, "1"}, Case{"0", false, "0"}, Case{"0", true, "1"}}) {
+    SCOPED_TRACE(std::string("rank 1 on CPUs ") + c.rank1Cpus + (c.ignore ? ", NCCL_IGNORE_CPU_AFFINITY=1" : ""));
+    const std::string text = forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          setenv("CHORUS_TOPO_FILE", topo.c_str(), 1);
+          setenv("NCCL_P2P_DISABLE", "1", 1);
+          setenv("CHORUS_DEVICE_IPC", "0", 1);  // the ring's FIFOs, not the inboxes
+          setenv("NCCL_ALGO", "Ring", 1);
+          if (c.ignore) setenv("NCCL_IGNORE_CPU_AFFINITY", "1", 1);
+          if (rank == 0) logInfoTo(log, "INIT");
+          ncclResetDebugInit();
+          chorus::paramsReload();
+          const std::string pin = rank == 0 ? "0,1" : c.rank1Cpus;
+          cpu_set_t set;
+          CPU_ZERO(&set);
+          CPU_SET(0, &set);
+          if (pin == "0,1") CPU_SET(1, &set);
+          if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) return 8;
+          if (gEmu.setDevice(rank) != ncclSuccess) return 9;
+          ncclComm_t comm = nullptr;
+          if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+          EXPECT_EQ(threadCpus(), pin) << "rank " << rank << ": the init gave the thread its affinity back";
+          allReduceChecked(comm, rank, 2, 100000);
+          const std::string near = rank == 0 ? "0" : c.rank1Mem;
+          EXPECT_EQ(gEmu.hostAllocCpus, near) << "rank " << rank << ": the device engine's pinned host memory";
+          EXPECT_EQ(gEmu.hostRegisterCpus, near) << "rank " << rank << ": the pinned host FIFOs";
+          EXPECT_EQ(threadCpus(), pin) << "rank " << rank << ": the call gave the thread its affinity back";
+          EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+          return ::testing::Test::HasFailure() ? 1 : 0;
+        },
+        log);
+    EXPECT_NE(text.find("init near GPU 0: CPUs 0 (the GPU's 0"), std::string::npos) << text;
+  }
   chorus::setGpuRuntimeForTesting(nullptr);
   gEmu.devices = 1;
   std::remove(topo.c_str());

@@ -198,6 +198,20 @@ EmuRuntime::~EmuRuntime() {
     if (v[i] == this) v.erase(v.begin() + static_cast<long>(i));
 }
 
+namespace {
+
+// The CPUs the calling thread may run on, comma-separated ("0,1"); "" when they cannot be read.
+std::string callingThreadCpus() {
+  cpu_set_t cpus;
+  std::string list;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(cpus), &cpus) != 0) return list;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &cpus)) list += (list.empty() ? "" : ",") + std::to_string(c);
+  return list;
+}
+
+}  // namespace
+
 // ---- capture rules ----------------------------------------------------------------------------------------------
 
 namespace {
@@ -429,6 +443,7 @@ void EmuRuntime::deviceFree(void* p) {
 
 ncclResult_t EmuRuntime::hostAllocMapped(size_t bytes, void** host, void** dev) {
   EMU_REFUSE("hostAllocMapped (cudaHostAlloc)", false, ncclUnhandledCudaError);
+  hostAllocCpus = callingThreadCpus();
   *host = *dev = calloc(1, bytes);
   return *host ? ncclSuccess : ncclSystemError;
 }
@@ -441,6 +456,7 @@ void EmuRuntime::hostFree(void* host) {
 
 ncclResult_t EmuRuntime::hostRegister(void* p, size_t, void** dev) {
   EMU_REFUSE("hostRegister (cudaHostRegister)", false, ncclUnhandledCudaError);
+  hostRegisterCpus = callingThreadCpus();
   std::lock_guard<std::mutex> lock(mem_->mutex);
   if (!mem_->registered.insert(p).second) {
     mem_->lastError = "hostRegister: memory already registered";

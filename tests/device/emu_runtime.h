@@ -141,6 +141,9 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> lastLanes{0};            ///< blocks per channel of the last kernel launched (chorus::workLanes)
   /// Step runs of the last kernel launched that name blocks by ring position (StepRun::ordered).
   std::atomic<int> lastOrderedRuns{0};
+  /// The CPUs the thread that last called hostAllocMapped (hostRegister) could run on, comma-separated ("0,1").
+  /// Unguarded: read them once that call has returned.
+  std::string hostAllocCpus, hostRegisterCpus;
   std::atomic<int> lastMaxLag{0};      ///< the largest channel lag (Schedule::lag) of the last kernel launched
   std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
   std::atomic<int> ipcLaunches{0};     ///< launched kernels through inboxes (kDevDirectIpc), by this process
