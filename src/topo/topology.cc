@@ -258,7 +258,8 @@ std::string formatTopology(const HostTopology& t) {
       "  PXB  = through several PCIe bridges, no host bridge\n"
       "  PIX  = through at most one PCIe switch\n"
       "  -    = no PCI path (virtual interface)\n";
-  if (!t.gpuLinks.empty()) out += "  NV#  = # NVLinks (from the file)\n  XGMI = an xGMI link (from the file)\n";
+  if (!t.gpuLinks.empty())
+    out += "  NV#  = # NVLinks (from the file, or NVML when probed)\n  XGMI = an xGMI link (from the file)\n";
   return out;
 }
 

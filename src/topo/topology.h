@@ -64,8 +64,8 @@ struct TopoNic {
   int64_t speedMbps = 0;  ///< port speed in Mb/s from sysfs or the file (0: unknown); hwloc has none
 };
 
-/// A direct link between two GPUs (indices into HostTopology::gpus), from a topology file: probing does not find
-/// NVLink or xGMI yet.
+/// A direct link between two GPUs (indices into HostTopology::gpus), from a topology file or, when probing, from NVML
+/// (NVLink; probing does not find xGMI yet).
 struct TopoGpuLink {
   int a = 0;
   int b = 0;
@@ -87,6 +87,7 @@ struct HostTopology {
   /// (gpus + nics)^2 entries, symmetric; the diagonal is kPIX.
   std::vector<PathClass> classes;
   std::string source;  ///< "probe", "file <path>", or "none..." (empty view)
+  std::string gpuLinksFrom;  ///< a probe's: what NVML said of the NVLink (addNvmlLinks), for INFO
   /// The hwloc topology it came from (opaque, shared by copies; null for an empty view). Dumps export it.
   std::shared_ptr<void> hwloc;
 
@@ -137,6 +138,13 @@ inline bool operator!=(const HostTopology& a, const HostTopology& b) { return !(
 /// The full report chorus-topo prints: counts, the GPUs and NICs, and the GPU/NIC matrix of distance classes (as
 /// `nvidia-smi topo -m` prints it, NV# or XGMI for direct GPU links), with its legend.
 std::string formatTopology(const HostTopology& t);
+
+/// Adds to t->gpuLinks the NVLink NVML (CHORUS_NVML_LIBRARY, loaded at run time) reports between t's NVIDIA GPUs, as
+/// NCCL's topology does: a link's far end is another GPU, or an NVSwitch, through which two GPUs with switch links
+/// get the fewer of their two counts; a pair with both adds them. Pairs t already links are left as they are.
+/// Returns the pairs added, 0 when there are fewer than two NVIDIA GPUs (NVML is not asked), -1 when NVML cannot be
+/// loaded or fails; *said tells which, for INFO.
+int addNvmlLinks(HostTopology* t, std::string* said);
 
 /// Whether this build can probe and load topologies (built with hwloc).
 bool topologyHasHwloc();

@@ -532,6 +532,8 @@ bool probeHostTopology(const std::vector<int64_t>& runtimeBusIds, HostTopology* 
   }
   if (!derive(topo, runtime, nullptr, "probe", out, err)) return false;
   out->hwloc = owner;
+  std::string nvml;  // hwloc sees no NVLink: NVML tells it where there are NVIDIA GPUs to ask about
+  if (addNvmlLinks(out, &nvml) != 0) out->gpuLinksFrom = nvml;
   return true;
 }
 

@@ -81,6 +81,7 @@ const HostTopology& processTopology() {
                      : topo->source.rfind("file ", 0) == 0 ? "from " + topo->source
                                                            : topo->source;
   INFO(kInit, "topology: %s (%s)", topo->summary().c_str(), from.c_str());
+  if (!topo->gpuLinksFrom.empty()) INFO(kInit, "topology: %s", topo->gpuLinksFrom.c_str());
   return *topo;
 }
 

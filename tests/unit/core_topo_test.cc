@@ -414,5 +414,120 @@ TEST(NcclTopo, XgmiAndDirectLinksAndBadFiles) {
   EXPECT_NE(err.find("quote.xml: cannot read"), std::string::npos) << err;
 }
 
+#ifdef CHORUS_TEST_FAKE_NVML
+// NVLink from NVML (addNvmlLinks), over tests/plugins/fake_nvml.c: four NVIDIA GPUs, the first two with two direct
+// links between them, and every one with links to NVSwitches (two, or four for the third), one link down. A pair's
+// count is its direct links plus the fewer of its two switch counts. NVML without the remote-type call (before 11.0)
+// gives the same view, the far end told by its bus id.
+class Nvml : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("CHORUS_NVML_LIBRARY", CHORUS_TEST_FAKE_NVML, 1);
+    paramsReload();
+  }
+  void TearDown() override {
+    for (const char* v : {"CHORUS_NVML_LIBRARY", "FAKE_NVML_LINKS", "FAKE_NVML_INIT_FAIL", "FAKE_NVML_NO_TYPE"})
+      unsetenv(v);
+    paramsReload();
+  }
+  static HostTopology fourGpus(uint16_t vendor = 0x10de) {
+    HostTopology t;
+    for (const char* id : {"0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0"}) {
+      TopoGpu g;
+      g.busId = id;
+      g.vendor = vendor;
+      t.gpus.push_back(g);
+    }
+    return t;
+  }
+  static void setLinks() {
+    setenv("FAKE_NVML_LINKS",
+           "0000:19:00.0=0000:3b:00.0,switch,0000:3b:00.0,switch,down;"
+           "0000:3b:00.0=0000:19:00.0,0000:19:00.0,switch,switch;"
+           "0000:4c:00.0=switch,switch,switch,switch;"
+           "0000:5d:00.0=switch,down,switch",
+           1);
+  }
+};
+
+TEST_F(Nvml, DirectAndSwitchLinks) {
+  setLinks();
+  for (const char* noType : {"0", "1"}) {
+    SCOPED_TRACE(std::string("FAKE_NVML_NO_TYPE=") + noType);
+    setenv("FAKE_NVML_NO_TYPE", noType, 1);
+    HostTopology t = fourGpus();
+    std::string said;
+    ASSERT_EQ(addNvmlLinks(&t, &said), 6) << said;
+    EXPECT_NE(said.find("4 of 4 NVIDIA GPUs answered; NVLink between 6 pair(s), 6 through NVSwitch"), std::string::npos)
+        << said;
+    const int want[4][4] = {{0, 4, 2, 2}, {4, 0, 2, 2}, {2, 2, 0, 2}, {2, 2, 2, 0}};
+    for (int a = 0; a < 4; a++) {
+      for (int b = 0; b < 4; b++) {
+        if (a == b) continue;
+        const TopoGpuLink* l = t.gpuLink(a, b);
+        ASSERT_NE(l, nullptr) << a << "-" << b;
+        EXPECT_EQ(l->count, want[a][b]) << a << "-" << b;
+        EXPECT_EQ(l->kind, GpuLinkKind::kNVLink);
+      }
+    }
+    EXPECT_GT(topologyNvlinkBytesPerUs(t), 0.0) << "every pair has NVLink";
+  }
+}
+
+// A link the view has already (from a file) stays as it is; NVML adds the others.
+TEST_F(Nvml, KeepsLinksTheViewHas) {
+  setLinks();
+  HostTopology t = fourGpus();
+  TopoGpuLink known;
+  known.a = 0;
+  known.b = 1;
+  known.count = 18;
+  t.gpuLinks.push_back(known);
+  std::string said;
+  EXPECT_EQ(addNvmlLinks(&t, &said), 5) << said;
+  ASSERT_NE(t.gpuLink(0, 1), nullptr);
+  EXPECT_EQ(t.gpuLink(0, 1)->count, 18);
+  EXPECT_EQ(t.gpuLinks.size(), 6u);
+}
+
+// Where NVML cannot answer, the view has no NVLink and the reason is said; where there is nothing to ask, it is not
+// loaded at all.
+TEST_F(Nvml, NothingToAskOrNoAnswer) {
+  setLinks();
+  std::string said;
+  HostTopology amd = fourGpus(0x1002);
+  EXPECT_EQ(addNvmlLinks(&amd, &said), 0);
+  EXPECT_NE(said.find("fewer than two NVIDIA GPUs"), std::string::npos) << said;
+
+  setenv("FAKE_NVML_INIT_FAIL", "1", 1);
+  HostTopology t = fourGpus();
+  EXPECT_EQ(addNvmlLinks(&t, &said), -1);
+  EXPECT_NE(said.find("nvmlInit_v2 failed (NVML error 999)"), std::string::npos) << said;
+  EXPECT_TRUE(t.gpuLinks.empty());
+  unsetenv("FAKE_NVML_INIT_FAIL");
+
+  setenv("CHORUS_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  paramsReload();
+  EXPECT_EQ(addNvmlLinks(&t, &said), -1);
+  EXPECT_NE(said.find("NVML (/nonexistent/libnvidia-ml.so.1) did not load"), std::string::npos) << said;
+  setenv("CHORUS_NVML_LIBRARY", "none", 1);
+  paramsReload();
+  EXPECT_EQ(addNvmlLinks(&t, &said), -1);
+  EXPECT_NE(said.find("CHORUS_NVML_LIBRARY=none"), std::string::npos) << said;
+  EXPECT_TRUE(t.gpuLinks.empty());
+
+  // A GPU NVML does not know is skipped; the others' links still count.
+  setenv("CHORUS_NVML_LIBRARY", CHORUS_TEST_FAKE_NVML, 1);
+  paramsReload();
+  setenv("FAKE_NVML_LINKS", "0000:19:00.0=switch,switch;0000:3b:00.0=switch", 1);
+  HostTopology three = fourGpus();
+  three.gpus.pop_back();
+  ASSERT_EQ(addNvmlLinks(&three, &said), 1) << said;
+  EXPECT_NE(said.find("2 of 3 NVIDIA GPUs answered"), std::string::npos) << said;
+  ASSERT_NE(three.gpuLink(0, 1), nullptr);
+  EXPECT_EQ(three.gpuLink(0, 1)->count, 1);
+}
+#endif  // CHORUS_TEST_FAKE_NVML
+
 }  // namespace
 }  // namespace chorus
