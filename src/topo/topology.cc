@@ -259,7 +259,9 @@ std::string formatTopology(const HostTopology& t) {
       "  PIX  = through at most one PCIe switch\n"
       "  -    = no PCI path (virtual interface)\n";
   if (!t.gpuLinks.empty())
-    out += "  NV#  = # NVLinks (from the file, or NVML when probed)\n  XGMI = an xGMI link (from the file)\n";
+    out +=
+        "  NV#  = # NVLinks (from the file, or NVML when probed)\n"
+        "  XGMI = an xGMI link (from the file, or ROCm SMI when probed)\n";
   return out;
 }
 

@@ -65,7 +65,7 @@ struct TopoNic {
 };
 
 /// A direct link between two GPUs (indices into HostTopology::gpus), from a topology file or, when probing, from NVML
-/// (NVLink; probing does not find xGMI yet).
+/// (NVLink) or ROCm SMI (xGMI).
 struct TopoGpuLink {
   int a = 0;
   int b = 0;
@@ -87,7 +87,7 @@ struct HostTopology {
   /// (gpus + nics)^2 entries, symmetric; the diagonal is kPIX.
   std::vector<PathClass> classes;
   std::string source;  ///< "probe", "file <path>", or "none..." (empty view)
-  std::string gpuLinksFrom;  ///< a probe's: what NVML said of the NVLink (addNvmlLinks), for INFO
+  std::string gpuLinksFrom;  ///< a probe's: what NVML or ROCm SMI said of the GPU links (addNvmlLinks...), for INFO
   /// The hwloc topology it came from (opaque, shared by copies; null for an empty view). Dumps export it.
   std::shared_ptr<void> hwloc;
 
@@ -145,6 +145,11 @@ std::string formatTopology(const HostTopology& t);
 /// Returns the pairs added, 0 when there are fewer than two NVIDIA GPUs (NVML is not asked), -1 when NVML cannot be
 /// loaded or fails; *said tells which, for INFO.
 int addNvmlLinks(HostTopology* t, std::string* said);
+
+/// Adds to t->gpuLinks the xGMI links ROCm SMI (CHORUS_ROCM_SMI_LIBRARY, loaded at run time) reports between t's AMD
+/// GPUs, as RCCL's topology does: an xGMI path of link weight 13, 15 or 41 (one hop where the library gives no
+/// weights) is a direct link. Pairs t already links are left as they are. Returns as addNvmlLinks does.
+int addRsmiLinks(HostTopology* t, std::string* said);
 
 /// Whether this build can probe and load topologies (built with hwloc).
 bool topologyHasHwloc();

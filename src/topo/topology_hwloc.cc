@@ -532,8 +532,10 @@ bool probeHostTopology(const std::vector<int64_t>& runtimeBusIds, HostTopology* 
   }
   if (!derive(topo, runtime, nullptr, "probe", out, err)) return false;
   out->hwloc = owner;
-  std::string nvml;  // hwloc sees no NVLink: NVML tells it where there are NVIDIA GPUs to ask about
+  // hwloc sees no NVLink or xGMI: NVML and ROCm SMI tell them where there are such GPUs to ask about.
+  std::string nvml, rsmi;
   if (addNvmlLinks(out, &nvml) != 0) out->gpuLinksFrom = nvml;
+  if (addRsmiLinks(out, &rsmi) != 0) out->gpuLinksFrom += (out->gpuLinksFrom.empty() ? "" : "; ") + rsmi;
   return true;
 }
 

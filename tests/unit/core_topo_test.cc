@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "core/params.h"
 #include "harness/ranks.h"
@@ -528,6 +529,83 @@ TEST_F(Nvml, NothingToAskOrNoAnswer) {
   EXPECT_EQ(three.gpuLink(0, 1)->count, 1);
 }
 #endif  // CHORUS_TEST_FAKE_NVML
+
+#ifdef CHORUS_TEST_FAKE_ROCM_SMI
+// xGMI from ROCm SMI (addRsmiLinks), over tests/plugins/fake_rocm_smi.c: four AMD GPUs that ROCm SMI numbers in
+// another order than the view (bus id order). Direct xGMI paths (weight 15 or 41) are links; a two-hop xGMI path
+// (weight 30) and PCIe are not. Without weights, one hop decides.
+class Rsmi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("CHORUS_ROCM_SMI_LIBRARY", "/nonexistent/librocm_smi64.so.7," CHORUS_TEST_FAKE_ROCM_SMI, 1);
+    setenv("FAKE_RSMI_GPUS", "0000:e1:00.0,0000:c1:00.0,0000:29:00.0,0000:09:00.0", 1);  // view GPUs 3, 2, 1, 0
+    setenv("FAKE_RSMI_XGMI", "0-1:15:1,1-2:41:1,2-3:15:1,0-3:30:2", 1);
+    paramsReload();
+  }
+  void TearDown() override {
+    for (const char* v :
+         {"CHORUS_ROCM_SMI_LIBRARY", "FAKE_RSMI_GPUS", "FAKE_RSMI_XGMI", "FAKE_RSMI_INIT_FAIL", "FAKE_RSMI_NO_WEIGHT"})
+      unsetenv(v);
+    paramsReload();
+  }
+  static HostTopology fourGpus() {
+    HostTopology t;
+    for (const char* id : {"0000:09:00.0", "0000:29:00.0", "0000:c1:00.0", "0000:e1:00.0"}) {
+      TopoGpu g;
+      g.busId = id;
+      g.vendor = 0x1002;
+      t.gpus.push_back(g);
+    }
+    return t;
+  }
+};
+
+TEST_F(Rsmi, DirectXgmiPathsAreLinks) {
+  for (const char* noWeight : {"0", "1"}) {
+    SCOPED_TRACE(std::string("FAKE_RSMI_NO_WEIGHT=") + noWeight);
+    setenv("FAKE_RSMI_NO_WEIGHT", noWeight, 1);
+    HostTopology t = fourGpus();
+    std::string said;
+    ASSERT_EQ(addRsmiLinks(&t, &said), 3) << said;
+    EXPECT_NE(said.find("4 of 4 AMD GPUs answered; xGMI between 3 pair(s)"), std::string::npos) << said;
+    EXPECT_NE(said.find(CHORUS_TEST_FAKE_ROCM_SMI), std::string::npos) << "the library that loaded: " << said;
+    // ROCm SMI's pairs 0-1, 1-2, 2-3 are the view's 3-2, 2-1, 1-0; its 0-3 (two hops) is none.
+    for (auto [a, b] : {std::pair{3, 2}, std::pair{2, 1}, std::pair{1, 0}}) {
+      const TopoGpuLink* l = t.gpuLink(a, b);
+      ASSERT_NE(l, nullptr) << a << "-" << b;
+      EXPECT_EQ(l->kind, GpuLinkKind::kXGMI);
+      EXPECT_EQ(l->count, 1);
+    }
+    EXPECT_EQ(t.gpuLink(0, 3), nullptr);
+    EXPECT_EQ(t.gpuLink(0, 2), nullptr);
+  }
+}
+
+TEST_F(Rsmi, NothingToAskOrNoAnswer) {
+  std::string said;
+  HostTopology one = fourGpus();
+  one.gpus.resize(1);
+  EXPECT_EQ(addRsmiLinks(&one, &said), 0);
+  EXPECT_NE(said.find("fewer than two AMD GPUs"), std::string::npos) << said;
+
+  setenv("FAKE_RSMI_INIT_FAIL", "1", 1);
+  HostTopology t = fourGpus();
+  EXPECT_EQ(addRsmiLinks(&t, &said), -1);
+  EXPECT_NE(said.find("rsmi_init failed (ROCm SMI status 8)"), std::string::npos) << said;
+  unsetenv("FAKE_RSMI_INIT_FAIL");
+
+  setenv("CHORUS_ROCM_SMI_LIBRARY", "/nonexistent/a.so,/nonexistent/b.so", 1);
+  paramsReload();
+  EXPECT_EQ(addRsmiLinks(&t, &said), -1);
+  EXPECT_NE(said.find("ROCm SMI (/nonexistent/a.so,/nonexistent/b.so) did not load: "), std::string::npos) << said;
+  EXPECT_NE(said.find("b.so"), std::string::npos) << "each name's error is said: " << said;
+  setenv("CHORUS_ROCM_SMI_LIBRARY", "none", 1);
+  paramsReload();
+  EXPECT_EQ(addRsmiLinks(&t, &said), -1);
+  EXPECT_NE(said.find("CHORUS_ROCM_SMI_LIBRARY=none"), std::string::npos) << said;
+  EXPECT_TRUE(t.gpuLinks.empty());
+}
+#endif  // CHORUS_TEST_FAKE_ROCM_SMI
 
 }  // namespace
 }  // namespace chorus
