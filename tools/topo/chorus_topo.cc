@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fputs(chorus::formatTopology(topo).c_str(), stdout);
+  if (!topo.gpuLinksFrom.empty()) std::printf("\nGPU links: %s\n", topo.gpuLinksFrom.c_str());
   if (const std::string nics = chorus::formatNicChoices(topo); !nics.empty()) std::printf("\n%s", nics.c_str());
   if (!dump.empty()) {
     if (!chorus::dumpHostTopology(topo, dump, &err)) {
