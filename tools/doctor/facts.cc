@@ -74,6 +74,7 @@ Facts collectFacts(int rank) {
   f.gpus = rt ? rt->deviceCount() : visibleCudaDevices();
   const HostTopology& topo = processTopology();
   f.topo = topo.source.rfind("none", 0) == 0 ? "unknown (" + topo.source + ")" : topo.summary();
+  if (!topo.gpuLinksFrom.empty()) f.topo += "; GPU links: " + topo.gpuLinksFrom;  // NVML's or ROCm SMI's answer
   if (topo.pciNics() > 0) {
     for (size_t g = 0; g < topo.gpus.size(); g++) {
       bool nearer = false;
