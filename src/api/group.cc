@@ -20,8 +20,9 @@ struct GroupState {
   int depth = 0;
   std::vector<std::pair<ncclComm*, OpDesc>> ops;
   std::vector<std::pair<const ncclComm*, std::function<ncclResult_t()>>> inits;  ///< (serialOn, work)
-  bool nonblocking = false;  ///< a nonblocking creation started in this group: ncclGroupEnd says ncclInProgress
-  int creationBlocking = -1;           ///< config.blocking of the group's communicator creations, -1 before the first
+  /// config.blocking of the group's communicator creations (joinGroupCreation), -1 before the first; 0: they run in
+  /// the background, and ncclGroupEnd says ncclInProgress
+  int creationBlocking = -1;
   ncclResult_t refused = ncclSuccess;  ///< the first refused call's result (noteRefusedCall)
   std::string refusedText;             ///< and its error text
 };
@@ -136,10 +137,9 @@ ncclResult_t runGroupInits(GroupState& g) {
   return inits.empty() ? ncclSuccess : runAll(inits);
 }
 
-// Ends the group's blocking mode for the next group on this thread: whether a nonblocking creation started in it.
+// Ends the group's blocking mode for the next group on this thread: whether its creations were nonblocking.
 bool takeNonblocking(GroupState& g) {
-  const bool nonblocking = g.nonblocking;
-  g.nonblocking = false;
+  const bool nonblocking = g.creationBlocking == 0;
   g.creationBlocking = -1;
   return nonblocking;
 }
@@ -199,10 +199,6 @@ ncclResult_t joinGroupCreation(int blocking, const char* fn) {
                 "config.blocking is %d, the group's earlier creations' %d)",
                 fn, blocking, tGroup.creationBlocking);
   return ncclSuccess;
-}
-
-void noteNonblockingInit() {
-  if (tGroup.depth > 0) tGroup.nonblocking = true;
 }
 
 ncclResult_t enqueueInit(std::function<ncclResult_t()> init, const ncclComm* serialOn) {

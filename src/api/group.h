@@ -19,16 +19,15 @@ ncclResult_t enqueueOp(ncclComm* comm, const OpDesc& op);
 /// communicator (whose bootstrap it uses) runs in call order, one after the other; every item runs even if one
 /// before it failed, since the other ranks' items expect it, and the first failure is the group's.
 ncclResult_t enqueueInit(std::function<ncclResult_t()> init, const ncclComm* serialOn = nullptr);
-/// Records a collective or point-to-point call of this thread's group that was refused (`res` an error, the thread's
-/// last error its text): as in NCCL, ncclGroupEnd then launches none of the group's operations and returns the first
-/// such error. No-op outside a group and for ncclSuccess or ncclInProgress. Returns `res`.
+/// Records a call of this thread's group that was refused (`res` an error, the thread's last error its text): a
+/// collective, a send or receive, a communicator creation or a window registration. As in NCCL, ncclGroupEnd then
+/// launches none of the group's operations and returns the first such error. No-op outside a group and for
+/// ncclSuccess or ncclInProgress. Returns `res`.
 ncclResult_t noteRefusedCall(ncclResult_t res);
-/// Records that a nonblocking communicator creation started inside this thread's group: ncclGroupEnd then
-/// returns ncclInProgress, as NCCL does (no-op outside a group).
-void noteNonblockingInit();
 /// Joins a communicator creation (init, split, shrink) of config.blocking `blocking` to this thread's group: as in
 /// NCCL, blocking and nonblocking creations cannot share a group, and the second kind is refused with
-/// ncclInvalidArgument, naming `fn`. ncclSuccess outside a group.
+/// ncclInvalidArgument, naming `fn`; a group of nonblocking creations ends with ncclInProgress. ncclSuccess outside a
+/// group. Every creation calls it before it starts.
 ncclResult_t joinGroupCreation(int blocking, const char* fn);
 
 }  // namespace chorus

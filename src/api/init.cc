@@ -186,7 +186,6 @@ ncclResult_t commInitRankImpl(ncclComm_t* out, int nranks, const ncclUniqueId& i
   }
   comm->asyncError.store(ncclInProgress);
   comm->initThread = std::thread([comm, id]() { finishInit(comm, commInitTail(comm, id)); });
-  noteNonblockingInit();
   return ncclInProgress;
 }
 
@@ -309,7 +308,6 @@ ncclResult_t startChildJob(ChildJob job) {
       if (res != ncclSuccess || left == 0) p->asyncError.compare_exchange_strong(inProgress, res);
       p->activeCalls.fetch_sub(1);
     });
-    noteNonblockingInit();
     return ncclInProgress;
   }
   if (inGroup()) {
