@@ -99,13 +99,6 @@ bool targetAffinity(const std::string& cpus, bool ignoreNow, cpu_set_t* now, cpu
   return true;
 }
 
-// The CPUs near the GPU at `runtimeBusId` in this process's topology ("" when it does not place it).
-std::string gpuCpus(int64_t runtimeBusId) {
-  const HostTopology& t = processTopology();
-  const int g = topologyGpuIndex(t, runtimeBusId);
-  return g < 0 ? std::string() : t.gpus[static_cast<size_t>(g)].cpus;
-}
-
 }  // namespace
 
 bool bindThreadNear(const std::string& cpus, std::string* result) {
@@ -123,7 +116,11 @@ bool bindThreadNear(const std::string& cpus, std::string* result) {
   return true;
 }
 
-NearGpuScope::NearGpuScope(const std::string& gpuCpus, bool ignoreThreadAffinity) {
+NearGpuScope::NearGpuScope(int64_t runtimeBusId) {
+  const HostTopology& t = processTopology();
+  const int g = topologyGpuIndex(t, runtimeBusId);
+  const std::string gpuCpus = g < 0 ? std::string() : t.gpus[static_cast<size_t>(g)].cpus;
+  const bool ignoreThreadAffinity = kIgnoreCpuAffinity.get() == 1;
   if (gpuCpus.empty()) {
     said_ = "stays: the topology does not say which CPUs are near the GPU";
     return;
@@ -147,8 +144,6 @@ NearGpuScope::NearGpuScope(const std::string& gpuCpus, bool ignoreThreadAffinity
   said_ = "CPUs " + formatCpuList(target) + " (the GPU's " + gpuCpus +
           (ignoreThreadAffinity ? ", NCCL_IGNORE_CPU_AFFINITY=1" : "") + "; the thread's " + formatCpuList(now) + ")";
 }
-
-NearGpuScope::NearGpuScope(int64_t runtimeBusId) : NearGpuScope(gpuCpus(runtimeBusId), kIgnoreCpuAffinity.get() == 1) {}
 
 NearGpuScope::~NearGpuScope() {
   if (restore_) pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_);

@@ -29,16 +29,14 @@ std::string formatCpuList(const cpu_set_t& set);
 /// shares no CPU with the current affinity, or it covers all of it already.
 bool bindThreadNear(const std::string& cpus, std::string* result);
 
-/// While it lives, the calling thread runs on the CPUs near a GPU, as NCCL runs a communicator's init
-/// (ncclTopoGetCpuAffinity): the GPU's CPUs within the thread's affinity, or, with `ignoreThreadAffinity`
-/// (NCCL_IGNORE_CPU_AFFINITY=1), the GPU's CPUs whatever the thread's. So the host memory the init first touches and
-/// the threads it starts are on the GPU's NUMA node. The destructor gives the thread its affinity back. Nothing moves
-/// when `gpuCpus` is empty (the topology does not place the GPU) or shares no CPU with the thread's affinity.
+/// While it lives, the calling thread runs on the CPUs near the GPU at `runtimeBusId` (GpuRuntime::busId) in this
+/// process's topology (processTopology), as NCCL runs a communicator's init (ncclTopoGetCpuAffinity): the GPU's CPUs
+/// within the thread's affinity, or, with NCCL_IGNORE_CPU_AFFINITY=1, the GPU's CPUs whatever the thread's. So the
+/// host memory the init first touches and the threads it starts are on the GPU's NUMA node. The destructor gives the
+/// thread its affinity back. Nothing moves for a rank without a GPU, a GPU the topology does not place, or CPUs
+/// outside the thread's affinity.
 class NearGpuScope {
  public:
-  NearGpuScope(const std::string& gpuCpus, bool ignoreThreadAffinity);
-  /// For the GPU at `runtimeBusId` (GpuRuntime::busId) in this process's topology (processTopology), with
-  /// NCCL_IGNORE_CPU_AFFINITY; nothing moves for a rank without a GPU or a GPU the topology does not have.
   explicit NearGpuScope(int64_t runtimeBusId);
   ~NearGpuScope();
   NearGpuScope(const NearGpuScope&) = delete;
