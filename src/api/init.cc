@@ -35,13 +35,29 @@ IntParam kMaxCtas{"NCCL_MAX_CTAS", -1,
                   "its ranks' values (and of NCCL_MAX_NCHANNELS).",
                   "general"};
 IntParam kMinCtas{"NCCL_MIN_CTAS", -1,
-                  "Above 0: every communicator's config.minCTAs (checked against maxCTAs; chorus sizes each launch by "
-                  "its call and does not raise it to this).",
+                  "Above 0: every communicator's config.minCTAs, the fewest blocks (CTAs) one device-path launch of a "
+                  "collective uses, and the fewest channels of a host-path collective. The communicator takes the "
+                  "largest of its ranks' values (and of NCCL_MIN_NCHANNELS), at most its channel cap "
+                  "(config.maxCTAs, NCCL_MAX_CTAS, NCCL_MAX_NCHANNELS).",
                   "general"};
 IntParam kMaxNChannels{"NCCL_MAX_NCHANNELS", -1,
                        "Above 0: the most channels an operation uses (on the device path, blocks of a launch), as "
                        "config.maxCTAs (the smaller wins).",
                        "general"};
+IntParam kMaxNRings{"NCCL_MAX_NRINGS", -1,
+                    "NCCL_MAX_NCHANNELS's older name; NCCL_MAX_NCHANNELS wins where both are set.", "general"};
+IntParam kMinNChannels{"NCCL_MIN_NCHANNELS", -1,
+                       "Above 0: the fewest channels a collective uses (on the device path, blocks of a launch), as "
+                       "config.minCTAs (the larger wins).",
+                       "general"};
+IntParam kMinNRings{"NCCL_MIN_NRINGS", -1,
+                    "NCCL_MIN_NCHANNELS's older name; NCCL_MIN_NCHANNELS wins where both are set.", "general"};
+
+// NCCL_XXX_NCHANNELS, else its older name NCCL_XXX_NRINGS, as NCCL reads them; 0 where neither is above 0.
+int64_t channelsSetting(const IntParam& name, const IntParam& oldName) {
+  if (name.get() > 0) return name.get();
+  return oldName.get() > 0 ? oldName.get() : 0;
+}
 
 // Reads the fields of a user config that its `size` covers (older layouts are accepted).
 ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, CommConfig* out) {
@@ -81,10 +97,14 @@ ncclResult_t configWithEnv(const ncclConfig_t* cfg, const CommConfig* inherit, C
   if (blocking == 0 || blocking == 1) out->blocking = static_cast<int>(blocking);
   if (kMaxCtas.get() > 0) out->maxCTAs = static_cast<int>(std::min<int64_t>(kMaxCtas.get(), INT32_MAX));
   if (kMinCtas.get() > 0) out->minCTAs = static_cast<int>(std::min<int64_t>(kMinCtas.get(), INT32_MAX));
-  if (out->maxCTAs > 0 && out->minCTAs > out->maxCTAs)
-    CHORUS_FAIL(nullptr, ncclInvalidArgument,
-                "minCTAs (%d) exceeds maxCTAs (%d) (config.minCTAs/maxCTAs, or NCCL_MIN_CTAS/NCCL_MAX_CTAS)",
-                out->minCTAs, out->maxCTAs);
+  // NCCL 2.28 lowers the floor to the cap rather than refusing the config.
+  if (out->maxCTAs > 0 && out->minCTAs > out->maxCTAs) {
+    INFO(kInit,
+         "minCTAs %d is larger than maxCTAs %d (config.minCTAs/maxCTAs, or NCCL_MIN_CTAS/NCCL_MAX_CTAS): "
+         "minCTAs set to %d",
+         out->minCTAs, out->maxCTAs, out->maxCTAs);
+    out->minCTAs = out->maxCTAs;
+  }
   return ncclSuccess;
 }
 
@@ -115,8 +135,11 @@ ncclResult_t commInitTail(ncclComm* comm, ncclUniqueId id) {
     mine.deviceBlocks = static_cast<uint32_t>(std::max(0, rt->maxResidentBlocks(comm->cudaDev)));
   }
   mine.maxBlocks = comm->config.maxCTAs;
-  if (kMaxNChannels.get() > 0 && (mine.maxBlocks == 0 || kMaxNChannels.get() < mine.maxBlocks))
-    mine.maxBlocks = static_cast<int32_t>(std::min<int64_t>(kMaxNChannels.get(), INT32_MAX));
+  const int64_t maxChannels = channelsSetting(kMaxNChannels, kMaxNRings);
+  if (maxChannels > 0 && (mine.maxBlocks == 0 || maxChannels < mine.maxBlocks))
+    mine.maxBlocks = static_cast<int32_t>(std::min<int64_t>(maxChannels, INT32_MAX));
+  mine.minBlocks = static_cast<int32_t>(std::min<int64_t>(
+      std::max<int64_t>(comm->config.minCTAs, channelsSetting(kMinNChannels, kMinNRings)), INT32_MAX));
   mine.version = NCCL_VERSION_CODE;
   mine.envHash = engineEnvHash();
   mine.calibrate = calibrateSetting();

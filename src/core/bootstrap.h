@@ -34,6 +34,7 @@ struct PeerInfo {
   int32_t calibrate = 0;      ///< its CHORUS_CALIBRATE (must agree; not in envHash, which keys the calibration cache)
   int32_t gpuNuma = -1;       ///< NUMA node of its GPU in its host's topology (topologyGpuNuma), -1: unknown
   int32_t maxBlocks = 0;      ///< its config's maxCTAs, at most NCCL_MAX_NCHANNELS: blocks of a device launch; 0: any
+  int32_t minBlocks = 1;      ///< its config's minCTAs, at least NCCL_MIN_NCHANNELS: blocks of a collective's launch
   char hostname[64] = {0};
 };
 

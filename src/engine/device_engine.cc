@@ -166,6 +166,14 @@ DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Con
            (void*)comm, blockCap_, capRank);
   }
   nChannels_ = std::min(nChannels_, blockCap_);
+  // config.minCTAs (NCCL_MIN_CTAS, NCCL_MIN_NCHANNELS): the largest of the ranks', within the cap.
+  int floorRank = -1;
+  minBlocks_ = std::min(configChannelFloor(comm, &floorRank), blockCap_);
+  if (minBlocks_ > 1 && comm->rank == 0)
+    INFO(kInit,
+         "comm %p: %d blocks a collective's launch at least: rank %d's config.minCTAs (NCCL_MIN_CTAS, "
+         "NCCL_MIN_NCHANNELS)",
+         (void*)comm, minBlocks_, floorRank);
   int64_t lanes = kDevLanes.get() > 0 ? kDevLanes.get() : kDevMaxLanes;
   maxLanes_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxLanes, lanes)));
   llMax_ = kDevLLMax.get();
@@ -719,10 +727,12 @@ uint64_t DeviceEngine::opBytes(const OpDesc& op) const {
 }
 
 int DeviceEngine::unitsFor(const OpDesc& op, int per, int most) const {
-  // Every rank computes the same from the call's arguments.
+  // Every rank computes the same from the call's arguments and the agreed floor: units of `per` blocks enough for
+  // the bytes and for config.minCTAs.
   const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(1, kDevChannelBytes.get())) * static_cast<uint64_t>(per);
+  const uint64_t forFloor = (static_cast<uint64_t>(minBlocks_) + per - 1) / static_cast<uint64_t>(std::max(1, per));
   return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(std::max(1, most)),
-                                             std::max<uint64_t>(1, (opBytes(op) + bytes - 1) / bytes)));
+                                             std::max<uint64_t>({1, (opBytes(op) + bytes - 1) / bytes, forFloor})));
 }
 
 int DeviceEngine::channelsFor(const OpDesc& op) const { return unitsFor(op, 1, nChannels_); }
@@ -951,8 +961,9 @@ ncclResult_t DeviceEngine::setInboxes(DevWork* w) {
 }
 
 ncclResult_t DeviceEngine::launchIpc(const OpDesc& op, bool gatePassed) {
-  DevWork w = peerWork(op, kDevDirectIpc,
-                       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, kDevIpcBlocks.get()))));
+  const int64_t blocks = std::max<int64_t>(minBlocks_, kDevIpcBlocks.get());
+  DevWork w =
+      peerWork(op, kDevDirectIpc, static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nChannels_, blocks))));
   uint64_t bytes = static_cast<uint64_t>(op.count) * DType::size(op.dtype);
   w.ipcTwoShot =
       op.coll == Coll::kAllReduce && bytes > static_cast<uint64_t>(std::max<int64_t>(0, kDevOneShotMax.get())) ? 1 : 0;

@@ -67,7 +67,8 @@ class DeviceEngine {
   ncclResult_t copyColl(const OpDesc& op);
   /// The bytes that size a collective's launch: the larger of its input and output.
   uint64_t opBytes(const OpDesc& op) const;
-  /// One unit (channel, block, lane) per `per` x CHORUS_DEVICE_CHANNEL_BYTES of op, at least 1, at most `most`.
+  /// One unit (channel, block, lane) per `per` x CHORUS_DEVICE_CHANNEL_BYTES of op, and units of `per` blocks
+  /// enough for minBlocks_; at least 1, at most `most`.
   int unitsFor(const OpDesc& op, int per, int most) const;
   /// Channels for one collective: by its size, at most nChannels_ (the planner may use fewer to fit a launch).
   int channelsFor(const OpDesc& op) const;
@@ -146,6 +147,7 @@ class DeviceEngine {
   std::unique_ptr<DeviceConnections> conns_;
   int nChannels_ = 1;  ///< most channels of a launch (and blocks of a direct or inbox launch)
   int blockCap_ = 1;   ///< most blocks of a launch: what the ranks sharing a GPU can run at once
+  int minBlocks_ = 1;  ///< fewest blocks of a collective's launch: the agreed config.minCTAs, within blockCap_
   int maxLanes_ = 1;   ///< most blocks per channel on the FIFO path (CHORUS_DEVICE_CHANNEL_BLOCKS)
   int64_t llMax_ = 0;
   bool inboxesReachEveryRank_ = false;

@@ -20,6 +20,11 @@ unsigned long engineEnvHash();
 /// that set it. 0 (and -1) when no rank set one.
 int configChannelCap(const ncclComm* comm, int* rank);
 
+/// The fewest channels (and, on the device path, blocks) one launch of a collective of the communicator uses: the
+/// largest of its ranks' config.minCTAs and NCCL_MIN_NCHANNELS, at most configChannelCap's cap, so that every rank
+/// agrees; `*rank` is the rank that set it. 1 (and -1) when no rank asked for more than one.
+int configChannelFloor(const ncclComm* comm, int* rank);
+
 /// Per-communicator execution state: connections, channels, scratch.
 class Engine {
  public:

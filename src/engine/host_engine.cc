@@ -27,6 +27,8 @@
 namespace chorus {
 namespace {
 
+constexpr int kMaxHostChannels = 16;  ///< the most channels one host-path operation runs
+
 IntParam kHostChannels{"CHORUS_HOST_NCHANNELS", 0,
                        "Channels (independent schedules) per host-path operation, 1-16. 0: 1, except between hosts "
                        "with no GPU in the communicator, where it is one a NIC: the fewest devices the net between "
@@ -96,7 +98,7 @@ class HostEngine : public Engine {
     geo_.slotBytes = static_cast<uint32_t>(std::max<int64_t>(4096, kSlotBytes.get()) & ~int64_t(63));
     geo_.llLines = static_cast<uint32_t>(std::max<int64_t>(64, kLLLines.get()));
     // 0: 1 until init() knows the net (one a NIC between hosts).
-    nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(16, kHostChannels.get())));
+    nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kMaxHostChannels, kHostChannels.get())));
     conns_ = std::make_unique<Connections>(comm, geo_);
     platform_ = std::make_unique<HostPlatform>(comm, conns_.get());
     planner_ = std::make_unique<Planner>(comm, geo_);
@@ -109,8 +111,9 @@ class HostEngine : public Engine {
     // One channel a NIC: a rank's channels take the net's devices in turn, so with fewer channels than NICs some
     // NICs carry nothing. Every rank has the same net and the same agreed device count, so all pick alike. Channel
     // c takes device c mod that count whatever sets the channels (a tree runs two), and the cost model follows.
-    const int devices =
-        conns_->remote() != nullptr && !anyGpu(comm_) ? std::min(16, conns_->remote()->commonDevices()) : 1;
+    const int devices = conns_->remote() != nullptr && !anyGpu(comm_)
+                            ? std::min(kMaxHostChannels, conns_->remote()->commonDevices())
+                            : 1;
     if (devices > 1) planner_->setNicChannels(devices);
     if (kHostChannels.get() <= 0 && devices > 1) {
       nChannels_ = devices;
@@ -127,6 +130,15 @@ class HostEngine : public Engine {
       if (comm_->rank == 0)
         INFO(kInit, "comm %p: %d channel(s) on the host path: rank %d's config.maxCTAs (NCCL_MAX_CTAS, NCCL_MAX_NCHANNELS)",
              (void*)comm_, nChannels_, capRank);
+    }
+    int floorRank = -1;
+    minChannels_ = std::min(kMaxHostChannels, configChannelFloor(comm_, &floorRank));
+    if (minChannels_ > nChannels_) {
+      nChannels_ = minChannels_;
+      if (comm_->rank == 0)
+        INFO(kInit,
+             "comm %p: %d channels on the host path: rank %d's config.minCTAs (NCCL_MIN_CTAS, NCCL_MIN_NCHANNELS)",
+             (void*)comm_, nChannels_, floorRank);
     }
     return probeSingleCopy();
   }
@@ -379,10 +391,13 @@ class HostEngine : public Engine {
   int nChannels_ = 1;
   bool nicChannels_ = false;  ///< nChannels_ is one a NIC (not set by CHORUS_HOST_NCHANNELS)
 
-  /// The channels a collective runs: nChannels_, but one below CHORUS_NIC_CHANNELS_MIN_BYTES when they are one a NIC.
+  int minChannels_ = 1;  ///< the communicator's agreed config.minCTAs (configChannelFloor)
+
+  /// The channels a collective runs: nChannels_, but below CHORUS_NIC_CHANNELS_MIN_BYTES, when they are one a NIC,
+  /// only the fewest config.minCTAs asks for.
   int channelsFor(const OpDesc& op) const {
     const auto floor = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
-    return nicChannels_ && planner_->fullBuffer(op) < floor ? 1 : nChannels_;
+    return nicChannels_ && planner_->fullBuffer(op) < floor ? std::min(nChannels_, minChannels_) : nChannels_;
   }
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
@@ -400,6 +415,16 @@ int configChannelCap(const ncclComm* comm, int* rank) {
   for (const PeerInfo& p : comm->peers)
     if (p.maxBlocks > 0 && (cap == 0 || p.maxBlocks < cap)) cap = p.maxBlocks, *rank = p.rank;
   return cap;
+}
+
+int configChannelFloor(const ncclComm* comm, int* rank) {
+  int floor = 1;
+  *rank = -1;
+  for (const PeerInfo& p : comm->peers)
+    if (p.minBlocks > floor) floor = p.minBlocks, *rank = p.rank;
+  int capRank = -1;
+  const int cap = configChannelCap(comm, &capRank);
+  return cap > 0 ? std::min(floor, cap) : floor;
 }
 
 unsigned long engineEnvHash() {

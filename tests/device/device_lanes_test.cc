@@ -379,5 +379,58 @@ TEST(DeviceLanesCap, MaxCtasCapsEveryLaunchAtTheRanksSmallest) {
   }
 }
 
+// config.minCTAs, NCCL_MIN_CTAS and NCCL_MIN_NCHANNELS raise the blocks of a collective's launch (NCCL's "fewest CTAs
+// a kernel uses"); ranks that disagree take the largest, within the cap. A small allreduce (one block by its bytes)
+// between two processes: rank 0 asks for `config0` blocks in its config, rank 1 sets `env1` to `val1`; through FIFOs
+// (channels, then lanes) or through the inboxes (`ipc`, whose default here is one block). The result must be right.
+TEST(DeviceLanesCap, MinCtasRaisesEveryCollectiveLaunchAtTheRanksLargest) {
+  struct Case {
+    int config0;
+    const char* env1;
+    int val1;
+    bool ipc;
+    int blocks;  // of the launch
+  };
+  const Case cases[] = {
+      {0, nullptr, 0, false, 1},               // by its bytes: one block
+      {2, nullptr, 0, false, kChannels},       // both channels
+      {0, "NCCL_MIN_CTAS", 3, false, 4},       // both channels, two lanes each: the fewest that make 3
+      {0, "NCCL_MIN_NCHANNELS", 2, false, 2},  // the same from the channels' variable
+      {2, "NCCL_MIN_NRINGS", 1, false, 2},     // the larger of the two ranks'
+      {4, "NCCL_MAX_CTAS", 1, false, 1},       // within the cap
+      {0, nullptr, 0, true, 1},                // inboxes: CHORUS_DEVICE_IPC_BLOCKS
+      {0, "NCCL_MIN_CTAS", 2, true, 2},        // raised
+  };
+  for (const Case& k : cases) {
+    auto status = forkRanks(2, [&k](int rank, const ncclUniqueId& id) {
+      setenv("CHORUS_DEVICE_IPC", k.ipc ? "1" : "0", 1);
+      setenv("CHORUS_DEVICE_IPC_BLOCKS", "1", 1);
+      setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(kChannels).c_str(), 1);
+      setenv("CHORUS_DEVICE_CHANNEL_BYTES", std::to_string(kChannelBytes).c_str(), 1);
+      setenv("CHORUS_FIFO_SLOTS", "4", 1);
+      setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+      setenv("NCCL_PROTO", "Simple", 1);
+      setenv("NCCL_ALGO", "Ring", 1);
+      if (rank == 1 && k.env1 != nullptr) setenv(k.env1, std::to_string(k.val1).c_str(), 1);
+      chorus::paramsReload();
+      installEmu(gEmu);
+      gEmu.concurrentBlocks = true;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      if (rank == 0 && k.config0 > 0) config.minCTAs = k.config0;
+      ncclComm_t comm = nullptr;
+      if (ncclCommInitRankConfig(&comm, 2, id, rank, &config) != ncclSuccess) return 10;
+      RankCtx c{rank, 2, comm};
+      checkAllReduce(gEmu, c, ncclFloat32, ncclSum, 100, false, laneLaunches, !k.ipc && k.blocks > kChannels);
+      EXPECT_EQ(gEmu.lastChannels.load(), k.blocks);
+      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+      return ::testing::Test::HasFailure() ? 1 : 0;
+    });
+    for (int r = 0; r < 2; r++)
+      EXPECT_EQ(status[r], 0) << "config.minCTAs " << k.config0 << ", " << (k.env1 ? k.env1 : "-") << " " << k.val1
+                              << (k.ipc ? ", inboxes" : ", FIFOs") << ": rank " << r << " "
+                              << describeStatus(status[r]);
+  }
+}
+
 }  // namespace
 }  // namespace chorus_test

@@ -80,13 +80,30 @@ TEST(NicChannels, SimulatedEstimateFollowsTheChannelsARunUses) {
         EXPECT_EQ(ncclCommSplit(comm, 0, rank, &capped, &config), ncclSuccess) << ncclGetLastError(comm);
         if (capped == nullptr) return 12;
         EXPECT_FLOAT_EQ(estimateUs(capped, large), estimateUs(one, large));
-        // And a run: the result is exact at both sizes.
-        for (size_t bytes : {small, large}) {
-          std::vector<float> in(bytes / sizeof(float), float(rank + 1)), out(in.size(), 0.0f);
-          EXPECT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
-          for (size_t i = 0; i < out.size(); i += 997) EXPECT_EQ(out[i], 3.0f) << bytes << " " << i;
+        // config.minCTAs raises them (NCCL's fewest channels): two below the floor too, when one rank asks for it in
+        // its config, or another through NCCL_MIN_NCHANNELS.
+        config = NCCL_CONFIG_INITIALIZER;
+        if (rank == 0) config.minCTAs = 2;
+        ncclComm_t raised = nullptr;
+        EXPECT_EQ(ncclCommSplit(comm, 0, rank, &raised, &config), ncclSuccess) << ncclGetLastError(comm);
+        if (rank == 1) setenv("NCCL_MIN_NCHANNELS", "2", 1);
+        chorus::paramsReload();
+        ncclComm_t raisedByEnv = nullptr;
+        EXPECT_EQ(ncclCommSplit(comm, 0, rank, &raisedByEnv, nullptr), ncclSuccess) << ncclGetLastError(comm);
+        unsetenv("NCCL_MIN_NCHANNELS");
+        chorus::paramsReload();
+        if (raised == nullptr || raisedByEnv == nullptr) return 13;
+        EXPECT_FLOAT_EQ(estimateUs(raised, small), estimateUs(two, small));
+        EXPECT_FLOAT_EQ(estimateUs(raisedByEnv, small), estimateUs(two, small));
+        // And a run: the result is exact at both sizes, with the channels of the NICs and with two at any size.
+        for (ncclComm_t c : {comm, raised}) {
+          for (size_t bytes : {small, large}) {
+            std::vector<float> in(bytes / sizeof(float), float(rank + 1)), out(in.size(), 0.0f);
+            EXPECT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, c, nullptr), ncclSuccess);
+            for (size_t i = 0; i < out.size(); i += 997) EXPECT_EQ(out[i], 3.0f) << bytes << " " << i;
+          }
         }
-        for (ncclComm_t c : {capped, two, one, comm}) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+        for (ncclComm_t c : {raisedByEnv, raised, capped, two, one, comm}) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
         return ::testing::Test::HasFailure() ? 1 : 0;
       },
       60);
