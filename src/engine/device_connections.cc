@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "chorus/net.h"
 #include "core/checks.h"
@@ -35,7 +36,9 @@ StrParam kP2PLevel{"NCCL_P2P_LEVEL", "",
                    "The farthest path between two GPUs of a host over which they map each other's memory: LOC "
                    "(never), NVL (an NVLink or xGMI link), PIX, PXB, PHB, SYS, or NCCL's 0-5. A link counts as "
                    "nearer than any PCI path; the classes come from the host topology (docs/topology.md), and a "
-                   "pair it does not place is taken as SYS. Unset: wherever the GPU runtime allows.",
+                   "pair it does not place is taken as SYS. Unset: NCCL's default (PXB; SYS on AMD x86 CPUs with "
+                   "at most two GPUs; for AMD GPUs RCCL's: SYS, PXB on ARM, Intel and Zhaoxin CPUs) where the "
+                   "topology places both GPUs and knows their links, else wherever the GPU runtime allows.",
                    "transport"};
 
 constexpr size_t kRendezvousBytes = 4096;           ///< one page per rendezvous record
@@ -69,12 +72,51 @@ std::string p2pPolicySetting() {
   return std::to_string(kP2PDisable.get()) + "/" + (kP2PLevel.isSet() ? kP2PLevel.get() : std::string("-"));
 }
 
+PathClass p2pDefaultLevel(const std::string& arch, const std::string& vendor, bool amdGpus, int hostGpus) {
+  if (arch.empty() && vendor.empty()) return PathClass::kNone;
+  const bool arm = arch == "aarch64" || arch == "arm64" || arch.rfind("arm", 0) == 0;
+  const bool x86 = arch == "x86_64" || arch == "i686" || arch == "amd64" || (arch.empty() && !vendor.empty());
+  if (amdGpus) {
+    const bool narrow =
+        arm ||
+        (x86 && (vendor == "GenuineIntel" || vendor == "CentaurHauls" || vendor.find("Shanghai") != std::string::npos));
+    return narrow ? PathClass::kPXB : PathClass::kSYS;
+  }
+  return x86 && vendor == "AuthenticAMD" && hostGpus <= 2 ? PathClass::kSYS : PathClass::kPXB;
+}
+
+namespace {
+
+// P2P between two GPUs of this host with NCCL_P2P_LEVEL unset (p2pPermitted).
+bool p2pByDefault(const ncclComm* comm, const PeerInfo& me, const PeerInfo& far, std::string* why) {
+  const HostTopology& t = processTopology();
+  const int a = topologyGpuIndex(t, me.busId), b = topologyGpuIndex(t, far.busId);
+  // A pair the topology does not place, or whose links it does not know (NVML or ROCm SMI did not answer for it: an
+  // NVLink may be there unseen), is left to the runtime.
+  if (a < 0 || b < 0 || !t.gpus[a].linksKnown || !t.gpus[b].linksKnown || t.gpuLink(a, b) != nullptr) return true;
+  std::set<int64_t> hostGpus;
+  for (const PeerInfo& p : comm->peers)
+    if (p.hostHash == me.hostHash && p.busId >= 0) hostGpus.insert(p.busId);
+  const bool amd = t.gpus[a].vendor == 0x1002 && t.gpus[b].vendor == 0x1002;
+  const PathClass farthest = p2pDefaultLevel(t.cpuArch, t.cpuVendor, amd, static_cast<int>(hostGpus.size()));
+  const PathClass c = t.gpuGpu(a, b);
+  if (farthest == PathClass::kNone || (c != PathClass::kNone && c <= farthest)) return true;
+  *why = std::string("NCCL_P2P_LEVEL unset: ") + (amd ? "RCCL's" : "NCCL's") + " default on this host (" +
+         (t.cpuArch.empty() ? "?" : t.cpuArch) + " " + (t.cpuVendor.empty() ? "?" : t.cpuVendor) + " CPUs, " +
+         std::to_string(hostGpus.size()) + " GPU(s) of the communicator) is " + pathClassName(farthest) +
+         ", and GPUs " + t.gpus[a].busId + " and " + t.gpus[b].busId + " are " + pathClassName(c) +
+         " apart with no NVLink or xGMI link between them (NCCL_P2P_LEVEL=" + pathClassName(c) + " allows it)";
+  return false;
+}
+
+}  // namespace
+
 bool p2pPermitted(const ncclComm* comm, int peer, std::string* why) {
   const PeerInfo& me = comm->peers[comm->rank];
   const PeerInfo& far = comm->peers[peer];
   if (me.busId >= 0 ? me.busId == far.busId : me.cudaDev == far.cudaDev) return true;  // one GPU
   if (kP2PDisable.get() != 0) return (*why = "NCCL_P2P_DISABLE=" + std::to_string(kP2PDisable.get())), false;
-  if (!kP2PLevel.isSet()) return true;
+  if (!kP2PLevel.isSet()) return p2pByDefault(comm, me, far, why);
   const std::string level = kP2PLevel.get(), setting = "NCCL_P2P_LEVEL=" + level;
   const bool linkOnly = strcasecmp(level.c_str(), "NVL") == 0 || strcasecmp(level.c_str(), "NVB") == 0 ||
                         strcasecmp(level.c_str(), "C2C") == 0;

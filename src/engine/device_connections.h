@@ -25,6 +25,7 @@
 #include "kernels/device_work.h"
 #include "kernels/fifo.h"
 #include "runtime/runtime.h"
+#include "topo/topology.h"
 
 namespace chorus {
 
@@ -35,12 +36,20 @@ bool p2pReadSetting();
 std::string p2pPolicySetting();
 
 /// Whether NCCL_P2P_DISABLE and NCCL_P2P_LEVEL let this rank's GPU and `peer`'s (another GPU of this host) map each
-/// other's memory, as NCCL's P2P transport does: unset, wherever the GPU runtime allows it; LOC (or
-/// NCCL_P2P_DISABLE=1) never; NVL over an NVLink or xGMI link the host topology has between the two; PIX, PXB, PHB
-/// or SYS (or NCCL's 0-5) over such a link, or where the topology puts their PCI path at that class or nearer. When
-/// not, *why says which setting and what the topology says of the pair; the FIFOs between them are then in pinned host
-/// memory, and registered windows do not map each other. Ranks sharing a GPU are not P2P: they always may.
+/// other's memory, as NCCL's P2P transport does: LOC (or NCCL_P2P_DISABLE=1) never; NVL over an NVLink or xGMI link
+/// the host topology has between the two; PIX, PXB, PHB or SYS (or NCCL's 0-5) over such a link, or where the
+/// topology puts their PCI path at that class or nearer. Unset: p2pDefaultLevel's class for the host's CPUs, where the
+/// topology places both GPUs and knows their links (a file's, or NVML's or ROCm SMI's answer); elsewhere wherever the
+/// GPU runtime allows it. When not, *why says which setting and what the topology says of the pair; the FIFOs between
+/// them are then in pinned host memory, and registered windows do not map each other. Ranks sharing a GPU are not
+/// P2P: they always may.
 bool p2pPermitted(const ncclComm* comm, int peer, std::string* why);
+
+/// The farthest PCI path over which two GPUs of a host use P2P when NCCL_P2P_LEVEL is unset, from the host's CPUs
+/// (`arch`, `vendor` as HostTopology has them) and the communicator's GPUs on the host. NVIDIA GPUs as NCCL 2.28: PXB,
+/// SYS on AMD x86 CPUs with at most two GPUs. AMD GPUs as RCCL: SYS, PXB on ARM, Intel and Zhaoxin CPUs. kNone when
+/// neither the architecture nor the vendor is known (no default: the runtime decides).
+PathClass p2pDefaultLevel(const std::string& arch, const std::string& vendor, bool amdGpus, int hostGpus);
 
 /// The pseudo-channel of the allreduce inboxes between co-located processes (kernels/device_ipc.h): a connection
 /// per ordered pair, in the receiver's memory (write mode), of DeviceConnections::setInboxBytes bytes.

@@ -186,13 +186,17 @@ std::string HostTopology::summary() const {
 }
 
 bool operator==(const HostTopology& a, const HostTopology& b) {
-  return std::tie(a.packages, a.numaNodes, a.cores, a.pus, a.classes) ==
-             std::tie(b.packages, b.numaNodes, b.cores, b.pus, b.classes) &&
+  return std::tie(a.packages, a.numaNodes, a.cores, a.pus, a.cpuArch, a.cpuVendor, a.classes) ==
+             std::tie(b.packages, b.numaNodes, b.cores, b.pus, b.cpuArch, b.cpuVendor, b.classes) &&
          sameList(a.gpus, b.gpus) && sameList(a.nics, b.nics) && sameList(a.gpuLinks, b.gpuLinks);
 }
 
 std::string formatTopology(const HostTopology& t) {
-  std::string out = "topology (" + t.source + "): " + t.summary() + "\n";
+  std::string out = "topology (" + t.source + "): " + t.summary();
+  if (!t.cpuArch.empty() || !t.cpuVendor.empty())
+    out += "; CPUs " + (t.cpuArch.empty() ? std::string("?") : t.cpuArch) + " " +
+           (t.cpuVendor.empty() ? std::string("?") : t.cpuVendor);
+  out += "\n";
   if (!t.gpus.empty()) out += "\n";
   for (size_t i = 0; i < t.gpus.size(); i++) {
     const TopoGpu& g = t.gpus[i];

@@ -46,6 +46,9 @@ struct TopoGpu {
   int package = -1;        ///< OS index of its package, -1 when not one package
   std::string cpus;        ///< the CPUs near it, as a list ("0-55,112-167")
   float linkGBps = 0;      ///< PCI link speed in GB/s as hwloc reports it (0: unknown)
+  /// Its NVLink or xGMI links are known: a GPU of a topology file, or one NVML or ROCm SMI answered for when probing.
+  /// Not part of a view's identity (a dump of a probe, loaded, has every GPU's links known).
+  bool linksKnown = false;
 };
 
 /// A NIC: a PCI network function (named by its RDMA device when it has one), or a virtual interface without PCI.
@@ -80,6 +83,8 @@ struct HostTopology {
   int numaNodes = 0;
   int cores = 0;
   int pus = 0;  ///< hardware threads
+  std::string cpuArch;    ///< "x86_64", "aarch64", ... (hwloc's Architecture, an NCCL file's arch); "" unknown
+  std::string cpuVendor;  ///< its first package's CPUVendor ("GenuineIntel", "AuthenticAMD", ...); "" unknown
   std::vector<TopoGpu> gpus;
   std::vector<TopoNic> nics;
   std::vector<TopoGpuLink> gpuLinks;

@@ -153,6 +153,7 @@ int addNvmlLinks(HostTopology* t, std::string* said) {
     NvmlDevice dev = nullptr;
     if (handleByBusId(t->gpus[static_cast<size_t>(g)].busId.c_str(), &dev) != 0) continue;
     answered++;
+    t->gpus[static_cast<size_t>(g)].linksKnown = true;
     for (unsigned link = 0; link < kNvmlMaxLinks; link++) {
       int active = 0;
       if (linkState(dev, link, &active) != 0 || active == 0) continue;  // past the GPU's links, or down
@@ -220,6 +221,7 @@ int addRsmiLinks(HostTopology* t, std::string* said) {
     gpuOfDev[i] = gpuAt(*t, static_cast<unsigned>(bdf >> 32), static_cast<unsigned>((bdf >> 8) & 0xff),
                         static_cast<unsigned>((bdf >> 3) & 0x1f));
     answered += gpuOfDev[i] >= 0;
+    if (gpuOfDev[i] >= 0) t->gpus[static_cast<size_t>(gpuOfDev[i])].linksKnown = true;
   }
   // A direct xGMI link as RCCL tells it: an xGMI path of link weight 13, 15 or 41 (longer paths weigh more); where the
   // library has no weights, an xGMI path of one hop.

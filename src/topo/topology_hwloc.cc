@@ -439,6 +439,11 @@ bool derive(hwloc_topology_t topo, const std::set<PciAddr>& runtime, const FileF
   t.numaNodes = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
   t.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
   t.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  if (const char* arch = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "Architecture")) t.cpuArch = arch;
+  for (int p = 0; p < t.packages && t.cpuVendor.empty(); p++) {
+    const char* vendor = hwloc_obj_get_info_by_name(hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, p), "CPUVendor");
+    if (vendor != nullptr) t.cpuVendor = vendor;
+  }
   std::vector<GpuFound> gpus = findGpus(topo, runtime);
   std::vector<NicFound> nics = findNics(topo);
   if (facts == nullptr) {
@@ -454,6 +459,7 @@ bool derive(hwloc_topology_t topo, const std::set<PciAddr>& runtime, const FileF
   std::vector<hwloc_obj_t> ends;
   for (GpuFound& f : gpus) {
     t.gpus.push_back(f.gpu);
+    t.gpus.back().linksKnown = facts != nullptr;  // a file states the links there are
     ends.push_back(f.pci);
   }
   for (NicFound& f : nics) {

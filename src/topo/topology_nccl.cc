@@ -260,6 +260,10 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
   allCpus.erase(std::unique(allCpus.begin(), allCpus.end()), allCpus.end());
   // The format has a CPU element per NUMA node and tells neither packages nor cores from hardware threads.
   t.packages = t.numaNodes = static_cast<int>(cpus.size());
+  for (const XmlNode* c : cpus) {  // the first CPU that says
+    if (t.cpuArch.empty()) t.cpuArch = c->attr("arch");
+    if (t.cpuVendor.empty()) t.cpuVendor = c->attr("vendor");
+  }
   t.cores = t.pus = static_cast<int>(allCpus.size());
 
   struct GpuFound {
@@ -295,6 +299,7 @@ bool loadNcclTopologyXml(const std::string& xml, const std::string& source, Host
     gpu.package = place.cpuIndex;
     gpu.cpus = cpuLists[static_cast<size_t>(place.cpuIndex)];
     gpu.linkGBps = linkGBps(pci->attr("link_speed"), pci->attr("link_width"));
+    gpu.linksKnown = true;  // the file states its NVLinks
     gpus.push_back(GpuFound{gpu, place, g});
   }
   std::vector<const XmlNode*> nets;

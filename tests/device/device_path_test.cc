@@ -858,11 +858,12 @@ TEST(DevicePathTopology, InitAndConnectionsRunNearTheGpu) {
   std::remove(topo.c_str());
 }
 
-// NCCL_P2P_DISABLE and NCCL_P2P_LEVEL, as NCCL's P2P transport takes them: two processes of one host on emulated
-// GPUs that can map each other's memory, over the DGX H100 topology with three of its GPUs at the emulated bus ids
-// (devices 0 and 1 on one PCI switch, PIX; device 2 behind the host bridge, PHB), with or without its NVLink. The
-// device FIFOs between them are in GPU memory where the setting allows it, else in pinned host memory with an INFO
-// line that says why; the allreduce is right either way.
+// NCCL_P2P_DISABLE and NCCL_P2P_LEVEL, as NCCL's P2P transport takes them, and NCCL's default without them: two
+// processes of one host on emulated GPUs that can map each other's memory, over the DGX H100 topology with three of
+// its GPUs at the emulated bus ids (devices 0 and 1 on one PCI switch, PIX; device 2 behind the host bridge, PHB),
+// with or without its NVLink, on its Intel CPUs or on AMD ones. The device FIFOs between them are in GPU memory where
+// the setting allows it, else in pinned host memory with an INFO line that says why; the allreduce is right either
+// way.
 TEST(DevicePathTopology, P2pLevelAndDisableDecideWhereFifosLive) {
   const std::string linked = dgxWithEmulatedGpus({"0000:19:00.0", "0000:1b:00.0", "0000:43:00.0"}, "p2p");
   std::string xml = readFile(linked), unlinkedXml;
@@ -874,6 +875,11 @@ TEST(DevicePathTopology, P2pLevelAndDisableDecideWhereFifosLive) {
   }
   const std::string unlinked = linked + ".pci.xml";
   std::ofstream(unlinked) << unlinkedXml;
+  // The same PCI tree on AMD CPUs, where NCCL's default reaches SYS for a communicator of two GPUs.
+  std::string amdXml = unlinkedXml;
+  for (size_t at; (at = amdXml.find("GenuineIntel")) != std::string::npos;) amdXml.replace(at, 12, "AuthenticAMD");
+  const std::string unlinkedAmd = linked + ".amd.xml";
+  std::ofstream(unlinkedAmd) << amdXml;
 
   gEmu.devices = 3;
   gEmu.peerAccess = true;
@@ -904,7 +910,15 @@ TEST(DevicePathTopology, P2pLevelAndDisableDecideWhereFifosLive) {
     const char* why;  // nullptr: in GPU memory
   };
   const Case cases[] = {
-      {unlinked, 2, nullptr, nullptr, nullptr},  // unset: wherever the runtime allows
+      // Unset: NCCL's default on the file's Intel CPUs, PXB (as for NVLinked GPUs, since NVLink is nearer).
+      {unlinked, 1, nullptr, nullptr, nullptr},
+      {unlinked, 2, nullptr, nullptr,
+       "NCCL_P2P_LEVEL unset: NCCL's default on this host (x86_64 GenuineIntel CPUs, 2 GPU(s) of the communicator) is "
+       "PXB, and GPUs 0000:00:00.0 and 0000:00:02.0 are PHB apart with no NVLink or xGMI link between them "
+       "(NCCL_P2P_LEVEL=PHB allows it)"},
+      {linked, 2, nullptr, nullptr, nullptr},
+      {unlinkedAmd, 2, nullptr, nullptr, nullptr},  // AMD CPUs, two GPUs: SYS
+      {unlinked, 2, "NCCL_P2P_LEVEL", "SYS", nullptr},
       {unlinked, 1, "NCCL_P2P_LEVEL", "PIX", nullptr},
       {unlinked, 2, "NCCL_P2P_LEVEL", "PIX",
        "NCCL_P2P_LEVEL=PIX, and GPUs 0000:00:00.0 and 0000:00:02.0 are PHB apart"},
@@ -920,7 +934,10 @@ TEST(DevicePathTopology, P2pLevelAndDisableDecideWhereFifosLive) {
   for (const Case& c : cases) {
     const std::string text = run(c.topo, c.peerDevice, c.name, c.value);
     const std::string what = std::string(c.name ? c.name : "unset") + "=" + (c.value ? c.value : "") + ", device " +
-                             std::to_string(c.peerDevice) + (&c.topo == &linked ? ", NVLink" : ", PCI only");
+                             std::to_string(c.peerDevice) +
+                             (&c.topo == &linked        ? ", NVLink"
+                              : &c.topo == &unlinkedAmd ? ", AMD CPUs"
+                                                        : ", PCI only");
     if (c.why == nullptr) {
       EXPECT_NE(text.find(inGpu), std::string::npos) << what << "\n" << text;
       EXPECT_EQ(text.find(inHost), std::string::npos) << what << "\n" << text;
@@ -934,6 +951,39 @@ TEST(DevicePathTopology, P2pLevelAndDisableDecideWhereFifosLive) {
   gEmu.devices = 1;
   std::remove(linked.c_str());
   std::remove(unlinked.c_str());
+  std::remove(unlinkedAmd.c_str());
+}
+
+// The default P2P level by CPU and GPU vendor: NVIDIA GPUs as NCCL 2.28's ncclTopoCheckP2p, AMD GPUs as RCCL's.
+TEST(DevicePathTopology, P2pDefaultLevelFollowsNcclAndRccl) {
+  using chorus::p2pDefaultLevel;
+  using chorus::PathClass;
+  struct Case {
+    const char* arch;
+    const char* vendor;
+    bool amdGpus;
+    int gpus;
+    PathClass want;
+  };
+  const Case cases[] = {
+      {"x86_64", "GenuineIntel", false, 8, PathClass::kPXB},
+      {"x86_64", "GenuineIntel", false, 2, PathClass::kPXB},
+      {"x86_64", "AuthenticAMD", false, 2, PathClass::kSYS},
+      {"x86_64", "AuthenticAMD", false, 4, PathClass::kPXB},
+      {"aarch64", "", false, 2, PathClass::kPXB},
+      {"ppc64le", "", false, 2, PathClass::kPXB},
+      {"x86_64", "AuthenticAMD", true, 8, PathClass::kSYS},
+      {"x86_64", "GenuineIntel", true, 8, PathClass::kPXB},
+      {"x86_64", "CentaurHauls", true, 8, PathClass::kPXB},
+      {"x86_64", "  Shanghai  ", true, 8, PathClass::kPXB},
+      {"aarch64", "", true, 8, PathClass::kPXB},
+      {"ppc64le", "", true, 8, PathClass::kSYS},
+      {"", "", false, 2, PathClass::kNone},
+      {"", "", true, 2, PathClass::kNone},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(p2pDefaultLevel(c.arch, c.vendor, c.amdGpus, c.gpus), c.want)
+        << c.arch << " " << c.vendor << (c.amdGpus ? " AMD" : " NVIDIA") << " GPUs, " << c.gpus;
 }
 
 #ifdef CHORUS_TEST_NET_V11

@@ -94,6 +94,10 @@ TEST_F(Topo, DgxH100) {
     }
   }
   EXPECT_EQ(t.summary(), "2 packages, 2 NUMA, 112 cores, 224 PUs, 8 GPUs, 8 NICs");
+  // The CPUs, for NCCL's default P2P level; a file states its GPUs' links.
+  EXPECT_EQ(t.cpuArch, "x86_64");
+  EXPECT_EQ(t.cpuVendor, "GenuineIntel");
+  for (const TopoGpu& g : t.gpus) EXPECT_TRUE(g.linksKnown) << g.busId;
 }
 
 // A rank's GPU is found by the runtime's bus id (domain << 32 | bus << 8 | device) for its NUMA node, which orders a
@@ -132,6 +136,8 @@ TEST_F(Topo, Mi300x) {
   EXPECT_EQ(t.gpuLinks.size(), 28u);
   ASSERT_NE(t.gpuLink(2, 5), nullptr);
   EXPECT_EQ(t.gpuLink(2, 5)->kind, GpuLinkKind::kXGMI);
+  EXPECT_EQ(t.cpuArch, "x86_64");
+  EXPECT_EQ(t.cpuVendor, "AuthenticAMD");
   // The DRM devices of the GPUs are not NICs.
   for (const TopoNic& n : t.nics) EXPECT_EQ(n.name.rfind("mlx5_", 0), 0u) << n.name;
 }
@@ -320,6 +326,9 @@ TEST(NcclTopo, DgxFileGivesTheViewOfTheHwlocFile) {
   EXPECT_EQ(t.gpus[4].numa, 1);
   EXPECT_EQ(t.gpus[4].cpus, "56-111,168-223");
   EXPECT_NEAR(t.gpus[0].linkGBps, 63.0, 0.1);
+  EXPECT_EQ(t.cpuArch, "x86_64");
+  EXPECT_EQ(t.cpuVendor, "GenuineIntel");
+  for (const TopoGpu& g : t.gpus) EXPECT_TRUE(g.linksKnown) << g.busId;
   EXPECT_EQ(t.nics[1].name, "mlx5_1");
   EXPECT_EQ(t.nics[1].busId, "0000:1a:00.0");
   EXPECT_TRUE(t.nics[1].rdma);
@@ -459,6 +468,7 @@ TEST_F(Nvml, DirectAndSwitchLinks) {
     HostTopology t = fourGpus();
     std::string said;
     ASSERT_EQ(addNvmlLinks(&t, &said), 6) << said;
+    for (const TopoGpu& g : t.gpus) EXPECT_TRUE(g.linksKnown) << g.busId << ": NVML answered for it";
     EXPECT_NE(said.find("4 of 4 NVIDIA GPUs answered; NVLink between 6 pair(s), 6 through NVSwitch"), std::string::npos)
         << said;
     const int want[4][4] = {{0, 4, 2, 2}, {4, 0, 2, 2}, {2, 2, 0, 2}, {2, 2, 2, 0}};
@@ -505,6 +515,7 @@ TEST_F(Nvml, NothingToAskOrNoAnswer) {
   EXPECT_EQ(addNvmlLinks(&t, &said), -1);
   EXPECT_NE(said.find("nvmlInit_v2 failed (NVML error 999)"), std::string::npos) << said;
   EXPECT_TRUE(t.gpuLinks.empty());
+  for (const TopoGpu& g : t.gpus) EXPECT_FALSE(g.linksKnown) << g.busId << ": NVML did not answer";
   unsetenv("FAKE_NVML_INIT_FAIL");
 
   setenv("CHORUS_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
@@ -525,6 +536,9 @@ TEST_F(Nvml, NothingToAskOrNoAnswer) {
   three.gpus.pop_back();
   ASSERT_EQ(addNvmlLinks(&three, &said), 1) << said;
   EXPECT_NE(said.find("2 of 3 NVIDIA GPUs answered"), std::string::npos) << said;
+  EXPECT_TRUE(three.gpus[0].linksKnown);
+  EXPECT_TRUE(three.gpus[1].linksKnown);
+  EXPECT_FALSE(three.gpus[2].linksKnown) << "NVML does not know it: an NVLink of it may be unseen";
   ASSERT_NE(three.gpuLink(0, 1), nullptr);
   EXPECT_EQ(three.gpuLink(0, 1)->count, 1);
 }
@@ -567,6 +581,7 @@ TEST_F(Rsmi, DirectXgmiPathsAreLinks) {
     HostTopology t = fourGpus();
     std::string said;
     ASSERT_EQ(addRsmiLinks(&t, &said), 3) << said;
+    for (const TopoGpu& g : t.gpus) EXPECT_TRUE(g.linksKnown) << g.busId << ": ROCm SMI answered for it";
     EXPECT_NE(said.find("4 of 4 AMD GPUs answered; xGMI between 3 pair(s)"), std::string::npos) << said;
     EXPECT_NE(said.find(CHORUS_TEST_FAKE_ROCM_SMI), std::string::npos) << "the library that loaded: " << said;
     // ROCm SMI's pairs 0-1, 1-2, 2-3 are the view's 3-2, 2-1, 1-0; its 0-3 (two hops) is none.
@@ -592,6 +607,7 @@ TEST_F(Rsmi, NothingToAskOrNoAnswer) {
   HostTopology t = fourGpus();
   EXPECT_EQ(addRsmiLinks(&t, &said), -1);
   EXPECT_NE(said.find("rsmi_init failed (ROCm SMI status 8)"), std::string::npos) << said;
+  for (const TopoGpu& g : t.gpus) EXPECT_FALSE(g.linksKnown) << g.busId;
   unsetenv("FAKE_RSMI_INIT_FAIL");
 
   setenv("CHORUS_ROCM_SMI_LIBRARY", "/nonexistent/a.so,/nonexistent/b.so", 1);
