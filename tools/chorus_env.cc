@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     std::fputs(chorus::paramsMarkdown().c_str(), stdout);
     return 0;
   }
+  chorus::loadNcclConfFiles();  // values from NCCL's configuration files count, as they do for the library
   for (const chorus::ParamInfo* p : chorus::paramRegistry()) {
     const char* v = std::getenv(p->env);  // a listing tool: shows the raw environment next to the default
     std::printf("%-28s %-12s %s\n", p->env, v ? v : "(default)", p->def);

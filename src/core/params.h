@@ -25,6 +25,14 @@ std::vector<const ParamInfo*>& paramRegistry();
 /// Makes every parameter re-read its variable on next use (tests, ncclResetDebugInit).
 void paramsReload();
 
+/// NCCL's configuration files, once a process (the first read of any parameter does it): NCCL_CONF_FILE, else
+/// ~/.nccl.conf, then /etc/nccl.conf. Each line VAR=VALUE not starting with '#' sets VAR in the process's
+/// environment, where plugins see it too, unless the environment or an earlier file has it.
+void loadNcclConfFiles();
+/// The same from the given files: `confFile` (NCCL_CONF_FILE; null or empty: none), else `homeDir`/.nccl.conf (null:
+/// none), then `etcFile`. Every call reads them again.
+void loadNcclConfFiles(const char* confFile, const char* homeDir, const char* etcFile);
+
 /// Current reload generation (parameters cache their value per generation).
 uint64_t paramsGeneration();
 

@@ -1,6 +1,10 @@
-// Parameter values that are lists (src/core/params.h: splitList).
+// Parameter values that are lists (src/core/params.h: splitList), and NCCL's configuration files.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,77 @@ TEST(ParamList, SplitsOnCommasTrimsAndDropsEmptyItems) {
   EXPECT_EQ(splitList(""), List{});
   EXPECT_EQ(splitList("mlx5_0:1"), (List{"mlx5_0:1"}));
 }
+
+std::string envOr(const char* name, const char* none) {
+  const char* v = getenv(name);
+  return v != nullptr ? v : none;
+}
+
+// As NCCL's: NCCL_CONF_FILE, else ~/.nccl.conf, then /etc/nccl.conf; each VAR=VALUE line not starting with '#' sets
+// VAR unless the environment or an earlier file has it; the value is the rest of the line after the first '='.
+TEST(ParamConf, FilesSetWhatTheEnvironmentDoesNotHave) {
+  const std::string dir = "/tmp/chorus-conf-" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir + "/home").c_str()), 0);
+  const std::string conf = dir + "/user.conf", etc = dir + "/etc.conf";
+  std::ofstream(conf) << "# CHORUS_TEST_CONF_C=commented out\nCHORUS_TEST_CONF_A=from conf\nCHORUS_TEST_CONF_B=x=y\n"
+                         "not a setting\nCHORUS_TEST_CONF_D=from conf\n";
+  std::ofstream(dir + "/home/.nccl.conf") << "CHORUS_TEST_CONF_H=from home\n";
+  std::ofstream(etc) << "CHORUS_TEST_CONF_A=from etc\nCHORUS_TEST_CONF_C=from etc";  // no newline at the end
+  const char* vars[] = {"CHORUS_TEST_CONF_A", "CHORUS_TEST_CONF_B", "CHORUS_TEST_CONF_C", "CHORUS_TEST_CONF_D",
+                        "CHORUS_TEST_CONF_H"};
+  for (const char* v : vars) unsetenv(v);
+  setenv("CHORUS_TEST_CONF_D", "from env", 1);
+  loadNcclConfFiles(conf.c_str(), (dir + "/home").c_str(), etc.c_str());
+  EXPECT_EQ(envOr("CHORUS_TEST_CONF_A", "-"), "from conf") << "the first file wins";
+  EXPECT_EQ(envOr("CHORUS_TEST_CONF_B", "-"), "x=y");
+  EXPECT_EQ(envOr("CHORUS_TEST_CONF_C", "-"), "from etc") << "a commented line sets nothing";
+  EXPECT_EQ(envOr("CHORUS_TEST_CONF_D", "-"), "from env") << "the environment wins";
+  EXPECT_EQ(envOr("CHORUS_TEST_CONF_H", "-"), "-") << "NCCL_CONF_FILE replaces ~/.nccl.conf";
+  // A parameter reads what a file set.
+  IntParam fromFile{"CHORUS_TEST_CONF_INT", 5, "a parameter of this test", "test"};
+  std::ofstream(conf) << "CHORUS_TEST_CONF_INT=42\n";
+  loadNcclConfFiles(conf.c_str(), nullptr, etc.c_str());
+  paramsReload();
+  EXPECT_EQ(fromFile.get(), 42);
+  // Without NCCL_CONF_FILE (unset or empty), the home directory's file.
+  for (const char* v : vars) unsetenv(v);
+  loadNcclConfFiles("", (dir + "/home").c_str(), etc.c_str());
+  EXPECT_EQ(envOr("CHORUS_TEST_CONF_H", "-"), "from home");
+  EXPECT_EQ(envOr("CHORUS_TEST_CONF_A", "-"), "from etc");
+  // Missing files are no error.
+  loadNcclConfFiles((dir + "/none").c_str(), (dir + "/none").c_str(), (dir + "/none").c_str());
+  for (const char* v : vars) unsetenv(v);
+  unsetenv("CHORUS_TEST_CONF_INT");
+  paramsReload();
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+#ifdef CHORUS_TEST_ALL_REDUCE_PERF
+// The library reads NCCL_CONF_FILE before its first parameter: a perf tool run with NCCL_DEBUG=VERSION in that file
+// prints chorus's version line; not with NCCL_DEBUG=NONE in the environment, nor with a file that does not exist.
+TEST(ParamConf, TheLibraryReadsNcclConfFile) {
+  const std::string conf = "/tmp/chorus-conf-run-" + std::to_string(getpid());
+  std::ofstream(conf) << "NCCL_DEBUG=VERSION\n";
+  auto run = [&](const std::string& env) {
+    const std::string cmd = "env -u NCCL_DEBUG NCCL_CONF_FILE=" + conf + " " + env + " " + CHORUS_TEST_ALL_REDUCE_PERF +
+                            " -b 8 -e 8 -n 1 -w 0 2>&1";
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+      EXPECT_EQ(pclose(p), 0) << out;
+    }
+    return out;
+  };
+  const std::string withFile = run(""), withEnv = run("NCCL_DEBUG=NONE"),
+                    noFile = run("NCCL_CONF_FILE=" + conf + ".none");
+  EXPECT_NE(withFile.find("chorus VERSION version"), std::string::npos) << withFile;
+  EXPECT_EQ(withEnv.find("chorus VERSION version"), std::string::npos) << withEnv;
+  EXPECT_NE(withEnv.find("Avg bus bandwidth"), std::string::npos) << withEnv;
+  EXPECT_EQ(noFile.find("chorus VERSION version"), std::string::npos) << noFile;
+  std::remove(conf.c_str());
+}
+#endif
 
 }  // namespace
 }  // namespace chorus
