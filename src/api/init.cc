@@ -119,6 +119,14 @@ void printVersionOnce() {
                            : "host path: no GPU in use";
     CHORUS_LOG(LogLevel::kVersion, kInit, "version %d.%d.%d (NCCL %d.%d.%d API, %s)", CHORUS_MAJOR, CHORUS_MINOR,
                CHORUS_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, path.c_str());
+    // A setting tuned for NCCL that means nothing to chorus should not pass unnoticed.
+    std::string unread;
+    for (const std::string& name : unreadNcclVariables()) unread += (unread.empty() ? "" : ", ") + name;
+    if (!unread.empty())
+      INFO(kInit | kEnv,
+           "environment: %s set, but chorus does not read %s (docs/env.md lists what it reads; a net or tuner "
+           "plugin may read others)",
+           unread.c_str(), unread.find(',') == std::string::npos ? "it" : "them");
   });
 }
 

@@ -3,6 +3,9 @@
 #include <pwd.h>
 #include <unistd.h>
 
+extern char** environ;
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 
 namespace chorus {
 namespace {
@@ -133,6 +137,21 @@ bool StrParam::isSet() const {
   return fresh().set;
 }
 
+std::vector<std::string> unreadNcclVariables() {
+  loadNcclConfFiles();
+  std::set<std::string> known;
+  for (const ParamInfo* p : paramRegistry()) known.insert(p->env);
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(gParamMutex);
+  for (char** e = environ; e != nullptr && *e != nullptr; e++) {
+    const std::string kv(*e);
+    const std::string name = kv.substr(0, kv.find('='));
+    if (name.rfind("NCCL_", 0) == 0 && name.rfind("NCCL_TESTS_", 0) != 0 && known.count(name) == 0) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::string paramsMarkdown() {
   std::map<std::string, std::vector<const ParamInfo*>> byGroup;
   for (const ParamInfo* p : paramRegistry()) byGroup[p->group].push_back(p);
@@ -142,7 +161,8 @@ std::string paramsMarkdown() {
       "NCCL_* variables mean what they mean to NCCL; CHORUS_* variables are chorus's own.\n"
       "As NCCL does, chorus first reads `NCCL_CONF_FILE` (else `~/.nccl.conf`, the user's home directory from the\n"
       "password database) and then `/etc/nccl.conf`: each line `VAR=VALUE` not starting with `#` sets VAR, for chorus\n"
-      "and for the plugins it loads, unless the environment or an earlier file set it.\n";
+      "and for the plugins it loads, unless the environment or an earlier file set it. At `NCCL_DEBUG=INFO` the first\n"
+      "init names the `NCCL_*` variables that are set but that chorus does not read (`NCCL_TESTS_*` aside).\n";
   for (auto& [group, params] : byGroup) {
     std::map<std::string, const ParamInfo*> sorted;
     for (const ParamInfo* p : params) sorted[p->env] = p;

@@ -80,6 +80,10 @@ class StrParam {
   const Cache& fresh() const;
 };
 
+/// The NCCL_* variables set in the environment (or by NCCL's configuration files) that no parameter of this build
+/// reads, sorted; NCCL_TESTS_* (the perf tools' own) left out.
+std::vector<std::string> unreadNcclVariables();
+
 /// Markdown table of every parameter (the content of docs/env.md).
 std::string paramsMarkdown();
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -68,29 +69,58 @@ TEST(ParamConf, FilesSetWhatTheEnvironmentDoesNotHave) {
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
+// NCCL_* variables that no parameter reads are listed; those that one reads, and the perf tools' NCCL_TESTS_*, are not.
+TEST(ParamConf, UnreadNcclVariablesAreListed) {
+  setenv("NCCL_CHORUS_TEST_UNREAD", "1", 1);
+  setenv("NCCL_TESTS_CHORUS_TEST", "1", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  const std::vector<std::string> unread = unreadNcclVariables();
+  auto listed = [&](const char* name) { return std::find(unread.begin(), unread.end(), name) != unread.end(); };
+  EXPECT_TRUE(listed("NCCL_CHORUS_TEST_UNREAD"));
+  EXPECT_FALSE(listed("NCCL_TESTS_CHORUS_TEST"));
+  EXPECT_FALSE(listed("NCCL_SOCKET_IFNAME"));
+  EXPECT_TRUE(std::is_sorted(unread.begin(), unread.end()));
+  for (const char* v : {"NCCL_CHORUS_TEST_UNREAD", "NCCL_TESTS_CHORUS_TEST", "NCCL_SOCKET_IFNAME"}) unsetenv(v);
+}
+
 #ifdef CHORUS_TEST_ALL_REDUCE_PERF
+// The output of a perf tool's run of one small allreduce with NCCL_DEBUG unset, then the settings `env`.
+std::string perfToolRun(const std::string& env) {
+  const std::string cmd = "env -u NCCL_DEBUG " + env + " " + CHORUS_TEST_ALL_REDUCE_PERF + " -b 8 -e 8 -n 1 -w 0 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << out;
+  }
+  return out;
+}
+
 // The library reads NCCL_CONF_FILE before its first parameter: a perf tool run with NCCL_DEBUG=VERSION in that file
 // prints chorus's version line; not with NCCL_DEBUG=NONE in the environment, nor with a file that does not exist.
 TEST(ParamConf, TheLibraryReadsNcclConfFile) {
   const std::string conf = "/tmp/chorus-conf-run-" + std::to_string(getpid());
   std::ofstream(conf) << "NCCL_DEBUG=VERSION\n";
-  auto run = [&](const std::string& env) {
-    const std::string cmd = "env -u NCCL_DEBUG NCCL_CONF_FILE=" + conf + " " + env + " " + CHORUS_TEST_ALL_REDUCE_PERF +
-                            " -b 8 -e 8 -n 1 -w 0 2>&1";
-    std::string out;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[4096];
-      while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-      EXPECT_EQ(pclose(p), 0) << out;
-    }
-    return out;
-  };
+  auto run = [&](const std::string& env) { return perfToolRun("NCCL_CONF_FILE=" + conf + " " + env); };
   const std::string withFile = run(""), withEnv = run("NCCL_DEBUG=NONE"),
                     noFile = run("NCCL_CONF_FILE=" + conf + ".none");
   EXPECT_NE(withFile.find("chorus VERSION version"), std::string::npos) << withFile;
   EXPECT_EQ(withEnv.find("chorus VERSION version"), std::string::npos) << withEnv;
   EXPECT_NE(withEnv.find("Avg bus bandwidth"), std::string::npos) << withEnv;
   EXPECT_EQ(noFile.find("chorus VERSION version"), std::string::npos) << noFile;
+  std::remove(conf.c_str());
+}
+
+// At NCCL_DEBUG=INFO the first init names the NCCL_* variables chorus does not read, from the environment and from
+// NCCL's configuration files alike.
+TEST(ParamConf, TheFirstInitNamesUnreadNcclVariables) {
+  const std::string conf = "/tmp/chorus-conf-unread-" + std::to_string(getpid());
+  std::ofstream(conf) << "NCCL_NTHREADS=256\n";
+  const std::string out =
+      perfToolRun("NCCL_CONF_FILE=" + conf + " NCCL_DEBUG=INFO NCCL_BUFFSIZE=8388608 NCCL_TESTS_SPLIT=AND1");
+  EXPECT_NE(out.find("chorus INFO environment: NCCL_BUFFSIZE, NCCL_NTHREADS set, but chorus does not read them"),
+            std::string::npos)
+      << out;
   std::remove(conf.c_str());
 }
 #endif
