@@ -73,7 +73,9 @@ bool sameName(const std::string& a, const char* b) { return b != nullptr && strc
 // Initializes `api` for this communicator: true with *out filled when it has at least one device, else *why.
 bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason, NetChoice* out, std::string* why) {
   void* ctx = nullptr;
-  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  // config.trafficClass reaches the net as NCCL hands it over (the IB net sets its queue pairs' SL and TC from it).
+  ncclNetCommConfig_v11_t config{comm->config.trafficClass == NCCL_CONFIG_UNDEF_INT ? NCCL_NET_TRAFFIC_CLASS_UNDEF
+                                                                                    : comm->config.trafficClass};
   std::lock_guard<std::mutex> setup(netSetupMutex());
   // A net that cannot run here is not an error of this call (most hosts have no HCA): its text goes into *why, and
   // the thread's last error is put back.

@@ -86,6 +86,8 @@ ncclResult_t parseConfig(const ncclConfig_t* cfg, const CommConfig* inherit, Com
   if (cfg->size >= offsetof(ncclConfig_t, netName) + sizeof(char*) && cfg->netName) out->netName = cfg->netName;
   if (has(offsetof(ncclConfig_t, splitShare)) && cfg->splitShare != NCCL_CONFIG_UNDEF_INT)
     out->splitShare = cfg->splitShare;
+  if (has(offsetof(ncclConfig_t, trafficClass)) && cfg->trafficClass != NCCL_CONFIG_UNDEF_INT)
+    out->trafficClass = cfg->trafficClass;
   if (cfg->size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && cfg->commName) out->commName = cfg->commName;
   return ncclSuccess;
 }

@@ -29,6 +29,7 @@ struct CommConfig {
   int minCTAs = 1;
   int maxCTAs = 0;  ///< 0: not set (no cap beyond the device's)
   int splitShare = 0;
+  int trafficClass = NCCL_CONFIG_UNDEF_INT;  ///< handed to the net (NCCL_NET_TRAFFIC_CLASS_UNDEF when unset)
   std::string commName;
   std::string netName;
 };

@@ -49,6 +49,12 @@ class FakeIbFabric {
     uint64_t remoteAddr = 0;
     size_t length = 0;
   };
+  /// One queue pair's move to RTR: its service level and traffic class.
+  struct RtrRecord {
+    uint32_t qpn = 0;
+    int sl = 0;
+    int trafficClass = 0;
+  };
   /// One dma-buf registration.
   struct DmaBufRecord {
     int fd = -1;
@@ -71,6 +77,8 @@ class FakeIbFabric {
   std::vector<ReadRecord> reads() const;
   /// Every dma-buf registration made so far (released ones too), in order.
   std::vector<DmaBufRecord> dmaBufs() const;
+  /// Every queue pair's move to RTR so far, in order.
+  std::vector<RtrRecord> rtrs() const;
   /// Queue pairs that exist.
   int liveQps() const;
   /// Memory registrations that exist.
@@ -96,6 +104,7 @@ class FakeIbFabric {
   std::vector<WriteRecord> log_;
   std::vector<ReadRecord> reads_;
   std::vector<DmaBufRecord> dmaBufs_;
+  std::vector<RtrRecord> rtrs_;
 };
 
 /// A "host": the fake HCAs (ports) a test makes up, over a shared fabric.

@@ -272,18 +272,21 @@ class IbFakeNet : public ::testing::Test {
     return net;
   }
 
-  // Connects a sender on `a` to a receiver on `b`; the results of connect and accept come back.
-  void connectPair(IbNet* a, IbNet* b, void** send, void** recv, ncclResult_t* sendRes, ncclResult_t* recvRes) {
+  // Connects a sender on `a` to a receiver on `b`, each for a communicator of config.trafficClass `trafficClass`; the
+  // results of connect and accept come back.
+  void connectPair(IbNet* a, IbNet* b, void** send, void** recv, ncclResult_t* sendRes, ncclResult_t* recvRes,
+                   int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF) {
     const ncclNet_v11_t* t = ibNetTable();
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     void* listen = nullptr;
-    ASSERT_EQ(t->listen(b, 0, handle, &listen), ncclSuccess);
+    IbNetCtx actx{a, trafficClass}, bctx{b, trafficClass};
+    ASSERT_EQ(t->listen(&bctx, 0, handle, &listen), ncclSuccess);
     *send = *recv = nullptr;
     *sendRes = *recvRes = ncclSuccess;
     auto end = Clock::now() + kDeadline;
     while ((*send == nullptr && *sendRes == ncclSuccess) || (*recv == nullptr && *recvRes == ncclSuccess)) {
       ASSERT_LT(Clock::now(), end) << "connection setup did not finish";
-      if (*send == nullptr && *sendRes == ncclSuccess) *sendRes = t->connect(a, 0, handle, send, nullptr);
+      if (*send == nullptr && *sendRes == ncclSuccess) *sendRes = t->connect(&actx, 0, handle, send, nullptr);
       if (*recv == nullptr && *recvRes == ncclSuccess) *recvRes = t->accept(listen, recv, nullptr);
       if (*sendRes != ncclSuccess && *recvRes == ncclSuccess && *recv == nullptr) break;  // nobody will connect
     }
@@ -571,6 +574,55 @@ TEST_F(IbFakeNet, SeveralQueuePairsSplitTheData) {
   t->closeRecv(recv);
 }
 
+// The queue pairs' service level and traffic class, as NCCL 2.28's IB net sets them: NCCL_IB_SL and NCCL_IB_TC where
+// set, else the communicator's config.trafficClass (ncclNetCommConfig) where set, else 0; both ends alike.
+TEST_F(IbFakeNet, ServiceLevelAndTrafficClassFollowTheConfigUnlessSet) {
+  struct Case {
+    int configClass;
+    const char* sl;  // NCCL_IB_SL, null: unset
+    const char* tc;  // NCCL_IB_TC
+    int wantSl, wantTc;
+  };
+  const Case cases[] = {
+      {NCCL_NET_TRAFFIC_CLASS_UNDEF, nullptr, nullptr, 0, 0},
+      {5, nullptr, nullptr, 5, 5},
+      {106, nullptr, nullptr, 15, 106},  // a service level is 4 bits
+      {5, "3", nullptr, 3, 5},
+      {5, nullptr, "96", 5, 96},
+      {NCCL_NET_TRAFFIC_CLASS_UNDEF, "2", "64", 2, 64},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE("config.trafficClass " + std::to_string(k.configClass) + ", NCCL_IB_SL " + (k.sl ? k.sl : "-") +
+                 ", NCCL_IB_TC " + (k.tc ? k.tc : "-"));
+    for (auto [name, value] : {std::pair{"NCCL_IB_SL", k.sl}, std::pair{"NCCL_IB_TC", k.tc}}) {
+      if (value != nullptr) {
+        setenv(name, value, 1);
+      } else {
+        unsetenv(name);
+      }
+    }
+    paramsReload();
+    a_ = makeHost(1);
+    b_ = makeHost(2);
+    void *send = nullptr, *recv = nullptr;
+    ncclResult_t sr, rr;
+    const size_t before = fabric_->rtrs().size();
+    connectPair(a_.get(), b_.get(), &send, &recv, &sr, &rr, k.configClass);
+    ASSERT_EQ(sr, ncclSuccess);
+    ASSERT_EQ(rr, ncclSuccess);
+    const std::vector<FakeIbFabric::RtrRecord> rtrs = fabric_->rtrs();
+    ASSERT_GE(rtrs.size(), before + 2) << "both ends' queue pairs";
+    for (size_t i = before; i < rtrs.size(); i++) {
+      EXPECT_EQ(rtrs[i].sl, k.wantSl) << "QP " << rtrs[i].qpn;
+      EXPECT_EQ(rtrs[i].trafficClass, k.wantTc) << "QP " << rtrs[i].qpn;
+    }
+    closePair(send, nullptr, recv, nullptr);
+  }
+  unsetenv("NCCL_IB_SL");
+  unsetenv("NCCL_IB_TC");
+  paramsReload();
+}
+
 TEST_F(IbFakeNet, ErrorCompletionFailsTheRequest) {
   void *send, *recv;
   connect(&send, &recv);
@@ -652,7 +704,8 @@ TEST_F(IbFakeNet, ConnectRefusesAForeignHandle) {
   packIbHandle(loopbackAddr(1), handle);
   handle[3] ^= 0x40;
   void* send = nullptr;
-  EXPECT_EQ(ibNetTable()->connect(a_.get(), 0, handle, &send, nullptr), ncclInvalidArgument);
+  IbNetCtx ctx{a_.get()};
+  EXPECT_EQ(ibNetTable()->connect(&ctx, 0, handle, &send, nullptr), ncclInvalidArgument);
   EXPECT_EQ(send, nullptr);
   EXPECT_NE(std::string(threadLastError()).find("magic"), std::string::npos) << threadLastError();
 }

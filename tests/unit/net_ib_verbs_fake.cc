@@ -90,6 +90,7 @@ class FakeIbQp : public IbQp {
                   port, port_, attr.mtu);
     }
     remoteQpn_ = attr.remoteQpn;
+    fabric_->rtrs_.push_back(FakeIbFabric::RtrRecord{qpn_, attr.sl, attr.trafficClass});
     state_ = QpState::kRtr;
     return ncclSuccess;
   }
@@ -342,6 +343,11 @@ std::vector<FakeIbFabric::ReadRecord> FakeIbFabric::reads() const {
 std::vector<FakeIbFabric::DmaBufRecord> FakeIbFabric::dmaBufs() const {
   std::lock_guard<std::mutex> lock(mu_);
   return dmaBufs_;
+}
+
+std::vector<FakeIbFabric::RtrRecord> FakeIbFabric::rtrs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rtrs_;
 }
 
 std::vector<FakeIbFabric::WriteRecord> FakeIbFabric::writes() const {

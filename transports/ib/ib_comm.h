@@ -46,10 +46,18 @@ struct IbRequest {
   bool flush = false;      ///< an iflush: one read completion expected, no size to report
 };
 
+/// What the IB net's init hands a communicator as its `ctx`: the process's net and the communicator's
+/// config.trafficClass (NCCL_NET_TRAFFIC_CLASS_UNDEF when unset).
+struct IbNetCtx {
+  IbNet* net = nullptr;
+  int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
+};
+
 /// A sender or receiver comm (they share the setup and completion code).
 struct IbComm {
   IbNet* net = nullptr;
   int dev = 0;
+  int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;  ///< its communicator's (IbNetCtx)
   bool isSend = false;
   IbHca* hca = nullptr;  ///< owned by `net`
   /// The setup socket, kept open for the comm's life: after setup nothing is sent on it, and its end (EOF) tells
@@ -91,6 +99,7 @@ struct IbComm {
 struct IbListenComm {
   IbNet* net = nullptr;
   int dev = 0;
+  int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
   Socket listener;
   std::unique_ptr<IbComm> pending;  ///< the connection being accepted
 };
@@ -98,7 +107,7 @@ struct IbListenComm {
 /// "sender" or "receiver" and the peer's address, for messages.
 std::string ibCommText(const IbComm* c);
 
-// ncclNet_v11_t entry points; `ctx` is an IbNet*.
+// ncclNet_v11_t entry points; `ctx` is an IbNetCtx*.
 /// listen(): a TCP listener on the bootstrap interface, and its handle.
 ncclResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm);
 /// connect(): one step of the connector's setup; *sendComm stays null until the connection is up.

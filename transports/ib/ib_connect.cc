@@ -7,6 +7,7 @@
 //   connector: receive it, RTR+RTS, send kIbReadyWord; connect() returns the send comm
 //   acceptor:  receive kIbReadyWord; accept() returns the receive comm
 // The acceptor writes descriptors only after the ready word, when the connector's QPs accept writes.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -26,8 +27,14 @@ IntParam kIbTimeout{"NCCL_IB_TIMEOUT", 20,
 IntParam kIbRetryCnt{"NCCL_IB_RETRY_CNT", 7, "IB net: RC queue pair retry count (0-7).", "network"};
 IntParam kIbQpsPerConn{"NCCL_IB_QPS_PER_CONNECTION", 1,
                        "IB net: queue pairs per connection; each message is split over them (1-16).", "network"};
-IntParam kIbSl{"NCCL_IB_SL", 0, "IB net: InfiniBand service level of the queue pairs (0-15).", "network"};
-IntParam kIbTc{"NCCL_IB_TC", 0, "IB net: traffic class of the queue pairs (RoCE; 0-255).", "network"};
+IntParam kIbSl{"NCCL_IB_SL", 0,
+               "IB net: InfiniBand service level of the queue pairs (0-15). Unset: the communicator's "
+               "config.trafficClass where set, as in NCCL, else 0.",
+               "network"};
+IntParam kIbTc{"NCCL_IB_TC", 0,
+               "IB net: traffic class of the queue pairs (RoCE; 0-255). Unset: the communicator's "
+               "config.trafficClass where set, as in NCCL, else 0.",
+               "network"};
 
 enum ConnectState : uint32_t { kCSendInfo = 1, kCRecvInfo, kCSendReady, kCDone };
 enum AcceptState : int { kAAccept = 0, kARecvInfo, kASendInfo, kARecvReady, kADone };
@@ -35,6 +42,13 @@ enum AcceptState : int { kAAccept = 0, kARecvInfo, kASendInfo, kARecvReady, kADo
 int64_t clampParam(const IntParam& p, int64_t lo, int64_t hi) {
   int64_t v = p.get();
   return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// A queue pair's service level (kIbSl) or traffic class (kIbTc), as NCCL 2.28's IB net picks them: the variable where
+// set, else the communicator's config.trafficClass where set, else the variable's default; within 0-`hi`.
+int qpClass(const IntParam& p, int configClass, int hi) {
+  if (!p.isSet() && configClass != NCCL_NET_TRAFFIC_CLASS_UNDEF) return std::clamp(configClass, 0, hi);
+  return static_cast<int>(clampParam(p, 0, hi));
 }
 
 uint32_t randomPsn() {
@@ -109,7 +123,7 @@ ncclResult_t checkRemote(IbComm* c, int expectQps) {
 // Moves `qp` on device `d` to RTR towards remote queue pair `qpn` (first PSN `remotePsn`) at `lid`/`gid` on a port of
 // MTU code `mtu`, then to RTS with first PSN `psn`.
 ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remotePsn, int lid, const IbGid& gid,
-                       int mtu, uint32_t psn) {
+                       int mtu, uint32_t psn, int trafficClass) {
   IbRtrAttr rtr;
   rtr.remoteQpn = qpn;
   rtr.remotePsn = remotePsn;
@@ -119,8 +133,8 @@ ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remot
   rtr.global = d.port.linkLayer == IbLinkLayer::kEthernet;
   rtr.localGidIndex = d.gidIndex;
   rtr.mtu = d.port.activeMtu < mtu ? d.port.activeMtu : mtu;
-  rtr.sl = static_cast<int>(clampParam(kIbSl, 0, 15));
-  rtr.trafficClass = static_cast<int>(clampParam(kIbTc, 0, 255));
+  rtr.sl = qpClass(kIbSl, trafficClass, 15);
+  rtr.trafficClass = qpClass(kIbTc, trafficClass, 255);
   CHORUS_CHECK(qp->toRtr(d.port.port, rtr));
   IbRtsAttr rts;
   rts.psn = psn;
@@ -134,7 +148,8 @@ ncclResult_t connectQps(IbComm* c) {
   const IbDevice& d = c->net->device(c->dev);
   const IbConnInfo& r = c->remote;
   for (size_t i = 0; i < c->qps.size(); ++i) {
-    CHORUS_CHECK(connectQp(d, c->qps[i].get(), r.qpn[i], r.psn[i], r.lid, r.gid, r.mtu, c->local.psn[i]));
+    CHORUS_CHECK(
+        connectQp(d, c->qps[i].get(), r.qpn[i], r.psn[i], r.lid, r.gid, r.mtu, c->local.psn[i], c->trafficClass));
   }
   c->remoteFifoAddr = r.ctrlAddr;
   c->remoteFifoRkey = r.ctrlRkey;
@@ -153,7 +168,7 @@ ncclResult_t createFlush(IbComm* c) {
   CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, &qp));
   CHORUS_CHECK(qp->toInit(d.port.port, /*remoteRead=*/true));
   const uint32_t psn = randomPsn();
-  CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, d.port.lid, d.gid, d.port.activeMtu, psn));
+  CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, d.port.lid, d.gid, d.port.activeMtu, psn, c->trafficClass));
   c->flushQp = std::move(qp);
   return ncclSuccess;
 }
@@ -319,7 +334,7 @@ std::string ibCommText(const IbComm* c) {
 
 ncclResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm) {
   *listenComm = nullptr;
-  auto* net = static_cast<IbNet*>(ctx);
+  IbNet* net = static_cast<IbNetCtx*>(ctx)->net;
   CHORUS_CHECK(checkDev(net, dev));
   SockAddr addr;
   std::string ifName, why;
@@ -330,6 +345,7 @@ ncclResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm) {
   auto l = std::make_unique<IbListenComm>();
   l->net = net;
   l->dev = dev;
+  l->trafficClass = static_cast<IbNetCtx*>(ctx)->trafficClass;
   IoResult r = Socket::listen(addr, &l->listener);
   if (!r.ok()) CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: cannot listen for connections: %s", r.what.c_str());
   packIbHandle(l->listener.local(), handle);
@@ -345,7 +361,7 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
   IbConnectStage stage = ibHandleStage(handle);
   std::unique_ptr<IbComm> c(static_cast<IbComm*>(stage.comm));
   if (c == nullptr) {
-    auto* net = static_cast<IbNet*>(ctx);
+    IbNet* net = static_cast<IbNetCtx*>(ctx)->net;
     CHORUS_CHECK(checkDev(net, dev));
     SockAddr to;
     std::string why;
@@ -355,6 +371,7 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     c = std::make_unique<IbComm>();
     c->net = net;
     c->dev = dev;
+    c->trafficClass = static_cast<IbNetCtx*>(ctx)->trafficClass;
     c->isSend = true;
     // The listener exists before its handle is handed out, so the kernel completes this TCP handshake without the
     // acceptor's help: the wait is one round trip, and a refusal ends it at once (no retries).
@@ -391,6 +408,7 @@ ncclResult_t ibAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11
     l->pending = std::make_unique<IbComm>();
     l->pending->net = l->net;
     l->pending->dev = l->dev;
+    l->pending->trafficClass = l->trafficClass;
     l->pending->state = kAAccept;
   }
   bool up = false;

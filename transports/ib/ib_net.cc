@@ -41,7 +41,7 @@ ProcessNet& processNet() {
 
 ncclResult_t tableInit(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logFunction,
                        ncclProfilerCallback_t profFunction) {
-  (void)commId, (void)config, (void)logFunction, (void)profFunction;
+  (void)commId, (void)logFunction, (void)profFunction;
   *ctx = nullptr;
   ProcessNet& p = processNet();
   std::lock_guard<std::mutex> lock(p.mu);
@@ -63,7 +63,8 @@ ncclResult_t tableInit(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* con
     setThreadLastError(p.why.c_str());
     return p.result;
   }
-  *ctx = p.net;
+  // A context a communicator: the process's net, and the communicator's traffic class for its queue pairs.
+  *ctx = new IbNetCtx{p.net, config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF};
   return ncclSuccess;
 }
 
@@ -105,7 +106,7 @@ ncclResult_t tableMakeVDevice(int* d, ncclNetVDeviceProps_v11_t* props) {
 }
 
 ncclResult_t tableFinalize(void* ctx) {
-  (void)ctx;  // the process's IbNet stays (see ProcessNet)
+  delete static_cast<IbNetCtx*>(ctx);  // the process's IbNet stays (see ProcessNet)
   return ncclSuccess;
 }
 
