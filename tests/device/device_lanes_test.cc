@@ -330,6 +330,34 @@ TEST(DeviceLanesStaging, AcrossHostsThroughTheNetProxy) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// A rank process of the CTA tests below: the lane settings above with NCCL_ALGO `algo` and the inboxes on or off,
+// `env` set to `value` on rank 1 (null: nothing), rank 0's config as `configure` leaves it; an allreduce of `count`
+// floats, checked, whose launch must have `blocks` blocks (lanes: whether it has lanes).
+int ctaRank(int rank, const ncclUniqueId& id, const char* algo, bool ipc, const char* env, const std::string& value,
+            const std::function<void(ncclConfig_t*)>& configure, size_t count, int blocks, bool lanes) {
+  setenv("CHORUS_DEVICE_IPC", ipc ? "1" : "0", 1);
+  setenv("CHORUS_DEVICE_IPC_BLOCKS", "1", 1);
+  setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(kChannels).c_str(), 1);
+  setenv("CHORUS_DEVICE_CHANNEL_BYTES", std::to_string(kChannelBytes).c_str(), 1);
+  setenv("CHORUS_FIFO_SLOTS", "4", 1);
+  setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+  setenv("NCCL_PROTO", "Simple", 1);
+  setenv("NCCL_ALGO", algo, 1);
+  if (rank == 1 && env != nullptr) setenv(env, value.c_str(), 1);
+  chorus::paramsReload();
+  installEmu(gEmu);
+  gEmu.concurrentBlocks = true;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (rank == 0) configure(&config);
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRankConfig(&comm, 2, id, rank, &config) != ncclSuccess) return 10;
+  RankCtx c{rank, 2, comm};
+  checkAllReduce(gEmu, c, ncclFloat32, ncclSum, count, false, laneLaunches, lanes);
+  EXPECT_EQ(gEmu.lastChannels.load(), blocks);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  return ::testing::Test::HasFailure() ? 1 : 0;
+}
+
 // config.maxCTAs, NCCL_MAX_CTAS and NCCL_MAX_NCHANNELS cap the blocks of every launch (NCCL's CTAs); ranks that
 // disagree take the smallest, so that their launches still pair up. Two processes with the lane settings above: rank
 // 0 asks for `config0` blocks in its config (0: the default), rank 1 sets `env1` (NCCL_MAX_CTAS or
@@ -351,31 +379,16 @@ TEST(DeviceLanesCap, MaxCtasCapsEveryLaunchAtTheRanksSmallest) {
   };
   for (const Case& k : cases) {
     auto status = forkRanks(2, [&k](int rank, const ncclUniqueId& id) {
-      setenv("CHORUS_DEVICE_IPC", "0", 1);
-      setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(kChannels).c_str(), 1);
-      setenv("CHORUS_DEVICE_CHANNEL_BYTES", std::to_string(kChannelBytes).c_str(), 1);
-      setenv("CHORUS_FIFO_SLOTS", "4", 1);
-      setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
-      setenv("NCCL_PROTO", "Simple", 1);
-      setenv("NCCL_ALGO", k.algo, 1);
-      if (rank == 1 && k.env1 != nullptr) setenv(k.env1, "1", 1);
-      chorus::paramsReload();
-      installEmu(gEmu);
-      gEmu.concurrentBlocks = true;
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      if (rank == 0 && k.config0 > 0) config.maxCTAs = k.config0;
-      ncclComm_t comm = nullptr;
-      if (ncclCommInitRankConfig(&comm, 2, id, rank, &config) != ncclSuccess) return 10;
-      RankCtx c{rank, 2, comm};
-      checkAllReduce(gEmu, c, ncclFloat32, ncclSum, 100000, false, laneLaunches, k.blocks > kChannels);
-      EXPECT_EQ(gEmu.lastChannels.load(), k.blocks);
-      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
-      return ::testing::Test::HasFailure() ? 1 : 0;
+      return ctaRank(
+          rank, id, k.algo, false, k.env1, "1",
+          [&k](ncclConfig_t* c) {
+            if (k.config0 > 0) c->maxCTAs = k.config0;
+          },
+          100000, k.blocks, k.blocks > kChannels);
     });
     for (int r = 0; r < 2; r++)
       EXPECT_EQ(status[r], 0) << k.algo << ", config.maxCTAs " << k.config0 << ", " << (k.env1 ? k.env1 : "-")
-                              << ": rank " << r
-                              << " " << describeStatus(status[r]);
+                              << ": rank " << r << " " << describeStatus(status[r]);
   }
 }
 
@@ -403,27 +416,12 @@ TEST(DeviceLanesCap, MinCtasRaisesEveryCollectiveLaunchAtTheRanksLargest) {
   };
   for (const Case& k : cases) {
     auto status = forkRanks(2, [&k](int rank, const ncclUniqueId& id) {
-      setenv("CHORUS_DEVICE_IPC", k.ipc ? "1" : "0", 1);
-      setenv("CHORUS_DEVICE_IPC_BLOCKS", "1", 1);
-      setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(kChannels).c_str(), 1);
-      setenv("CHORUS_DEVICE_CHANNEL_BYTES", std::to_string(kChannelBytes).c_str(), 1);
-      setenv("CHORUS_FIFO_SLOTS", "4", 1);
-      setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
-      setenv("NCCL_PROTO", "Simple", 1);
-      setenv("NCCL_ALGO", "Ring", 1);
-      if (rank == 1 && k.env1 != nullptr) setenv(k.env1, std::to_string(k.val1).c_str(), 1);
-      chorus::paramsReload();
-      installEmu(gEmu);
-      gEmu.concurrentBlocks = true;
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      if (rank == 0 && k.config0 > 0) config.minCTAs = k.config0;
-      ncclComm_t comm = nullptr;
-      if (ncclCommInitRankConfig(&comm, 2, id, rank, &config) != ncclSuccess) return 10;
-      RankCtx c{rank, 2, comm};
-      checkAllReduce(gEmu, c, ncclFloat32, ncclSum, 100, false, laneLaunches, !k.ipc && k.blocks > kChannels);
-      EXPECT_EQ(gEmu.lastChannels.load(), k.blocks);
-      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
-      return ::testing::Test::HasFailure() ? 1 : 0;
+      return ctaRank(
+          rank, id, "Ring", k.ipc, k.env1, std::to_string(k.val1),
+          [&k](ncclConfig_t* c) {
+            if (k.config0 > 0) c->minCTAs = k.config0;
+          },
+          100, k.blocks, !k.ipc && k.blocks > kChannels);
     });
     for (int r = 0; r < 2; r++)
       EXPECT_EQ(status[r], 0) << "config.minCTAs " << k.config0 << ", " << (k.env1 ? k.env1 : "-") << " " << k.val1
