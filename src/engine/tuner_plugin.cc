@@ -13,6 +13,7 @@
 
 #include "core/debug.h"
 #include "core/params.h"
+#include "core/plugin_lib.h"
 #include "nccl.h"
 
 namespace chorus {
@@ -86,28 +87,6 @@ Loaded& loaded() {
   return *l;
 }
 
-void* openLib(const std::string& setting, std::string* path, std::string* tried) {
-  std::vector<std::string> names;
-  if (setting.empty()) {
-    names.push_back("libnccl-tuner.so");
-  } else {
-    names.push_back(setting);
-    const bool plainName = setting.find('/') == std::string::npos && setting.rfind("lib", 0) != 0 &&
-                           (setting.size() < 3 || setting.compare(setting.size() - 3, 3, ".so") != 0);
-    if (plainName) names.push_back("libnccl-tuner-" + setting + ".so");
-  }
-  for (const std::string& n : names) {
-    void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h != nullptr) {
-      *path = n;
-      return h;
-    }
-    const char* err = dlerror();
-    *tried += (tried->empty() ? "" : "; ") + std::string(err ? err : n.c_str());
-  }
-  return nullptr;
-}
-
 // Loads the library on first use; later calls return what the first found. When none was found, a later
 // NCCL_TUNER_PLUGIN that differs is tried again (a forked child, or a program that sets it after a first
 // communicator); a loaded library stays for the life of the process, as communicators may use it.
@@ -120,7 +99,7 @@ Loaded* load() {
   l.setting = setting;
   if (strcasecmp(setting.c_str(), "none") == 0) return nullptr;
   std::string tried;
-  l.lib = openLib(setting, &l.path, &tried);
+  l.lib = openPluginLib("libnccl-tuner", setting, &l.path, &tried);
   if (l.lib == nullptr) {
     // Unset and absent is the common case: say so only at INFO.
     INFO(kInit | kTune, "tuner plugin: %s not loaded (%s); chorus's own tuning",

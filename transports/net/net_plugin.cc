@@ -8,7 +8,6 @@
 #include "transports/net/net_plugin.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <strings.h>
 
 #include <mutex>
@@ -17,6 +16,7 @@
 
 #include "core/debug.h"
 #include "core/params.h"
+#include "core/plugin_lib.h"
 #include "transports/net/net.h"
 
 namespace chorus {
@@ -28,38 +28,12 @@ StrParam kNetPlugin{"NCCL_NET_PLUGIN", "",
                     "NCCL 2.28's ABI, ncclNetPlugin_v6 to _v11 (docs/net_plugin.md).",
                     "network"};
 
-// NCCL also tries libnccl-net-NAME.so for an entry that is neither a path nor a library name (lib*.so).
-bool isPlainName(const std::string& entry) {
-  if (entry.find('/') != std::string::npos) return false;
-  const bool libName =
-      entry.rfind("lib", 0) == 0 && entry.size() >= 3 && entry.compare(entry.size() - 3, 3, ".so") == 0;
-  return !libName;
-}
-
-// The file dlopen found, for logs ("libnccl-net.so" says less than "/opt/x/lib/libnccl-net.so").
-std::string libPath(void* lib, const std::string& name) {
-  struct link_map* map = nullptr;
-  if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && map->l_name[0] != '\0')
-    return map->l_name;
-  return name;
-}
-
 // Opens one entry of NCCL_NET_PLUGIN; null with *why listing what dlopen said for each name tried.
 void* openEntry(const std::string& entry, std::string* path, std::string* why) {
-  std::vector<std::string> names{entry};
-  if (isPlainName(entry)) names.push_back("libnccl-net-" + entry + ".so");
   std::string errors;
-  for (const std::string& name : names) {
-    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) {
-      *path = libPath(lib, name);
-      return lib;
-    }
-    const char* err = dlerror();
-    errors += (errors.empty() ? "" : "; ") + std::string(err != nullptr ? err : name + ": dlopen failed");
-  }
-  *why = entry + ": not loaded (" + errors + ")";
-  return nullptr;
+  void* lib = openPluginLib("libnccl-net", entry, path, &errors);
+  if (lib == nullptr) *why = entry + ": not loaded (" + errors + ")";
+  return lib;
 }
 
 // The newest ncclNetPlugin_vN the library exports, adapted; null with *why otherwise.
