@@ -121,6 +121,7 @@ void printVersionOnce() {
                            : "host path: no GPU in use";
     CHORUS_LOG(LogLevel::kVersion, kInit, "version %d.%d.%d (NCCL %d.%d.%d API, %s)", CHORUS_MAJOR, CHORUS_MINOR,
                CHORUS_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, path.c_str());
+    INFO(kInit | kEnv, "env plugin: %s", envPluginSaid().c_str());
     // A setting tuned for NCCL that means nothing to chorus should not pass unnoticed.
     std::string unread;
     for (const std::string& name : unreadNcclVariables()) unread += (unread.empty() ? "" : ", ") + name;

@@ -1,9 +1,9 @@
 #include "core/params.h"
 
+#include <dlfcn.h>
 #include <pwd.h>
+#include <strings.h>
 #include <unistd.h>
-
-extern char** environ;
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +14,11 @@ extern char** environ;
 #include <map>
 #include <mutex>
 #include <set>
+
+#include "core/plugin_lib.h"
+#include "nccl.h"
+
+extern char** environ;
 
 namespace chorus {
 namespace {
@@ -33,10 +38,73 @@ void loadConfFile(const std::string& path) {
   }
 }
 
-// The one place chorus reads the environment, NCCL's configuration files first.
+// NCCL 2.28's environment plugin ABI (ncclEnv_v1_t).
+struct EnvPluginV1 {
+  const char* name;
+  ncclResult_t (*init)(uint8_t ncclMajor, uint8_t ncclMinor, uint8_t ncclPatch, const char* suffix);
+  ncclResult_t (*finalize)(void);
+  const char* (*getEnv)(const char* name);
+};
+
+// The environment plugin of the process: its table once loaded (null: none, the environment itself), and what
+// loading it said. Never destroyed: a thread may read a parameter while the process exits.
+struct EnvPlugin {
+  std::atomic<const EnvPluginV1*> table{nullptr};
+  std::string said;
+};
+
+EnvPlugin& envPlugin() {
+  static EnvPlugin* p = new EnvPlugin();
+  return *p;
+}
+
+// Loads NCCL_ENV_PLUGIN (from the environment or NCCL's configuration files, as NCCL reads it), once a process: a
+// library path or name (libnccl-env-NAME.so), "none" for none; unset tries libnccl-env.so. A plugin that is missing,
+// exports no ncclEnvPlugin_v1 or fails its init leaves the environment itself, as in NCCL. Its finalize runs at exit.
+void loadEnvPlugin() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    EnvPlugin& p = envPlugin();
+    const char* setting = std::getenv("NCCL_ENV_PLUGIN");
+    const std::string s = setting != nullptr ? setting : "";
+    if (strcasecmp(s.c_str(), "none") == 0) {
+      p.said = "none (NCCL_ENV_PLUGIN=none)";
+      return;
+    }
+    std::string path, tried;
+    void* lib = openPluginLib("libnccl-env", s, &path, &tried);
+    if (lib == nullptr) {
+      p.said = (s.empty() ? std::string("libnccl-env.so") : s) + " not loaded (" + tried + ")";
+      return;
+    }
+    const auto* t = static_cast<const EnvPluginV1*>(dlsym(lib, "ncclEnvPlugin_v1"));
+    if (t == nullptr || t->init == nullptr || t->getEnv == nullptr) {
+      p.said = path + ": exports no usable ncclEnvPlugin_v1 (the version NCCL 2.28 loads)";
+      dlclose(lib);
+      return;
+    }
+    if (const ncclResult_t rc = t->init(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_SUFFIX); rc != ncclSuccess) {
+      p.said = path + ": init failed (ncclResult_t " + std::to_string(static_cast<int>(rc)) + ")";
+      dlclose(lib);
+      return;
+    }
+    p.said = "loaded " + path + " (" + (t->name != nullptr ? t->name : "?") + ", v1)";
+    p.table.store(t);
+    std::atexit([] {
+      std::lock_guard<std::mutex> lock(gParamMutex);  // no parameter reads it meanwhile
+      const EnvPluginV1* done = envPlugin().table.exchange(nullptr);
+      if (done != nullptr && done->finalize != nullptr) done->finalize();
+    });
+  });
+}
+
+// The one place chorus reads the environment: NCCL's configuration files first, then through the environment plugin
+// where one is loaded. Callers hold gParamMutex, so the plugin is asked one variable at a time.
 const char* readEnv(const char* name) {
   loadNcclConfFiles();
-  return std::getenv(name);
+  loadEnvPlugin();
+  const EnvPluginV1* t = envPlugin().table.load();
+  return t != nullptr ? t->getEnv(name) : std::getenv(name);
 }
 }  // namespace
 
@@ -46,7 +114,21 @@ StrParam kConfFile{"NCCL_CONF_FILE", "",
                    "A file of VAR=VALUE lines read, as NCCL does, instead of ~/.nccl.conf and before "
                    "/etc/nccl.conf; the environment wins over both files.",
                    "general"};
+StrParam kEnvPlugin{"NCCL_ENV_PLUGIN", "",
+                    "Environment plugin, as NCCL 2.28 loads it: a library path or name (libnccl-env-NAME.so) whose "
+                    "ncclEnvPlugin_v1 answers every variable chorus reads; \"none\" for none; unset tries "
+                    "libnccl-env.so. Read from the environment or NCCL's configuration files.",
+                    "general"};
 }  // namespace
+
+std::string envPluginSaid() {
+  loadNcclConfFiles();
+  {
+    std::lock_guard<std::mutex> lock(gParamMutex);
+    loadEnvPlugin();
+  }
+  return envPlugin().said;
+}
 
 void loadNcclConfFiles(const char* confFile, const char* homeDir, const char* etcFile) {
   if (confFile != nullptr && *confFile != '\0') {

@@ -80,6 +80,9 @@ class StrParam {
   const Cache& fresh() const;
 };
 
+/// What loading NCCL_ENV_PLUGIN said ("loaded PATH (NAME, v1)", or why none is used), for the init's log.
+std::string envPluginSaid();
+
 /// The NCCL_* variables set in the environment (or by NCCL's configuration files) that no parameter of this build
 /// reads, sorted; NCCL_TESTS_* (the perf tools' own) left out.
 std::vector<std::string> unreadNcclVariables();

@@ -111,6 +111,32 @@ TEST(ParamConf, TheLibraryReadsNcclConfFile) {
   std::remove(conf.c_str());
 }
 
+// NCCL_ENV_PLUGIN, as NCCL 2.28 loads it: the plugin (tests/plugins/test_env.c, where TESTENV_<NAME> stands for NAME)
+// answers every variable, is given NCCL's version at init and finalized at exit; "none", a library that does not
+// load and a plugin whose init fails leave the environment itself, and the init's log says which.
+TEST(ParamConf, AnEnvPluginAnswersForTheEnvironment) {
+  const std::string plugin = std::string("NCCL_ENV_PLUGIN=") + CHORUS_TEST_ENV_PLUGIN;
+  const std::string loaded = perfToolRun(plugin + " TESTENV_NCCL_DEBUG=VERSION");
+  EXPECT_NE(loaded.find("chorus VERSION version"), std::string::npos) << loaded;
+  EXPECT_NE(loaded.find("test env plugin: init 2.28.9"), std::string::npos) << loaded;
+  EXPECT_NE(loaded.find("test env plugin: finalize"), std::string::npos) << loaded;
+
+  const std::string none = perfToolRun("NCCL_ENV_PLUGIN=none TESTENV_NCCL_DEBUG=VERSION");
+  EXPECT_EQ(none.find("chorus VERSION version"), std::string::npos) << none;
+
+  const std::string info = plugin + " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV";
+  const std::string logged = perfToolRun(info);
+  EXPECT_NE(logged.find("env plugin: loaded "), std::string::npos) << logged;
+  EXPECT_NE(logged.find("(ChorusTestEnv, v1)"), std::string::npos) << logged;
+
+  const std::string missing = perfToolRun("NCCL_ENV_PLUGIN=/nonexistent/libnccl-env.so NCCL_DEBUG=INFO");
+  EXPECT_NE(missing.find("env plugin: /nonexistent/libnccl-env.so not loaded ("), std::string::npos) << missing;
+
+  const std::string failed = perfToolRun(info + " TESTENV_FAIL_INIT=1 TESTENV_NCCL_DEBUG=NONE");
+  EXPECT_NE(failed.find("init failed (ncclResult_t 3)"), std::string::npos) << failed;
+  EXPECT_EQ(failed.find("test env plugin: finalize"), std::string::npos) << failed;
+}
+
 // At NCCL_DEBUG=INFO the first init names the NCCL_* variables chorus does not read, from the environment and from
 // NCCL's configuration files alike.
 TEST(ParamConf, TheFirstInitNamesUnreadNcclVariables) {
