@@ -2,8 +2,8 @@
 //   chorus-env             current values
 //   chorus-env --markdown  the content of docs/env.md
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/params.h"
 
@@ -12,10 +12,10 @@ int main(int argc, char** argv) {
     std::fputs(chorus::paramsMarkdown().c_str(), stdout);
     return 0;
   }
-  chorus::loadNcclConfFiles();  // values from NCCL's configuration files count, as they do for the library
+  // What the library reads: the environment, NCCL's configuration files and the environment plugin.
   for (const chorus::ParamInfo* p : chorus::paramRegistry()) {
-    const char* v = std::getenv(p->env);  // a listing tool: shows the raw environment next to the default
-    std::printf("%-28s %-12s %s\n", p->env, v ? v : "(default)", p->def);
+    std::string v;
+    std::printf("%-28s %-12s %s\n", p->env, chorus::paramSetting(p->env, &v) ? v.c_str() : "(default)", p->def);
   }
   return 0;
 }

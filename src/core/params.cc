@@ -121,6 +121,14 @@ StrParam kEnvPlugin{"NCCL_ENV_PLUGIN", "",
                     "general"};
 }  // namespace
 
+bool paramSetting(const char* env, std::string* value) {
+  std::lock_guard<std::mutex> lock(gParamMutex);
+  const char* v = readEnv(env);
+  if (v == nullptr || *v == '\0') return false;
+  *value = v;
+  return true;
+}
+
 std::string envPluginSaid() {
   loadNcclConfFiles();
   {

@@ -80,6 +80,10 @@ class StrParam {
   const Cache& fresh() const;
 };
 
+/// The value chorus reads for `env`, as its parameters read it (NCCL's configuration files, the environment plugin):
+/// false when it is unset or empty.
+bool paramSetting(const char* env, std::string* value);
+
 /// What loading NCCL_ENV_PLUGIN said ("loaded PATH (NAME, v1)", or why none is used), for the init's log.
 std::string envPluginSaid();
 

@@ -83,6 +83,32 @@ TEST(ParamConf, UnreadNcclVariablesAreListed) {
   for (const char* v : {"NCCL_CHORUS_TEST_UNREAD", "NCCL_TESTS_CHORUS_TEST", "NCCL_SOCKET_IFNAME"}) unsetenv(v);
 }
 
+#ifdef CHORUS_TEST_ENV_TOOL
+// chorus-env lists what the library reads: a value from NCCL_CONF_FILE, one the environment plugin gives, and the
+// environment's over a file's.
+TEST(ParamConf, ChorusEnvListsWhatTheLibraryReads) {
+  const std::string conf = "/tmp/chorus-conf-tool-" + std::to_string(getpid());
+  std::ofstream(conf) << "CHORUS_TIMEOUT_S=77\nNCCL_HOSTID=from-file\n";
+  const std::string cmd = "env -u CHORUS_TIMEOUT_S NCCL_CONF_FILE=" + conf +
+                          " NCCL_HOSTID=from-env NCCL_ENV_PLUGIN=" + CHORUS_TEST_ENV_PLUGIN +
+                          " TESTENV_NCCL_SOCKET_IFNAME=from-plugin " + CHORUS_TEST_ENV_TOOL + " 2>/dev/null";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << out;
+  }
+  auto line = [&](const std::string& name) {
+    const size_t at = out.find("\n" + name + " ");
+    return at == std::string::npos ? std::string() : out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_NE(line("CHORUS_TIMEOUT_S").find(" 77 "), std::string::npos) << out;
+  EXPECT_NE(line("NCCL_HOSTID").find(" from-env "), std::string::npos) << out;
+  EXPECT_NE(line("NCCL_SOCKET_IFNAME").find(" from-plugin "), std::string::npos) << out;
+  std::remove(conf.c_str());
+}
+#endif
+
 #ifdef CHORUS_TEST_ALL_REDUCE_PERF
 // The output of a perf tool's run of one small allreduce with NCCL_DEBUG unset, then the settings `env`.
 std::string perfToolRun(const std::string& env) {
