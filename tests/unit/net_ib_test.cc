@@ -167,6 +167,64 @@ TEST(IbGid, PicksRoceV2Ipv4ThenIpv6ThenAnything) {
   EXPECT_FALSE(why.empty());
 }
 
+// NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE and NCCL_IB_ROCE_VERSION_NUM choose among a RoCE port's GIDs.
+TEST(IbGid, FamilyRangeAndRoceVersionChoose) {
+  const auto v1 = IbGidType::kIbRoceV1;
+  const auto v2 = IbGidType::kRoceV2;
+  // Two IPv4 addresses and an IPv6 one, each as RoCE v1 and v2.
+  const std::vector<IbGidEntry> table = {gidEntry("fe80::1", v1),
+                                         gidEntry("fe80::1", v2),
+                                         gidEntry("fd00::5", v1),
+                                         gidEntry("fd00::5", v2),
+                                         gidEntry("::ffff:10.1.2.3", v1),
+                                         gidEntry("::ffff:10.1.2.3", v2),
+                                         gidEntry("::ffff:192.168.7.9", v1),
+                                         gidEntry("::ffff:192.168.7.9", v2)};
+  std::vector<std::string> notes;
+  std::string why;
+  auto pick = [&](const char* family, const char* range, int version) {
+    notes.clear();
+    why.clear();
+    return selectIbGidIndex(IbLinkLayer::kEthernet, table, -1, &why, parseIbGidPrefs(family, range, version, &notes));
+  };
+  EXPECT_EQ(pick("", "", 2), 5);  // NCCL's defaults: AF_INET, RoCE v2
+  EXPECT_EQ(pick("AF_INET", "", 1), 4);
+  EXPECT_EQ(pick("AF_INET6", "", 2), 3);
+  EXPECT_EQ(pick("AF_INET6", "", 1), 2);
+  EXPECT_EQ(pick("AF_INET", "192.168.0.0/16", 2), 7);
+  EXPECT_EQ(pick("AF_INET", "192.168.7.9/32", 1), 6);
+  EXPECT_EQ(pick("AF_INET", "10.0.0.0/8", 2), 5);
+  EXPECT_EQ(pick("AF_INET6", "fd00::/8", 2), 3);
+  EXPECT_TRUE(notes.empty());
+  // A range none of the port's GIDs is in: the port is not used, and why says so.
+  EXPECT_EQ(pick("AF_INET", "172.16.0.0/12", 2), -1);
+  EXPECT_EQ(why, "no routable IPv4 GID of the port is in NCCL_IB_ADDR_RANGE=172.16.0.0/12");
+  // A version the port lacks for the family: the family's other version.
+  const std::vector<IbGidEntry> onlyV1 = {gidEntry("fe80::1", v1), gidEntry("::ffff:10.1.2.3", v1)};
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, onlyV1, -1, &why, parseIbGidPrefs("", "", 2, &notes)), 1);
+  // Values NCCL ignores are ignored, with a note: an unknown family, a range without a prefix length, one of the
+  // other family, a prefix too long.
+  for (auto [family, range] : {std::pair{"AF_UNIX", ""}, std::pair{"", "10.0.0.0"}, std::pair{"", "fd00::/8"},
+                               std::pair{"", "10.0.0.0/33"}, std::pair{"AF_INET6", "fd00::/129"}}) {
+    SCOPED_TRACE(std::string(family) + " " + range);
+    notes.clear();
+    const IbGidPrefs p = parseIbGidPrefs(family, range, 2, &notes);
+    EXPECT_EQ(notes.size(), 1u);
+    EXPECT_FALSE(p.hasRange);
+  }
+  // The devices: a port whose GIDs are all outside the range is skipped, naming it.
+  std::vector<std::string> skipped;
+  IbPortDesc port = fakeIbPort("mlx5_0", 1, 7);
+  port.gids = table;
+  EXPECT_EQ(selectIbDevices({port}, "", -1, &skipped, parseIbGidPrefs("", "10.1.0.0/16", 2, &notes)).size(), 1u);
+  EXPECT_TRUE(skipped.empty());
+  EXPECT_TRUE(selectIbDevices({port}, "", -1, &skipped, parseIbGidPrefs("", "10.2.0.0/16", 2, &notes)).empty());
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("mlx5_0:1: no routable IPv4 GID of the port is in NCCL_IB_ADDR_RANGE=10.2.0.0/16"),
+            std::string::npos)
+      << skipped[0];
+}
+
 TEST(IbGid, InfinibandUsesZeroAndGidIndexForces) {
   std::string why;
   std::vector<IbGidEntry> ib = {gidEntry("fe80::1234", IbGidType::kIbRoceV1),

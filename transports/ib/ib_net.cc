@@ -19,9 +19,19 @@ StrParam kIbHca{"NCCL_IB_HCA", "",
 
 namespace {
 IntParam kIbGidIndex{"NCCL_IB_GID_INDEX", -1,
-                     "IB net: GID index addressing each port. -1: 0 on InfiniBand; on RoCE the first RoCE v2 "
-                     "IPv4-mapped GID, else RoCE v2 IPv6, else any configured GID.",
+                     "IB net: GID index addressing each port. -1: 0 on InfiniBand; on RoCE the first routable GID "
+                     "of NCCL_IB_ADDR_FAMILY, in NCCL_IB_ADDR_RANGE, of RoCE version NCCL_IB_ROCE_VERSION_NUM, then "
+                     "of any version; without a range, then any RoCE v2 GID, else any configured one.",
                      "network"};
+StrParam kIbAddrFamily{"NCCL_IB_ADDR_FAMILY", "AF_INET",
+                       "IB net, RoCE: the address family of the GID chosen (AF_INET: IPv4-mapped, or AF_INET6).",
+                       "network"};
+StrParam kIbAddrRange{"NCCL_IB_ADDR_RANGE", "",
+                      "IB net, RoCE: a range (address/prefix length, of NCCL_IB_ADDR_FAMILY) the chosen GID's address "
+                      "must be in; a port with none in it is not used.",
+                      "network"};
+IntParam kIbRoceVersion{"NCCL_IB_ROCE_VERSION_NUM", 2, "IB net, RoCE: the RoCE version (1 or 2) of the GID chosen.",
+                        "network"};
 
 // The process's IbNet over libibverbs, made once by the table's init() (or one a test put in its place:
 // replaceIbProcessNet). Never destroyed: comms of communicators that outlive finalize() (or static destructors at
@@ -151,7 +161,10 @@ ncclResult_t IbNet::discover(std::string* why) {
   CHORUS_CHECK(verbs_->listPorts(&ports, why));
   std::vector<std::string> skipped;
   const std::string spec = kIbHca.get();
-  devices_ = selectIbDevices(ports, spec, kIbGidIndex.get(), &skipped);
+  std::vector<std::string> notes;
+  const IbGidPrefs prefs = parseIbGidPrefs(kIbAddrFamily.get(), kIbAddrRange.get(), kIbRoceVersion.get(), &notes);
+  for (const std::string& n : notes) INFO(kNet | kInit, "NET/IB: %s", n.c_str());
+  devices_ = selectIbDevices(ports, spec, kIbGidIndex.get(), &skipped, prefs);
   for (const std::string& s : skipped) INFO(kNet | kInit, "NET/IB: skipping %s", s.c_str());
   std::string peerWhy;
   const bool peerMemory = !devices_.empty() && verbs_->peerMemory(&peerWhy);

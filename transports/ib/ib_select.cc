@@ -80,7 +80,53 @@ bool ibGidConfigured(const IbGid& gid) {
 
 bool ibGidIsIpv4(const IbGid& gid) { return allZero(gid.raw, 10) && gid.raw[10] == 0xff && gid.raw[11] == 0xff; }
 
-int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids, int64_t forced, std::string* why) {
+IbGidPrefs parseIbGidPrefs(const std::string& family, const std::string& range, int64_t roceVersion,
+                           std::vector<std::string>* notes) {
+  IbGidPrefs p;
+  if (family == "AF_INET6") {
+    p.ipv6 = true;
+  } else if (!family.empty() && family != "AF_INET") {
+    notes->push_back("NCCL_IB_ADDR_FAMILY=" + family + " is neither AF_INET nor AF_INET6: AF_INET");
+  }
+  p.roceVersion = static_cast<int>(roceVersion);
+  if (range.empty()) return p;
+  const size_t slash = range.find('/');
+  const std::string base = range.substr(0, slash);
+  const int most = p.ipv6 ? 128 : 32;
+  char* end = nullptr;
+  const long len = slash == std::string::npos ? -1 : std::strtol(range.c_str() + slash + 1, &end, 10);
+  uint8_t addr[16] = {0};
+  const bool parsed = inet_pton(p.ipv6 ? AF_INET6 : AF_INET, base.c_str(), addr) == 1;
+  if (!parsed || len < 0 || len > most || end == nullptr || *end != '\0') {
+    notes->push_back("NCCL_IB_ADDR_RANGE=" + range + " is not an " + (p.ipv6 ? "IPv6" : "IPv4") +
+                     " address/prefix length: ignored");
+    return p;
+  }
+  p.hasRange = true;
+  p.rangeText = range;
+  if (p.ipv6) {
+    std::memcpy(p.range.raw, addr, 16);
+    p.prefixLen = static_cast<int>(len);
+  } else {
+    p.range.raw[10] = p.range.raw[11] = 0xff;
+    std::memcpy(p.range.raw + 12, addr, 4);
+    p.prefixLen = 96 + static_cast<int>(len);  // within the IPv4-mapped GID
+  }
+  return p;
+}
+
+bool ibGidMatches(const IbGidPrefs& prefs, const IbGid& gid) {
+  if (ibGidIsIpv4(gid) == prefs.ipv6) return false;
+  if (!prefs.hasRange) return true;
+  for (int bit = 0; bit < prefs.prefixLen; bit++) {
+    const uint8_t mask = static_cast<uint8_t>(0x80 >> (bit % 8));
+    if ((gid.raw[bit / 8] & mask) != (prefs.range.raw[bit / 8] & mask)) return false;
+  }
+  return true;
+}
+
+int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids, int64_t forced, std::string* why,
+                     const IbGidPrefs& prefs) {
   const int n = static_cast<int>(gids.size());
   if (forced >= 0) {
     // Plain InfiniBand needs no GID: index 0 stands even when the table was not read.
@@ -94,14 +140,22 @@ int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids,
     *why = "the link layer is neither InfiniBand nor Ethernet";
     return -1;
   }
-  // RoCE: in order of preference, as NCCL's default address family (IPv4) and RoCE version (2) choose.
+  // RoCE: in order of preference, as the address family, range and RoCE version choose.
   auto firstWhere = [&](auto pred) {
     for (int i = 0; i < n; ++i) {
       if (ibGidConfigured(gids[i].gid) && pred(gids[i])) return i;
     }
     return -1;
   };
-  int idx = firstWhere([](const IbGidEntry& e) { return e.type == IbGidType::kRoceV2 && ibGidIsIpv4(e.gid); });
+  const IbGidType version = prefs.roceVersion == 1 ? IbGidType::kIbRoceV1 : IbGidType::kRoceV2;
+  auto wanted = [&](const IbGidEntry& e) { return !linkLocal(e.gid) && ibGidMatches(prefs, e.gid); };
+  int idx = firstWhere([&](const IbGidEntry& e) { return wanted(e) && e.type == version; });
+  if (idx < 0) idx = firstWhere(wanted);
+  if (idx < 0 && prefs.hasRange) {
+    *why = "no routable " + std::string(prefs.ipv6 ? "IPv6" : "IPv4") +
+           " GID of the port is in NCCL_IB_ADDR_RANGE=" + prefs.rangeText;
+    return -1;
+  }
   if (idx < 0) idx = firstWhere([](const IbGidEntry& e) { return e.type == IbGidType::kRoceV2 && !linkLocal(e.gid); });
   if (idx < 0) idx = firstWhere([](const IbGidEntry& e) { return !linkLocal(e.gid); });
   if (idx < 0) idx = firstWhere([](const IbGidEntry&) { return true; });
@@ -125,7 +179,7 @@ int ibPortSpeedMbps(int activeSpeed, int activeWidth) {
 int ibMtuBytes(int mtu) { return mtu >= 1 && mtu <= 5 ? 128 << mtu : 0; }
 
 std::vector<IbDevice> selectIbDevices(const std::vector<IbPortDesc>& ports, const std::string& hcaSpec,
-                                      int64_t gidIndex, std::vector<std::string>* skipped) {
+                                      int64_t gidIndex, std::vector<std::string>* skipped, const IbGidPrefs& prefs) {
   IbHcaFilter filter = parseIbHcaFilter(hcaSpec);
   std::vector<IbDevice> out;
   for (const IbPortDesc& p : ports) {
@@ -138,7 +192,7 @@ std::vector<IbDevice> selectIbDevices(const std::vector<IbPortDesc>& ports, cons
       why = "unknown link layer";
     }
     IbDevice d;
-    if (why.empty()) d.gidIndex = selectIbGidIndex(p.linkLayer, p.gids, gidIndex, &why);
+    if (why.empty()) d.gidIndex = selectIbGidIndex(p.linkLayer, p.gids, gidIndex, &why, prefs);
     if (!why.empty()) {
       if (skipped != nullptr) skipped->push_back(where + ": " + why);
       continue;

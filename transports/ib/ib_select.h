@@ -40,11 +40,33 @@ bool ibGidConfigured(const IbGid& gid);
 /// Whether a GID is an IPv4-mapped address (::ffff:a.b.c.d).
 bool ibGidIsIpv4(const IbGid& gid);
 
+/// Which RoCE GID addresses a port when NCCL_IB_GID_INDEX does not say: NCCL_IB_ADDR_FAMILY (AF_INET, the default:
+/// IPv4-mapped GIDs; AF_INET6), NCCL_IB_ADDR_RANGE (a CIDR range the GID's address must be in) and
+/// NCCL_IB_ROCE_VERSION_NUM (1 or 2, the default), as NCCL reads them.
+struct IbGidPrefs {
+  bool ipv6 = false;
+  int roceVersion = 2;
+  bool hasRange = false;
+  IbGid range{};          ///< the range's base as a GID (an IPv4 range IPv4-mapped)
+  int prefixLen = 0;      ///< bits of the address the range fixes (of 32 for IPv4, of 128 for IPv6)
+  std::string rangeText;  ///< as set, for messages
+};
+
+/// Parses the three settings; a value NCCL would ignore is ignored, with a line in *notes saying so.
+IbGidPrefs parseIbGidPrefs(const std::string& family, const std::string& range, int64_t roceVersion,
+                           std::vector<std::string>* notes);
+
+/// Whether `gid`'s address is of the preferred family and, when a range is set, in it.
+bool ibGidMatches(const IbGidPrefs& prefs, const IbGid& gid);
+
 /// The GID index a port is addressed by, or -1 (with *why) when none is usable.
 /// `forced` >= 0 is NCCL_IB_GID_INDEX: used as is when inside the table. Otherwise InfiniBand uses index 0, and
-/// Ethernet (RoCE) prefers the first configured RoCE v2 IPv4-mapped GID, then a RoCE v2 IPv6 one (not link-local),
-/// then any configured one, like NCCL's default (NCCL_IB_ADDR_FAMILY=AF_INET, NCCL_IB_ROCE_VERSION_NUM=2).
-int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids, int64_t forced, std::string* why);
+/// Ethernet (RoCE) takes the first routable (configured, not link-local) GID of `prefs`' family and range and RoCE
+/// version, then one of that family and range of any version, as NCCL's selection prefers. Where none is in the family
+/// and a range is set, the port has no usable GID (NCCL falls back to index 0, which such a setting means to avoid);
+/// without a range, the first routable RoCE v2 GID, then any routable one, then any configured one.
+int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids, int64_t forced, std::string* why,
+                     const IbGidPrefs& prefs = IbGidPrefs());
 
 /// Port speed in Mbit/s from ibv_port_attr's active_speed and active_width bits (lane rate x lanes).
 int ibPortSpeedMbps(int activeSpeed, int activeWidth);
@@ -68,7 +90,8 @@ struct IbDevice {
 /// (NCCL_IB_HCA) and with a usable GID (`gidIndex` is NCCL_IB_GID_INDEX, -1 for automatic). `skipped` (may be
 /// null) gets one line per selected-but-unusable port, saying why.
 std::vector<IbDevice> selectIbDevices(const std::vector<IbPortDesc>& ports, const std::string& hcaSpec,
-                                      int64_t gidIndex, std::vector<std::string>* skipped);
+                                      int64_t gidIndex, std::vector<std::string>* skipped,
+                                      const IbGidPrefs& prefs = IbGidPrefs());
 
 /// "fe80::1" or "::ffff:10.0.0.1" style text of a GID, for logs.
 std::string ibGidText(const IbGid& gid);
