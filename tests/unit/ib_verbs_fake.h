@@ -49,11 +49,12 @@ class FakeIbFabric {
     uint64_t remoteAddr = 0;
     size_t length = 0;
   };
-  /// One queue pair's move to RTR: its service level and traffic class.
+  /// One queue pair's move to RTR: its service level and traffic class, and the partition key index it had at INIT.
   struct RtrRecord {
     uint32_t qpn = 0;
     int sl = 0;
     int trafficClass = 0;
+    int pkeyIndex = 0;
   };
   /// One dma-buf registration.
   struct DmaBufRecord {

@@ -681,6 +681,24 @@ TEST_F(IbFakeNet, ServiceLevelAndTrafficClassFollowTheConfigUnlessSet) {
   paramsReload();
 }
 
+// NCCL_IB_PKEY: the partition key index of every queue pair of both ends (0 by default), as in NCCL.
+TEST_F(IbFakeNet, PkeyIndexIsTheQueuePairsPartition) {
+  for (const char* pkey : {static_cast<const char*>(nullptr), "3"}) {
+    SCOPED_TRACE(std::string("NCCL_IB_PKEY=") + (pkey ? pkey : "(unset)"));
+    if (pkey != nullptr) setenv("NCCL_IB_PKEY", pkey, 1);
+    paramsReload();
+    const size_t before = fabric_->rtrs().size();
+    void *send, *recv;
+    connect(&send, &recv);
+    const std::vector<FakeIbFabric::RtrRecord> rtrs = fabric_->rtrs();
+    ASSERT_GE(rtrs.size(), before + 2);
+    for (size_t i = before; i < rtrs.size(); i++) EXPECT_EQ(rtrs[i].pkeyIndex, pkey ? 3 : 0) << "QP " << rtrs[i].qpn;
+    closePair(send, nullptr, recv, nullptr);
+  }
+  unsetenv("NCCL_IB_PKEY");
+  paramsReload();
+}
+
 TEST_F(IbFakeNet, ErrorCompletionFailsTheRequest) {
   void *send, *recv;
   connect(&send, &recv);

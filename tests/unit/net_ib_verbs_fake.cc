@@ -73,10 +73,11 @@ class FakeIbQp : public IbQp {
 
   uint32_t qpn() const override { return qpn_; }
 
-  ncclResult_t toInit(int port, bool remoteRead) override {
+  ncclResult_t toInit(int port, int pkeyIndex, bool remoteRead) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     CHORUS_CHECK(expect(QpState::kReset, "INIT"));
     port_ = port;
+    pkeyIndex_ = pkeyIndex;
     remoteRead_ = remoteRead;
     state_ = QpState::kInit;
     return ncclSuccess;
@@ -90,7 +91,7 @@ class FakeIbQp : public IbQp {
                   port, port_, attr.mtu);
     }
     remoteQpn_ = attr.remoteQpn;
-    fabric_->rtrs_.push_back(FakeIbFabric::RtrRecord{qpn_, attr.sl, attr.trafficClass});
+    fabric_->rtrs_.push_back(FakeIbFabric::RtrRecord{qpn_, attr.sl, attr.trafficClass, pkeyIndex_});
     state_ = QpState::kRtr;
     return ncclSuccess;
   }
@@ -244,6 +245,7 @@ class FakeIbQp : public IbQp {
   int maxRecvWr_;
   uint32_t qpn_ = 0;
   int port_ = 0;
+  int pkeyIndex_ = 0;
   uint32_t remoteQpn_ = 0;
   bool remoteRead_ = false;
   QpState state_ = QpState::kReset;

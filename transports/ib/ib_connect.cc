@@ -31,6 +31,8 @@ IntParam kIbSl{"NCCL_IB_SL", 0,
                "IB net: InfiniBand service level of the queue pairs (0-15). Unset: the communicator's "
                "config.trafficClass where set, as in NCCL, else 0.",
                "network"};
+IntParam kIbPkey{"NCCL_IB_PKEY", 0, "IB net: the partition key index of the queue pairs (0-65535), as in NCCL.",
+                 "network"};
 IntParam kIbTc{"NCCL_IB_TC", 0,
                "IB net: traffic class of the queue pairs (RoCE; 0-255). Unset: the communicator's "
                "config.trafficClass where set, as in NCCL, else 0.",
@@ -65,7 +67,7 @@ ncclResult_t createResources(IbComm* c, int nqps) {
   for (int i = 0; i < nqps; ++i) {
     std::unique_ptr<IbQp> qp;
     CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests + 1, kIbMaxRequests + 1, &qp));
-    CHORUS_CHECK(qp->toInit(d.port.port, /*remoteRead=*/false));
+    CHORUS_CHECK(qp->toInit(d.port.port, static_cast<int>(clampParam(kIbPkey, 0, 65535)), /*remoteRead=*/false));
     c->qps.push_back(std::move(qp));
   }
   const size_t bytes = kIbMaxRequests * sizeof(IbRecvDesc);
@@ -166,7 +168,7 @@ ncclResult_t createFlush(IbComm* c) {
   std::unique_ptr<IbQp> qp;
   // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
   CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, &qp));
-  CHORUS_CHECK(qp->toInit(d.port.port, /*remoteRead=*/true));
+  CHORUS_CHECK(qp->toInit(d.port.port, static_cast<int>(clampParam(kIbPkey, 0, 65535)), /*remoteRead=*/true));
   const uint32_t psn = randomPsn();
   CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, d.port.lid, d.gid, d.port.activeMtu, psn, c->trafficClass));
   c->flushQp = std::move(qp);

@@ -145,9 +145,10 @@ class IbQp {
   virtual ~IbQp() = default;
   /// The queue pair number the peer addresses.
   virtual uint32_t qpn() const = 0;
-  /// RESET -> INIT on `port`, allowing remote writes, and remote reads too when `remoteRead` (a queue pair that
-  /// RDMA-reads from itself, as the flush queue pair does, is the responder of its own reads).
-  virtual ncclResult_t toInit(int port, bool remoteRead) = 0;
+  /// RESET -> INIT on `port` with partition key `pkeyIndex` (an index into the port's P_Key table), allowing remote
+  /// writes, and remote reads too when `remoteRead` (a queue pair that RDMA-reads from itself, as the flush queue pair
+  /// does, is the responder of its own reads).
+  virtual ncclResult_t toInit(int port, int pkeyIndex, bool remoteRead) = 0;
   /// INIT -> RTR towards the remote queue pair.
   virtual ncclResult_t toRtr(int port, const IbRtrAttr& attr) = 0;
   /// RTR -> RTS.

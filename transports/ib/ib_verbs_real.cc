@@ -182,11 +182,11 @@ class RealQp : public IbQp {
 
   uint32_t qpn() const override { return qp_->qp_num; }
 
-  ncclResult_t toInit(int port, bool remoteRead) override {
+  ncclResult_t toInit(int port, int pkeyIndex, bool remoteRead) override {
     ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
+    a.pkey_index = static_cast<uint16_t>(pkeyIndex);
     a.port_num = static_cast<uint8_t>(port);
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | (remoteRead ? IBV_ACCESS_REMOTE_READ : 0);
     return modify(&a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");
