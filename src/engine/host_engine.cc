@@ -437,6 +437,9 @@ unsigned long engineEnvHash() {
 }
 
 ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
+  // As NCCL's init, a setting of NCCL_ALGO or NCCL_PROTO that names what neither chorus nor NCCL has is refused.
+  if (const std::string bad = tuningSettingsError(); !bad.empty())
+    CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: %s", comm->rank, bad.c_str());
   for (const PeerInfo& p : comm->peers) {
     if (p.envHash != comm->peers[comm->rank].envHash)
       CHORUS_FAIL(comm, ncclInvalidUsage,

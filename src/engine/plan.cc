@@ -159,7 +159,7 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
       continue;
     }
     Choice c = chooseAlgo(op.coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1, rankOrderByHost_);
-    if (!tuningForced() && tunerByModel()) modelChoice(op, nChannels, &c);
+    if (!tuningForced(op.coll) && tunerByModel()) modelChoice(op, nChannels, &c);
     const size_t es = DType::size(op.dtype);
     if (modelEstimate(op.coll, c.algo, size, es, nChannels, &e) ||
         modelEstimate(op.coll, Algo::kRing, size, es, nChannels, &e))
@@ -437,8 +437,8 @@ ncclResult_t Planner::plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, 
                                               : "thresholds, as a tree allreduce of its input";
   } else {
     p.choice = chooseAlgo(op.coll, op.count * es, n, llMaxBytes, localRanks_ > 0, hosts_ > 1, rankOrderByHost_);
-    by = tuningForced() ? "NCCL_ALGO/NCCL_PROTO" : "thresholds";
-    if (!tuningForced()) {
+    by = tuningForced(op.coll) ? "NCCL_ALGO/NCCL_PROTO" : "thresholds";
+    if (!tuningForced(op.coll)) {
       const Choice before = p.choice;
       if (tunerByModel()) modelChoice(op, nChannels, &p.choice), by = "the cost model";
       if (tuner_) {

@@ -16,27 +16,98 @@ namespace {
 
 StrParam kAlgo{"NCCL_ALGO", "",
                "Allowed algorithms, comma-separated, or ^list to exclude: Ring, Tree, Direct, OneShot, TwoShot, "
-               "Hierarchical, Rail, RecDoubling (NCCL's other names are accepted and ignored). An algorithm that "
+               "Hierarchical, Rail, RecDoubling (NCCL's CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT are "
+               "accepted and ignored). As in NCCL 2.28, per collective: \"ring;allreduce:tree,ring;broadcast:^tree\" "
+               "(the first list may have no prefix and applies to every collective; each COLLECTIVE:LIST replaces "
+               "it for that one). An unknown name or collective fails the communicator's init. An algorithm that "
                "cannot run a collective is skipped; Rail (allgather, reduce-scatter) runs only across hosts with as "
                "many ranks on each.",
                "tuning"};
 StrParam kProto{"NCCL_PROTO", "",
-                "Allowed protocols: Simple, LL (LL128 is accepted and treated as Simple); ^ excludes.", "tuning"};
+                "Allowed protocols: Simple, LL (LL128 is accepted and treated as Simple); ^ excludes; per collective "
+                "as NCCL_ALGO.",
+                "tuning"};
 IntParam kLLThreshold{"CHORUS_LL_MAX_BYTES", 0,
                       "Largest per-rank message that uses LL by default (0: LL only when NCCL_PROTO asks for it; on "
                       "the host path Simple measured as fast at 8 B and 2-3x faster at 1-32 KiB).",
                       "tuning"};
 IntParam kOneShotMax{"CHORUS_ONESHOT_MAX_BYTES", 8192, "Largest allreduce that uses one-shot by default.", "tuning"};
 
-// Parses an NCCL-style allow list ("a,b" or "^a,b"); returns whether `name` is allowed.
-bool allowed(const std::string& list, const char* name) {
-  if (list.empty()) return true;
-  bool exclude = list[0] == '^';
-  bool found = false;
-  for (const std::string& tok : splitList(list.substr(exclude ? 1 : 0)))
-    if (strcasecmp(tok.c_str(), name) == 0) found = true;
-  return exclude ? !found : found;
+constexpr int kColls = static_cast<int>(Coll::kNumColls);
+
+// What an NCCL_ALGO or NCCL_PROTO setting allows, per collective: `set[c]` when an entry applies to collective c, and
+// then `allowed[c][e]` for element e of the names parsed against.
+struct AllowTable {
+  bool set[kColls] = {};
+  std::vector<bool> allowed[kColls];
+};
+
+// Parses NCCL 2.28's list syntax (its parseList): entries separated by ';', each "COLLECTIVE:LIST" or, the first
+// only, "LIST" for every collective; a LIST is names separated by ',', all excluded instead with a leading '^'. A
+// later entry replaces what an earlier one said for its collective. `names` are the elements chorus acts on,
+// `ignored` those NCCL has that chorus accepts without effect. False with *err for an unknown name or collective, or a
+// prefix missing after the first entry.
+bool parseAllowTable(const std::string& text, const std::vector<const char*>& names,
+                     const std::vector<const char*>& ignored, AllowTable* out, std::string* err) {
+  *out = AllowTable();
+  size_t start = 0;
+  for (int entry = 0; start <= text.size(); entry++) {
+    size_t end = text.find(';', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    std::string list = colon == std::string::npos ? item : item.substr(colon + 1);
+    int first = 0, last = kColls;  // the collectives the entry applies to
+    if (colon != std::string::npos) {
+      const std::string prefix = item.substr(0, colon);
+      first = 0;
+      while (first < kColls && strcasecmp(prefix.c_str(), collName(static_cast<Coll>(first))) != 0) first++;
+      if (first == kColls) {
+        *err = "unknown collective \"" + prefix + "\"";
+        return false;
+      }
+      last = first + 1;
+    } else if (entry > 0) {
+      *err = "every entry after the first needs a COLLECTIVE: prefix (\"" + item + "\")";
+      return false;
+    }
+    const bool exclude = !list.empty() && list[0] == '^';
+    if (exclude) list.erase(0, 1);
+    std::vector<bool> row(names.size(), exclude);
+    for (const std::string& tok : splitList(list)) {
+      size_t e = 0;
+      while (e < names.size() && strcasecmp(tok.c_str(), names[e]) != 0) e++;
+      if (e < names.size()) {
+        row[e] = !exclude;
+        continue;
+      }
+      const bool known =
+          std::any_of(ignored.begin(), ignored.end(), [&](const char* n) { return strcasecmp(tok.c_str(), n) == 0; });
+      if (!known) {
+        *err = "unknown name \"" + tok + "\"";
+        return false;
+      }
+    }
+    for (int c = first; c < last; c++) {
+      out->set[c] = true;
+      out->allowed[c] = row;
+    }
+  }
+  return true;
 }
+
+const std::vector<const char*>& algoNames() {
+  static const std::vector<const char*> names = [] {
+    std::vector<const char*> v;
+    for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) v.push_back(algoName(static_cast<Algo>(a)));
+    return v;
+  }();
+  return names;
+}
+const std::vector<const char*> kNcclOnlyAlgos = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+const std::vector<const char*> kProtoNames = {"LL", "Simple", "LL128"};  // LL128 runs as Simple
 
 // From docs/perf/net.md ("Node-aware trees and rail": 4 hosts x 2 ranks, 1 Gbit/s links, 40 iterations a size, five
 // runs, both placements; sizes are the buffer nccl-tests names: allreduce's, allgather's output, reduce-scatter's
@@ -220,26 +291,27 @@ LinkCost linkCost(const std::string& text, const char* fallback) {
   return c;
 }
 
-// NCCL_ALGO / NCCL_PROTO parsed once per parameter generation (chooseAlgo runs on every call).
+// NCCL_ALGO / NCCL_PROTO parsed once per parameter generation (chooseAlgo runs on every call). A setting that does
+// not parse restricts nothing here: the communicator's init refuses it (tuningSettingsError).
 struct Allowed {
   uint64_t gen = 0;
-  bool algoSet = false, protoSet = false;
-  bool algo[static_cast<int>(Algo::kNumAlgos)] = {};
-  bool ll = true, simple = true;
+  AllowTable algos, protos;
   int64_t llMax = 0, oneShotMax = 0;
   int64_t bandLo = 0, bandHi = 0;  ///< CHORUS_HIER_RING_BAND
+
+  bool algoSet(Coll c) const { return algos.set[static_cast<int>(c)]; }
+  bool algo(Coll c, Algo a) const { return !algoSet(c) || algos.allowed[static_cast<int>(c)][static_cast<int>(a)]; }
+  bool protoSet(Coll c) const { return protos.set[static_cast<int>(c)]; }
+  bool proto(Coll c, size_t e) const { return !protoSet(c) || protos.allowed[static_cast<int>(c)][e]; }
 };
 
 const Allowed& allowedNow() {
   static thread_local Allowed cache;
   uint64_t gen = paramsGeneration();
   if (cache.gen != gen) {
-    std::string algos = kAlgo.get(), protos = kProto.get();
-    cache.algoSet = !algos.empty();
-    for (int a = 0; a < static_cast<int>(Algo::kNumAlgos); a++) cache.algo[a] = allowed(algos, algoName(static_cast<Algo>(a)));
-    cache.protoSet = !protos.empty();
-    cache.ll = allowed(protos, "LL");
-    cache.simple = allowed(protos, "Simple") || allowed(protos, "LL128");
+    std::string err;
+    if (!parseAllowTable(kAlgo.get(), algoNames(), kNcclOnlyAlgos, &cache.algos, &err)) cache.algos = AllowTable();
+    if (!parseAllowTable(kProto.get(), kProtoNames, {}, &cache.protos, &err)) cache.protos = AllowTable();
     cache.llMax = kLLThreshold.get();
     cache.oneShotMax = kOneShotMax.get();
     parseRingBand(kHierRingBand.get(), &cache.bandLo, &cache.bandHi);
@@ -255,7 +327,7 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
   Choice c;
   Algo def = defaultAlgo(coll, bytes, nranks, al.oneShotMax, hosts, spread, byHost, al.bandLo, al.bandHi);
   c.algo = def;
-  if (al.algoSet && !al.algo[static_cast<int>(def)]) {
+  if (al.algoSet(coll) && !al.algo(coll, def)) {
     // Prefer, in order, the algorithms a user is most likely to force.
     static const Algo kOrder[] = {Algo::kRing,    Algo::kTree, Algo::kDirect, Algo::kOneShot,
                                   Algo::kTwoShot, Algo::kHier, Algo::kRail, Algo::kDoubling};
@@ -263,7 +335,7 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
     for (Algo a : kOrder) {
       // Rail without hosts of equal size would be the direct allgather under another name.
       if (a == Algo::kRail && !hosts) continue;
-      if (al.algo[static_cast<int>(a)] && algoSupported(coll, a, nranks)) {
+      if (al.algo(coll, a) && algoSupported(coll, a, nranks)) {
         c.algo = a;
         break;
       }
@@ -272,8 +344,9 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
   if (!algoSupported(coll, c.algo, nranks)) c.algo = algoSupported(coll, Algo::kRing, nranks) ? Algo::kRing : Algo::kDirect;
   if (llMax < 0) llMax = al.llMax;
   bool llDefault = bytes <= static_cast<size_t>(llMax);
-  if (al.protoSet) {
-    c.proto = al.ll && (!al.simple || llDefault) ? Proto::kLL : Proto::kSimple;
+  if (al.protoSet(coll)) {
+    const bool ll = al.proto(coll, 0), simple = al.proto(coll, 1) || al.proto(coll, 2);
+    c.proto = ll && (!simple || llDefault) ? Proto::kLL : Proto::kSimple;
   } else {
     c.proto = llDefault ? Proto::kLL : Proto::kSimple;
   }
@@ -292,14 +365,27 @@ bool asTreeAllReduce(Coll coll, size_t fullBytes) {
   int64_t most = 0;
   if (coll == Coll::kAllGather) most = kGatherTreeMax.get();
   if (coll == Coll::kReduceScatter) most = kScatterTreeMax.get();
-  return !tuningForced() && fullBytes > 0 && most > 0 && fullBytes <= static_cast<size_t>(most);
+  return !tuningForced(coll) && fullBytes > 0 && most > 0 && fullBytes <= static_cast<size_t>(most);
 }
 
 size_t treeDualMinBytes() { return static_cast<size_t>(std::max<int64_t>(0, kTreeDualMin.get())); }
 
-bool tuningForced() {
+bool tuningForced(Coll coll) {
   const Allowed& al = allowedNow();
-  return al.algoSet || al.protoSet;
+  return al.algoSet(coll) || al.protoSet(coll);
+}
+
+std::string tuningSettingsError() {
+  AllowTable table;
+  std::string err;
+  if (!parseAllowTable(kAlgo.get(), algoNames(), kNcclOnlyAlgos, &table, &err))
+    return "NCCL_ALGO=\"" + kAlgo.get() + "\": " + err +
+           " (chorus's algorithms: Ring, Tree, Direct, OneShot, TwoShot, Hierarchical, Rail, RecDoubling; NCCL's "
+           "CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT are accepted and not used; collectives: AllReduce, "
+           "AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter)";
+  if (!parseAllowTable(kProto.get(), kProtoNames, {}, &table, &err))
+    return "NCCL_PROTO=\"" + kProto.get() + "\": " + err + " (protocols: LL, Simple, LL128)";
+  return "";
 }
 
 unsigned long tunerEnvHash() {

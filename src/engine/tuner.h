@@ -39,8 +39,10 @@ bool costIntraSet();
 bool costInterSet();
 /// CHORUS_TUNER_MODEL: pick algorithms by the cost model rather than by thresholds.
 bool tunerByModel();
-/// Whether NCCL_ALGO or NCCL_PROTO is set: they force, and a tuner plugin is not asked.
-bool tuningForced();
+/// Whether NCCL_ALGO or NCCL_PROTO restricts collective `coll`: they force, and a tuner plugin is not asked.
+bool tuningForced(Coll coll);
+/// Why NCCL_ALGO or NCCL_PROTO does not parse (an unknown algorithm, protocol or collective), "" when both do.
+std::string tuningSettingsError();
 /// Whether an allgather (reduce-scatter) of this full buffer in bytes, across hosts with as many ranks on each, runs
 /// as a tree allreduce: of its output zeroed but for the rank's own block (of its input, each rank keeping its block).
 /// CHORUS_ALLGATHER_TREE_MAX_BYTES, CHORUS_REDUCESCATTER_TREE_MAX_BYTES; never where NCCL_ALGO/PROTO force.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -170,6 +171,29 @@ TEST_F(ApiArgs, QueriesAndVersion) {
   EXPECT_STREQ(ncclGetErrorString(ncclSuccess), "no error");
   EXPECT_NE(std::string(ncclGetErrorString(ncclRemoteError)).find("remote"), std::string::npos);
   EXPECT_STREQ(ncclGetErrorString(static_cast<ncclResult_t>(99)), "unknown result code");
+}
+
+// As NCCL's init, a communicator's init refuses an NCCL_ALGO or NCCL_PROTO that names an unknown algorithm, protocol or
+// collective, saying which; NCCL 2.28's per-collective lists are taken.
+TEST_F(ApiArgs, UnknownAlgorithmOrProtocolFailsTheInit) {
+  for (auto [name, value, ok] : {std::tuple{"NCCL_ALGO", "Rnig", false}, std::tuple{"NCCL_PROTO", "LL256", false},
+                                 std::tuple{"NCCL_ALGO", "ring;allreduce:tree,NVLS", true}}) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
+    setenv(name, value, 1);
+    chorus_test::reloadEnv();
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t c = nullptr;
+    if (ok) {
+      ASSERT_EQ(ncclCommInitRank(&c, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    } else {
+      expectError(ncclCommInitRank(&c, 1, id, 0), ncclInvalidUsage, nullptr,
+                  (std::string(name) + "=\"" + value + "\": unknown name").c_str());
+    }
+    unsetenv(name);
+    chorus_test::reloadEnv();
+  }
 }
 
 TEST_F(ApiArgs, ConfigValidation) {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <tuple>
+
 #include "core/params.h"
 #include "engine/tuner.h"
 
@@ -178,6 +180,47 @@ TEST_F(Tuner, ThresholdAndForcing) {
   EXPECT_EQ(chooseAlgo(Coll::kReduceScatter, 16, 8, -1, true).algo, Algo::kHier);
   // Forced where it cannot run: the ring.
   EXPECT_EQ(chooseAlgo(Coll::kBroadcast, 64 * kMB, 8, -1, true).algo, Algo::kRing);
+}
+
+// NCCL 2.28's per-collective syntax: a first list for every collective, COLLECTIVE:LIST entries replacing it for
+// one, ^ excluding; NCCL_PROTO alike. Only the collectives an entry names are forced. NCCL's own algorithm names are
+// accepted; an unknown algorithm, protocol or collective, or a second entry without a prefix, is an error the init
+// reports (tuningSettingsError).
+TEST_F(Tuner, PerCollectiveLists) {
+  setenv("NCCL_ALGO", "allreduce:tree;ALLGATHER:ring", 1);
+  paramsReload();
+  EXPECT_EQ(tuningSettingsError(), "");
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 64 * kMB, 8, -1, true).algo, Algo::kTree);
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 64 * kMB, 8, -1, true).algo, Algo::kRing);
+  EXPECT_TRUE(tuningForced(Coll::kAllReduce));
+  EXPECT_FALSE(tuningForced(Coll::kReduceScatter));
+  EXPECT_EQ(chooseAlgo(Coll::kReduceScatter, 64 * kMB, 8, -1, true).algo, Algo::kHier) << "not forced: the default";
+
+  setenv("NCCL_ALGO", "ring,NVLS;allreduce:^ring,tree", 1);  // every collective the ring, allreduce neither
+  paramsReload();
+  EXPECT_EQ(tuningSettingsError(), "");
+  EXPECT_EQ(chooseAlgo(Coll::kReduceScatter, 64 * kMB, 8, -1, true).algo, Algo::kRing);
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 64 * kMB, 8, -1, true).algo, Algo::kHier);
+  EXPECT_TRUE(tuningForced(Coll::kBroadcast));
+
+  setenv("NCCL_ALGO", "Ring", 1);
+  setenv("NCCL_PROTO", "Simple;allreduce:LL", 1);
+  paramsReload();
+  EXPECT_EQ(tuningSettingsError(), "");
+  EXPECT_EQ(chooseAlgo(Coll::kAllReduce, 64 * kMB, 8, -1, true).proto, Proto::kLL);
+  EXPECT_EQ(chooseAlgo(Coll::kAllGather, 1024, 8, 1 << 20, true).proto, Proto::kSimple) << "LL default, Simple forced";
+
+  for (auto [algo, proto, says] :
+       {std::tuple{"Rnig", "", "NCCL_ALGO=\"Rnig\": unknown name \"Rnig\""},
+        std::tuple{"allreduse:ring", "", "NCCL_ALGO=\"allreduse:ring\": unknown collective \"allreduse\""},
+        std::tuple{"ring;tree", "", "every entry after the first needs a COLLECTIVE: prefix (\"tree\")"},
+        std::tuple{"", "LL256", "NCCL_PROTO=\"LL256\": unknown name \"LL256\""}}) {
+    setenv("NCCL_ALGO", algo, 1);
+    setenv("NCCL_PROTO", proto, 1);
+    paramsReload();
+    EXPECT_NE(tuningSettingsError().find(says), std::string::npos) << tuningSettingsError();
+  }
+  unsetenv("NCCL_PROTO");
 }
 
 }  // namespace
