@@ -25,6 +25,17 @@ namespace {
 std::atomic<uint64_t> gGeneration{1};
 std::mutex gParamMutex;  // guards lazy (re)reads of cached values
 
+// Listed for chorus-env and docs/env.md; read by loadNcclConfFiles directly, since reading a parameter loads the files.
+StrParam kConfFile{"NCCL_CONF_FILE", "",
+                   "A file of VAR=VALUE lines read, as NCCL does, instead of ~/.nccl.conf and before "
+                   "/etc/nccl.conf; the environment wins over both files.",
+                   "general"};
+StrParam kEnvPlugin{"NCCL_ENV_PLUGIN", "",
+                    "Environment plugin, as NCCL 2.28 loads it: a library path or name (libnccl-env-NAME.so) whose "
+                    "ncclEnvPlugin_v1 answers every variable chorus reads; \"none\" for none; unset tries "
+                    "libnccl-env.so. Read from the environment or NCCL's configuration files.",
+                    "general"};
+
 // One configuration file, as NCCL reads it: each line VAR=VALUE (the name is what precedes the first '=', the value
 // the rest of the line) that does not start with '#' sets VAR unless the environment has it already. A missing or
 // unreadable file is no error.
@@ -106,19 +117,6 @@ const char* readEnv(const char* name) {
   const EnvPluginV1* t = envPlugin().table.load();
   return t != nullptr ? t->getEnv(name) : std::getenv(name);
 }
-}  // namespace
-
-namespace {
-// Listed for chorus-env and docs/env.md; read by loadNcclConfFiles directly, since reading a parameter loads the files.
-StrParam kConfFile{"NCCL_CONF_FILE", "",
-                   "A file of VAR=VALUE lines read, as NCCL does, instead of ~/.nccl.conf and before "
-                   "/etc/nccl.conf; the environment wins over both files.",
-                   "general"};
-StrParam kEnvPlugin{"NCCL_ENV_PLUGIN", "",
-                    "Environment plugin, as NCCL 2.28 loads it: a library path or name (libnccl-env-NAME.so) whose "
-                    "ncclEnvPlugin_v1 answers every variable chorus reads; \"none\" for none; unset tries "
-                    "libnccl-env.so. Read from the environment or NCCL's configuration files.",
-                    "general"};
 }  // namespace
 
 bool paramSetting(const char* env, std::string* value) {
