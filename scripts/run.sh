@@ -9,8 +9,8 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD" -j"$(nproc)"
 NP=${NP:-2}
 # auto: device buffers when this is a GPU build (CUDA found at configure time) and a GPU is visible, else
-# host memory. MEM=host or MEM=device forces one. The device path has run once on an H100, before its latest
-# fixes (docs/status.md).
+# host memory. MEM=host or MEM=device forces one. The device path has run on an H100 and an H200 (docs/status.md,
+# docs/perf/h100.md).
 MEM=${MEM:-auto}
 echo "run.sh: $NP local ranks, --mem $MEM"
 exec "$BUILD/perf/chorusrun" -n "$NP" "$BUILD/perf/all_reduce_perf" -b 8 -e 64M -f 4 $([ "$MEM" = auto ] || echo --mem "$MEM") "$@"
