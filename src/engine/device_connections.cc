@@ -101,9 +101,8 @@ bool p2pByDefault(const ncclComm* comm, const PeerInfo& me, const PeerInfo& far,
   const PathClass farthest = p2pDefaultLevel(t.cpuArch, t.cpuVendor, amd, static_cast<int>(hostGpus.size()));
   const PathClass c = t.gpuGpu(a, b);
   if (farthest == PathClass::kNone || (c != PathClass::kNone && c <= farthest)) return true;
-  *why = std::string("NCCL_P2P_LEVEL unset: ") + (amd ? "RCCL's" : "NCCL's") + " default on this host (" +
-         (t.cpuArch.empty() ? "?" : t.cpuArch) + " " + (t.cpuVendor.empty() ? "?" : t.cpuVendor) + " CPUs, " +
-         std::to_string(hostGpus.size()) + " GPU(s) of the communicator) is " + pathClassName(farthest) +
+  *why = std::string("NCCL_P2P_LEVEL unset: ") + (amd ? "RCCL's" : "NCCL's") + " default on this host (" + t.cpuText() +
+         " CPUs, " + std::to_string(hostGpus.size()) + " GPU(s) of the communicator) is " + pathClassName(farthest) +
          ", and GPUs " + t.gpus[a].busId + " and " + t.gpus[b].busId + " are " + pathClassName(c) +
          " apart with no NVLink or xGMI link between them (NCCL_P2P_LEVEL=" + pathClassName(c) + " allows it)";
   return false;

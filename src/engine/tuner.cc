@@ -62,7 +62,6 @@ bool parseAllowTable(const std::string& text, const std::vector<const char*>& na
     int first = 0, last = kColls;  // the collectives the entry applies to
     if (colon != std::string::npos) {
       const std::string prefix = item.substr(0, colon);
-      first = 0;
       while (first < kColls && strcasecmp(prefix.c_str(), collName(static_cast<Coll>(first))) != 0) first++;
       if (first == kColls) {
         *err = "unknown collective \"" + prefix + "\"";
@@ -107,7 +106,15 @@ const std::vector<const char*>& algoNames() {
   return names;
 }
 const std::vector<const char*> kNcclOnlyAlgos = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+enum ProtoName : size_t { kProtoLL, kProtoSimple, kProtoLL128 };         // indexes of kProtoNames
 const std::vector<const char*> kProtoNames = {"LL", "Simple", "LL128"};  // LL128 runs as Simple
+
+// "a, b, c": names for an error message.
+std::string joinNames(const std::vector<const char*>& names) {
+  std::string out;
+  for (const char* n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
 
 // From docs/perf/net.md ("Node-aware trees and rail": 4 hosts x 2 ranks, 1 Gbit/s links, 40 iterations a size, five
 // runs, both placements; sizes are the buffer nccl-tests names: allreduce's, allgather's output, reduce-scatter's
@@ -345,7 +352,7 @@ Choice chooseAlgo(Coll coll, size_t bytes, int nranks, int64_t llMax, bool hosts
   if (llMax < 0) llMax = al.llMax;
   bool llDefault = bytes <= static_cast<size_t>(llMax);
   if (al.protoSet(coll)) {
-    const bool ll = al.proto(coll, 0), simple = al.proto(coll, 1) || al.proto(coll, 2);
+    const bool ll = al.proto(coll, kProtoLL), simple = al.proto(coll, kProtoSimple) || al.proto(coll, kProtoLL128);
     c.proto = ll && (!simple || llDefault) ? Proto::kLL : Proto::kSimple;
   } else {
     c.proto = llDefault ? Proto::kLL : Proto::kSimple;
@@ -378,13 +385,14 @@ bool tuningForced(Coll coll) {
 std::string tuningSettingsError() {
   AllowTable table;
   std::string err;
+  std::vector<const char*> colls;
+  for (int c = 0; c < kColls; c++) colls.push_back(collName(static_cast<Coll>(c)));
   if (!parseAllowTable(kAlgo.get(), algoNames(), kNcclOnlyAlgos, &table, &err))
-    return "NCCL_ALGO=\"" + kAlgo.get() + "\": " + err +
-           " (chorus's algorithms: Ring, Tree, Direct, OneShot, TwoShot, Hierarchical, Rail, RecDoubling; NCCL's "
-           "CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT are accepted and not used; collectives: AllReduce, "
-           "AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter)";
+    return "NCCL_ALGO=\"" + kAlgo.get() + "\": " + err + " (chorus's algorithms: " + joinNames(algoNames()) +
+           "; NCCL's " + joinNames(kNcclOnlyAlgos) + " are accepted and not used; collectives: " + joinNames(colls) +
+           ")";
   if (!parseAllowTable(kProto.get(), kProtoNames, {}, &table, &err))
-    return "NCCL_PROTO=\"" + kProto.get() + "\": " + err + " (protocols: LL, Simple, LL128)";
+    return "NCCL_PROTO=\"" + kProto.get() + "\": " + err + " (protocols: " + joinNames(kProtoNames) + ")";
   return "";
 }
 

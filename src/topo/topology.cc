@@ -185,6 +185,10 @@ std::string HostTopology::summary() const {
   return s;
 }
 
+std::string HostTopology::cpuText() const {
+  return (cpuArch.empty() ? std::string("?") : cpuArch) + " " + (cpuVendor.empty() ? std::string("?") : cpuVendor);
+}
+
 bool operator==(const HostTopology& a, const HostTopology& b) {
   return std::tie(a.packages, a.numaNodes, a.cores, a.pus, a.cpuArch, a.cpuVendor, a.classes) ==
              std::tie(b.packages, b.numaNodes, b.cores, b.pus, b.cpuArch, b.cpuVendor, b.classes) &&
@@ -193,9 +197,7 @@ bool operator==(const HostTopology& a, const HostTopology& b) {
 
 std::string formatTopology(const HostTopology& t) {
   std::string out = "topology (" + t.source + "): " + t.summary();
-  if (!t.cpuArch.empty() || !t.cpuVendor.empty())
-    out += "; CPUs " + (t.cpuArch.empty() ? std::string("?") : t.cpuArch) + " " +
-           (t.cpuVendor.empty() ? std::string("?") : t.cpuVendor);
+  if (!t.cpuArch.empty() || !t.cpuVendor.empty()) out += "; CPUs " + t.cpuText();
   out += "\n";
   if (!t.gpus.empty()) out += "\n";
   for (size_t i = 0; i < t.gpus.size(); i++) {

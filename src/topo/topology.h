@@ -110,6 +110,8 @@ struct HostTopology {
   int pciNics() const;
   /// "2 packages, 2 NUMA, 112 cores, 224 PUs, 8 GPUs, 8 NICs" (plus ", N virtual NICs" when there are).
   std::string summary() const;
+  /// "x86_64 GenuineIntel": the CPUs' architecture and vendor, "?" for either where unknown.
+  std::string cpuText() const;
 
  private:
   PathClass classAt(int i, int j) const;

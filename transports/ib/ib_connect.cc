@@ -53,6 +53,9 @@ int qpClass(const IntParam& p, int configClass, int hi) {
   return static_cast<int>(clampParam(p, 0, hi));
 }
 
+// A queue pair's partition key index (NCCL_IB_PKEY).
+int qpPkeyIndex() { return static_cast<int>(clampParam(kIbPkey, 0, 65535)); }
+
 uint32_t randomPsn() {
   static thread_local std::mt19937 gen(std::random_device{}());
   return gen() & 0xffffff;  // PSNs are 24 bits
@@ -67,7 +70,7 @@ ncclResult_t createResources(IbComm* c, int nqps) {
   for (int i = 0; i < nqps; ++i) {
     std::unique_ptr<IbQp> qp;
     CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests + 1, kIbMaxRequests + 1, &qp));
-    CHORUS_CHECK(qp->toInit(d.port.port, static_cast<int>(clampParam(kIbPkey, 0, 65535)), /*remoteRead=*/false));
+    CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/false));
     c->qps.push_back(std::move(qp));
   }
   const size_t bytes = kIbMaxRequests * sizeof(IbRecvDesc);
@@ -168,7 +171,7 @@ ncclResult_t createFlush(IbComm* c) {
   std::unique_ptr<IbQp> qp;
   // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
   CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, &qp));
-  CHORUS_CHECK(qp->toInit(d.port.port, static_cast<int>(clampParam(kIbPkey, 0, 65535)), /*remoteRead=*/true));
+  CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/true));
   const uint32_t psn = randomPsn();
   CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, d.port.lid, d.gid, d.port.activeMtu, psn, c->trafficClass));
   c->flushQp = std::move(qp);
