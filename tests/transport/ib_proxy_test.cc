@@ -128,6 +128,7 @@ TEST_F(IbProxy, ACommunicatorsTrafficClassReachesItsQueuePairs) {
     ncclUniqueId id;
     ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
     std::vector<std::thread> threads;
+    std::atomic<int> met{0};
     for (int r = 0; r < 2; r++) {
       threads.emplace_back([&, r] {
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -137,6 +138,7 @@ TEST_F(IbProxy, ACommunicatorsTrafficClassReachesItsQueuePairs) {
         std::vector<float> buf(1024, float(r + 1));
         EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
         EXPECT_EQ(buf[1023], 3.0f);
+        meet(&met, 2);  // neither rank tears its queue pairs down while the other's call may still write to them
         EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
       });
     }
