@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -759,6 +760,88 @@ TEST_F(IbFakeNet, ReceiverNoticesAPeerThatClosed) {
   EXPECT_NE(std::string(threadLastError()).find("closed the connection"), std::string::npos) << threadLastError();
   t->deregMr(recv, rmh);
   t->closeRecv(recv);
+}
+
+// A sender that sent its last message and closed: the receiver's next receive, posted ahead of need, cannot write its
+// descriptor (the sender's queue pairs are gone, an error completion on the receiver's CQ). The receives that
+// already arrived are still reported done, with their data and size, whichever order they are tested in; only the
+// receive that can never be matched fails, and the comm stays failed for new requests.
+TEST_F(IbFakeNet, ReceivesThatArrivedCompleteAfterTheSenderClosed) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src1 = pattern(300, 1), src2 = pattern(200, 2), dst1(512, 0), dst2(512, 0), dst3(512, 0);
+  void* smh1 = reg(send, src1);
+  void* smh2 = reg(send, src2);
+  void* rmh1 = reg(recv, dst1);
+  void* rmh2 = reg(recv, dst2);
+  void* rmh3 = reg(recv, dst3);
+  void* r1 = postRecv(recv, dst1, rmh1, 0);
+  void* r2 = postRecv(recv, dst2, rmh2, 0);
+  ASSERT_NE(r1, nullptr);
+  ASSERT_NE(r2, nullptr);
+  void *s1 = nullptr, *s2 = nullptr;
+  ASSERT_EQ(t->isend(send, src1.data(), src1.size(), 0, smh1, nullptr, &s1), ncclSuccess);
+  ASSERT_EQ(t->isend(send, src2.data(), src2.size(), 0, smh2, nullptr, &s2), ncclSuccess);
+  ASSERT_NE(s1, nullptr);
+  ASSERT_NE(s2, nullptr);
+  int size = -1;
+  ASSERT_EQ(wait(s1, &size), ncclSuccess);
+  ASSERT_EQ(wait(s2, &size), ncclSuccess);
+  EXPECT_EQ(t->deregMr(send, smh1), ncclSuccess);
+  EXPECT_EQ(t->deregMr(send, smh2), ncclSuccess);
+  ASSERT_EQ(t->closeSend(send), ncclSuccess);
+
+  void* r3 = postRecv(recv, dst3, rmh3, 0);  // its descriptor write fails on the receiver's CQ
+  ASSERT_NE(r3, nullptr);
+  int done = 0;
+  size = -1;
+  EXPECT_EQ(t->test(r2, &done, &size), ncclSuccess) << threadLastError();  // polls every completion, the error too
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(size, 200);
+  done = 0;
+  size = -1;
+  EXPECT_EQ(t->test(r1, &done, &size), ncclSuccess) << threadLastError();
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(size, 300);
+  EXPECT_TRUE(std::equal(src1.begin(), src1.end(), dst1.begin()));
+  EXPECT_TRUE(std::equal(src2.begin(), src2.end(), dst2.begin()));
+  done = 0;
+  EXPECT_EQ(t->test(r3, &done, &size), ncclSystemError);
+  EXPECT_EQ(done, 0);
+  EXPECT_NE(std::string(threadLastError()).find("receive descriptor write"), std::string::npos) << threadLastError();
+  void* r4 = reinterpret_cast<void*>(1);
+  void* data = dst1.data();
+  size_t bytes = dst1.size();
+  int tag = 0;
+  EXPECT_EQ(t->irecv(recv, 1, &data, &bytes, &tag, &rmh1, nullptr, &r4), ncclSystemError);
+  EXPECT_EQ(r4, nullptr);
+  for (void* mh : {rmh1, rmh2, rmh3}) EXPECT_EQ(t->deregMr(recv, mh), ncclSuccess);
+  EXPECT_EQ(t->closeRecv(recv), ncclSuccess);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
+}
+
+// A connect the proxy gives up on mid-setup (its communicator failed or was aborted): the connector's comm lives in
+// the handle between calls, with its queue pairs and control registration; finalize of the communicator's context
+// releases them.
+TEST_F(IbFakeNet, FinalizeReleasesAConnectGivenUpMidSetup) {
+  a_ = makeHost(1);
+  b_ = makeHost(2);
+  const ncclNet_v11_t* t = ibNetTable();
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listen = nullptr;
+  IbNetCtx bctx{b_.get(), NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ASSERT_EQ(t->listen(&bctx, 0, handle, &listen), ncclSuccess);
+  auto* actx = new IbNetCtx{a_.get(), NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  void* send = nullptr;
+  ASSERT_EQ(t->connect(actx, 0, handle, &send, nullptr), ncclSuccess) << threadLastError();
+  ASSERT_EQ(send, nullptr) << "the acceptor has not answered: the connect is mid-setup";
+  EXPECT_GT(fabric_->liveQps(), 0);
+  EXPECT_GT(fabric_->liveMrs(), 0);
+  EXPECT_EQ(t->finalize(actx), ncclSuccess);
+  EXPECT_EQ(t->closeListen(listen), ncclSuccess);
+  EXPECT_EQ(fabric_->liveQps(), 0);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
 }
 
 TEST_F(IbFakeNet, LinkLayersMustMatch) {

@@ -10,7 +10,8 @@
 //     pair's share is empty), each carrying the message's size as immediate data.
 //  3. test() polls the comm's CQ: a send is done when its writes completed on every queue pair, a receive when every
 //     queue pair delivered its immediate (writes on one queue pair land in order, so the immediate on a queue pair
-//     follows that pair's data); the receive's size is the immediate's value.
+//     follows that pair's data); the receive's size is the immediate's value. An error completion fails the comm but
+//     not the requests whose completions had all arrived: they are still reported done.
 // A receive descriptor slot is reused only after the receive that last used it completed (at most kIbMaxRequests
 // receives are outstanding, and the sender takes descriptors in order), so the FIFO never overruns.
 //
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/socket.h"
@@ -51,6 +53,10 @@ struct IbRequest {
 struct IbNetCtx {
   IbNet* net = nullptr;
   int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
+  /// Connector comms between two connect() calls, kept in their handles as NCCL's are: finalize releases those the
+  /// proxy gave up on (a communicator that failed or was aborted mid-setup), with their queue pairs and registration.
+  std::vector<IbComm*> connecting;
+  ~IbNetCtx();
 };
 
 /// A sender or receiver comm (they share the setup and completion code).
@@ -79,6 +85,7 @@ struct IbComm {
   uint32_t flushSink = 0;             ///< where flush reads land; never looked at
   IbMr flushMr;                       ///< flushSink's registration
   ncclResult_t failed = ncclSuccess;  ///< set once by the first error; every later call returns it
+  std::string failedWhy;              ///< that error's text, the thread's last error of every later call
 
   // Setup (ib_connect.cc).
   int state = 0;

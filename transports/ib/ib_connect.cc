@@ -329,6 +329,10 @@ IbComm::~IbComm() {
   free(ctrl);
 }
 
+IbNetCtx::~IbNetCtx() {
+  for (IbComm* c : connecting) delete c;
+}
+
 std::string ibCommText(const IbComm* c) {
   std::string who = c->isSend ? "sender" : "receiver";
   const IbDevice& d = c->net->device(c->dev);
@@ -387,6 +391,8 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     CHORUS_CHECK(createResources(c.get(), static_cast<int>(clampParam(kIbQpsPerConn, 1, kIbMaxQps))));
     c->state = kCSendInfo;
   }
+  auto* x = static_cast<IbNetCtx*>(ctx);
+  x->connecting.erase(std::remove(x->connecting.begin(), x->connecting.end(), c.get()), x->connecting.end());
   bool up = false;
   ncclResult_t res = progressConnect(c.get(), &up);
   if (res != ncclSuccess) {
@@ -399,7 +405,8 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     *sendComm = c.release();
   } else {
     stage.state = static_cast<uint32_t>(c->state);
-    stage.comm = c.release();
+    stage.comm = c.get();
+    x->connecting.push_back(c.release());
     setIbHandleStage(handle, stage);
   }
   return ncclSuccess;

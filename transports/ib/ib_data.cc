@@ -48,21 +48,35 @@ IbRequest* allocRequest(IbComm* c) {
 
 uint32_t slotOf(const IbComm* c, const IbRequest* r) { return static_cast<uint32_t>(r - c->reqs); }
 
-// Records the comm's first error and returns it (the WARN is the caller's).
+// Records the comm's first error, with the thread's last error as its text (set just before by the verbs call or the
+// caller, whose WARN it is), and returns it.
 ncclResult_t failComm(IbComm* c, ncclResult_t res) {
-  if (c->failed == ncclSuccess) c->failed = res;
+  if (c->failed == ncclSuccess) {
+    c->failed = res;
+    c->failedWhy = threadLastError();
+  }
   return c->failed;
 }
 
-// Applies one completion to the request it belongs to.
+// What every call on a failed comm returns: its first error, whose text becomes the thread's last error again.
+ncclResult_t failedResult(IbComm* c) {
+  setThreadLastError(c->failedWhy.c_str());
+  return c->failed;
+}
+
+// Applies one completion to the request it belongs to. An error completion fails the comm and touches no request:
+// a request whose completions had all arrived stays done (a receive whose data landed before its sender closed, where
+// the next receive's descriptor write then failed), the others can no longer complete. Only the first error is
+// reported; the work requests a queue pair in error flushes after it are not news.
 ncclResult_t onCompletion(IbComm* c, const IbWc& wc) {
   IbWrKind kind = ibWrKind(wc.wrId);
   uint32_t slot = ibWrSlot(wc.wrId);
   if (wc.status != kIbWcSuccess) {
-    failComm(c, ncclSystemError);
-    CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: %s: %s on queue pair %u failed: %s (status %d, vendor error 0x%x)",
-                ibCommText(c).c_str(), wrKindText(kind), wc.qpn, c->net->verbs().statusText(wc.status), wc.status,
-                wc.vendorErr);
+    if (c->failed != ncclSuccess) return failedResult(c);
+    setLastError(nullptr, "NET/IB: %s: %s on queue pair %u failed: %s (status %d, vendor error 0x%x)",
+                 ibCommText(c).c_str(), wrKindText(kind), wc.qpn, c->net->verbs().statusText(wc.status), wc.status,
+                 wc.vendorErr);
+    return failComm(c, ncclSystemError);
   }
   if (kind == IbWrKind::kFifo) return ncclSuccess;  // the descriptor arrived; nothing waits for this
   // Senders see only their data writes; receivers their receives (each consumed by an immediate) and flush reads.
@@ -70,16 +84,16 @@ ncclResult_t onCompletion(IbComm* c, const IbWc& wc) {
             (kind == IbWrKind::kData) == c->isSend && (kind == IbWrKind::kRecv) == wc.recvImm &&
             (kind == IbWrKind::kFlush) == c->reqs[slot].flush;
   if (!ok) {
-    failComm(c, ncclInternalError);
-    CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: unexpected completion (work request 0x%llx, queue pair %u)",
-                ibCommText(c).c_str(), static_cast<unsigned long long>(wc.wrId), wc.qpn);
+    setLastError(nullptr, "NET/IB: %s: unexpected completion (work request 0x%llx, queue pair %u)",
+                 ibCommText(c).c_str(), static_cast<unsigned long long>(wc.wrId), wc.qpn);
+    return failComm(c, ncclInternalError);
   }
   IbRequest& r = c->reqs[slot];
   if (kind == IbWrKind::kRecv) {
     if (r.sizeKnown && r.size != wc.imm) {
-      failComm(c, ncclInternalError);
-      CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: queue pairs disagree on a message's size (%zu and %u bytes)",
-                  ibCommText(c).c_str(), r.size, wc.imm);
+      setLastError(nullptr, "NET/IB: %s: queue pairs disagree on a message's size (%zu and %u bytes)",
+                   ibCommText(c).c_str(), r.size, wc.imm);
+      return failComm(c, ncclInternalError);
     }
     r.size = wc.imm;
     r.sizeKnown = true;
@@ -88,7 +102,7 @@ ncclResult_t onCompletion(IbComm* c, const IbWc& wc) {
   return ncclSuccess;
 }
 
-// Takes every completion the comm's CQ holds.
+// Takes every completion the comm's CQ holds; returns the comm's state.
 ncclResult_t pollComm(IbComm* c) {
   constexpr int kBatch = 16;
   IbWc wcs[kBatch];
@@ -96,8 +110,8 @@ ncclResult_t pollComm(IbComm* c) {
     int n = 0;
     ncclResult_t res = c->cq->poll(kBatch, wcs, &n);
     if (res != ncclSuccess) return failComm(c, res);
-    for (int i = 0; i < n; ++i) CHORUS_CHECK(onCompletion(c, wcs[i]));
-    if (n < kBatch) return ncclSuccess;
+    for (int i = 0; i < n; ++i) onCompletion(c, wcs[i]);  // every one taken is applied, after an error too
+    if (n < kBatch) return c->failed;
   }
 }
 
@@ -113,9 +127,8 @@ ncclResult_t checkPeer(IbComm* c) {
     IoResult r = c->sock.recvSome(&byte, 1, &got);
     if (r.ok() && got == 0) return ncclSuccess;
     if (r.ok()) {
-      failComm(c, ncclRemoteError);
-      CHORUS_FAIL(nullptr, ncclRemoteError, "NET/IB: %s: unexpected data on the setup socket after setup",
-                  ibCommText(c).c_str());
+      setLastError(nullptr, "NET/IB: %s: unexpected data on the setup socket after setup", ibCommText(c).c_str());
+      return failComm(c, ncclRemoteError);
     }
     c->peerGone = true;
     c->peerGoneAt = now;
@@ -187,7 +200,7 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
   (void)phandle;
   *request = nullptr;
   auto* c = static_cast<IbComm*>(sendComm);
-  if (c->failed != ncclSuccess) return c->failed;
+  if (c->failed != ncclSuccess) return failedResult(c);
   const uint32_t want = c->seq + 1;
   IbRecvDesc* slot = &c->ctrl[c->seq % kIbMaxRequests];
   // The receiver's HCA writes the slot; seq is read first (acquire), the rest only once it matches.
@@ -195,16 +208,16 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
   IbRecvDesc desc;
   memcpy(&desc, slot, sizeof(desc));
   if (desc.tag != tag) {
-    failComm(c, ncclInvalidUsage);
-    CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: %s: message %u has tag %d but the receive it matches has tag %d",
-                ibCommText(c).c_str(), want, tag, desc.tag);
+    setLastError(nullptr, "NET/IB: %s: message %u has tag %d but the receive it matches has tag %d",
+                 ibCommText(c).c_str(), want, tag, desc.tag);
+    return failComm(c, ncclInvalidUsage);
   }
   if (size > desc.size || size > static_cast<size_t>(INT_MAX)) {
-    failComm(c, ncclInvalidUsage);
-    CHORUS_FAIL(nullptr, ncclInvalidUsage,
-                "NET/IB: %s: message %u of %zu bytes is larger than the receive it matches (%llu bytes) or than "
-                "%d bytes",
-                ibCommText(c).c_str(), want, size, static_cast<unsigned long long>(desc.size), INT_MAX);
+    setLastError(nullptr,
+                 "NET/IB: %s: message %u of %zu bytes is larger than the receive it matches (%llu bytes) or than "
+                 "%d bytes",
+                 ibCommText(c).c_str(), want, size, static_cast<unsigned long long>(desc.size), INT_MAX);
+    return failComm(c, ncclInvalidUsage);
   }
   if (size > 0 && mhandle == nullptr) {
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: %s: isend of %zu bytes without a memory registration",
@@ -243,7 +256,7 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
   (void)phandles;
   *request = nullptr;
   auto* c = static_cast<IbComm*>(recvComm);
-  if (c->failed != ncclSuccess) return c->failed;
+  if (c->failed != ncclSuccess) return failedResult(c);
   if (n != 1) {
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: irecv of %d buffers; the IB net takes one (maxRecvs 1)", n);
   }
@@ -287,7 +300,7 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
 ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   *request = nullptr;
   auto* c = static_cast<IbComm*>(recvComm);
-  if (c->failed != ncclSuccess) return c->failed;
+  if (c->failed != ncclSuccess) return failedResult(c);
   if (c->flushQp == nullptr) return ncclSuccess;  // no GPUDirect RDMA here, or NCCL_GDR_FLUSH_DISABLE=1
   // As NCCL: one read of the last buffer that received data. The HCA wrote every buffer of the receive before it
   // completed, and the read's response follows those writes to the GPU.
@@ -324,14 +337,16 @@ ncclResult_t ibTest(void* request, int* done, int* sizes) {
   *done = 0;
   auto* r = static_cast<IbRequest*>(request);
   IbComm* c = r->comm;
-  if (c->failed != ncclSuccess) return c->failed;
-  CHORUS_CHECK(pollComm(c));
+  // Completions are taken after a failure too: a request all of whose completions arrived is done, whatever failed
+  // after them.
+  pollComm(c);
   if (r->events == 0) {
     *done = 1;
     if (sizes != nullptr && !r->flush) *sizes = static_cast<int>(r->size);
     r->used = false;
     return ncclSuccess;
   }
+  if (c->failed != ncclSuccess) return failedResult(c);
   return checkPeer(c);
 }
 
