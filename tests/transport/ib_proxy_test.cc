@@ -168,21 +168,38 @@ void bigCollectives(RankCtx& ctx) {
     ASSERT_EQ(out[k], static_cast<float>(k / count + 1 + (k % count) % 97)) << "allgather element " << k;
 }
 
-// NCCL_IB_QPS_PER_CONNECTION: a connection's messages are split over that many queue pairs, and what each carries
-// lands in place. The same run with 1 and with 3: three times the queue pairs send data.
-TEST_F(IbProxy, DataIsSplitOverTheQueuePairsOfAConnection) {
-  std::vector<size_t> senders;
-  for (const char* qps : {"1", "3"}) {
-    SCOPED_TRACE(std::string("NCCL_IB_QPS_PER_CONNECTION=") + qps);
-    env_.set("NCCL_IB_QPS_PER_CONNECTION", qps);
-    ib_.fabric().clearWrites();
-    runRanks(2, Driver::kThreads, bigCollectives, 60);
-    std::set<uint32_t> qpns;
-    for (const auto& w : dataWrites()) qpns.insert(w.srcQpn);
-    senders.push_back(qpns.size());
+// NCCL_IB_QPS_PER_CONNECTION: a connection's messages take that many queue pairs in turn (the default) or are split
+// over them (NCCL_IB_SPLIT_DATA_ON_QPS=1), and under adaptive routing (NCCL_IB_ADAPTIVE_ROUTING=1; these fake ports
+// are RoCE, where it is off by default) large messages go as a plain write and then the immediate. Each result is
+// checked; with 3 queue pairs a connection three times as many queue pairs send data as with 1.
+TEST_F(IbProxy, DataTakesEveryQueuePairOfAConnection) {
+  for (const char* split : {"0", "1"}) {
+    for (const char* ar : {"0", "1"}) {
+      if (split[0] == '1' && ar[0] == '1') continue;
+      SCOPED_TRACE(std::string("NCCL_IB_SPLIT_DATA_ON_QPS=") + split + ", NCCL_IB_ADAPTIVE_ROUTING=" + ar);
+      env_.set("NCCL_IB_SPLIT_DATA_ON_QPS", split);
+      env_.set("NCCL_IB_ADAPTIVE_ROUTING", ar);
+      std::vector<size_t> senders;
+      for (const char* qps : {"1", "3"}) {
+        SCOPED_TRACE(std::string("NCCL_IB_QPS_PER_CONNECTION=") + qps);
+        env_.set("NCCL_IB_QPS_PER_CONNECTION", qps);
+        ib_.fabric().clearWrites();
+        runRanks(2, Driver::kThreads, bigCollectives, 60);
+        std::set<uint32_t> qpns;
+        for (const auto& w : dataWrites()) qpns.insert(w.srcQpn);
+        senders.push_back(qpns.size());
+        size_t plain = 0;  // data written without an immediate: adaptive routing's bulk writes
+        for (const auto& w : ib_.fabric().writes()) plain += !w.withImm && w.length > 8192;
+        if (ar[0] == '1') {
+          EXPECT_GT(plain, 0u);
+        } else {
+          EXPECT_EQ(plain, 0u);
+        }
+      }
+      ASSERT_GT(senders[0], 0u);
+      EXPECT_EQ(senders[1], 3 * senders[0]) << "queue pairs that sent data, with 1 and with 3 a connection";
+    }
   }
-  ASSERT_GT(senders[0], 0u);
-  EXPECT_EQ(senders[1], 3 * senders[0]) << "queue pairs that sent data, with 1 and with 3 a connection";
 }
 
 class IbProxyTwoPorts : public IbProxy {

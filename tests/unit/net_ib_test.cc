@@ -296,6 +296,9 @@ class IbFakeNet : public ::testing::Test {
   void TearDown() override {
     unsetenv("NCCL_SOCKET_IFNAME");
     unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+    unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
+    unsetenv("NCCL_IB_ADAPTIVE_ROUTING");
+    unsetenv("NCCL_IB_AR_THRESHOLD");
     unsetenv("NCCL_DMABUF_ENABLE");
     unsetenv("NCCL_GDR_FLUSH_DISABLE");
     paramsReload();
@@ -352,9 +355,9 @@ class IbFakeNet : public ::testing::Test {
     EXPECT_EQ(t->closeListen(listen), ncclSuccess);
   }
 
-  void connect(void** send, void** recv) {
-    a_ = makeHost(1);
-    b_ = makeHost(2);
+  void connect(void** send, void** recv, IbLinkLayer ll = IbLinkLayer::kEthernet) {
+    a_ = makeHost(1, ll);
+    b_ = makeHost(2, ll);
     ncclResult_t sr, rr;
     connectPair(a_.get(), b_.get(), send, recv, &sr, &rr);
     ASSERT_EQ(sr, ncclSuccess);
@@ -587,13 +590,16 @@ TEST_F(IbFakeNet, LargerReceiveReportsTheTrueSize) {
   t->closeRecv(recv);
 }
 
+// NCCL_IB_SPLIT_DATA_ON_QPS=1: every message is split over the connection's queue pairs.
 TEST_F(IbFakeNet, SeveralQueuePairsSplitTheData) {
   setenv("NCCL_IB_QPS_PER_CONNECTION", "4", 1);
+  setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
   paramsReload();
   void *send, *recv;
   connect(&send, &recv);
   EXPECT_EQ(static_cast<IbComm*>(send)->qps.size(), 4u);
   EXPECT_EQ(static_cast<IbComm*>(recv)->qps.size(), 4u);  // the acceptor follows the connector
+  EXPECT_TRUE(static_cast<IbComm*>(recv)->splitData);     // in this too
   const ncclNet_v11_t* t = ibNetTable();
   for (size_t size : {size_t(1) << 20, size_t(1000), size_t(0)}) {
     SCOPED_TRACE("size " + std::to_string(size));
@@ -631,6 +637,105 @@ TEST_F(IbFakeNet, SeveralQueuePairsSplitTheData) {
   }
   t->closeSend(send);
   t->closeRecv(recv);
+}
+
+// Index of the queue pair numbered `qpn` in `comm`, or -1.
+int qpIndex(void* comm, uint32_t qpn) {
+  const auto& qps = static_cast<IbComm*>(comm)->qps;
+  for (size_t i = 0; i < qps.size(); ++i)
+    if (qps[i]->qpn() == qpn) return static_cast<int>(i);
+  return -1;
+}
+
+// By default (NCCL_IB_SPLIT_DATA_ON_QPS=0, as NCCL) each message goes whole on one queue pair, message n on pair
+// n mod nqps, from the sender's pair to the receiver's of the same index; 9 messages over 4 pairs, each intact.
+TEST_F(IbFakeNet, MessagesTakeTheQueuePairsInTurn) {
+  setenv("NCCL_IB_QPS_PER_CONNECTION", "4", 1);
+  paramsReload();
+  void *send, *recv;
+  connect(&send, &recv);
+  EXPECT_FALSE(static_cast<IbComm*>(send)->splitData);
+  EXPECT_FALSE(static_cast<IbComm*>(recv)->splitData);
+  for (int n = 0; n < 9; ++n) {
+    SCOPED_TRACE("message " + std::to_string(n));
+    const size_t size = n == 4 ? 0 : 1000 * n + 77;
+    std::vector<uint8_t> src = pattern(size, n), dst(size + 64, 0);
+    void* smh = size > 0 ? reg(send, src) : nullptr;
+    void* rmh = reg(recv, dst);
+    fabric_->clearWrites();
+    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(size));
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
+    std::vector<FakeIbFabric::WriteRecord> data;
+    for (const auto& w : fabric_->writes())
+      if (w.withImm) data.push_back(w);
+    ASSERT_EQ(data.size(), 1u) << "one write a message";
+    EXPECT_EQ(data[0].length, size);
+    EXPECT_EQ(qpIndex(send, data[0].srcQpn), n % 4);
+    EXPECT_EQ(qpIndex(recv, data[0].dstQpn), n % 4);
+    if (smh != nullptr) EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);
+    EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
+  }
+  closePair(send, nullptr, recv, nullptr);
+}
+
+// Adaptive routing, as NCCL's IB net: on InfiniBand ports by default, a message above NCCL_IB_AR_THRESHOLD (8192)
+// goes as a plain RDMA write of its data and then a zero-length write with immediate on the same queue pair; at or
+// below it, and on RoCE ports unless NCCL_IB_ADAPTIVE_ROUTING=1, one write with immediate. Data and sizes intact.
+TEST_F(IbFakeNet, AdaptiveRoutingSendsTheImmediateAfterTheData) {
+  struct Case {
+    IbLinkLayer ll;
+    const char* ar;         // NCCL_IB_ADAPTIVE_ROUTING, or null
+    const char* threshold;  // NCCL_IB_AR_THRESHOLD, or null
+    size_t size;
+    bool apart;
+  };
+  const Case cases[] = {
+      {IbLinkLayer::kInfiniband, nullptr, nullptr, 8192, false},
+      {IbLinkLayer::kInfiniband, nullptr, nullptr, 8193, true},
+      {IbLinkLayer::kInfiniband, nullptr, "65536", 65536, false},
+      {IbLinkLayer::kInfiniband, nullptr, "65536", 65537, true},
+      {IbLinkLayer::kInfiniband, "0", nullptr, 1 << 20, false},
+      {IbLinkLayer::kEthernet, nullptr, nullptr, 1 << 20, false},
+      {IbLinkLayer::kEthernet, "1", nullptr, 1 << 20, true},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(k.ll == IbLinkLayer::kInfiniband ? "InfiniBand" : "RoCE") + ", NCCL_IB_ADAPTIVE_ROUTING=" +
+                 (k.ar ? k.ar : "(unset)") + ", NCCL_IB_AR_THRESHOLD=" + (k.threshold ? k.threshold : "(unset)") +
+                 ", " + std::to_string(k.size) + " bytes");
+    for (auto [name, value] : {std::pair{"NCCL_IB_ADAPTIVE_ROUTING", k.ar}, {"NCCL_IB_AR_THRESHOLD", k.threshold}}) {
+      if (value != nullptr) {
+        setenv(name, value, 1);
+      } else {
+        unsetenv(name);
+      }
+    }
+    paramsReload();
+    void *send, *recv;
+    connect(&send, &recv, k.ll);
+    std::vector<uint8_t> src = pattern(k.size, 5), dst(k.size, 0);
+    void* smh = reg(send, src);
+    void* rmh = reg(recv, dst);
+    fabric_->clearWrites();
+    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(k.size));
+    EXPECT_TRUE(src == dst);
+    std::vector<FakeIbFabric::WriteRecord> sent;
+    for (const auto& w : fabric_->writes())
+      if (qpIndex(send, w.srcQpn) >= 0) sent.push_back(w);  // the sender's writes (not the receive descriptor)
+    if (k.apart) {
+      ASSERT_EQ(sent.size(), 2u);
+      EXPECT_FALSE(sent[0].withImm);
+      EXPECT_EQ(sent[0].length, k.size);
+      EXPECT_TRUE(sent[1].withImm);
+      EXPECT_EQ(sent[1].length, 0u);
+      EXPECT_EQ(sent[1].imm, k.size);
+      EXPECT_EQ(sent[1].srcQpn, sent[0].srcQpn);
+    } else {
+      ASSERT_EQ(sent.size(), 1u);
+      EXPECT_TRUE(sent[0].withImm);
+      EXPECT_EQ(sent[0].length, k.size);
+    }
+    closePair(send, smh, recv, rmh);
+  }
 }
 
 // The queue pairs' service level and traffic class, as NCCL 2.28's IB net sets them: NCCL_IB_SL and NCCL_IB_TC where

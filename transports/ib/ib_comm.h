@@ -5,11 +5,15 @@
 //  1. irecv posts one zero-length receive on every queue pair, then RDMA-writes a receive descriptor (address, rkey,
 //     size, tag, sequence number; IbRecvDesc) into the next slot of the sender's receive FIFO (the sender's control
 //     memory, registered for remote writes).
-//  2. isend returns a null request until the descriptor for its message has arrived in its FIFO; then it splits the
-//     message over the queue pairs and posts one RDMA write with immediate on each (a zero-length one where a queue
-//     pair's share is empty), each carrying the message's size as immediate data.
-//  3. test() polls the comm's CQ: a send is done when its writes completed on every queue pair, a receive when every
-//     queue pair delivered its immediate (writes on one queue pair land in order, so the immediate on a queue pair
+//  2. isend returns a null request until the descriptor for its message has arrived in its FIFO; then it posts the
+//     message as one RDMA write with immediate, carrying the message's size as immediate data. As NCCL's: message n
+//     goes whole on queue pair n mod nqps (NCCL_IB_SPLIT_DATA_ON_QPS=0, the default), or split over every queue pair
+//     (=1: one write each, a zero-length one where a pair's share is empty). Under adaptive routing (InfiniBand ports,
+//     NCCL_IB_ADAPTIVE_ROUTING) a message above NCCL_IB_AR_THRESHOLD goes as a plain RDMA write of the data followed
+//     by a zero-length write with immediate on the same queue pair, which the fabric may then route packet by packet.
+//     The receiver posts its receives on the queue pairs its message will use (irecv n: the same n mod nqps).
+//  3. test() polls the comm's CQ: a send is done when its writes completed on every queue pair it used, a receive when
+//     each of those delivered its immediate (writes on one queue pair land in order, so the immediate on a queue pair
 //     follows that pair's data); the receive's size is the immediate's value. An error completion fails the comm but
 //     not the requests whose completions had all arrived: they are still reported done.
 // A receive descriptor slot is reused only after the receive that last used it completed (at most kIbMaxRequests
@@ -77,6 +81,9 @@ struct IbComm {
   uint64_t remoteFifoAddr = 0;  ///< receiver: the sender's FIFO
   uint32_t remoteFifoRkey = 0;
   uint32_t seq = 0;  ///< messages sent / receives posted so far
+  bool splitData = false;  ///< every message split over the queue pairs (the connector's NCCL_IB_SPLIT_DATA_ON_QPS)
+  bool adaptiveRouting = false;  ///< sender: messages above arThreshold go as a plain write, then the immediate
+  uint64_t arThreshold = 0;
   /// Outstanding requests (a receiver's receives and flushes share them).
   IbRequest reqs[kIbMaxRequests];
   // GPUDirect RDMA flush (receiver only; null when flushes are off: no GPUDirect RDMA on the device, or

@@ -26,7 +26,23 @@ IntParam kIbTimeout{"NCCL_IB_TIMEOUT", 20,
                     "IB net: RC queue pair ACK timeout exponent (4.096 us x 2^value per try; 1-31).", "network"};
 IntParam kIbRetryCnt{"NCCL_IB_RETRY_CNT", 7, "IB net: RC queue pair retry count (0-7).", "network"};
 IntParam kIbQpsPerConn{"NCCL_IB_QPS_PER_CONNECTION", 1,
-                       "IB net: queue pairs per connection; each message is split over them (1-16).", "network"};
+                       "IB net: queue pairs per connection (1-16); messages take them in turn, or are split over them "
+                       "(NCCL_IB_SPLIT_DATA_ON_QPS).",
+                       "network"};
+IntParam kIbSplitData{"NCCL_IB_SPLIT_DATA_ON_QPS", 0,
+                      "IB net: 1: every message is split over the connection's queue pairs; 0: each message goes whole "
+                      "on one, in turn, as in NCCL. The sender's setting rules a connection: the receiver follows it.",
+                      "network"};
+IntParam kIbAdaptiveRouting{"NCCL_IB_ADAPTIVE_ROUTING", -2,
+                            "IB net: 1: adaptive routing is on in the fabric, so a message above NCCL_IB_AR_THRESHOLD "
+                            "goes as a plain RDMA write followed by a zero-length write with immediate, which the "
+                            "fabric may route packet by packet; 0: one write with immediate; -2: on for InfiniBand "
+                            "ports, off for RoCE, as in NCCL.",
+                            "network"};
+IntParam kIbArThreshold{"NCCL_IB_AR_THRESHOLD", 8192,
+                        "IB net, adaptive routing: messages larger than this many bytes go as a plain RDMA write and "
+                        "then the immediate.",
+                        "network"};
 IntParam kIbSl{"NCCL_IB_SL", 0,
                "IB net: InfiniBand service level of the queue pairs (0-15). Unset: the communicator's "
                "config.trafficClass where set, as in NCCL, else 0.",
@@ -65,11 +81,12 @@ uint32_t randomPsn() {
 ncclResult_t createResources(IbComm* c, int nqps) {
   const IbDevice& d = c->net->device(c->dev);
   CHORUS_CHECK(c->net->openHca(c->dev, &c->hca));
-  // Per request: one completion per queue pair, plus a receiver's descriptor write; doubled for slack.
+  // Per request at most two completions per queue pair (under adaptive routing a sender's plain write and its
+  // immediate), or one per queue pair plus a receiver's descriptor write.
   CHORUS_CHECK(c->hca->createCq(2 * kIbMaxRequests * (nqps + 1), &c->cq));
   for (int i = 0; i < nqps; ++i) {
     std::unique_ptr<IbQp> qp;
-    CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests + 1, kIbMaxRequests + 1, &qp));
+    CHORUS_CHECK(c->hca->createQp(c->cq.get(), 2 * kIbMaxRequests + 1, kIbMaxRequests + 1, &qp));
     CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/false));
     c->qps.push_back(std::move(qp));
   }
@@ -95,6 +112,7 @@ ncclResult_t createResources(IbComm* c, int nqps) {
   l.lid = static_cast<uint16_t>(d.port.lid);
   l.linkLayer = static_cast<uint8_t>(d.port.linkLayer);
   l.mtu = static_cast<uint8_t>(d.port.activeMtu);
+  l.splitData = c->splitData ? 1 : 0;
   return ncclSuccess;
 }
 
@@ -244,6 +262,7 @@ ncclResult_t progressAccept(IbListenComm* l, bool* up) {
         CHORUS_CHECK(recvStep(c, &c->remote, sizeof(c->remote), &fin));
         if (fin) {
           CHORUS_CHECK(checkRemote(c, 0));
+          c->splitData = c->remote.splitData != 0;
           CHORUS_CHECK(createResources(c, static_cast<int>(c->remote.nqps)));
           CHORUS_CHECK(connectQps(c));
           CHORUS_CHECK(createFlush(c));
@@ -382,6 +401,11 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     c->dev = dev;
     c->trafficClass = static_cast<IbNetCtx*>(ctx)->trafficClass;
     c->isSend = true;
+    c->splitData = kIbSplitData.get() != 0;
+    // As NCCL's: on for InfiniBand ports unless NCCL_IB_ADAPTIVE_ROUTING says otherwise.
+    c->adaptiveRouting = kIbAdaptiveRouting.get() != -2 ? kIbAdaptiveRouting.get() != 0
+                                                        : net->device(dev).port.linkLayer == IbLinkLayer::kInfiniband;
+    c->arThreshold = static_cast<uint64_t>(std::max<int64_t>(0, kIbArThreshold.get()));
     // The listener exists before its handle is handed out, so the kernel completes this TCP handshake without the
     // acceptor's help: the wait is one round trip, and a refusal ends it at once (no retries).
     IoResult r = Socket::connect(to, Deadline::fromEnv(), nullptr, &c->sock, [](int) { return true; });
@@ -400,7 +424,12 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     return res;  // c is released here
   }
   if (up) {
-    INFO(kNet, "NET/IB: %s connected with %zu queue pair(s)", ibCommText(c.get()).c_str(), c->qps.size());
+    char ar[96] = "";
+    if (c->adaptiveRouting)
+      snprintf(ar, sizeof(ar), "; adaptive routing: messages above %llu bytes as a plain write, then the immediate",
+               static_cast<unsigned long long>(c->arThreshold));
+    INFO(kNet, "NET/IB: %s connected with %zu queue pair(s), %s%s", ibCommText(c.get()).c_str(), c->qps.size(),
+         c->splitData ? "each message split over them" : "messages taking them in turn", ar);
     setIbHandleStage(handle, IbConnectStage());
     *sendComm = c.release();
   } else {

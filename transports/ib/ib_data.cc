@@ -48,6 +48,17 @@ IbRequest* allocRequest(IbComm* c) {
 
 uint32_t slotOf(const IbComm* c, const IbRequest* r) { return static_cast<uint32_t>(r - c->reqs); }
 
+/// The queue pairs message `seq` (counting from 0, the same on both sides) uses: c->qps[first, first + count).
+struct QpSpan {
+  size_t first = 0;
+  size_t count = 1;
+};
+QpSpan qpSpan(const IbComm* c, uint32_t seq) {
+  const size_t nqps = c->qps.size();
+  if (c->splitData) return QpSpan{0, nqps};
+  return QpSpan{seq % nqps, 1};
+}
+
 // Records the comm's first error, with the thread's last error as its text (set just before by the verbs call or the
 // caller, whose WARN it is), and returns it.
 ncclResult_t failComm(IbComm* c, ncclResult_t res) {
@@ -226,11 +237,15 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
   IbRequest* r = allocRequest(c);
   if (r == nullptr) return ncclSuccess;  // all requests outstanding: try again after a test()
   const auto* mr = static_cast<const IbMr*>(mhandle);
-  const size_t nqps = c->qps.size();
-  size_t share = (size + nqps - 1) / nqps;
+  const QpSpan qps = qpSpan(c, c->seq);
+  size_t share = (size + qps.count - 1) / qps.count;
   share = (share + kIbSplitAlign - 1) / kIbSplitAlign * kIbSplitAlign;
-  for (size_t q = 0; q < nqps; ++q) {
-    size_t off = q * share < size ? q * share : size;
+  // Under adaptive routing, as NCCL: the data as a plain write, then the immediate alone (the fabric may spread the
+  // former's packets over its paths; the latter lands after them on the same queue pair).
+  const bool apart = c->adaptiveRouting && size > c->arThreshold;
+  int events = 0;
+  for (size_t i = 0; i < qps.count; ++i) {
+    size_t off = i * share < size ? i * share : size;
     size_t len = size - off < share ? size - off : share;
     IbWrite w;
     w.wrId = ibWrId(IbWrKind::kData, slotOf(c, r));
@@ -239,12 +254,23 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
     w.lkey = len > 0 ? mr->lkey : 0;
     w.remoteAddr = desc.addr + off;
     w.rkey = desc.rkey;
+    IbQp* qp = c->qps[qps.first + i].get();
+    if (apart && len > 0) {
+      ncclResult_t res = qp->postWrite(w);
+      if (res != ncclSuccess) return failComm(c, res);
+      events++;
+      w.local = nullptr;
+      w.length = 0;
+      w.lkey = 0;
+      w.remoteAddr = desc.addr + off + len;
+    }
     w.withImm = true;
     w.imm = static_cast<uint32_t>(size);
-    ncclResult_t res = c->qps[q]->postWrite(w);
+    ncclResult_t res = qp->postWrite(w);
     if (res != ncclSuccess) return failComm(c, res);
+    events++;
   }
-  r->events = static_cast<int>(nqps);
+  r->events = events;
   r->size = size;
   c->seq++;
   *request = r;
@@ -267,9 +293,10 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
   IbRequest* r = allocRequest(c);
   if (r == nullptr) return ncclSuccess;
   const uint32_t slot = slotOf(c, r);
-  // Receives first: the sender may write as soon as it sees the descriptor.
-  for (auto& qp : c->qps) {
-    ncclResult_t res = qp->postRecv(ibWrId(IbWrKind::kRecv, slot));
+  // Receives first, on the queue pairs the message will use: the sender may write as soon as it sees the descriptor.
+  const QpSpan qps = qpSpan(c, c->seq);
+  for (size_t i = 0; i < qps.count; ++i) {
+    ncclResult_t res = c->qps[qps.first + i]->postRecv(ibWrId(IbWrKind::kRecv, slot));
     if (res != ncclSuccess) {
       r->used = false;
       return failComm(c, res);
@@ -291,7 +318,7 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
   w.rkey = c->remoteFifoRkey;
   ncclResult_t res = c->qps[0]->postWrite(w);
   if (res != ncclSuccess) return failComm(c, res);
-  r->events = static_cast<int>(c->qps.size());
+  r->events = static_cast<int>(qps.count);
   c->seq++;
   *request = r;
   return ncclSuccess;

@@ -59,6 +59,10 @@ struct IbConnInfo {
   uint16_t lid = 0;
   uint8_t linkLayer = 0;  ///< IbLinkLayer
   uint8_t mtu = 0;        ///< verbs MTU code of the side's port
+  /// The connector's NCCL_IB_SPLIT_DATA_ON_QPS: 1, every message split over the queue pairs; 0, each message whole on
+  /// one, in turn. The acceptor (the receiver) follows it, as it follows nqps, since it posts the receives the
+  /// sender's writes consume.
+  uint8_t splitData = 0;
 };
 
 /// Sent by the connector once its queue pairs are ready to receive, so that the acceptor writes nothing earlier.
@@ -79,8 +83,8 @@ static_assert(sizeof(IbRecvDesc) == 32, "receive descriptors are 32 bytes");
 
 /// What a work request id names: its kind and the request slot (or FIFO slot) it belongs to.
 enum class IbWrKind : uint32_t {
-  kData = 1,   ///< a sender's RDMA write with immediate (one per queue pair per message)
-  kRecv = 2,   ///< a receiver's posted receive (one per queue pair per irecv)
+  kData = 1,   ///< a sender's RDMA write (with immediate; under adaptive routing a plain one first) per queue pair used
+  kRecv = 2,   ///< a receiver's posted receive (one per queue pair a message uses)
   kFifo = 3,   ///< a receiver's descriptor write into the sender's FIFO
   kFlush = 4,  ///< a receiver's flush: an RDMA read on its loopback queue pair (one per iflush)
 };
