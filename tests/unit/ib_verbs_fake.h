@@ -84,6 +84,8 @@ class FakeIbFabric {
   int liveQps() const;
   /// Memory registrations that exist.
   int liveMrs() const;
+  /// Whether the live registration of key `key` asked for relaxed ordering: 1 or 0; -1 when there is none.
+  int mrRelaxed(uint32_t key) const;
 
  private:
   friend class FakeIbQp;
@@ -92,6 +94,7 @@ class FakeIbFabric {
   struct MrRec {
     uint64_t addr;
     size_t size;
+    bool relaxed;
   };
   bool covers(uint32_t key, uint64_t addr, size_t len) const;  // mu_ held
 
@@ -118,17 +121,21 @@ class FakeIbVerbs : public IbVerbs {
   ncclResult_t openHca(const std::string& hca, std::unique_ptr<IbHca>* out) override;
   const char* statusText(int status) const override;
   bool peerMemory(std::string* why) override;
+  bool relaxedOrdering(std::string* why) override;
 
   /// Whether peerMemory() says a peer-memory module is loaded (default: no).
   void setPeerMemory(bool on) { peerMemory_ = on; }
   /// Whether HCAs opened from now on take dma-buf registrations (default: no).
   void setDmaBuf(bool on) { dmaBuf_ = on; }
+  /// Whether relaxedOrdering() offers relaxed ordering (default: no).
+  void setRelaxedOrdering(bool on) { relaxedOrdering_ = on; }
 
  private:
   std::shared_ptr<FakeIbFabric> fabric_;
   std::vector<IbPortDesc> ports_;
   bool peerMemory_ = false;
   bool dmaBuf_ = false;
+  bool relaxedOrdering_ = false;
 };
 
 /// A made-up active RoCE port with one RoCE v2 IPv4 GID (10.0.0.<n>), for tests.

@@ -299,6 +299,7 @@ class IbFakeNet : public ::testing::Test {
     unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
     unsetenv("NCCL_IB_ADAPTIVE_ROUTING");
     unsetenv("NCCL_IB_AR_THRESHOLD");
+    unsetenv("NCCL_IB_PCI_RELAXED_ORDERING");
     unsetenv("NCCL_DMABUF_ENABLE");
     unsetenv("NCCL_GDR_FLUSH_DISABLE");
     paramsReload();
@@ -327,6 +328,7 @@ class IbFakeNet : public ::testing::Test {
     auto verbs = std::make_unique<FakeIbVerbs>(fabric_, std::vector<IbPortDesc>{p});
     verbs->setPeerMemory(peerMemory_);
     verbs->setDmaBuf(dmaBuf_);
+    verbs->setRelaxedOrdering(relaxedOrdering_);
     auto net = std::make_unique<IbNet>(std::move(verbs));
     std::string why;
     EXPECT_EQ(net->discover(&why), ncclSuccess) << why;
@@ -393,6 +395,7 @@ class IbFakeNet : public ::testing::Test {
   std::unique_ptr<IbNet> a_, b_;
   bool peerMemory_ = false;
   bool dmaBuf_ = false;
+  bool relaxedOrdering_ = false;  // hosts made from now on offer PCIe relaxed ordering
 };
 
 std::vector<uint8_t> pattern(size_t n, int seed) {
@@ -1055,6 +1058,50 @@ TEST_F(IbFakeNet, GpuMemoryIsRegisteredWithPeerMemory) {
   EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 3000);
   EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
   closePair(send, smh, recv, rmh);
+}
+
+// PCIe relaxed ordering, as NCCL decides it: data registrations (regMr and regMrDmaBuf) ask for it where the verbs
+// offer it (ibv_reg_mr_iova2) and NCCL_IB_PCI_RELAXED_ORDERING is 2 (the default) or 1; with 0, or verbs without
+// it, never. The comms' control memory never does (a receive descriptor's sequence word must land last). Data
+// still arrives intact.
+TEST_F(IbFakeNet, DataRegistrationsAskForRelaxedOrderingWhereOffered) {
+  struct Case {
+    bool offered;
+    const char* setting;
+    bool want;
+  };
+  gpuDirect(/*peerMemory=*/false, /*dmaBuf=*/true);
+  const ncclNet_v11_t* t = ibNetTable();
+  for (const Case& k : {Case{true, nullptr, true}, Case{true, "1", true}, Case{true, "0", false},
+                        Case{false, nullptr, false}, Case{false, "1", false}}) {
+    SCOPED_TRACE(std::string(k.offered ? "offered" : "not offered") +
+                 ", NCCL_IB_PCI_RELAXED_ORDERING=" + (k.setting ? k.setting : "(unset)"));
+    if (k.setting != nullptr) {
+      setenv("NCCL_IB_PCI_RELAXED_ORDERING", k.setting, 1);
+    } else {
+      unsetenv("NCCL_IB_PCI_RELAXED_ORDERING");
+    }
+    paramsReload();
+    relaxedOrdering_ = k.offered;
+    void *send, *recv;
+    connect(&send, &recv);
+    EXPECT_EQ(a_->relaxedOrdering(), k.want);
+    int fd = memfd_create("chorus-ib-test", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> src = pattern(5000, 3), dst(8192, 0);
+    void* smh = reg(send, src);
+    void* rmh = nullptr;
+    ASSERT_EQ(t->regMrDmaBuf(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, 0, fd, &rmh), ncclSuccess)
+        << threadLastError();
+    close(fd);  // the registration holds the memory
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMr*>(smh)->lkey), k.want ? 1 : 0);
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMr*>(rmh)->lkey), k.want ? 1 : 0);
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbComm*>(send)->ctrlMr.lkey), 0);
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbComm*>(recv)->ctrlMr.lkey), 0);
+    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 5000);
+    EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
+    closePair(send, smh, recv, rmh);
+  }
 }
 
 TEST_F(IbFakeNet, DmaBufRegistrationRecordsItsFdAndCarriesData) {

@@ -269,22 +269,22 @@ class FakeIbHca : public IbHca {
     return ncclSuccess;
   }
 
-  ncclResult_t regMr(void* addr, size_t size, IbMr* out) override {
+  ncclResult_t regMr(void* addr, size_t size, bool relaxed, IbMr* out) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
-    add(reinterpret_cast<uintptr_t>(addr), size, out);
+    add(reinterpret_cast<uintptr_t>(addr), size, relaxed, out);
     return ncclSuccess;
   }
 
   bool dmaBufSupported() override { return dmaBuf_; }
 
-  ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, IbMr* out) override {
+  ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, bool relaxed, IbMr* out) override {
     if (!dmaBuf_) CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: this HCA takes no dma-buf registrations");
     if (fcntl(fd, F_GETFD) == -1) {
       CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: dma-buf registration of fd %d, which is not open", fd);
     }
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     // Test memory is host memory: the registration covers the buffer at iova itself.
-    add(iova, size, out);
+    add(iova, size, relaxed, out);
     FakeIbFabric::DmaBufRecord rec;
     rec.fd = fd;
     rec.offset = offset;
@@ -306,9 +306,9 @@ class FakeIbHca : public IbHca {
 
  private:
   // A registration of [addr, addr + size). fabric mu_ held.
-  void add(uint64_t addr, size_t size, IbMr* out) {
+  void add(uint64_t addr, size_t size, bool relaxed, IbMr* out) {
     uint32_t key = fabric_->nextKey_++;
-    fabric_->mrs_[key] = FakeIbFabric::MrRec{addr, size};
+    fabric_->mrs_[key] = FakeIbFabric::MrRec{addr, size, relaxed};
     out->impl = reinterpret_cast<void*>(static_cast<uintptr_t>(key));
     out->addr = addr;
     out->size = size;
@@ -321,6 +321,12 @@ class FakeIbHca : public IbHca {
 };
 
 // ---- fabric and verbs -----------------------------------------------------------------------
+
+int FakeIbFabric::mrRelaxed(uint32_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = mrs_.find(key);
+  return it == mrs_.end() ? -1 : (it->second.relaxed ? 1 : 0);
+}
 
 bool FakeIbFabric::covers(uint32_t key, uint64_t addr, size_t len) const {
   auto it = mrs_.find(key);
@@ -389,6 +395,11 @@ ncclResult_t FakeIbVerbs::openHca(const std::string& hca, std::unique_ptr<IbHca>
     }
   }
   CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: no HCA named %s", hca.c_str());
+}
+
+bool FakeIbVerbs::relaxedOrdering(std::string* why) {
+  if (why != nullptr) *why = relaxedOrdering_ ? "fake relaxed ordering" : "no fake relaxed ordering";
+  return relaxedOrdering_;
 }
 
 bool FakeIbVerbs::peerMemory(std::string* why) {

@@ -96,7 +96,8 @@ ncclResult_t createResources(IbComm* c, int nqps) {
   if (c->ctrl == nullptr)
     CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: cannot allocate %zu bytes of control memory", bytes);
   memset(static_cast<void*>(c->ctrl), 0, 4096);
-  CHORUS_CHECK(c->hca->regMr(c->ctrl, bytes, &c->ctrlMr));
+  // Strictly ordered: a descriptor's sequence word must not land before the rest of it.
+  CHORUS_CHECK(c->hca->regMr(c->ctrl, bytes, /*relaxed=*/false, &c->ctrlMr));
 
   IbConnInfo& l = c->local;
   l = IbConnInfo();
@@ -185,7 +186,7 @@ ncclResult_t connectQps(IbComm* c) {
 ncclResult_t createFlush(IbComm* c) {
   if (kGdrFlushDisable.get() != 0 || !(c->net->peerMemory(c->dev) || c->net->dmaBuf(c->dev))) return ncclSuccess;
   const IbDevice& d = c->net->device(c->dev);
-  CHORUS_CHECK(c->hca->regMr(&c->flushSink, sizeof(c->flushSink), &c->flushMr));
+  CHORUS_CHECK(c->hca->regMr(&c->flushSink, sizeof(c->flushSink), /*relaxed=*/false, &c->flushMr));
   std::unique_ptr<IbQp> qp;
   // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
   CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, &qp));

@@ -175,7 +175,7 @@ ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhand
   }
   // GPU memory goes through the same ibv_reg_mr: the peer-memory module pins it for the HCA's driver.
   auto mr = std::make_unique<IbMr>();
-  CHORUS_CHECK(c->hca->regMr(data, size, mr.get()));
+  CHORUS_CHECK(c->hca->regMr(data, size, c->net->relaxedOrdering(), mr.get()));
   *mhandle = mr.release();
   return ncclSuccess;
 }
@@ -193,7 +193,8 @@ ncclResult_t ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64
   // The registration is addressed by the buffer's own virtual address (iova), as regMr's are, so that descriptors
   // and flushes name received buffers the same way whichever way they were registered.
   auto mr = std::make_unique<IbMr>();
-  CHORUS_CHECK(c->hca->regDmaBufMr(offset, size, reinterpret_cast<uintptr_t>(data), fd, mr.get()));
+  CHORUS_CHECK(
+      c->hca->regDmaBufMr(offset, size, reinterpret_cast<uintptr_t>(data), fd, c->net->relaxedOrdering(), mr.get()));
   *mhandle = mr.release();
   return ncclSuccess;
 }

@@ -32,6 +32,10 @@ StrParam kIbAddrRange{"NCCL_IB_ADDR_RANGE", "",
                       "network"};
 IntParam kIbRoceVersion{"NCCL_IB_ROCE_VERSION_NUM", 2, "IB net, RoCE: the RoCE version (1 or 2) of the GID chosen.",
                         "network"};
+IntParam kIbRelaxedOrdering{"NCCL_IB_PCI_RELAXED_ORDERING", 2,
+                            "IB net: 1 or 2: data registrations ask for PCIe relaxed ordering where libibverbs offers "
+                            "it (ibv_reg_mr_iova2), as NCCL; 0: never. Control memory never does.",
+                            "network"};
 
 // The process's IbNet over libibverbs, made once by the table's init() (or one a test put in its place:
 // replaceIbProcessNet). Never destroyed: comms of communicators that outlive finalize() (or static destructors at
@@ -182,6 +186,13 @@ ncclResult_t IbNet::discover(std::string* why) {
     INFO(kNet | kInit, "NET/IB: [%d] %s:%d: GPUDirect RDMA: peer memory %s%s, dma-buf %s%s", i, d.name.c_str(),
          d.port.port, d.peerMemory ? "yes" : "no", peerWhy.c_str(), d.dmaBuf ? "yes" : "no",
          d.dmaBuf && kDmaBufEnable.get() == 0 ? " (not used: NCCL_DMABUF_ENABLE=0)" : "");
+  }
+  if (!devices_.empty()) {
+    const int64_t mode = kIbRelaxedOrdering.get();
+    std::string roWhy = "NCCL_IB_PCI_RELAXED_ORDERING=0";
+    relaxedOrdering_ = (mode == 1 || mode == 2) && verbs_->relaxedOrdering(&roWhy);
+    INFO(kNet | kInit, "NET/IB: PCIe relaxed ordering on data registrations: %s (%s)", relaxedOrdering_ ? "yes" : "no",
+         roWhy.c_str());
   }
   if (devices_.empty()) {
     summary_ = "NET/IB: no usable port (" + std::string(verbs_->name()) + " lists " + std::to_string(ports.size()) +

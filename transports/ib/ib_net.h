@@ -45,6 +45,10 @@ class IbNet {
   /// Whether regMrDmaBuf takes dma-buf file descriptors on net device `dev`: its HCA supports them and
   /// NCCL_DMABUF_ENABLE is not 0.
   bool dmaBuf(int dev) const;
+  /// Whether data registrations (regMr, regMrDmaBuf) ask for PCIe relaxed ordering: NCCL_IB_PCI_RELAXED_ORDERING is 1
+  /// or 2 (the default) and the backend offers it, as NCCL decides. The comms' control memory never does: its
+  /// receive descriptors rely on the HCA's writes landing in order.
+  bool relaxedOrdering() const { return relaxedOrdering_; }
   /// The opened HCA of net device `dev`, opened on first use and shared by that HCA's ports until the net goes.
   ncclResult_t openHca(int dev, IbHca** out);
   /// The backend.
@@ -56,6 +60,7 @@ class IbNet {
   std::unique_ptr<IbVerbs> verbs_;
   std::vector<IbDevice> devices_;
   std::string summary_;
+  bool relaxedOrdering_ = false;
   std::mutex mu_;  // guards hcas_
   std::unordered_map<std::string, std::unique_ptr<IbHca>> hcas_;
 };

@@ -170,13 +170,14 @@ class IbHca {
   /// An RC queue pair in RESET whose completions go to `cq`.
   virtual ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) = 0;
   /// Registers memory for local use and remote writes and reads: host memory, or GPU memory when a peer-memory
-  /// module (nvidia_peermem) lets the HCA's driver pin it.
-  virtual ncclResult_t regMr(void* addr, size_t size, IbMr* out) = 0;
+  /// module (nvidia_peermem) lets the HCA's driver pin it. `relaxed`: with PCIe relaxed ordering (the HCA's writes to
+  /// it may pass each other; its completions still follow them), where IbVerbs::relaxedOrdering() offers it.
+  virtual ncclResult_t regMr(void* addr, size_t size, bool relaxed, IbMr* out) = 0;
   /// Whether the HCA's driver takes dma-buf registrations (ibv_reg_dmabuf_mr exists and the kernel supports it).
   virtual bool dmaBufSupported() = 0;
   /// Registers `size` bytes at `offset` of the dma-buf `fd` (GPU memory exported by its driver) with the access of
   /// regMr; work requests address it at `iova` (the buffer's virtual address, so that the net's addresses work).
-  virtual ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, IbMr* out) = 0;
+  virtual ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, bool relaxed, IbMr* out) = 0;
   /// Releases a registration made by regMr or regDmaBufMr.
   virtual ncclResult_t deregMr(IbMr* mr) = 0;
 };
@@ -192,6 +193,9 @@ class IbVerbs {
   /// Whether a GPUDirect RDMA peer-memory module is loaded (nvidia_peermem, nv_peer_mem, or amdkfd's on ROCm hosts),
   /// so that regMr takes GPU memory; *why (may be null) says what was found or looked for.
   virtual bool peerMemory(std::string* why) = 0;
+  /// Whether registrations may ask for PCIe relaxed ordering (libibverbs has ibv_reg_mr_iova2, IBVERBS_1.8, as NCCL
+  /// checks); *why (may be null) says what was found.
+  virtual bool relaxedOrdering(std::string* why) = 0;
   /// Opens HCA `hca` (a name listPorts returned).
   virtual ncclResult_t openHca(const std::string& hca, std::unique_ptr<IbHca>* out) = 0;
   /// The text of a completion status ("remote access error").

@@ -55,6 +55,7 @@ struct VerbsApi {
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
   // Optional (null when libibverbs predates it).
   ibv_mr* (*regDmaBufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access) = nullptr;
+  ibv_mr* (*regMrIova2)(ibv_pd*, void*, size_t, uint64_t iova, unsigned int access) = nullptr;
 };
 
 // What every registration allows: the HCA writes received data (local write, and remote write for the sender's
@@ -110,6 +111,7 @@ const VerbsApi* loadVerbs(std::string* why) {
       return;
     }
     api.regDmaBufMr = reinterpret_cast<decltype(api.regDmaBufMr)>(dlsym(lib, "ibv_reg_dmabuf_mr"));
+    api.regMrIova2 = reinterpret_cast<decltype(api.regMrIova2)>(dlsym(lib, "ibv_reg_mr_iova2"));
   });
   if (api.getDeviceList == nullptr) {
     *why = error;
@@ -331,9 +333,14 @@ class RealHca : public IbHca {
     return ncclSuccess;
   }
 
-  ncclResult_t regMr(void* addr, size_t size, IbMr* out) override {
+  ncclResult_t regMr(void* addr, size_t size, bool relaxed, IbMr* out) override {
     // GPU memory too, when a peer-memory module (nvidia_peermem) is loaded: the kernel asks it to pin the pages.
-    ibv_mr* mr = api_->regMr(pd_, addr, size, kMrAccess);
+    // Relaxed ordering goes through ibv_reg_mr_iova2, as NCCL registers it (IBV_ACCESS_RELAXED_ORDERING is an
+    // optional flag: a device without it ignores it).
+    ibv_mr* mr = relaxed && api_->regMrIova2 != nullptr
+                     ? api_->regMrIova2(pd_, addr, size, reinterpret_cast<uintptr_t>(addr),
+                                        kMrAccess | IBV_ACCESS_RELAXED_ORDERING)
+                     : api_->regMr(pd_, addr, size, kMrAccess);
     if (mr == nullptr) {
       CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_reg_mr of %zu bytes at %p on %s failed: %s", size, addr,
                   name_.c_str(), errText(errno).c_str());
@@ -359,11 +366,12 @@ class RealHca : public IbHca {
     return dmaBuf_ == 1;
   }
 
-  ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, IbMr* out) override {
+  ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, bool relaxed, IbMr* out) override {
     if (api_->regDmaBufMr == nullptr) {
       CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: libibverbs.so.1 lacks ibv_reg_dmabuf_mr (rdma-core 34 or later)");
     }
-    ibv_mr* mr = api_->regDmaBufMr(pd_, offset, size, iova, fd, kMrAccess);
+    ibv_mr* mr =
+        api_->regDmaBufMr(pd_, offset, size, iova, fd, kMrAccess | (relaxed ? IBV_ACCESS_RELAXED_ORDERING : 0));
     if (mr == nullptr) {
       CHORUS_FAIL(nullptr, ncclSystemError,
                   "NET/IB: ibv_reg_dmabuf_mr of %zu bytes at offset %llu of dma-buf %d (iova 0x%llx) on %s failed: %s",
@@ -453,6 +461,12 @@ class RealVerbs : public IbVerbs {
     const std::string f = peerMemoryModuleFile(PeerMemoryVendor::kAny);
     if (why != nullptr) *why = f.empty() ? "no peer-memory module (nvidia_peermem, nv_peer_mem, amdkfd's)" : f;
     return !f.empty();
+  }
+
+  bool relaxedOrdering(std::string* why) override {
+    const bool has = api_->regMrIova2 != nullptr;
+    if (why != nullptr) *why = has ? "ibv_reg_mr_iova2" : "libibverbs.so.1 lacks ibv_reg_mr_iova2 (IBVERBS_1.8)";
+    return has;
   }
 
  private:
