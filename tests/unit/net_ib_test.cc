@@ -410,6 +410,14 @@ void* reg(void* comm, std::vector<uint8_t>& buf) {
   return mh;
 }
 
+// Registers `buf` as "GPU memory" exported as dma-buf `fd` at `offset` (regMrDmaBuf); null on failure.
+void* regDmaBuf(void* comm, std::vector<uint8_t>& buf, uint64_t offset, int fd) {
+  void* mh = nullptr;
+  EXPECT_EQ(ibNetTable()->regMrDmaBuf(comm, buf.data(), buf.size(), NCCL_PTR_CUDA, offset, fd, &mh), ncclSuccess)
+      << threadLastError();
+  return mh;
+}
+
 void* postRecv(void* recv, std::vector<uint8_t>& buf, void* mh, int tag) {
   void* data = buf.data();
   size_t size = buf.size();
@@ -1071,7 +1079,6 @@ TEST_F(IbFakeNet, DataRegistrationsAskForRelaxedOrderingWhereOffered) {
     bool want;
   };
   gpuDirect(/*peerMemory=*/false, /*dmaBuf=*/true);
-  const ncclNet_v11_t* t = ibNetTable();
   for (const Case& k : {Case{true, nullptr, true}, Case{true, "1", true}, Case{true, "0", false},
                         Case{false, nullptr, false}, Case{false, "1", false}}) {
     SCOPED_TRACE(std::string(k.offered ? "offered" : "not offered") +
@@ -1090,9 +1097,8 @@ TEST_F(IbFakeNet, DataRegistrationsAskForRelaxedOrderingWhereOffered) {
     ASSERT_GE(fd, 0);
     std::vector<uint8_t> src = pattern(5000, 3), dst(8192, 0);
     void* smh = reg(send, src);
-    void* rmh = nullptr;
-    ASSERT_EQ(t->regMrDmaBuf(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, 0, fd, &rmh), ncclSuccess)
-        << threadLastError();
+    void* rmh = regDmaBuf(recv, dst, 0, fd);
+    ASSERT_NE(rmh, nullptr);
     close(fd);  // the registration holds the memory
     EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMr*>(smh)->lkey), k.want ? 1 : 0);
     EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMr*>(rmh)->lkey), k.want ? 1 : 0);
@@ -1113,9 +1119,8 @@ TEST_F(IbFakeNet, DmaBufRegistrationRecordsItsFdAndCarriesData) {
   ASSERT_GE(fd, 0);
   std::vector<uint8_t> src = pattern(6000, 9), dst(8192, 0);
   void* smh = reg(send, src);
-  void* rmh = nullptr;
-  ASSERT_EQ(t->regMrDmaBuf(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, 4096, fd, &rmh), ncclSuccess)
-      << threadLastError();
+  void* rmh = regDmaBuf(recv, dst, 4096, fd);
+  ASSERT_NE(rmh, nullptr);
   std::vector<FakeIbFabric::DmaBufRecord> bufs = fabric_->dmaBufs();
   ASSERT_EQ(bufs.size(), 1u);
   EXPECT_EQ(bufs[0].fd, fd);
