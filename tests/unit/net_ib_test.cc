@@ -315,8 +315,12 @@ class IbFakeNet : public ::testing::Test {
   // registration outlives them.
   void closePair(void* send, void* smh, void* recv, void* rmh) {
     const ncclNet_v11_t* t = ibNetTable();
-    if (smh != nullptr) EXPECT_EQ(t->deregMr(send, smh), ncclSuccess);
-    if (rmh != nullptr) EXPECT_EQ(t->deregMr(recv, rmh), ncclSuccess);
+    if (smh != nullptr) {
+      EXPECT_EQ(t->deregMr(send, smh), ncclSuccess);
+    }
+    if (rmh != nullptr) {
+      EXPECT_EQ(t->deregMr(recv, rmh), ncclSuccess);
+    }
     EXPECT_EQ(t->closeSend(send), ncclSuccess);
     EXPECT_EQ(t->closeRecv(recv), ncclSuccess);
     EXPECT_EQ(fabric_->liveMrs(), 0);
@@ -683,7 +687,7 @@ TEST_F(IbFakeNet, MessagesTakeTheQueuePairsInTurn) {
     EXPECT_EQ(data[0].length, size);
     EXPECT_EQ(qpIndex(send, data[0].srcQpn), n % 4);
     EXPECT_EQ(qpIndex(recv, data[0].dstQpn), n % 4);
-    if (smh != nullptr) EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);
+    EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);  // null: nothing to release
     EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
   }
   closePair(send, nullptr, recv, nullptr);
@@ -979,7 +983,7 @@ TEST_F(IbFakeNet, ConnectRefusesAForeignHandle) {
   packIbHandle(loopbackAddr(1), handle);
   handle[3] ^= 0x40;
   void* send = nullptr;
-  IbNetCtx ctx{a_.get()};
+  IbNetCtx ctx{a_.get(), NCCL_NET_TRAFFIC_CLASS_UNDEF};
   EXPECT_EQ(ibNetTable()->connect(&ctx, 0, handle, &send, nullptr), ncclInvalidArgument);
   EXPECT_EQ(send, nullptr);
   EXPECT_NE(std::string(threadLastError()).find("magic"), std::string::npos) << threadLastError();

@@ -55,6 +55,9 @@ struct IbRequest {
 /// What the IB net's init hands a communicator as its `ctx`: the process's net and the communicator's
 /// config.trafficClass (NCCL_NET_TRAFFIC_CLASS_UNDEF when unset).
 struct IbNetCtx {
+  IbNetCtx(IbNet* n, int tc) : net(n), trafficClass(tc) {}
+  IbNetCtx(const IbNetCtx&) = delete;
+  IbNetCtx& operator=(const IbNetCtx&) = delete;
   IbNet* net = nullptr;
   int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
   /// Connector comms between two connect() calls, kept in their handles as NCCL's are: finalize releases those the
