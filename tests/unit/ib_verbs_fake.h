@@ -41,6 +41,7 @@ class FakeIbFabric {
     size_t length = 0;
     bool withImm = false;
     uint32_t imm = 0;
+    bool inlined = false;  ///< posted inline (IBV_SEND_INLINE)
   };
   /// One RDMA read as the fabric carried it: `srcQpn` read `length` bytes at `remoteAddr` through `dstQpn`.
   struct ReadRecord {

@@ -300,6 +300,7 @@ class IbFakeNet : public ::testing::Test {
     unsetenv("NCCL_IB_ADAPTIVE_ROUTING");
     unsetenv("NCCL_IB_AR_THRESHOLD");
     unsetenv("NCCL_IB_PCI_RELAXED_ORDERING");
+    unsetenv("NCCL_IB_USE_INLINE");
     unsetenv("NCCL_DMABUF_ENABLE");
     unsetenv("NCCL_GDR_FLUSH_DISABLE");
     paramsReload();
@@ -691,6 +692,39 @@ TEST_F(IbFakeNet, MessagesTakeTheQueuePairsInTurn) {
     EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
   }
   closePair(send, nullptr, recv, nullptr);
+}
+
+// NCCL_IB_USE_INLINE=1: a receiver's 32-byte receive descriptors go as inline writes (its queue pairs created to take
+// them); data writes never. By default nothing is inline. Messages arrive intact either way.
+TEST_F(IbFakeNet, UseInlineSendsReceiveDescriptorsInline) {
+  for (const char* setting : {"1", "0"}) {
+    SCOPED_TRACE(std::string("NCCL_IB_USE_INLINE=") + setting);
+    setenv("NCCL_IB_USE_INLINE", setting, 1);
+    paramsReload();
+    void *send, *recv;
+    connect(&send, &recv);
+    std::vector<uint8_t> src = pattern(3000, 4), dst(4096, 0);
+    void* smh = reg(send, src);
+    void* rmh = reg(recv, dst);
+    fabric_->clearWrites();
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 3000);
+      EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
+    }
+    size_t descs = 0, inlined = 0;
+    for (const auto& w : fabric_->writes()) {
+      const bool desc = qpIndex(recv, w.srcQpn) >= 0;
+      descs += desc;
+      inlined += w.inlined;
+      if (w.inlined) {
+        EXPECT_TRUE(desc) << "only receive descriptors go inline";
+      }
+    }
+    EXPECT_EQ(descs, 3u);
+    EXPECT_EQ(inlined, setting[0] == '1' ? 3u : 0u);
+    closePair(send, smh, recv, rmh);
+  }
+  unsetenv("NCCL_IB_USE_INLINE");
 }
 
 // Adaptive routing, as NCCL's IB net: on InfiniBand ports by default, a message above NCCL_IB_AR_THRESHOLD (8192)

@@ -60,8 +60,14 @@ class FakeIbCq : public IbCq {
 
 class FakeIbQp : public IbQp {
  public:
-  FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, std::string hca, FakeIbCq* cq, int maxSendWr, int maxRecvWr)
-      : fabric_(std::move(fabric)), hca_(std::move(hca)), cq_(cq), maxSendWr_(maxSendWr), maxRecvWr_(maxRecvWr) {
+  FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, std::string hca, FakeIbCq* cq, int maxSendWr, int maxRecvWr,
+           int maxInline)
+      : fabric_(std::move(fabric)),
+        hca_(std::move(hca)),
+        cq_(cq),
+        maxSendWr_(maxSendWr),
+        maxRecvWr_(maxRecvWr),
+        maxInline_(maxInline) {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     qpn_ = fabric_->nextQpn_++;
     fabric_->qps_[qpn_] = this;
@@ -107,6 +113,10 @@ class FakeIbQp : public IbQp {
   ncclResult_t postWrite(const IbWrite& w) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     CHORUS_CHECK(checkPost("write"));
+    if (w.inlineData && w.length > static_cast<size_t>(maxInline_)) {  // ibv_post_send refuses it, as a driver does
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: inline write of %zu bytes on QP %u (max_inline_data %d)",
+                  w.length, qpn_, maxInline_);
+    }
     complete(w.wrId, carry(w), w.length);
     return ncclSuccess;
   }
@@ -195,7 +205,9 @@ class FakeIbQp : public IbQp {
   int carry(const IbWrite& w) {
     FakeIbFabric& f = *fabric_;
     FakeIbQp* dst = nullptr;
-    if (int st = start(&f.failStatus_, w.local, w.length, w.lkey, &dst); st != kIbWcSuccess) return st;
+    // An inline write's bytes are taken as it is posted, without its lkey.
+    if (int st = start(&f.failStatus_, w.local, w.inlineData ? 0 : w.length, w.lkey, &dst); st != kIbWcSuccess)
+      return st;
     if (w.length > 0 && !f.covers(w.rkey, w.remoteAddr, w.length)) return kIbWcRemAccessErr;
     if (w.withImm && dst->recvs_.empty()) return kIbWcRnrRetryExcErr;
     if (w.length > 0) writeInOrder(reinterpret_cast<void*>(w.remoteAddr), w.local, w.length);
@@ -216,6 +228,7 @@ class FakeIbQp : public IbQp {
     rec.length = w.length;
     rec.withImm = w.withImm;
     rec.imm = w.imm;
+    rec.inlined = w.inlineData;
     f.log_.push_back(rec);
     return kIbWcSuccess;
   }
@@ -243,6 +256,7 @@ class FakeIbQp : public IbQp {
   FakeIbCq* cq_;
   int maxSendWr_;
   int maxRecvWr_;
+  int maxInline_;
   uint32_t qpn_ = 0;
   int port_ = 0;
   int pkeyIndex_ = 0;
@@ -264,8 +278,8 @@ class FakeIbHca : public IbHca {
     return ncclSuccess;
   }
 
-  ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) override {
-    out->reset(new FakeIbQp(fabric_, name_, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr));
+  ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, int maxInline, std::unique_ptr<IbQp>* out) override {
+    out->reset(new FakeIbQp(fabric_, name_, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr, maxInline));
     return ncclSuccess;
   }
 

@@ -87,6 +87,7 @@ struct IbComm {
   bool splitData = false;  ///< every message split over the queue pairs (the connector's NCCL_IB_SPLIT_DATA_ON_QPS)
   bool adaptiveRouting = false;  ///< sender: messages above arThreshold go as a plain write, then the immediate
   uint64_t arThreshold = 0;
+  bool inlineDescs = false;  ///< receiver: descriptors go as inline writes (NCCL_IB_USE_INLINE)
   /// Outstanding requests (a receiver's receives and flushes share them).
   IbRequest reqs[kIbMaxRequests];
   // GPUDirect RDMA flush (receiver only; null when flushes are off: no GPUDirect RDMA on the device, or

@@ -33,6 +33,11 @@ IntParam kIbSplitData{"NCCL_IB_SPLIT_DATA_ON_QPS", 0,
                       "IB net: 1: every message is split over the connection's queue pairs; 0: each message goes whole "
                       "on one, in turn, as in NCCL. The sender's setting rules a connection: the receiver follows it.",
                       "network"};
+IntParam kIbUseInline{"NCCL_IB_USE_INLINE", 0,
+                      "IB net: 1: a receiver's receive descriptors (32 bytes) go as inline writes, which the HCA takes "
+                      "as they are posted, without reading them from memory; 0: from registered memory, as NCCL by "
+                      "default.",
+                      "network"};
 IntParam kIbAdaptiveRouting{"NCCL_IB_ADAPTIVE_ROUTING", -2,
                             "IB net: 1: adaptive routing is on in the fabric, so a message above NCCL_IB_AR_THRESHOLD "
                             "goes as a plain RDMA write followed by a zero-length write with immediate, which the "
@@ -86,7 +91,8 @@ ncclResult_t createResources(IbComm* c, int nqps) {
   CHORUS_CHECK(c->hca->createCq(2 * kIbMaxRequests * (nqps + 1), &c->cq));
   for (int i = 0; i < nqps; ++i) {
     std::unique_ptr<IbQp> qp;
-    CHORUS_CHECK(c->hca->createQp(c->cq.get(), 2 * kIbMaxRequests + 1, kIbMaxRequests + 1, &qp));
+    CHORUS_CHECK(c->hca->createQp(c->cq.get(), 2 * kIbMaxRequests + 1, kIbMaxRequests + 1,
+                                  c->inlineDescs ? static_cast<int>(sizeof(IbRecvDesc)) : 0, &qp));
     CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/false));
     c->qps.push_back(std::move(qp));
   }
@@ -189,7 +195,7 @@ ncclResult_t createFlush(IbComm* c) {
   CHORUS_CHECK(c->hca->regMr(&c->flushSink, sizeof(c->flushSink), /*relaxed=*/false, &c->flushMr));
   std::unique_ptr<IbQp> qp;
   // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
-  CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, &qp));
+  CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, 0, &qp));
   CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/true));
   const uint32_t psn = randomPsn();
   CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, d.port.lid, d.gid, d.port.activeMtu, psn, c->trafficClass));
@@ -264,6 +270,7 @@ ncclResult_t progressAccept(IbListenComm* l, bool* up) {
         if (fin) {
           CHORUS_CHECK(checkRemote(c, 0));
           c->splitData = c->remote.splitData != 0;
+          c->inlineDescs = kIbUseInline.get() != 0;
           CHORUS_CHECK(createResources(c, static_cast<int>(c->remote.nqps)));
           CHORUS_CHECK(connectQps(c));
           CHORUS_CHECK(createFlush(c));

@@ -317,6 +317,7 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
   w.lkey = c->ctrlMr.lkey;
   w.remoteAddr = c->remoteFifoAddr + fifo * sizeof(IbRecvDesc);
   w.rkey = c->remoteFifoRkey;
+  w.inlineData = c->inlineDescs;
   ncclResult_t res = c->qps[0]->postWrite(w);
   if (res != ncclSuccess) return failComm(c, res);
   r->events = static_cast<int>(qps.count);

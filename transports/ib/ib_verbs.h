@@ -77,6 +77,9 @@ struct IbWrite {
   uint32_t rkey = 0;
   bool withImm = false;
   uint32_t imm = 0;  ///< host byte order; the backend converts for the wire
+  /// The HCA takes the bytes as the write is posted (IBV_SEND_INLINE): `lkey` is not used, `length` is at most the
+  /// queue pair's maxInline.
+  bool inlineData = false;
 };
 
 /// One signaled RDMA read of `length` bytes from remote memory into a registered local buffer.
@@ -167,8 +170,8 @@ class IbHca {
   virtual ~IbHca() = default;
   /// A completion queue of at least `depth` entries.
   virtual ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) = 0;
-  /// An RC queue pair in RESET whose completions go to `cq`.
-  virtual ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) = 0;
+  /// An RC queue pair in RESET whose completions go to `cq`, taking inline writes of up to `maxInline` bytes.
+  virtual ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, int maxInline, std::unique_ptr<IbQp>* out) = 0;
   /// Registers memory for local use and remote writes and reads: host memory, or GPU memory when a peer-memory
   /// module (nvidia_peermem) lets the HCA's driver pin it. `relaxed`: with PCIe relaxed ordering (the HCA's writes to
   /// it may pass each other; its completions still follow them), where IbVerbs::relaxedOrdering() offers it.

@@ -238,11 +238,11 @@ class RealQp : public IbQp {
 
   ncclResult_t postWrite(const IbWrite& w) override {
     return postRdma(w.wrId, w.withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, w.local, w.length, w.lkey,
-                    w.remoteAddr, w.rkey, w.imm);
+                    w.remoteAddr, w.rkey, w.imm, w.inlineData);
   }
 
   ncclResult_t postRead(const IbRead& r) override {
-    return postRdma(r.wrId, IBV_WR_RDMA_READ, r.local, r.length, r.lkey, r.remoteAddr, r.rkey, 0);
+    return postRdma(r.wrId, IBV_WR_RDMA_READ, r.local, r.length, r.lkey, r.remoteAddr, r.rkey, 0, false);
   }
 
   ncclResult_t postRecv(uint64_t wrId) override {
@@ -257,10 +257,10 @@ class RealQp : public IbQp {
   }
 
  private:
-  // Posts one signaled RDMA write (with immediate data `imm`, host order, for IBV_WR_RDMA_WRITE_WITH_IMM) or read of
-  // `length` bytes between local memory and the remote address.
+  // Posts one signaled RDMA write (with immediate data `imm`, host order, for IBV_WR_RDMA_WRITE_WITH_IMM; its bytes
+  // taken at once with `inlineData`) or read of `length` bytes between local memory and the remote address.
   ncclResult_t postRdma(uint64_t wrId, ibv_wr_opcode opcode, const void* local, size_t length, uint32_t lkey,
-                        uint64_t remoteAddr, uint32_t rkey, uint32_t imm) {
+                        uint64_t remoteAddr, uint32_t rkey, uint32_t imm, bool inlineData) {
     ibv_sge sge;
     sge.addr = reinterpret_cast<uintptr_t>(local);
     sge.length = static_cast<uint32_t>(length);
@@ -271,7 +271,7 @@ class RealQp : public IbQp {
     wr.sg_list = length > 0 ? &sge : nullptr;
     wr.num_sge = length > 0 ? 1 : 0;
     wr.opcode = opcode;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.send_flags = IBV_SEND_SIGNALED | (inlineData ? IBV_SEND_INLINE : 0);
     if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
     wr.wr.rdma.remote_addr = remoteAddr;
     wr.wr.rdma.rkey = rkey;
@@ -315,7 +315,7 @@ class RealHca : public IbHca {
     return ncclSuccess;
   }
 
-  ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, std::unique_ptr<IbQp>* out) override {
+  ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, int maxInline, std::unique_ptr<IbQp>* out) override {
     ibv_qp_init_attr a;
     memset(&a, 0, sizeof(a));
     a.send_cq = a.recv_cq = static_cast<RealCq*>(cq)->cq();
@@ -324,6 +324,7 @@ class RealHca : public IbHca {
     a.cap.max_recv_wr = static_cast<uint32_t>(maxRecvWr);
     a.cap.max_send_sge = 1;
     a.cap.max_recv_sge = 1;
+    a.cap.max_inline_data = static_cast<uint32_t>(maxInline);
     ibv_qp* qp = api_->createQp(pd_, &a);
     if (qp == nullptr) {
       CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_create_qp on %s failed: %s", name_.c_str(),
