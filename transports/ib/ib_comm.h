@@ -2,16 +2,15 @@
 //
 // A connection is one sender and one receiver comm, each with its own CQ and `nqps` RC queue pairs connected pairwise.
 // Data flows as NCCL's IB net moves it:
-//  1. irecv posts one zero-length receive on every queue pair, then RDMA-writes a receive descriptor (address, rkey,
-//     size, tag, sequence number; IbRecvDesc) into the next slot of the sender's receive FIFO (the sender's control
-//     memory, registered for remote writes).
+//  1. irecv posts one zero-length receive on each queue pair its message will use (2.), then RDMA-writes (inline with
+//     NCCL_IB_USE_INLINE) a receive descriptor (address, rkey, size, tag, sequence number; IbRecvDesc) into the next
+//     slot of the sender's receive FIFO (the sender's control memory, registered for remote writes).
 //  2. isend returns a null request until the descriptor for its message has arrived in its FIFO; then it posts the
 //     message as one RDMA write with immediate, carrying the message's size as immediate data. As NCCL's: message n
 //     goes whole on queue pair n mod nqps (NCCL_IB_SPLIT_DATA_ON_QPS=0, the default), or split over every queue pair
 //     (=1: one write each, a zero-length one where a pair's share is empty). Under adaptive routing (InfiniBand ports,
 //     NCCL_IB_ADAPTIVE_ROUTING) a message above NCCL_IB_AR_THRESHOLD goes as a plain RDMA write of the data followed
 //     by a zero-length write with immediate on the same queue pair, which the fabric may then route packet by packet.
-//     The receiver posts its receives on the queue pairs its message will use (irecv n: the same n mod nqps).
 //  3. test() polls the comm's CQ: a send is done when its writes completed on every queue pair it used, a receive when
 //     each of those delivered its immediate (writes on one queue pair land in order, so the immediate on a queue pair
 //     follows that pair's data); the receive's size is the immediate's value. An error completion fails the comm but
