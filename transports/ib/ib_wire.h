@@ -19,7 +19,7 @@ constexpr int kIbMaxRequests = NCCL_NET_MAX_REQUESTS;
 /// Largest NCCL_IB_QPS_PER_CONNECTION honoured.
 constexpr int kIbMaxQps = 16;
 /// Identifies an IB net handle and handshake ("chorusIB" plus a format version in the low byte).
-constexpr uint64_t kIbMagic = 0x63686f7275734901ull;
+constexpr uint64_t kIbMagic = 0x63686f7275734902ull;  // 2: IbConnInfo carries splitData
 
 /// The connector's progress between connect() calls. It lives inside the caller's handle buffer, as NCCL's IB net
 /// keeps it, because connect() is called again with the same handle until the connection is up.
