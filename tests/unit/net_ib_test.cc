@@ -743,6 +743,8 @@ TEST_F(IbFakeNet, AdaptiveRoutingSendsTheImmediateAfterTheData) {
       {IbLinkLayer::kInfiniband, nullptr, nullptr, 8193, true},
       {IbLinkLayer::kInfiniband, nullptr, "65536", 65536, false},
       {IbLinkLayer::kInfiniband, nullptr, "65536", 65537, true},
+      {IbLinkLayer::kInfiniband, nullptr, "-2", 8192, false},
+      {IbLinkLayer::kInfiniband, nullptr, "-2", 8193, true},
       {IbLinkLayer::kInfiniband, "0", nullptr, 1 << 20, false},
       {IbLinkLayer::kEthernet, nullptr, nullptr, 1 << 20, false},
       {IbLinkLayer::kEthernet, "1", nullptr, 1 << 20, true},

@@ -46,7 +46,7 @@ IntParam kIbAdaptiveRouting{"NCCL_IB_ADAPTIVE_ROUTING", -2,
                             "network"};
 IntParam kIbArThreshold{"NCCL_IB_AR_THRESHOLD", 8192,
                         "IB net, adaptive routing: messages larger than this many bytes go as a plain RDMA write and "
-                        "then the immediate.",
+                        "then the immediate (-2: the default, as in NCCL).",
                         "network"};
 IntParam kIbSl{"NCCL_IB_SL", 0,
                "IB net: InfiniBand service level of the queue pairs (0-15). Unset: the communicator's "
@@ -413,7 +413,9 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     // As NCCL's: on for InfiniBand ports unless NCCL_IB_ADAPTIVE_ROUTING says otherwise.
     c->adaptiveRouting = kIbAdaptiveRouting.get() != -2 ? kIbAdaptiveRouting.get() != 0
                                                         : net->device(dev).port.linkLayer == IbLinkLayer::kInfiniband;
-    c->arThreshold = static_cast<uint64_t>(std::max<int64_t>(0, kIbArThreshold.get()));
+    // As NCCL's: -2 keeps the default.
+    const int64_t arThreshold = kIbArThreshold.get();
+    c->arThreshold = static_cast<uint64_t>(arThreshold == -2 ? 8192 : std::max<int64_t>(0, arThreshold));
     // The listener exists before its handle is handed out, so the kernel completes this TCP handshake without the
     // acceptor's help: the wait is one round trip, and a refusal ends it at once (no retries).
     IoResult r = Socket::connect(to, Deadline::fromEnv(), nullptr, &c->sock, [](int) { return true; });
