@@ -301,6 +301,9 @@ class IbFakeNet : public ::testing::Test {
     unsetenv("NCCL_IB_AR_THRESHOLD");
     unsetenv("NCCL_IB_PCI_RELAXED_ORDERING");
     unsetenv("NCCL_IB_USE_INLINE");
+    unsetenv("NCCL_IB_FIFO_TC");
+    unsetenv("NCCL_IB_TC");
+    unsetenv("NCCL_IB_SL");
     unsetenv("NCCL_DMABUF_ENABLE");
     unsetenv("NCCL_GDR_FLUSH_DISABLE");
     paramsReload();
@@ -692,6 +695,48 @@ TEST_F(IbFakeNet, MessagesTakeTheQueuePairsInTurn) {
     EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
   }
   closePair(send, nullptr, recv, nullptr);
+}
+
+// NCCL_IB_FIFO_TC, as NCCL: on RoCE a receiver's queue pairs (which send its receive descriptors) take it, the sender's
+// keep NCCL_IB_TC; on InfiniBand it is not used; unset, both sides take NCCL_IB_TC.
+TEST_F(IbFakeNet, FifoTrafficClassIsTheReceiversOnRoce) {
+  struct Case {
+    IbLinkLayer ll;
+    const char* fifoTc;
+    int sendTc, recvTc;
+  };
+  setenv("NCCL_IB_TC", "41", 1);
+  for (const Case& k : {Case{IbLinkLayer::kEthernet, "106", 41, 106}, Case{IbLinkLayer::kEthernet, nullptr, 41, 41},
+                        Case{IbLinkLayer::kInfiniband, "106", 41, 41}}) {
+    SCOPED_TRACE(std::string(k.ll == IbLinkLayer::kEthernet ? "RoCE" : "InfiniBand") +
+                 ", NCCL_IB_FIFO_TC=" + (k.fifoTc ? k.fifoTc : "(unset)"));
+    if (k.fifoTc != nullptr) {
+      setenv("NCCL_IB_FIFO_TC", k.fifoTc, 1);
+    } else {
+      unsetenv("NCCL_IB_FIFO_TC");
+    }
+    paramsReload();
+    const size_t before = fabric_->rtrs().size();
+    void *send, *recv;
+    connect(&send, &recv, k.ll);
+    const std::vector<FakeIbFabric::RtrRecord> rtrs = fabric_->rtrs();
+    size_t sendQps = 0, recvQps = 0;
+    for (size_t i = before; i < rtrs.size(); ++i) {
+      if (qpIndex(send, rtrs[i].qpn) >= 0) {
+        EXPECT_EQ(rtrs[i].trafficClass, k.sendTc);
+        sendQps++;
+      } else if (qpIndex(recv, rtrs[i].qpn) >= 0) {
+        EXPECT_EQ(rtrs[i].trafficClass, k.recvTc);
+        recvQps++;
+      }
+    }
+    EXPECT_EQ(sendQps, 1u);
+    EXPECT_EQ(recvQps, 1u);
+    closePair(send, nullptr, recv, nullptr);
+  }
+  unsetenv("NCCL_IB_TC");
+  unsetenv("NCCL_IB_FIFO_TC");
+  paramsReload();
 }
 
 // NCCL_IB_USE_INLINE=1: a receiver's 32-byte receive descriptors go as inline writes (its queue pairs created to take

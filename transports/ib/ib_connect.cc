@@ -52,6 +52,10 @@ IntParam kIbSl{"NCCL_IB_SL", 0,
                "IB net: InfiniBand service level of the queue pairs (0-15). Unset: the communicator's "
                "config.trafficClass where set, as in NCCL, else 0.",
                "network"};
+IntParam kIbFifoTc{"NCCL_IB_FIFO_TC", -1,
+                   "IB net, RoCE: traffic class of a receiver's queue pairs, which carry its receive descriptors (and "
+                   "the ACKs of the data), as NCCL sets its clear-to-send queue pairs' (0-255); -1: as NCCL_IB_TC.",
+                   "network"};
 IntParam kIbPkey{"NCCL_IB_PKEY", 0, "IB net: the partition key index of the queue pairs (0-65535), as in NCCL.",
                  "network"};
 IntParam kIbTc{"NCCL_IB_TC", 0,
@@ -151,9 +155,10 @@ ncclResult_t checkRemote(IbComm* c, int expectQps) {
 }
 
 // Moves `qp` on device `d` to RTR towards remote queue pair `qpn` (first PSN `remotePsn`) at `lid`/`gid` on a port of
-// MTU code `mtu`, then to RTS with first PSN `psn`.
+// MTU code `mtu`, then to RTS with first PSN `psn`. `trafficClass` is the communicator's config.trafficClass;
+// `fixedTc` (0-255), where not -1, is the queue pair's traffic class whatever the settings.
 ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remotePsn, int lid, const IbGid& gid,
-                       int mtu, uint32_t psn, int trafficClass) {
+                       int mtu, uint32_t psn, int trafficClass, int fixedTc = -1) {
   IbRtrAttr rtr;
   rtr.remoteQpn = qpn;
   rtr.remotePsn = remotePsn;
@@ -164,7 +169,7 @@ ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remot
   rtr.localGidIndex = d.gidIndex;
   rtr.mtu = d.port.activeMtu < mtu ? d.port.activeMtu : mtu;
   rtr.sl = qpClass(kIbSl, trafficClass, 15);
-  rtr.trafficClass = qpClass(kIbTc, trafficClass, 255);
+  rtr.trafficClass = fixedTc != -1 ? fixedTc : qpClass(kIbTc, trafficClass, 255);
   CHORUS_CHECK(qp->toRtr(d.port.port, rtr));
   IbRtsAttr rts;
   rts.psn = psn;
@@ -177,9 +182,13 @@ ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remot
 ncclResult_t connectQps(IbComm* c) {
   const IbDevice& d = c->net->device(c->dev);
   const IbConnInfo& r = c->remote;
+  // As NCCL: on RoCE a receiver's queue pairs, which send its receive descriptors, take NCCL_IB_FIFO_TC where set.
+  const int fixedTc = !c->isSend && d.port.linkLayer == IbLinkLayer::kEthernet && kIbFifoTc.get() != -1
+                          ? static_cast<int>(clampParam(kIbFifoTc, 0, 255))
+                          : -1;
   for (size_t i = 0; i < c->qps.size(); ++i) {
-    CHORUS_CHECK(
-        connectQp(d, c->qps[i].get(), r.qpn[i], r.psn[i], r.lid, r.gid, r.mtu, c->local.psn[i], c->trafficClass));
+    CHORUS_CHECK(connectQp(d, c->qps[i].get(), r.qpn[i], r.psn[i], r.lid, r.gid, r.mtu, c->local.psn[i],
+                           c->trafficClass, fixedTc));
   }
   c->remoteFifoAddr = r.ctrlAddr;
   c->remoteFifoRkey = r.ctrlRkey;
