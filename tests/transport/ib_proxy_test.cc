@@ -32,6 +32,12 @@ class IbProxy : public testing::Test {
     if (chorus::ibNet() == nullptr) GTEST_SKIP() << "chorus was built without verbs";
     ASSERT_TRUE(ib_.ok()) << ib_.why();
     env_.select(Transport::kIbFake);
+    // The tests count writes and queue pair classes on the fabric: the settings that shape them start at their
+    // defaults, whatever the caller's environment says.
+    for (const char* name :
+         {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_ADAPTIVE_ROUTING", "NCCL_IB_AR_THRESHOLD",
+          "NCCL_IB_USE_INLINE", "NCCL_IB_FIFO_TC", "NCCL_IB_TC", "NCCL_IB_SL", "CHORUS_NET_SLOT_TRAILER"})
+      env_.unset(name);
   }
   void TearDown() override {
     if (IsSkipped()) return;

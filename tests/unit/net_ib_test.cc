@@ -287,9 +287,12 @@ class IbFakeNet : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-    unsetenv("NCCL_IB_QPS_PER_CONNECTION");
-    unsetenv("NCCL_IB_HCA");
-    unsetenv("NCCL_IB_GID_INDEX");
+    // The settings the tests count on start at their defaults, whatever the caller's environment says.
+    for (const char* name :
+         {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_SPLIT_DATA_ON_QPS",
+          "NCCL_IB_ADAPTIVE_ROUTING", "NCCL_IB_AR_THRESHOLD", "NCCL_IB_USE_INLINE", "NCCL_IB_PCI_RELAXED_ORDERING",
+          "NCCL_IB_FIFO_TC", "NCCL_IB_TC", "NCCL_IB_SL"})
+      unsetenv(name);
     paramsReload();
     fabric_ = std::make_shared<FakeIbFabric>();
   }
