@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/debug.h"
@@ -409,6 +410,18 @@ class IbFakeNet : public ::testing::Test {
   bool relaxedOrdering_ = false;  // hosts made from now on offer PCIe relaxed ordering
 };
 
+// Sets each variable to its value, or unsets it where the value is null, and reloads the parameters.
+void setSettings(std::initializer_list<std::pair<const char*, const char*>> settings) {
+  for (const auto& [name, value] : settings) {
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  paramsReload();
+}
+
 std::vector<uint8_t> pattern(size_t n, int seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed * 7 + (i >> 9));
@@ -713,12 +726,7 @@ TEST_F(IbFakeNet, FifoTrafficClassIsTheReceiversOnRoce) {
                         Case{IbLinkLayer::kInfiniband, "106", 41, 41}}) {
     SCOPED_TRACE(std::string(k.ll == IbLinkLayer::kEthernet ? "RoCE" : "InfiniBand") +
                  ", NCCL_IB_FIFO_TC=" + (k.fifoTc ? k.fifoTc : "(unset)"));
-    if (k.fifoTc != nullptr) {
-      setenv("NCCL_IB_FIFO_TC", k.fifoTc, 1);
-    } else {
-      unsetenv("NCCL_IB_FIFO_TC");
-    }
-    paramsReload();
+    setSettings({{"NCCL_IB_FIFO_TC", k.fifoTc}});
     const size_t before = fabric_->rtrs().size();
     void *send, *recv;
     connect(&send, &recv, k.ll);
@@ -801,14 +809,7 @@ TEST_F(IbFakeNet, AdaptiveRoutingSendsTheImmediateAfterTheData) {
     SCOPED_TRACE(std::string(k.ll == IbLinkLayer::kInfiniband ? "InfiniBand" : "RoCE") + ", NCCL_IB_ADAPTIVE_ROUTING=" +
                  (k.ar ? k.ar : "(unset)") + ", NCCL_IB_AR_THRESHOLD=" + (k.threshold ? k.threshold : "(unset)") +
                  ", " + std::to_string(k.size) + " bytes");
-    for (auto [name, value] : {std::pair{"NCCL_IB_ADAPTIVE_ROUTING", k.ar}, {"NCCL_IB_AR_THRESHOLD", k.threshold}}) {
-      if (value != nullptr) {
-        setenv(name, value, 1);
-      } else {
-        unsetenv(name);
-      }
-    }
-    paramsReload();
+    setSettings({{"NCCL_IB_ADAPTIVE_ROUTING", k.ar}, {"NCCL_IB_AR_THRESHOLD", k.threshold}});
     void *send, *recv;
     connect(&send, &recv, k.ll);
     std::vector<uint8_t> src = pattern(k.size, 5), dst(k.size, 0);
@@ -857,14 +858,7 @@ TEST_F(IbFakeNet, ServiceLevelAndTrafficClassFollowTheConfigUnlessSet) {
   for (const Case& k : cases) {
     SCOPED_TRACE("config.trafficClass " + std::to_string(k.configClass) + ", NCCL_IB_SL " + (k.sl ? k.sl : "-") +
                  ", NCCL_IB_TC " + (k.tc ? k.tc : "-"));
-    for (auto [name, value] : {std::pair{"NCCL_IB_SL", k.sl}, std::pair{"NCCL_IB_TC", k.tc}}) {
-      if (value != nullptr) {
-        setenv(name, value, 1);
-      } else {
-        unsetenv(name);
-      }
-    }
-    paramsReload();
+    setSettings({{"NCCL_IB_SL", k.sl}, {"NCCL_IB_TC", k.tc}});
     a_ = makeHost(1);
     b_ = makeHost(2);
     void *send = nullptr, *recv = nullptr;
@@ -1171,12 +1165,7 @@ TEST_F(IbFakeNet, DataRegistrationsAskForRelaxedOrderingWhereOffered) {
                         Case{false, nullptr, false}, Case{false, "1", false}}) {
     SCOPED_TRACE(std::string(k.offered ? "offered" : "not offered") +
                  ", NCCL_IB_PCI_RELAXED_ORDERING=" + (k.setting ? k.setting : "(unset)"));
-    if (k.setting != nullptr) {
-      setenv("NCCL_IB_PCI_RELAXED_ORDERING", k.setting, 1);
-    } else {
-      unsetenv("NCCL_IB_PCI_RELAXED_ORDERING");
-    }
-    paramsReload();
+    setSettings({{"NCCL_IB_PCI_RELAXED_ORDERING", k.setting}});
     relaxedOrdering_ = k.offered;
     void *send, *recv;
     connect(&send, &recv);
