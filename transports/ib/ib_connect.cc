@@ -44,7 +44,8 @@ IntParam kIbAdaptiveRouting{"NCCL_IB_ADAPTIVE_ROUTING", -2,
                             "fabric may route packet by packet; 0: one write with immediate; -2: on for InfiniBand "
                             "ports, off for RoCE, as in NCCL.",
                             "network"};
-IntParam kIbArThreshold{"NCCL_IB_AR_THRESHOLD", 8192,
+constexpr int64_t kIbArThresholdDefault = 8192;  // NCCL's
+IntParam kIbArThreshold{"NCCL_IB_AR_THRESHOLD", kIbArThresholdDefault,
                         "IB net, adaptive routing: messages larger than this many bytes go as a plain RDMA write and "
                         "then the immediate (-2: the default, as in NCCL).",
                         "network"};
@@ -424,7 +425,8 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
                                                         : net->device(dev).port.linkLayer == IbLinkLayer::kInfiniband;
     // As NCCL's: -2 keeps the default.
     const int64_t arThreshold = kIbArThreshold.get();
-    c->arThreshold = static_cast<uint64_t>(arThreshold == -2 ? 8192 : std::max<int64_t>(0, arThreshold));
+    c->arThreshold =
+        static_cast<uint64_t>(arThreshold == -2 ? kIbArThresholdDefault : std::max<int64_t>(0, arThreshold));
     // The listener exists before its handle is handed out, so the kernel completes this TCP handshake without the
     // acceptor's help: the wait is one round trip, and a refusal ends it at once (no retries).
     IoResult r = Socket::connect(to, Deadline::fromEnv(), nullptr, &c->sock, [](int) { return true; });

@@ -79,17 +79,18 @@ ncclResult_t failedResult(IbComm* c) {
 // a request whose completions had all arrived stays done (a receive whose data landed before its sender closed, where
 // the next receive's descriptor write then failed), the others can no longer complete. Only the first error is
 // reported; the work requests a queue pair in error flushes after it are not news.
-ncclResult_t onCompletion(IbComm* c, const IbWc& wc) {
+void onCompletion(IbComm* c, const IbWc& wc) {
   IbWrKind kind = ibWrKind(wc.wrId);
   uint32_t slot = ibWrSlot(wc.wrId);
   if (wc.status != kIbWcSuccess) {
-    if (c->failed != ncclSuccess) return failedResult(c);
+    if (c->failed != ncclSuccess) return;
     setLastError(nullptr, "NET/IB: %s: %s on queue pair %u failed: %s (status %d, vendor error 0x%x)",
                  ibCommText(c).c_str(), wrKindText(kind), wc.qpn, c->net->verbs().statusText(wc.status), wc.status,
                  wc.vendorErr);
-    return failComm(c, ncclSystemError);
+    failComm(c, ncclSystemError);
+    return;
   }
-  if (kind == IbWrKind::kFifo) return ncclSuccess;  // the descriptor arrived; nothing waits for this
+  if (kind == IbWrKind::kFifo) return;  // the descriptor arrived; nothing waits for this
   // Senders see only their data writes; receivers their receives (each consumed by an immediate) and flush reads.
   bool ok = slot < static_cast<uint32_t>(kIbMaxRequests) && c->reqs[slot].used && c->reqs[slot].events > 0 &&
             (kind == IbWrKind::kData) == c->isSend && (kind == IbWrKind::kRecv) == wc.recvImm &&
@@ -97,32 +98,36 @@ ncclResult_t onCompletion(IbComm* c, const IbWc& wc) {
   if (!ok) {
     setLastError(nullptr, "NET/IB: %s: unexpected completion (work request 0x%llx, queue pair %u)",
                  ibCommText(c).c_str(), static_cast<unsigned long long>(wc.wrId), wc.qpn);
-    return failComm(c, ncclInternalError);
+    failComm(c, ncclInternalError);
+    return;
   }
   IbRequest& r = c->reqs[slot];
   if (kind == IbWrKind::kRecv) {
     if (r.sizeKnown && r.size != wc.imm) {
       setLastError(nullptr, "NET/IB: %s: queue pairs disagree on a message's size (%zu and %u bytes)",
                    ibCommText(c).c_str(), r.size, wc.imm);
-      return failComm(c, ncclInternalError);
+      failComm(c, ncclInternalError);
+      return;
     }
     r.size = wc.imm;
     r.sizeKnown = true;
   }
   r.events--;
-  return ncclSuccess;
 }
 
-// Takes every completion the comm's CQ holds; returns the comm's state.
-ncclResult_t pollComm(IbComm* c) {
+// Takes every completion the comm's CQ holds; a failure (of the poll or of a completion) is left in c->failed.
+void pollComm(IbComm* c) {
   constexpr int kBatch = 16;
   IbWc wcs[kBatch];
   for (;;) {
     int n = 0;
     ncclResult_t res = c->cq->poll(kBatch, wcs, &n);
-    if (res != ncclSuccess) return failComm(c, res);
+    if (res != ncclSuccess) {
+      failComm(c, res);
+      return;
+    }
     for (int i = 0; i < n; ++i) onCompletion(c, wcs[i]);  // every one taken is applied, after an error too
-    if (n < kBatch) return c->failed;
+    if (n < kBatch) return;
   }
 }
 

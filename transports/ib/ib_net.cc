@@ -187,17 +187,15 @@ ncclResult_t IbNet::discover(std::string* why) {
          d.port.port, d.peerMemory ? "yes" : "no", peerWhy.c_str(), d.dmaBuf ? "yes" : "no",
          d.dmaBuf && kDmaBufEnable.get() == 0 ? " (not used: NCCL_DMABUF_ENABLE=0)" : "");
   }
-  if (!devices_.empty()) {
+  if (devices_.empty()) {
+    summary_ = "NET/IB: no usable port (" + std::string(verbs_->name()) + " lists " + std::to_string(ports.size()) +
+               " port(s)" + (spec.empty() ? "" : ", NCCL_IB_HCA=" + spec) + ")";
+  } else {
     const int64_t mode = kIbRelaxedOrdering.get();
     std::string roWhy = "NCCL_IB_PCI_RELAXED_ORDERING=0";
     relaxedOrdering_ = (mode == 1 || mode == 2) && verbs_->relaxedOrdering(&roWhy);
     INFO(kNet | kInit, "NET/IB: PCIe relaxed ordering on data registrations: %s (%s)", relaxedOrdering_ ? "yes" : "no",
          roWhy.c_str());
-  }
-  if (devices_.empty()) {
-    summary_ = "NET/IB: no usable port (" + std::string(verbs_->name()) + " lists " + std::to_string(ports.size()) +
-               " port(s)" + (spec.empty() ? "" : ", NCCL_IB_HCA=" + spec) + ")";
-  } else {
     summary_ = "NET/IB: " + std::to_string(ndev()) + " device(s):";
     for (const IbDevice& d : devices_) summary_ += " " + d.name + ":" + std::to_string(d.port.port);
   }
