@@ -3,7 +3,8 @@
 // an RDMA read a memcpy out of it (which may be the reading queue pair's own, connected to itself), completion queues
 // are plain queues, and the fabric checks what real hardware would (queue pair states, keys and bounds of both memory
 // regions, remote read access of the responder, a posted receive for every immediate, CQ overruns), reporting a
-// violation as an error completion the way an HCA does.
+// violation as an error completion the way an HCA does. Each opened HCA is its own protection domain: a key works only
+// on queue pairs of the HCA that registered it, and a queue pair only on a CQ of its HCA.
 //
 // GPUDirect RDMA is made up: whether a peer-memory module is "loaded" and whether HCAs take dma-buf registrations are
 // flags a test sets. A dma-buf registration needs an open file descriptor and covers [iova, iova + size) of host
@@ -38,6 +39,7 @@ class FakeIbFabric {
     uint32_t srcQpn = 0;
     std::string srcHca;  ///< the HCA of the queue pair that wrote
     uint32_t dstQpn = 0;
+    std::string dstHca;  ///< the HCA of the queue pair written to
     size_t length = 0;
     bool withImm = false;
     uint32_t imm = 0;
@@ -56,6 +58,8 @@ class FakeIbFabric {
     int sl = 0;
     int trafficClass = 0;
     int pkeyIndex = 0;
+    IbGid remoteGid;  ///< where it sends: the peer's port
+    int remoteLid = 0;
   };
   /// One dma-buf registration.
   struct DmaBufRecord {
@@ -96,8 +100,9 @@ class FakeIbFabric {
     uint64_t addr;
     size_t size;
     bool relaxed;
+    const void* pd;  // the HCA that made it: only its queue pairs may use the key
   };
-  bool covers(uint32_t key, uint64_t addr, size_t len) const;  // mu_ held
+  bool covers(uint32_t key, const void* pd, uint64_t addr, size_t len) const;  // mu_ held
 
   mutable std::mutex mu_;
   uint32_t nextQpn_ = 0x100;

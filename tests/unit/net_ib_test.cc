@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -268,17 +269,23 @@ SockAddr loopbackAddr(int port) {
 TEST(IbHandle, RoundTripsAndRefusesBadMagic) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   memset(handle, 0x5a, sizeof(handle));
-  packIbHandle(loopbackAddr(4321), handle);
+  packIbHandle(loopbackAddr(4321), 3, handle);
   SockAddr back;
+  int ports = 0;
   std::string why;
-  ASSERT_TRUE(unpackIbHandle(handle, &back, &why)) << why;
+  ASSERT_TRUE(unpackIbHandle(handle, &back, &ports, &why)) << why;
   EXPECT_EQ(back.str(), "127.0.0.1:4321");
+  EXPECT_EQ(ports, 3);
   EXPECT_EQ(ibHandleStage(handle).comm, nullptr);
   for (size_t i = sizeof(IbHandle); i < sizeof(handle); ++i) ASSERT_EQ(handle[i], 0) << "byte " << i;
 
   handle[0] ^= 1;
-  EXPECT_FALSE(unpackIbHandle(handle, &back, &why));
+  EXPECT_FALSE(unpackIbHandle(handle, &back, &ports, &why));
   EXPECT_NE(why.find("magic"), std::string::npos) << why;
+
+  packIbHandle(loopbackAddr(4321), kIbMaxDevs + 1, handle);
+  EXPECT_FALSE(unpackIbHandle(handle, &back, &ports, &why));
+  EXPECT_NE(why.find("ports"), std::string::npos) << why;
 }
 
 // ---- the fake-verbs exchange ----------------------------------------------------------------
@@ -334,35 +341,43 @@ class IbFakeNet : public ::testing::Test {
     EXPECT_EQ(fabric_->liveMrs(), 0);
   }
 
-  std::unique_ptr<IbNet> makeHost(int n, IbLinkLayer ll = IbLinkLayer::kEthernet) {
-    IbPortDesc p = fakeIbPort("mlx5_0", 1, n);
-    p.linkLayer = ll;
-    auto verbs = std::make_unique<FakeIbVerbs>(fabric_, std::vector<IbPortDesc>{p});
+  // Host `n`: `hcas` HCAs of one port each (mlx5_0, mlx5_1, ...; port i's GID is 10.0.0.n, or 10.0.0.(10n + i)
+  // where there are several).
+  std::unique_ptr<IbNet> makeHost(int n, IbLinkLayer ll = IbLinkLayer::kEthernet, int hcas = 1) {
+    std::vector<IbPortDesc> ports;
+    for (int i = 0; i < hcas; ++i) {
+      IbPortDesc p = fakeIbPort("mlx5_" + std::to_string(i), 1, hcas == 1 ? n : 10 * n + i);
+      p.linkLayer = ll;
+      if (hcas > 1) p.lid = 10 * n + i;
+      ports.push_back(p);
+    }
+    auto verbs = std::make_unique<FakeIbVerbs>(fabric_, ports);
     verbs->setPeerMemory(peerMemory_);
     verbs->setDmaBuf(dmaBuf_);
     verbs->setRelaxedOrdering(relaxedOrdering_);
     auto net = std::make_unique<IbNet>(std::move(verbs));
     std::string why;
     EXPECT_EQ(net->discover(&why), ncclSuccess) << why;
-    EXPECT_EQ(net->ndev(), 1);
+    EXPECT_EQ(net->ndev(), hcas);
     return net;
   }
 
   // Connects a sender on `a` to a receiver on `b`, each for a communicator of config.trafficClass `trafficClass`; the
   // results of connect and accept come back.
+  // `devA` and `devB` are the net devices of each side.
   void connectPair(IbNet* a, IbNet* b, void** send, void** recv, ncclResult_t* sendRes, ncclResult_t* recvRes,
-                   int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF) {
+                   int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF, int devA = 0, int devB = 0) {
     const ncclNet_v11_t* t = ibNetTable();
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     void* listen = nullptr;
     IbNetCtx actx{a, trafficClass}, bctx{b, trafficClass};
-    ASSERT_EQ(t->listen(&bctx, 0, handle, &listen), ncclSuccess);
+    ASSERT_EQ(t->listen(&bctx, devB, handle, &listen), ncclSuccess);
     *send = *recv = nullptr;
     *sendRes = *recvRes = ncclSuccess;
     auto end = Clock::now() + kDeadline;
     while ((*send == nullptr && *sendRes == ncclSuccess) || (*recv == nullptr && *recvRes == ncclSuccess)) {
       ASSERT_LT(Clock::now(), end) << "connection setup did not finish";
-      if (*send == nullptr && *sendRes == ncclSuccess) *sendRes = t->connect(&actx, 0, handle, send, nullptr);
+      if (*send == nullptr && *sendRes == ncclSuccess) *sendRes = t->connect(&actx, devA, handle, send, nullptr);
       if (*recv == nullptr && *recvRes == ncclSuccess) *recvRes = t->accept(listen, recv, nullptr);
       if (*sendRes != ncclSuccess && *recvRes == ncclSuccess && *recv == nullptr) break;  // nobody will connect
     }
@@ -713,6 +728,166 @@ TEST_F(IbFakeNet, MessagesTakeTheQueuePairsInTurn) {
   closePair(send, nullptr, recv, nullptr);
 }
 
+// The net device spanning every port of `net` (makeVDevice), or its one port.
+int mergeAll(IbNet* net) {
+  ncclNetVDeviceProps_v11_t props{};
+  for (int p = 0; p < net->nports(); ++p) props.devs[props.ndevs++] = p;
+  int dev = -1;
+  EXPECT_EQ(net->makeVDevice(props, &dev), ncclSuccess) << threadLastError();
+  return dev;
+}
+
+// Merged devices (NCCL's virtual NICs): a connection has NCCL_IB_QPS_PER_CONNECTION queue pairs for each port of the
+// side with more, queue pair i on each side's port i mod ports, each addressed to its peer's port; messages take the
+// pairs in turn, so they go out of and into every port, with each port's keys (the fake refuses a key of another HCA).
+TEST_F(IbFakeNet, MergedDevicesSpreadMessagesOverTheirPorts) {
+  struct Case {
+    int aPorts, bPorts;
+    const char* qpsPerConn;
+    const char* split;
+  };
+  for (const Case& k : {Case{2, 2, nullptr, nullptr}, Case{2, 1, nullptr, nullptr}, Case{1, 2, nullptr, nullptr},
+                        Case{4, 3, "2", nullptr}, Case{3, 2, nullptr, "1"}}) {
+    SCOPED_TRACE(std::to_string(k.aPorts) + " ports to " + std::to_string(k.bPorts) +
+                 ", NCCL_IB_QPS_PER_CONNECTION=" + (k.qpsPerConn ? k.qpsPerConn : "(unset)") +
+                 ", NCCL_IB_SPLIT_DATA_ON_QPS=" + (k.split ? k.split : "(unset)"));
+    setSettings({{"NCCL_IB_QPS_PER_CONNECTION", k.qpsPerConn}, {"NCCL_IB_SPLIT_DATA_ON_QPS", k.split}});
+    a_ = makeHost(1, IbLinkLayer::kEthernet, k.aPorts);
+    b_ = makeHost(2, IbLinkLayer::kEthernet, k.bPorts);
+    const int devA = mergeAll(a_.get()), devB = mergeAll(b_.get());
+    EXPECT_EQ(devA, k.aPorts > 1 ? k.aPorts : 0);
+    const size_t rtrsBefore = fabric_->rtrs().size();
+    void *send, *recv;
+    ncclResult_t sr, rr;
+    connectPair(a_.get(), b_.get(), &send, &recv, &sr, &rr, NCCL_NET_TRAFFIC_CLASS_UNDEF, devA, devB);
+    ASSERT_EQ(sr, ncclSuccess) << threadLastError();
+    ASSERT_EQ(rr, ncclSuccess) << threadLastError();
+    const size_t nqps = static_cast<size_t>((k.qpsPerConn ? 2 : 1) * std::max(k.aPorts, k.bPorts));
+    ASSERT_EQ(static_cast<IbComm*>(send)->qps.size(), nqps);
+    ASSERT_EQ(static_cast<IbComm*>(recv)->qps.size(), nqps);
+    // Each queue pair is addressed to the port its peer queue pair is on.
+    const std::vector<FakeIbFabric::RtrRecord> rtrs = fabric_->rtrs();
+    for (size_t i = rtrsBefore; i < rtrs.size(); ++i) {
+      const int si = qpIndex(send, rtrs[i].qpn), ri = qpIndex(recv, rtrs[i].qpn);
+      ASSERT_TRUE(si >= 0 || ri >= 0);
+      const IbDevice& peer = si >= 0 ? b_->device(si % k.bPorts) : a_->device(ri % k.aPorts);
+      EXPECT_EQ(memcmp(rtrs[i].remoteGid.raw, peer.gid.raw, 16), 0) << "queue pair " << (si >= 0 ? si : ri);
+      EXPECT_EQ(rtrs[i].remoteLid, peer.port.lid);
+    }
+    std::set<std::string> srcHcas, dstHcas;
+    for (int n = 0; n < 9; ++n) {
+      SCOPED_TRACE("message " + std::to_string(n));
+      const size_t size = n == 4 ? 0 : 5000 * n + 77;
+      std::vector<uint8_t> src = pattern(size, n), dst(size + 64, 0);
+      void* smh = size > 0 ? reg(send, src) : nullptr;
+      void* rmh = reg(recv, dst);
+      fabric_->clearWrites();
+      EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(size));
+      EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
+      size_t imms = 0;
+      for (const auto& w : fabric_->writes()) {
+        const int si = qpIndex(send, w.srcQpn);
+        if (si < 0) continue;  // a receive descriptor
+        imms += w.withImm ? 1 : 0;
+        EXPECT_EQ(w.srcHca, "mlx5_" + std::to_string(si % k.aPorts));
+        EXPECT_EQ(w.dstHca, "mlx5_" + std::to_string(qpIndex(recv, w.dstQpn) % k.bPorts));
+        EXPECT_EQ(qpIndex(recv, w.dstQpn), si);
+        if (!k.split) EXPECT_EQ(static_cast<size_t>(si), n % nqps);
+        if (w.length > 0) srcHcas.insert(w.srcHca), dstHcas.insert(w.dstHca);
+      }
+      EXPECT_EQ(imms, k.split ? nqps : 1u);
+      EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);
+      EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
+    }
+    EXPECT_EQ(srcHcas.size(), static_cast<size_t>(k.aPorts)) << "data left every port of the sender";
+    EXPECT_EQ(dstHcas.size(), static_cast<size_t>(k.bPorts)) << "data reached every port of the receiver";
+    closePair(send, nullptr, recv, nullptr);
+    EXPECT_EQ(fabric_->liveQps(), 0);
+  }
+}
+
+// makeVDevice as NCCL's IB net takes it: one port is itself; several make a merged device after the ports, named by
+// its HCAs, as fast as its ports together, the same device for the same list; bad lists are refused.
+TEST_F(IbFakeNet, MakeVDeviceMergesPortsOfOneLinkLayer) {
+  std::vector<IbPortDesc> ports = {fakeIbPort("mlx5_0", 1, 1), fakeIbPort("mlx5_1", 1, 2), fakeIbPort("mlx5_2", 1, 3)};
+  ports[2].linkLayer = IbLinkLayer::kInfiniband;
+  IbNet net(std::make_unique<FakeIbVerbs>(fabric_, ports));
+  std::string why;
+  ASSERT_EQ(net.discover(&why), ncclSuccess) << why;
+  ASSERT_EQ(net.ndev(), 3);
+  auto make = [&](std::vector<int> devs, int* dev) {
+    ncclNetVDeviceProps_v11_t props{};
+    props.ndevs = static_cast<int>(devs.size());
+    for (size_t i = 0; i < devs.size() && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; ++i) props.devs[i] = devs[i];
+    return net.makeVDevice(props, dev);
+  };
+  int dev = -1;
+  ASSERT_EQ(make({1}, &dev), ncclSuccess);
+  EXPECT_EQ(dev, 1);
+  ASSERT_EQ(make({0, 1}, &dev), ncclSuccess);
+  EXPECT_EQ(dev, 3);
+  EXPECT_EQ(net.ndev(), 4);
+  ASSERT_EQ(make({0, 1}, &dev), ncclSuccess);
+  EXPECT_EQ(dev, 3) << "the same ports make the same device";
+  EXPECT_EQ(net.ndev(), 4);
+  ncclNetProperties_v11_t props, one;
+  ASSERT_EQ(net.getProperties(3, &props), ncclSuccess);
+  ASSERT_EQ(net.getProperties(0, &one), ncclSuccess);
+  EXPECT_STREQ(props.name, "mlx5_0+mlx5_1");
+  EXPECT_EQ(props.speed, 2 * one.speed);
+  EXPECT_EQ(props.vProps.ndevs, 2);
+  EXPECT_EQ(props.vProps.devs[0], 0);
+  EXPECT_EQ(props.vProps.devs[1], 1);
+  EXPECT_EQ(net.deviceText(3), "mlx5_0:1+mlx5_1:1");
+  EXPECT_EQ(net.ports(3), (std::vector<int>{0, 1}));
+  for (const auto& bad : std::vector<std::pair<std::vector<int>, const char*>>{{{0, 0}, "twice"},
+                                                                               {{0, 7}, "does not exist"},
+                                                                               {{0, 2}, "link layer"},
+                                                                               {{}, "spans 1 to 4"},
+                                                                               {{0, 1, 2, 0, 1}, "spans 1 to 4"}}) {
+    SCOPED_TRACE(bad.second);
+    dev = 99;
+    setThreadLastError("");
+    EXPECT_EQ(make(bad.first, &dev), ncclInvalidArgument);
+    EXPECT_EQ(dev, -1);
+    EXPECT_NE(std::string(threadLastError()).find(bad.second), std::string::npos) << threadLastError();
+  }
+  EXPECT_EQ(net.getProperties(4, &props), ncclInvalidArgument);
+}
+
+// A merged receiver flushes through each of its ports: one read a port, on that port's flush queue pair, with that
+// port's keys; the request completes once every read has.
+TEST_F(IbFakeNet, MergedReceiverFlushesThroughEveryPort) {
+  gpuDirect(/*peerMemory=*/true, /*dmaBuf=*/false);
+  a_ = makeHost(1, IbLinkLayer::kEthernet, 1);
+  b_ = makeHost(2, IbLinkLayer::kEthernet, 2);
+  const int devB = mergeAll(b_.get());
+  void *send, *recv;
+  ncclResult_t sr, rr;
+  connectPair(a_.get(), b_.get(), &send, &recv, &sr, &rr, NCCL_NET_TRAFFIC_CLASS_UNDEF, 0, devB);
+  ASSERT_EQ(sr, ncclSuccess);
+  ASSERT_EQ(rr, ncclSuccess);
+  auto* rc = static_cast<IbComm*>(recv);
+  ASSERT_TRUE(rc->flushes());
+  ASSERT_EQ(rc->ports.size(), 2u);
+  std::vector<uint8_t> src = pattern(4096, 5), dst(4096, 0);
+  void* smh = reg(send, src);
+  void* rmh = nullptr;
+  ASSERT_EQ(ibNetTable()->regMr(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, &rmh), ncclSuccess);
+  ASSERT_EQ(exchange(send, recv, src, smh, dst, rmh), 4096);
+  void* req = flush(recv, dst.data(), 4096, rmh);
+  ASSERT_NE(req, nullptr);
+  std::vector<FakeIbFabric::ReadRecord> reads = fabric_->reads();
+  ASSERT_EQ(reads.size(), 2u);
+  for (size_t p = 0; p < 2; ++p) {
+    EXPECT_EQ(reads[p].srcQpn, rc->ports[p].flushQp->qpn());
+    EXPECT_EQ(reads[p].dstQpn, rc->ports[p].flushQp->qpn());
+  }
+  int size = -1;
+  EXPECT_EQ(wait(req, &size), ncclSuccess);
+  closePair(send, smh, recv, rmh);
+}
+
 // NCCL_IB_FIFO_TC, as NCCL: on RoCE a receiver's queue pairs (which send its receive descriptors) take it, the sender's
 // keep NCCL_IB_TC; on InfiniBand it is not used; unset, both sides take NCCL_IB_TC.
 TEST_F(IbFakeNet, FifoTrafficClassIsTheReceiversOnRoce) {
@@ -1058,7 +1233,7 @@ TEST_F(IbFakeNet, LinkLayersMustMatch) {
 TEST_F(IbFakeNet, ConnectRefusesAForeignHandle) {
   a_ = makeHost(1);
   char handle[NCCL_NET_HANDLE_MAXSIZE];
-  packIbHandle(loopbackAddr(1), handle);
+  packIbHandle(loopbackAddr(1), 1, handle);
   handle[3] ^= 0x40;
   void* send = nullptr;
   IbNetCtx ctx{a_.get(), NCCL_NET_TRAFFIC_CLASS_UNDEF};
@@ -1128,7 +1303,7 @@ TEST_F(IbFakeNet, GpuMemoryIsRefusedWithoutPeerMemory) {
   EXPECT_NE(err.find("does not support dma-buf"), std::string::npos) << err;
   close(fd);
   // No GPUDirect RDMA: no flush queue pair, and iflush has nothing to wait for.
-  EXPECT_EQ(static_cast<IbComm*>(recv)->flushQp, nullptr);
+  EXPECT_EQ(static_cast<IbComm*>(recv)->flushes(), false);
   mh = reg(recv, buf);
   EXPECT_EQ(flush(recv, buf.data(), 4096, mh), nullptr);
   EXPECT_TRUE(fabric_->reads().empty());
@@ -1177,10 +1352,10 @@ TEST_F(IbFakeNet, DataRegistrationsAskForRelaxedOrderingWhereOffered) {
     void* rmh = regDmaBuf(recv, dst, 0, fd);
     ASSERT_NE(rmh, nullptr);
     close(fd);  // the registration holds the memory
-    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMr*>(smh)->lkey), k.want ? 1 : 0);
-    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMr*>(rmh)->lkey), k.want ? 1 : 0);
-    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbComm*>(send)->ctrlMr.lkey), 0);
-    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbComm*>(recv)->ctrlMr.lkey), 0);
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMhandle*>(smh)->mr[0].lkey), k.want ? 1 : 0);
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbMhandle*>(rmh)->mr[0].lkey), k.want ? 1 : 0);
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbComm*>(send)->ports[0].ctrlMr.lkey), 0);
+    EXPECT_EQ(fabric_->mrRelaxed(static_cast<IbComm*>(recv)->ports[0].ctrlMr.lkey), 0);
     EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 5000);
     EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
     closePair(send, smh, recv, rmh);
@@ -1204,7 +1379,7 @@ TEST_F(IbFakeNet, DmaBufRegistrationRecordsItsFdAndCarriesData) {
   EXPECT_EQ(bufs[0].offset, 4096u);
   EXPECT_EQ(bufs[0].iova, reinterpret_cast<uintptr_t>(dst.data()));
   EXPECT_EQ(bufs[0].size, dst.size());
-  EXPECT_EQ(bufs[0].key, static_cast<IbMr*>(rmh)->rkey);
+  EXPECT_EQ(bufs[0].key, static_cast<IbMhandle*>(rmh)->mr[0].rkey);
   EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 6000);
   EXPECT_EQ(memcmp(dst.data(), src.data(), src.size()), 0);
   // dma-buf alone makes GPUDirect RDMA possible, so the receiver flushes, through the dma-buf registration.
@@ -1237,9 +1412,9 @@ TEST_F(IbFakeNet, IflushReadsTheReceivedBufferOnALoopbackQueuePair) {
   connect(&send, &recv);
   const ncclNet_v11_t* t = ibNetTable();
   auto* rc = static_cast<IbComm*>(recv);
-  ASSERT_NE(rc->flushQp, nullptr);
-  EXPECT_EQ(static_cast<IbComm*>(send)->flushQp, nullptr) << "only receivers flush";
-  const uint32_t flushQpn = rc->flushQp->qpn();
+  ASSERT_TRUE(rc->flushes());
+  EXPECT_FALSE(static_cast<IbComm*>(send)->flushes()) << "only receivers flush";
+  const uint32_t flushQpn = rc->ports[0].flushQp->qpn();
   for (const auto& qp : rc->qps) EXPECT_NE(qp->qpn(), flushQpn);
   std::vector<uint8_t> src = pattern(4096, 13), dst(4096, 0);
   void* smh = reg(send, src);
@@ -1295,7 +1470,7 @@ TEST_F(IbFakeNet, GdrFlushDisableTurnsFlushesOff) {
   gpuDirect(/*peerMemory=*/true, /*dmaBuf=*/true);
   void *send, *recv;
   connect(&send, &recv);
-  EXPECT_EQ(static_cast<IbComm*>(recv)->flushQp, nullptr);
+  EXPECT_EQ(static_cast<IbComm*>(recv)->flushes(), false);
   std::vector<uint8_t> dst(1024, 0);
   void* rmh = nullptr;
   ASSERT_EQ(ibNetTable()->regMr(recv, dst.data(), dst.size(), NCCL_PTR_CUDA, &rmh), ncclSuccess);

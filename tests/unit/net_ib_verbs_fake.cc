@@ -30,7 +30,11 @@ void writeInOrder(void* dst, const void* src, size_t length) {
 
 class FakeIbCq : public IbCq {
  public:
-  FakeIbCq(std::shared_ptr<FakeIbFabric> fabric, int depth) : fabric_(std::move(fabric)), depth_(depth) {}
+  FakeIbCq(std::shared_ptr<FakeIbFabric> fabric, const void* pd, int depth)
+      : fabric_(std::move(fabric)), pd_(pd), depth_(depth) {}
+
+  /// The HCA (protection domain) that made it.
+  const void* pd() const { return pd_; }
 
   ncclResult_t poll(int max, IbWc* out, int* n) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
@@ -51,6 +55,7 @@ class FakeIbCq : public IbCq {
 
  private:
   std::shared_ptr<FakeIbFabric> fabric_;
+  const void* pd_;
   int depth_;
   std::deque<IbWc> queue_;
   bool overrun_ = false;
@@ -60,10 +65,11 @@ class FakeIbCq : public IbCq {
 
 class FakeIbQp : public IbQp {
  public:
-  FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, std::string hca, FakeIbCq* cq, int maxSendWr, int maxRecvWr,
-           int maxInline)
+  FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, std::string hca, const void* pd, FakeIbCq* cq, int maxSendWr,
+           int maxRecvWr, int maxInline)
       : fabric_(std::move(fabric)),
         hca_(std::move(hca)),
+        pd_(pd),
         cq_(cq),
         maxSendWr_(maxSendWr),
         maxRecvWr_(maxRecvWr),
@@ -97,7 +103,8 @@ class FakeIbQp : public IbQp {
                   port, port_, attr.mtu);
     }
     remoteQpn_ = attr.remoteQpn;
-    fabric_->rtrs_.push_back(FakeIbFabric::RtrRecord{qpn_, attr.sl, attr.trafficClass, pkeyIndex_});
+    fabric_->rtrs_.push_back(
+        FakeIbFabric::RtrRecord{qpn_, attr.sl, attr.trafficClass, pkeyIndex_, attr.remoteGid, attr.remoteLid});
     state_ = QpState::kRtr;
     return ncclSuccess;
   }
@@ -196,7 +203,7 @@ class FakeIbQp : public IbQp {
   int start(int* fail, const void* local, size_t length, uint32_t lkey, FakeIbQp** dst) {
     if (state_ == QpState::kError) return kIbWcWrFlushErr;
     if (*fail != kIbWcSuccess) return takeFailure(fail);
-    if (length > 0 && !fabric_->covers(lkey, reinterpret_cast<uintptr_t>(local), length)) return kIbWcLocProtErr;
+    if (length > 0 && !fabric_->covers(lkey, pd_, reinterpret_cast<uintptr_t>(local), length)) return kIbWcLocProtErr;
     *dst = peer();
     return *dst == nullptr ? kIbWcRetryExcErr : kIbWcSuccess;
   }
@@ -208,7 +215,8 @@ class FakeIbQp : public IbQp {
     // An inline write's bytes are taken as it is posted, without its lkey.
     if (int st = start(&f.failStatus_, w.local, w.inlineData ? 0 : w.length, w.lkey, &dst); st != kIbWcSuccess)
       return st;
-    if (w.length > 0 && !f.covers(w.rkey, w.remoteAddr, w.length)) return kIbWcRemAccessErr;
+    // The rkey must be of the responder's protection domain (its HCA).
+    if (w.length > 0 && !f.covers(w.rkey, dst->pd_, w.remoteAddr, w.length)) return kIbWcRemAccessErr;
     if (w.withImm && dst->recvs_.empty()) return kIbWcRnrRetryExcErr;
     if (w.length > 0) writeInOrder(reinterpret_cast<void*>(w.remoteAddr), w.local, w.length);
     if (w.withImm) {
@@ -225,6 +233,7 @@ class FakeIbQp : public IbQp {
     rec.srcQpn = qpn_;
     rec.srcHca = hca_;
     rec.dstQpn = dst->qpn_;
+    rec.dstHca = dst->hca_;
     rec.length = w.length;
     rec.withImm = w.withImm;
     rec.imm = w.imm;
@@ -240,7 +249,7 @@ class FakeIbQp : public IbQp {
     if (int st = start(&f.failReadStatus_, r.local, r.length, r.lkey, &dst); st != kIbWcSuccess) return st;
     // The responder must allow remote reads (INIT's access flags), and the rkey must cover what is read.
     if (!dst->remoteRead_) return kIbWcRemAccessErr;
-    if (r.length > 0 && !f.covers(r.rkey, r.remoteAddr, r.length)) return kIbWcRemAccessErr;
+    if (r.length > 0 && !f.covers(r.rkey, dst->pd_, r.remoteAddr, r.length)) return kIbWcRemAccessErr;
     if (r.length > 0) memmove(r.local, reinterpret_cast<const void*>(r.remoteAddr), r.length);
     FakeIbFabric::ReadRecord rec;
     rec.srcQpn = qpn_;
@@ -253,6 +262,7 @@ class FakeIbQp : public IbQp {
 
   std::shared_ptr<FakeIbFabric> fabric_;
   std::string hca_;  // the HCA that made it
+  const void* pd_;   // that HCA's protection domain: the keys it may use
   FakeIbCq* cq_;
   int maxSendWr_;
   int maxRecvWr_;
@@ -274,12 +284,16 @@ class FakeIbHca : public IbHca {
       : fabric_(std::move(fabric)), name_(std::move(name)), dmaBuf_(dmaBuf) {}
 
   ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) override {
-    out->reset(new FakeIbCq(fabric_, depth));
+    out->reset(new FakeIbCq(fabric_, this, depth));
     return ncclSuccess;
   }
 
   ncclResult_t createQp(IbCq* cq, int maxSendWr, int maxRecvWr, int maxInline, std::unique_ptr<IbQp>* out) override {
-    out->reset(new FakeIbQp(fabric_, name_, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr, maxInline));
+    // As verbs: a queue pair's CQ is of its own device context.
+    if (static_cast<FakeIbCq*>(cq)->pd() != this)
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: %s: queue pair on a completion queue of another HCA",
+                  name_.c_str());
+    out->reset(new FakeIbQp(fabric_, name_, this, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr, maxInline));
     return ncclSuccess;
   }
 
@@ -311,6 +325,11 @@ class FakeIbHca : public IbHca {
 
   ncclResult_t deregMr(IbMr* mr) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
+    auto it = fabric_->mrs_.find(mr->lkey);
+    if (it != fabric_->mrs_.end() && it->second.pd != this) {
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: %s: deregistering memory key 0x%x of another HCA",
+                  name_.c_str(), mr->lkey);
+    }
     if (fabric_->mrs_.erase(mr->lkey) == 0) {
       CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: deregistering unknown memory key 0x%x", mr->lkey);
     }
@@ -322,7 +341,7 @@ class FakeIbHca : public IbHca {
   // A registration of [addr, addr + size). fabric mu_ held.
   void add(uint64_t addr, size_t size, bool relaxed, IbMr* out) {
     uint32_t key = fabric_->nextKey_++;
-    fabric_->mrs_[key] = FakeIbFabric::MrRec{addr, size, relaxed};
+    fabric_->mrs_[key] = FakeIbFabric::MrRec{addr, size, relaxed, this};
     out->impl = reinterpret_cast<void*>(static_cast<uintptr_t>(key));
     out->addr = addr;
     out->size = size;
@@ -342,9 +361,10 @@ int FakeIbFabric::mrRelaxed(uint32_t key) const {
   return it == mrs_.end() ? -1 : (it->second.relaxed ? 1 : 0);
 }
 
-bool FakeIbFabric::covers(uint32_t key, uint64_t addr, size_t len) const {
+bool FakeIbFabric::covers(uint32_t key, const void* pd, uint64_t addr, size_t len) const {
   auto it = mrs_.find(key);
-  return it != mrs_.end() && addr >= it->second.addr && addr + len <= it->second.addr + it->second.size;
+  return it != mrs_.end() && it->second.pd == pd && addr >= it->second.addr &&
+         addr + len <= it->second.addr + it->second.size;
 }
 
 void FakeIbFabric::failNextWrite(int status) {

@@ -15,6 +15,11 @@
 //     each of those delivered its immediate (writes on one queue pair land in order, so the immediate on a queue pair
 //     follows that pair's data); the receive's size is the immediate's value. An error completion fails the comm but
 //     not the requests whose completions had all arrived: they are still reported done.
+// A merged net device (makeVDevice, NCCL's virtual NIC) spans several ports, usually of HCAs of their own. As in NCCL,
+// a connection then has NCCL_IB_QPS_PER_CONNECTION queue pairs for each port of the side with more (the listen handle
+// says how many the receiver has), queue pair i on each side's port i mod ports; each port has its own CQ, and memory
+// is registered on each port's HCA, so a receive descriptor carries an rkey per port of the receiver. Messages taking
+// the queue pairs in turn thus go out of and into every port.
 // A receive descriptor slot is reused only after the receive that last used it completed (at most kIbMaxRequests
 // receives are outstanding, and the sender takes descriptors in order), so the FIFO never overruns.
 //
@@ -65,37 +70,58 @@ struct IbNetCtx {
   ~IbNetCtx();
 };
 
+/// A memory registration of a comm (regMr's mhandle): one per port of the comm's net device, each on that port's HCA.
+struct IbMhandle {
+  int n = 0;
+  IbMr mr[kIbMaxDevs];
+};
+
+/// One port of a comm's net device (a merged device has several, each usually on an HCA of its own): its HCA, the
+/// CQ of the queue pairs on it, and what the comm registered there.
+struct IbCommPort {
+  int dev = 0;           ///< the port's physical net device (IbNet::device)
+  IbHca* hca = nullptr;  ///< owned by the net
+  std::unique_ptr<IbCq> cq;
+  IbMr ctrlMr;  ///< the control memory's registration on this HCA
+  // GPUDirect RDMA flush (receiver only; null when flushes are off: no GPUDirect RDMA on the device, or
+  // NCCL_GDR_FLUSH_DISABLE=1). Its reads complete on `cq`.
+  std::unique_ptr<IbQp> flushQp;  ///< connected to itself; destroyed before `cq`
+  IbMr flushMr;                   ///< the comm's flushSink's registration on this HCA
+};
+
 /// A sender or receiver comm (they share the setup and completion code).
 struct IbComm {
   IbNet* net = nullptr;
-  int dev = 0;
+  int dev = 0;  ///< the net device (a port, or a merged device of several: IbNet::ports)
   int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;  ///< its communicator's (IbNetCtx)
   bool isSend = false;
-  IbHca* hca = nullptr;  ///< owned by `net`
+  /// The net device's ports. Queue pair i is on ports[i % ports.size()], and is connected to the peer's queue pair i,
+  /// on the peer's port i % remotePorts.
+  std::vector<IbCommPort> ports;
+  int remotePorts = 1;
   /// The setup socket, kept open for the comm's life: after setup nothing is sent on it, and its end (EOF) tells
   /// this side that the peer has gone while a request waits for it.
   Socket sock;
-  std::unique_ptr<IbCq> cq;
-  std::vector<std::unique_ptr<IbQp>> qps;  ///< destroyed before `cq`
+  std::vector<std::unique_ptr<IbQp>> qps;  ///< destroyed before the ports' CQs
   /// Control memory (kIbMaxRequests descriptors): the receive FIFO on a sender, descriptor staging on a receiver.
   IbRecvDesc* ctrl = nullptr;
-  IbMr ctrlMr;
   uint64_t remoteFifoAddr = 0;  ///< receiver: the sender's FIFO
-  uint32_t remoteFifoRkey = 0;
-  uint32_t seq = 0;  ///< messages sent / receives posted so far
+  uint32_t remoteFifoRkey = 0;  ///< on the peer's port of queue pair 0, which carries the descriptors
+  uint32_t seq = 0;             ///< messages sent / receives posted so far
   bool splitData = false;  ///< every message split over the queue pairs (the connector's NCCL_IB_SPLIT_DATA_ON_QPS)
   bool adaptiveRouting = false;  ///< sender: messages above arThreshold go as a plain write, then the immediate
   uint64_t arThreshold = 0;
   bool inlineDescs = false;  ///< receiver: descriptors go as inline writes (NCCL_IB_USE_INLINE)
   /// Outstanding requests (a receiver's receives and flushes share them).
   IbRequest reqs[kIbMaxRequests];
-  // GPUDirect RDMA flush (receiver only; null when flushes are off: no GPUDirect RDMA on the device, or
-  // NCCL_GDR_FLUSH_DISABLE=1). Its reads complete on `cq`.
-  std::unique_ptr<IbQp> flushQp;      ///< connected to itself; destroyed before `cq`
   uint32_t flushSink = 0;             ///< where flush reads land; never looked at
-  IbMr flushMr;                       ///< flushSink's registration
   ncclResult_t failed = ncclSuccess;  ///< set once by the first error; every later call returns it
   std::string failedWhy;              ///< that error's text, the thread's last error of every later call
+
+  /// The port of queue pair i.
+  IbCommPort& portOf(size_t qp) { return ports[qp % ports.size()]; }
+  /// Whether the receiver flushes (its ports have flush queue pairs).
+  bool flushes() const { return !ports.empty() && ports[0].flushQp != nullptr; }
 
   // Setup (ib_connect.cc).
   int state = 0;

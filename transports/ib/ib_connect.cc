@@ -87,28 +87,37 @@ uint32_t randomPsn() {
   return gen() & 0xffffff;  // PSNs are 24 bits
 }
 
-// CQ, queue pairs (in INIT) and control memory for a comm of `nqps` queue pairs; fills c->local.
+// The ports of the comm's net device, each with its HCA, a CQ and the control memory registered there; then `nqps`
+// queue pairs (in INIT), queue pair i on port i mod ports; fills c->local.
 ncclResult_t createResources(IbComm* c, int nqps) {
-  const IbDevice& d = c->net->device(c->dev);
-  CHORUS_CHECK(c->net->openHca(c->dev, &c->hca));
-  // Per request at most two completions per queue pair (under adaptive routing a sender's plain write and its
-  // immediate), or one per queue pair plus a receiver's descriptor write.
-  CHORUS_CHECK(c->hca->createCq(2 * kIbMaxRequests * (nqps + 1), &c->cq));
-  for (int i = 0; i < nqps; ++i) {
-    std::unique_ptr<IbQp> qp;
-    CHORUS_CHECK(c->hca->createQp(c->cq.get(), 2 * kIbMaxRequests + 1, kIbMaxRequests + 1,
-                                  c->inlineDescs ? static_cast<int>(sizeof(IbRecvDesc)) : 0, &qp));
-    CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/false));
-    c->qps.push_back(std::move(qp));
-  }
+  const std::vector<int> ports = c->net->ports(c->dev);
   const size_t bytes = kIbMaxRequests * sizeof(IbRecvDesc);
   c->ctrl = static_cast<IbRecvDesc*>(aligned_alloc(4096, 4096));
   static_assert(kIbMaxRequests * sizeof(IbRecvDesc) <= 4096, "control memory is one page");
   if (c->ctrl == nullptr)
     CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: cannot allocate %zu bytes of control memory", bytes);
   memset(static_cast<void*>(c->ctrl), 0, 4096);
-  // Strictly ordered: a descriptor's sequence word must not land before the rest of it.
-  CHORUS_CHECK(c->hca->regMr(c->ctrl, bytes, /*relaxed=*/false, &c->ctrlMr));
+  // Queue pairs on each port (and their share of the CQ entries below).
+  const int perPort = (nqps + static_cast<int>(ports.size()) - 1) / static_cast<int>(ports.size());
+  c->ports.resize(ports.size());
+  for (size_t i = 0; i < ports.size(); ++i) {
+    IbCommPort& p = c->ports[i];
+    p.dev = ports[i];
+    CHORUS_CHECK(c->net->openHca(p.dev, &p.hca));
+    // Per request at most two completions per queue pair (under adaptive routing a sender's plain write and its
+    // immediate), or one per queue pair plus a receiver's descriptor write and flush read.
+    CHORUS_CHECK(p.hca->createCq(2 * kIbMaxRequests * (perPort + 1), &p.cq));
+    // Strictly ordered: a descriptor's sequence word must not land before the rest of it.
+    CHORUS_CHECK(p.hca->regMr(c->ctrl, bytes, /*relaxed=*/false, &p.ctrlMr));
+  }
+  for (int i = 0; i < nqps; ++i) {
+    IbCommPort& p = c->portOf(static_cast<size_t>(i));
+    std::unique_ptr<IbQp> qp;
+    CHORUS_CHECK(p.hca->createQp(p.cq.get(), 2 * kIbMaxRequests + 1, kIbMaxRequests + 1,
+                                 c->inlineDescs ? static_cast<int>(sizeof(IbRecvDesc)) : 0, &qp));
+    CHORUS_CHECK(qp->toInit(c->net->device(p.dev).port.port, qpPkeyIndex(), /*remoteRead=*/false));
+    c->qps.push_back(std::move(qp));
+  }
 
   IbConnInfo& l = c->local;
   l = IbConnInfo();
@@ -118,20 +127,25 @@ ncclResult_t createResources(IbComm* c, int nqps) {
     l.qpn[i] = c->qps[i]->qpn();
     l.psn[i] = randomPsn();
   }
-  l.gid = d.gid;
+  l.ports = static_cast<uint32_t>(ports.size());
+  for (size_t i = 0; i < ports.size(); ++i) {
+    const IbDevice& d = c->net->device(ports[i]);
+    l.port[i].gid = d.gid;
+    l.port[i].ctrlRkey = c->ports[i].ctrlMr.rkey;
+    l.port[i].lid = static_cast<uint16_t>(d.port.lid);
+    l.port[i].mtu = static_cast<uint8_t>(d.port.activeMtu);
+  }
   l.ctrlAddr = reinterpret_cast<uintptr_t>(c->ctrl);
-  l.ctrlRkey = c->ctrlMr.rkey;
-  l.lid = static_cast<uint16_t>(d.port.lid);
-  l.linkLayer = static_cast<uint8_t>(d.port.linkLayer);
-  l.mtu = static_cast<uint8_t>(d.port.activeMtu);
+  l.linkLayer = static_cast<uint8_t>(c->net->device(ports[0]).port.linkLayer);
   l.splitData = c->splitData ? 1 : 0;
   return ncclSuccess;
 }
 
-// Checks the peer's IbConnInfo against ours (`expectQps` > 0: the QP count must match).
-ncclResult_t checkRemote(IbComm* c, int expectQps) {
+// Checks the peer's IbConnInfo against ours (`expectQps` > 0: the QP count must match; `expectPorts` > 0: the port
+// count must).
+ncclResult_t checkRemote(IbComm* c, int expectQps, int expectPorts) {
   const IbConnInfo& r = c->remote;
-  const IbDevice& d = c->net->device(c->dev);
+  const IbDevice& d = c->net->device(c->net->ports(c->dev)[0]);
   if (r.magic != kIbMagic) {
     CHORUS_FAIL(nullptr, ncclRemoteError,
                 "NET/IB: %s: the peer's setup message has magic 0x%llx, not 0x%llx (another program, or another "
@@ -139,7 +153,14 @@ ncclResult_t checkRemote(IbComm* c, int expectQps) {
                 ibCommText(c).c_str(), static_cast<unsigned long long>(r.magic),
                 static_cast<unsigned long long>(kIbMagic));
   }
-  if (r.nqps < 1 || r.nqps > kIbMaxQps || (expectQps > 0 && static_cast<int>(r.nqps) != expectQps) ||
+  if (r.ports < 1 || r.ports > static_cast<uint32_t>(kIbMaxDevs) ||
+      (expectPorts > 0 && r.ports != static_cast<uint32_t>(expectPorts))) {
+    CHORUS_FAIL(nullptr, ncclRemoteError, "NET/IB: %s: the peer's net device has %u ports (expected %d)",
+                ibCommText(c).c_str(), r.ports, expectPorts > 0 ? expectPorts : kIbMaxDevs);
+  }
+  // Every port of either side has a queue pair.
+  const uint32_t least = std::max<uint32_t>(r.ports, static_cast<uint32_t>(c->net->ports(c->dev).size()));
+  if (r.nqps < least || r.nqps > kIbMaxQps || (expectQps > 0 && static_cast<int>(r.nqps) != expectQps) ||
       r.fifoSlots != static_cast<uint32_t>(kIbMaxRequests)) {
     CHORUS_FAIL(nullptr, ncclRemoteError,
                 "NET/IB: %s: the peer offers %u queue pairs and %u FIFO slots (expected %d and %d)",
@@ -155,20 +176,20 @@ ncclResult_t checkRemote(IbComm* c, int expectQps) {
   return ncclSuccess;
 }
 
-// Moves `qp` on device `d` to RTR towards remote queue pair `qpn` (first PSN `remotePsn`) at `lid`/`gid` on a port of
-// MTU code `mtu`, then to RTS with first PSN `psn`. `trafficClass` is the communicator's config.trafficClass;
-// `fixedTc` (0-255), where not -1, is the queue pair's traffic class whatever the settings.
-ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remotePsn, int lid, const IbGid& gid,
-                       int mtu, uint32_t psn, int trafficClass, int fixedTc = -1) {
+// Moves `qp` on port `d` to RTR towards remote queue pair `qpn` (first PSN `remotePsn`) at the remote port `at`, then
+// to RTS with first PSN `psn`. `trafficClass` is the communicator's config.trafficClass; `fixedTc` (0-255), where not
+// -1, is the queue pair's traffic class whatever the settings.
+ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remotePsn, const IbPortInfo& at,
+                       uint32_t psn, int trafficClass, int fixedTc = -1) {
   IbRtrAttr rtr;
   rtr.remoteQpn = qpn;
   rtr.remotePsn = remotePsn;
-  rtr.remoteLid = lid;
-  rtr.remoteGid = gid;
+  rtr.remoteLid = at.lid;
+  rtr.remoteGid = at.gid;
   // RoCE always routes by GID; InfiniBand ports of one subnet address each other by LID.
   rtr.global = d.port.linkLayer == IbLinkLayer::kEthernet;
   rtr.localGidIndex = d.gidIndex;
-  rtr.mtu = d.port.activeMtu < mtu ? d.port.activeMtu : mtu;
+  rtr.mtu = d.port.activeMtu < at.mtu ? d.port.activeMtu : at.mtu;
   rtr.sl = qpClass(kIbSl, trafficClass, 15);
   rtr.trafficClass = fixedTc != -1 ? fixedTc : qpClass(kIbTc, trafficClass, 255);
   CHORUS_CHECK(qp->toRtr(d.port.port, rtr));
@@ -179,37 +200,47 @@ ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remot
   return qp->toRts(rts);
 }
 
-// Moves every queue pair to RTR towards its peer queue pair, then to RTS.
+// Moves every queue pair to RTR towards its peer queue pair (queue pair i to the peer's i, on the peer's port
+// i mod ports), then to RTS.
 ncclResult_t connectQps(IbComm* c) {
-  const IbDevice& d = c->net->device(c->dev);
   const IbConnInfo& r = c->remote;
+  const bool roce = c->net->device(c->ports[0].dev).port.linkLayer == IbLinkLayer::kEthernet;
   // As NCCL: on RoCE a receiver's queue pairs, which send its receive descriptors, take NCCL_IB_FIFO_TC where set.
-  const int fixedTc = !c->isSend && d.port.linkLayer == IbLinkLayer::kEthernet && kIbFifoTc.get() != -1
-                          ? static_cast<int>(clampParam(kIbFifoTc, 0, 255))
-                          : -1;
+  const int fixedTc =
+      !c->isSend && roce && kIbFifoTc.get() != -1 ? static_cast<int>(clampParam(kIbFifoTc, 0, 255)) : -1;
+  c->remotePorts = static_cast<int>(r.ports);
   for (size_t i = 0; i < c->qps.size(); ++i) {
-    CHORUS_CHECK(connectQp(d, c->qps[i].get(), r.qpn[i], r.psn[i], r.lid, r.gid, r.mtu, c->local.psn[i],
-                           c->trafficClass, fixedTc));
+    CHORUS_CHECK(connectQp(c->net->device(c->portOf(i).dev), c->qps[i].get(), r.qpn[i], r.psn[i], r.port[i % r.ports],
+                           c->local.psn[i], c->trafficClass, fixedTc));
   }
+  // Descriptors go on queue pair 0, to the peer's port 0.
   c->remoteFifoAddr = r.ctrlAddr;
-  c->remoteFifoRkey = r.ctrlRkey;
+  c->remoteFifoRkey = r.port[0].ctrlRkey;
   return ncclSuccess;
 }
 
-// A receiver's flush queue pair and sink (ib_comm.h), when GPU memory may be registered on its device and
-// NCCL_GDR_FLUSH_DISABLE is 0: connected to itself (its own QP number, LID and GID, on its own port), and allowing
-// remote reads, since it answers its own reads.
+// A receiver's flush queue pair and sink registration on each port (ib_comm.h), when GPU memory may be registered on
+// its device and NCCL_GDR_FLUSH_DISABLE is 0: connected to itself (its own QP number, LID and GID, on its own port),
+// and allowing remote reads, since it answers its own reads.
 ncclResult_t createFlush(IbComm* c) {
-  if (kGdrFlushDisable.get() != 0 || !(c->net->peerMemory(c->dev) || c->net->dmaBuf(c->dev))) return ncclSuccess;
-  const IbDevice& d = c->net->device(c->dev);
-  CHORUS_CHECK(c->hca->regMr(&c->flushSink, sizeof(c->flushSink), /*relaxed=*/false, &c->flushMr));
-  std::unique_ptr<IbQp> qp;
-  // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
-  CHORUS_CHECK(c->hca->createQp(c->cq.get(), kIbMaxRequests, 1, 0, &qp));
-  CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/true));
-  const uint32_t psn = randomPsn();
-  CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, d.port.lid, d.gid, d.port.activeMtu, psn, c->trafficClass));
-  c->flushQp = std::move(qp);
+  if (kGdrFlushDisable.get() != 0) return ncclSuccess;
+  for (const IbCommPort& p : c->ports)
+    if (!(c->net->peerMemory(p.dev) || c->net->dmaBuf(p.dev))) return ncclSuccess;
+  for (IbCommPort& p : c->ports) {
+    const IbDevice& d = c->net->device(p.dev);
+    CHORUS_CHECK(p.hca->regMr(&c->flushSink, sizeof(c->flushSink), /*relaxed=*/false, &p.flushMr));
+    std::unique_ptr<IbQp> qp;
+    // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
+    CHORUS_CHECK(p.hca->createQp(p.cq.get(), kIbMaxRequests, 1, 0, &qp));
+    CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/true));
+    const uint32_t psn = randomPsn();
+    IbPortInfo self;
+    self.gid = d.gid;
+    self.lid = static_cast<uint16_t>(d.port.lid);
+    self.mtu = static_cast<uint8_t>(d.port.activeMtu);
+    CHORUS_CHECK(connectQp(d, qp.get(), qp->qpn(), psn, self, psn, c->trafficClass));
+    p.flushQp = std::move(qp);
+  }
   return ncclSuccess;
 }
 
@@ -244,7 +275,7 @@ ncclResult_t progressConnect(IbComm* c, bool* up) {
       case kCRecvInfo:
         CHORUS_CHECK(recvStep(c, &c->remote, sizeof(c->remote), &fin));
         if (fin) {
-          CHORUS_CHECK(checkRemote(c, static_cast<int>(c->qps.size())));
+          CHORUS_CHECK(checkRemote(c, static_cast<int>(c->qps.size()), c->remotePorts));
           CHORUS_CHECK(connectQps(c));
           c->readyWord = kIbReadyWord;
           c->state = kCSendReady;
@@ -278,7 +309,7 @@ ncclResult_t progressAccept(IbListenComm* l, bool* up) {
       case kARecvInfo:
         CHORUS_CHECK(recvStep(c, &c->remote, sizeof(c->remote), &fin));
         if (fin) {
-          CHORUS_CHECK(checkRemote(c, 0));
+          CHORUS_CHECK(checkRemote(c, 0, 0));
           c->splitData = c->remote.splitData != 0;
           c->inlineDescs = kIbUseInline.get() != 0;
           CHORUS_CHECK(createResources(c, static_cast<int>(c->remote.nqps)));
@@ -311,7 +342,7 @@ ncclResult_t progressAccept(IbListenComm* l, bool* up) {
 
 ncclResult_t checkDev(IbNet* net, int dev) {
   if (net == nullptr) CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: the net is not initialized");
-  if (dev < 0 || dev >= net->ndev()) {
+  if (net->ports(dev).empty()) {
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: device %d does not exist (%d devices)", dev, net->ndev());
   }
   return ncclSuccess;
@@ -321,14 +352,15 @@ ncclResult_t checkDev(IbNet* net, int dev) {
 
 // ---- handle ---------------------------------------------------------------------------------
 
-void packIbHandle(const SockAddr& addr, void* out) {
+void packIbHandle(const SockAddr& addr, int ports, void* out) {
   memset(out, 0, NCCL_NET_HANDLE_MAXSIZE);
   IbHandle h;
   h.addr = packAddr(addr);
+  h.ports = static_cast<uint32_t>(ports);
   memcpy(out, &h, sizeof(h));
 }
 
-bool unpackIbHandle(const void* handle, SockAddr* addr, std::string* why) {
+bool unpackIbHandle(const void* handle, SockAddr* addr, int* ports, std::string* why) {
   IbHandle h;
   memcpy(&h, handle, sizeof(h));
   if (h.magic != kIbMagic) {
@@ -342,6 +374,11 @@ bool unpackIbHandle(const void* handle, SockAddr* addr, std::string* why) {
     *why = "the handle holds no readable address";
     return false;
   }
+  if (h.ports < 1 || h.ports > static_cast<uint32_t>(kIbMaxDevs)) {
+    *why = "the handle's net device has " + std::to_string(h.ports) + " ports";
+    return false;
+  }
+  *ports = static_cast<int>(h.ports);
   return true;
 }
 
@@ -358,11 +395,13 @@ void setIbHandleStage(void* handle, const IbConnectStage& stage) {
 // ---- comms ----------------------------------------------------------------------------------
 
 IbComm::~IbComm() {
-  flushQp.reset();  // queue pairs go before their CQ
+  for (IbCommPort& p : ports) p.flushQp.reset();  // queue pairs go before their CQs
   qps.clear();
-  cq.reset();
-  if (ctrlMr.impl != nullptr && hca != nullptr) hca->deregMr(&ctrlMr);
-  if (flushMr.impl != nullptr && hca != nullptr) hca->deregMr(&flushMr);
+  for (IbCommPort& p : ports) {
+    p.cq.reset();
+    if (p.ctrlMr.impl != nullptr) p.hca->deregMr(&p.ctrlMr);
+    if (p.flushMr.impl != nullptr) p.hca->deregMr(&p.flushMr);
+  }
   free(ctrl);
 }
 
@@ -372,8 +411,7 @@ IbNetCtx::~IbNetCtx() {
 
 std::string ibCommText(const IbComm* c) {
   std::string who = c->isSend ? "sender" : "receiver";
-  const IbDevice& d = c->net->device(c->dev);
-  who += " on " + d.name + ":" + std::to_string(d.port.port);
+  who += " on " + c->net->deviceText(c->dev);
   if (c->sock.valid()) who += (c->isSend ? " to " : " from ") + c->sock.peer().str();
   return who;
 }
@@ -394,9 +432,9 @@ ncclResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm) {
   l->trafficClass = static_cast<IbNetCtx*>(ctx)->trafficClass;
   IoResult r = Socket::listen(addr, &l->listener);
   if (!r.ok()) CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: cannot listen for connections: %s", r.what.c_str());
-  packIbHandle(l->listener.local(), handle);
-  INFO(kNet, "NET/IB: listening on %s (%s) for %s:%d", l->listener.local().str().c_str(), ifName.c_str(),
-       net->device(dev).name.c_str(), net->device(dev).port.port);
+  packIbHandle(l->listener.local(), static_cast<int>(net->ports(dev).size()), handle);
+  INFO(kNet, "NET/IB: listening on %s (%s) for %s", l->listener.local().str().c_str(), ifName.c_str(),
+       net->deviceText(dev).c_str());
   *listenComm = l.release();
   return ncclSuccess;
 }
@@ -410,8 +448,9 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     IbNet* net = static_cast<IbNetCtx*>(ctx)->net;
     CHORUS_CHECK(checkDev(net, dev));
     SockAddr to;
+    int remotePorts = 1;
     std::string why;
-    if (!unpackIbHandle(handle, &to, &why)) {
+    if (!unpackIbHandle(handle, &to, &remotePorts, &why)) {
       CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: connect refused a handle: %s", why.c_str());
     }
     c = std::make_unique<IbComm>();
@@ -419,10 +458,12 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     c->dev = dev;
     c->trafficClass = static_cast<IbNetCtx*>(ctx)->trafficClass;
     c->isSend = true;
+    c->remotePorts = remotePorts;
     c->splitData = kIbSplitData.get() != 0;
     // As NCCL's: on for InfiniBand ports unless NCCL_IB_ADAPTIVE_ROUTING says otherwise.
-    c->adaptiveRouting = kIbAdaptiveRouting.get() != -2 ? kIbAdaptiveRouting.get() != 0
-                                                        : net->device(dev).port.linkLayer == IbLinkLayer::kInfiniband;
+    c->adaptiveRouting = kIbAdaptiveRouting.get() != -2
+                             ? kIbAdaptiveRouting.get() != 0
+                             : net->device(net->ports(dev)[0]).port.linkLayer == IbLinkLayer::kInfiniband;
     // As NCCL's: -2 keeps the default.
     const int64_t arThreshold = kIbArThreshold.get();
     c->arThreshold =
@@ -433,7 +474,9 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     if (!r.ok())
       CHORUS_FAIL(nullptr, ioToNccl(r), "NET/IB: cannot reach the listener at %s: %s", to.str().c_str(),
                   r.what.c_str());
-    CHORUS_CHECK(createResources(c.get(), static_cast<int>(clampParam(kIbQpsPerConn, 1, kIbMaxQps))));
+    // As NCCL: NCCL_IB_QPS_PER_CONNECTION for each port of the side whose net device has more.
+    const int ports = std::max(remotePorts, static_cast<int>(net->ports(dev).size()));
+    CHORUS_CHECK(createResources(c.get(), static_cast<int>(clampParam(kIbQpsPerConn, 1, kIbMaxQpsPerConn)) * ports));
     c->state = kCSendInfo;
   }
   auto* x = static_cast<IbNetCtx*>(ctx);
@@ -449,8 +492,9 @@ ncclResult_t ibConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNe
     if (c->adaptiveRouting)
       snprintf(ar, sizeof(ar), "; adaptive routing: messages above %llu bytes as a plain write, then the immediate",
                static_cast<unsigned long long>(c->arThreshold));
-    INFO(kNet, "NET/IB: %s connected with %zu queue pair(s), %s%s", ibCommText(c.get()).c_str(), c->qps.size(),
-         c->splitData ? "each message split over them" : "messages taking them in turn", ar);
+    INFO(kNet, "NET/IB: %s connected with %zu queue pair(s) to %d port(s), %s%s", ibCommText(c.get()).c_str(),
+         c->qps.size(), c->remotePorts, c->splitData ? "each message split over them" : "messages taking them in turn",
+         ar);
     setIbHandleStage(handle, IbConnectStage());
     *sendComm = c.release();
   } else {
@@ -480,8 +524,9 @@ ncclResult_t ibAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11
     return res;
   }
   if (up) {
-    INFO(kNet, "NET/IB: %s accepted with %zu queue pair(s)%s", ibCommText(l->pending.get()).c_str(),
-         l->pending->qps.size(), l->pending->flushQp != nullptr ? " and a GPUDirect RDMA flush queue pair" : "");
+    INFO(kNet, "NET/IB: %s accepted with %zu queue pair(s) from %d port(s)%s", ibCommText(l->pending.get()).c_str(),
+         l->pending->qps.size(), l->pending->remotePorts,
+         l->pending->flushes() ? " and GPUDirect RDMA flush queue pairs" : "");
     *recvComm = l->pending.release();
   }
   return ncclSuccess;

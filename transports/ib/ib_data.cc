@@ -115,20 +115,40 @@ void onCompletion(IbComm* c, const IbWc& wc) {
   r.events--;
 }
 
-// Takes every completion the comm's CQ holds; a failure (of the poll or of a completion) is left in c->failed.
+// Takes every completion the CQs of the comm's ports hold; a failure (of a poll or of a completion) is left in
+// c->failed.
 void pollComm(IbComm* c) {
   constexpr int kBatch = 16;
   IbWc wcs[kBatch];
-  for (;;) {
-    int n = 0;
-    ncclResult_t res = c->cq->poll(kBatch, wcs, &n);
-    if (res != ncclSuccess) {
-      failComm(c, res);
-      return;
+  for (IbCommPort& p : c->ports) {
+    for (;;) {
+      int n = 0;
+      ncclResult_t res = p.cq->poll(kBatch, wcs, &n);
+      if (res != ncclSuccess) {
+        failComm(c, res);
+        return;
+      }
+      for (int i = 0; i < n; ++i) onCompletion(c, wcs[i]);  // every one taken is applied, after an error too
+      if (n < kBatch) break;
     }
-    for (int i = 0; i < n; ++i) onCompletion(c, wcs[i]);  // every one taken is applied, after an error too
-    if (n < kBatch) return;
   }
+}
+
+// Registers memory on every port of the comm's net device: `reg` registers it on one HCA. On failure what was
+// registered is released.
+template <typename Reg>
+ncclResult_t regOnPorts(IbComm* c, Reg reg, void** mhandle) {
+  auto mh = std::make_unique<IbMhandle>();
+  for (IbCommPort& p : c->ports) {
+    ncclResult_t res = reg(p.hca, &mh->mr[mh->n]);
+    if (res != ncclSuccess) {
+      for (int i = 0; i < mh->n; ++i) c->ports[static_cast<size_t>(i)].hca->deregMr(&mh->mr[i]);
+      return res;
+    }
+    mh->n++;
+  }
+  *mhandle = mh.release();
+  return ncclSuccess;
 }
 
 // Fails a pending request once the peer's setup socket has ended and the grace period has passed.
@@ -170,46 +190,53 @@ ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhand
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: cannot register memory of pointer type %d (host or CUDA only)",
                 type);
   }
-  if (type == NCCL_PTR_CUDA && !c->net->peerMemory(c->dev)) {
+  bool peer = true, dma = true;
+  for (const IbCommPort& p : c->ports) peer = peer && c->net->peerMemory(p.dev), dma = dma && c->net->dmaBuf(p.dev);
+  if (type == NCCL_PTR_CUDA && !peer) {
     CHORUS_FAIL(nullptr, ncclInternalError,
                 "NET/IB: %s: cannot register %zu bytes of GPU memory at %p: no GPUDirect RDMA peer-memory module is "
                 "loaded (nvidia_peermem, nv_peer_mem or amdkfd's); registering it as a dma-buf (regMrDmaBuf) is the "
                 "other way%s",
-                ibCommText(c).c_str(), size, data,
-                c->net->dmaBuf(c->dev) ? "" : ", and this device does not offer it either");
+                ibCommText(c).c_str(), size, data, dma ? "" : ", and this device does not offer it either");
   }
   // GPU memory goes through the same ibv_reg_mr: the peer-memory module pins it for the HCA's driver.
-  auto mr = std::make_unique<IbMr>();
-  CHORUS_CHECK(c->hca->regMr(data, size, c->net->relaxedOrdering(), mr.get()));
-  *mhandle = mr.release();
-  return ncclSuccess;
+  const bool relaxed = c->net->relaxedOrdering();
+  return regOnPorts(
+      c, [&](IbHca* hca, IbMr* mr) { return hca->regMr(data, size, relaxed, mr); }, mhandle);
 }
 
 ncclResult_t ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
   if (fd == -1) return ibRegMr(comm, data, size, type, mhandle);
   *mhandle = nullptr;
   auto* c = static_cast<IbComm*>(comm);
-  if (!c->net->dmaBuf(c->dev)) {
+  for (const IbCommPort& p : c->ports) {
+    if (c->net->dmaBuf(p.dev)) continue;
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: cannot register dma-buf %d (%zu bytes at offset %llu): %s",
                 ibCommText(c).c_str(), fd, size, static_cast<unsigned long long>(offset),
-                c->net->device(c->dev).dmaBuf ? "NCCL_DMABUF_ENABLE=0"
-                                              : "the HCA's driver or the kernel does not support dma-buf registration");
+                c->net->device(p.dev).dmaBuf ? "NCCL_DMABUF_ENABLE=0"
+                                             : "the HCA's driver or the kernel does not support dma-buf registration");
   }
   // The registration is addressed by the buffer's own virtual address (iova), as regMr's are, so that descriptors
   // and flushes name received buffers the same way whichever way they were registered.
-  auto mr = std::make_unique<IbMr>();
-  CHORUS_CHECK(
-      c->hca->regDmaBufMr(offset, size, reinterpret_cast<uintptr_t>(data), fd, c->net->relaxedOrdering(), mr.get()));
-  *mhandle = mr.release();
-  return ncclSuccess;
+  const bool relaxed = c->net->relaxedOrdering();
+  return regOnPorts(
+      c,
+      [&](IbHca* hca, IbMr* mr) {
+        return hca->regDmaBufMr(offset, size, reinterpret_cast<uintptr_t>(data), fd, relaxed, mr);
+      },
+      mhandle);
 }
 
 ncclResult_t ibDeregMr(void* comm, void* mhandle) {
   if (mhandle == nullptr) return ncclSuccess;
   auto* c = static_cast<IbComm*>(comm);
-  auto* mr = static_cast<IbMr*>(mhandle);
-  ncclResult_t res = c->hca->deregMr(mr);
-  delete mr;
+  auto* mh = static_cast<IbMhandle*>(mhandle);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < mh->n; ++i) {
+    ncclResult_t r = c->ports[static_cast<size_t>(i)].hca->deregMr(&mh->mr[i]);
+    if (res == ncclSuccess) res = r;
+  }
+  delete mh;
   return res;
 }
 
@@ -242,7 +269,7 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
   }
   IbRequest* r = allocRequest(c);
   if (r == nullptr) return ncclSuccess;  // all requests outstanding: try again after a test()
-  const auto* mr = static_cast<const IbMr*>(mhandle);
+  const auto* mh = static_cast<const IbMhandle*>(mhandle);
   const QpSpan qps = qpSpan(c, c->seq);
   size_t share = (size + qps.count - 1) / qps.count;
   share = (share + kIbSplitAlign - 1) / kIbSplitAlign * kIbSplitAlign;
@@ -257,9 +284,11 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
     w.wrId = ibWrId(IbWrKind::kData, slotOf(c, r));
     w.local = static_cast<const char*>(data) + off;
     w.length = len;
-    w.lkey = len > 0 ? mr->lkey : 0;
+    // The keys of the ports the queue pair joins: ours (i mod ports), the receiver's (i mod its ports).
+    const size_t q = qps.first + i;
+    w.lkey = len > 0 ? mh->mr[q % c->ports.size()].lkey : 0;
     w.remoteAddr = desc.addr + off;
-    w.rkey = desc.rkey;
+    w.rkey = desc.rkey[q % static_cast<size_t>(c->remotePorts)];
     IbQp* qp = c->qps[qps.first + i].get();
     if (apart && len > 0) {
       ncclResult_t res = qp->postWrite(w);
@@ -312,14 +341,15 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
   IbRecvDesc& d = c->ctrl[fifo];
   d.addr = reinterpret_cast<uintptr_t>(data[0]);
   d.size = sizes[0];
-  d.rkey = sizes[0] > 0 ? static_cast<const IbMr*>(mhandles[0])->rkey : 0;
+  for (size_t p = 0; p < c->ports.size(); ++p)
+    d.rkey[p] = sizes[0] > 0 ? static_cast<const IbMhandle*>(mhandles[0])->mr[p].rkey : 0;
   d.tag = tags[0];
   d.seq = c->seq + 1;
   IbWrite w;
   w.wrId = ibWrId(IbWrKind::kFifo, fifo);
   w.local = &d;
   w.length = sizeof(d);
-  w.lkey = c->ctrlMr.lkey;
+  w.lkey = c->ports[0].ctrlMr.lkey;
   w.remoteAddr = c->remoteFifoAddr + fifo * sizeof(IbRecvDesc);
   w.rkey = c->remoteFifoRkey;
   w.inlineData = c->inlineDescs;
@@ -335,9 +365,10 @@ ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mha
   *request = nullptr;
   auto* c = static_cast<IbComm*>(recvComm);
   if (c->failed != ncclSuccess) return failedResult(c);
-  if (c->flushQp == nullptr) return ncclSuccess;  // no GPUDirect RDMA here, or NCCL_GDR_FLUSH_DISABLE=1
-  // As NCCL: one read of the last buffer that received data. The HCA wrote every buffer of the receive before it
-  // completed, and the read's response follows those writes to the GPU.
+  if (!c->flushes()) return ncclSuccess;  // no GPUDirect RDMA here, or NCCL_GDR_FLUSH_DISABLE=1
+  // As NCCL: one read of the last buffer that received data, through each port (each HCA's writes are ordered only
+  // with its own read). The HCA wrote every buffer of the receive before it completed, and the read's response
+  // follows those writes to the GPU.
   int last = -1;
   for (int i = 0; i < n; ++i) {
     if (sizes[i] > 0 && mhandles[i] != nullptr) last = i;
@@ -349,20 +380,22 @@ ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mha
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: %s: iflush with all %d requests outstanding",
                 ibCommText(c).c_str(), kIbMaxRequests);
   }
-  IbRead rd;
-  rd.wrId = ibWrId(IbWrKind::kFlush, slotOf(c, r));
-  rd.local = &c->flushSink;
-  rd.length = 1;  // NCCL reads one byte too: any read orders behind the writes
-  rd.lkey = c->flushMr.lkey;
-  rd.remoteAddr = reinterpret_cast<uintptr_t>(data[last]);
-  rd.rkey = static_cast<const IbMr*>(mhandles[last])->rkey;
-  ncclResult_t res = c->flushQp->postRead(rd);
-  if (res != ncclSuccess) {
-    r->used = false;
-    return failComm(c, res);
-  }
   r->flush = true;
-  r->events = 1;
+  for (size_t p = 0; p < c->ports.size(); ++p) {
+    IbRead rd;
+    rd.wrId = ibWrId(IbWrKind::kFlush, slotOf(c, r));
+    rd.local = &c->flushSink;
+    rd.length = 1;  // NCCL reads one byte too: any read orders behind the writes
+    rd.lkey = c->ports[p].flushMr.lkey;
+    rd.remoteAddr = reinterpret_cast<uintptr_t>(data[last]);
+    rd.rkey = static_cast<const IbMhandle*>(mhandles[last])->mr[p].rkey;
+    ncclResult_t res = c->ports[p].flushQp->postRead(rd);
+    if (res != ncclSuccess) {
+      if (p == 0) r->used = false;  // reads already posted would still complete into the slot
+      return failComm(c, res);
+    }
+    r->events++;
+  }
   *request = r;
   return ncclSuccess;
 }

@@ -1,6 +1,7 @@
 // The IB net's devices (IbNet) and its ncclNet_v11_t table.
 #include "transports/ib/ib_net.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -112,11 +113,14 @@ ncclResult_t tableIrecvConsumed(void* recvComm, int n, void* request) {
 }
 
 ncclResult_t tableMakeVDevice(int* d, ncclNetVDeviceProps_v11_t* props) {
-  if (props->ndevs == 1) {
-    *d = props->devs[0];
-    return ncclSuccess;
+  IbNet* net = nullptr;
+  {
+    ProcessNet& p = processNet();
+    std::lock_guard<std::mutex> lock(p.mu);
+    net = p.net;
   }
-  CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: virtual devices merging %d ports are not supported", props->ndevs);
+  if (net == nullptr) CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: makeVDevice before a successful init");
+  return net->makeVDevice(*props, d);
 }
 
 ncclResult_t tableFinalize(void* ctx) {
@@ -203,19 +207,88 @@ ncclResult_t IbNet::discover(std::string* why) {
   return ncclSuccess;
 }
 
+int IbNet::ndev() const {
+  std::lock_guard<std::mutex> lock(mergedMu_);
+  return nports() + static_cast<int>(merged_.size());
+}
+
+std::vector<int> IbNet::ports(int dev) const {
+  if (dev >= 0 && dev < nports()) return {dev};
+  std::lock_guard<std::mutex> lock(mergedMu_);
+  const size_t m = static_cast<size_t>(dev - nports());
+  return dev >= nports() && m < merged_.size() ? merged_[m].ports : std::vector<int>{};
+}
+
+std::string IbNet::deviceText(int dev) const {
+  std::string out;
+  for (int p : ports(dev))
+    out += (out.empty() ? "" : "+") + devices_[p].name + ":" + std::to_string(devices_[p].port.port);
+  return out.empty() ? "device " + std::to_string(dev) : out;
+}
+
+ncclResult_t IbNet::makeVDevice(const ncclNetVDeviceProps_v11_t& props, int* dev) {
+  *dev = -1;
+  if (props.ndevs < 1 || props.ndevs > kIbMaxDevs) {
+    CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: makeVDevice of %d ports: a net device spans 1 to %d",
+                props.ndevs, kIbMaxDevs);
+  }
+  std::vector<int> want(props.devs, props.devs + props.ndevs);
+  for (size_t i = 0; i < want.size(); i++) {
+    const int p = want[i];
+    if (p < 0 || p >= nports()) {
+      CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: makeVDevice: port %d does not exist (%d ports)", p, nports());
+    }
+    if (std::find(want.begin(), want.begin() + static_cast<long>(i), p) != want.begin() + static_cast<long>(i)) {
+      CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: makeVDevice: port %d (%s:%d) is listed twice", p,
+                  devices_[p].name.c_str(), devices_[p].port.port);
+    }
+    if (devices_[p].port.linkLayer != devices_[want[0]].port.linkLayer) {
+      CHORUS_FAIL(nullptr, ncclInvalidArgument,
+                  "NET/IB: makeVDevice: %s:%d is %s but %s:%d is %s: a net device's ports share a link layer (select "
+                  "ports of one with NCCL_IB_HCA)",
+                  devices_[want[0]].name.c_str(), devices_[want[0]].port.port,
+                  devices_[want[0]].port.linkLayer == IbLinkLayer::kEthernet ? "RoCE" : "InfiniBand",
+                  devices_[p].name.c_str(), devices_[p].port.port,
+                  devices_[p].port.linkLayer == IbLinkLayer::kEthernet ? "RoCE" : "InfiniBand");
+    }
+  }
+  if (want.size() == 1) {
+    *dev = want[0];
+    return ncclSuccess;
+  }
+  std::lock_guard<std::mutex> lock(mergedMu_);
+  for (size_t m = 0; m < merged_.size(); m++) {
+    if (merged_[m].ports == want) {
+      *dev = nports() + static_cast<int>(m);
+      return ncclSuccess;
+    }
+  }
+  Merged m;
+  m.ports = want;
+  for (int p : want) m.name += (m.name.empty() ? "" : "+") + devices_[p].name;
+  merged_.push_back(std::move(m));
+  *dev = nports() + static_cast<int>(merged_.size()) - 1;
+  INFO(kNet | kInit, "NET/IB: [%d] merged from %s", *dev, deviceText(*dev).c_str());
+  return ncclSuccess;
+}
+
 ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const {
-  if (dev < 0 || dev >= ndev()) {
+  const std::vector<int> ps = ports(dev);
+  if (ps.empty()) {
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/IB: device %d does not exist (%d devices)", dev, ndev());
   }
-  const IbDevice& d = devices_[dev];
+  const IbDevice& d = devices_[ps[0]];
   memset(props, 0, sizeof(*props));
   // NCCL's properties are plain char*; the strings live as long as the net (devices never change after discover).
   props->name = const_cast<char*>(d.name.c_str());
   props->pciPath = d.port.pciPath.empty() ? nullptr : const_cast<char*>(d.port.pciPath.c_str());
   props->guid = d.port.guid;
+  // What every port offers (a merged device's registrations are made on each of its ports).
+  bool peer = true, dma = true;
+  for (int p : ps) peer = peer && devices_[p].peerMemory, dma = dma && dmaBuf(p);
   props->ptrSupport = NCCL_PTR_HOST;
-  if (d.peerMemory) props->ptrSupport |= NCCL_PTR_CUDA;                   // regMr of GPU memory (peer memory)
-  if (dmaBuf(dev)) props->ptrSupport |= NCCL_PTR_CUDA | NCCL_PTR_DMABUF;  // regMrDmaBuf of GPU memory
+  if (peer) props->ptrSupport |= NCCL_PTR_CUDA;                   // regMr of GPU memory (peer memory)
+  if (dma) props->ptrSupport |= NCCL_PTR_CUDA | NCCL_PTR_DMABUF;  // regMrDmaBuf of GPU memory
   props->regIsGlobal = 0;
   props->forceFlush = 0;
   props->speed = d.speedMbps;
@@ -227,6 +300,21 @@ ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const
   props->netDeviceVersion = 0;
   props->vProps.ndevs = 1;
   props->vProps.devs[0] = dev;
+  if (ps.size() > 1) {
+    // A merged device: as NCCL's, named after its ports' HCAs and as fast as they are together.
+    {
+      std::lock_guard<std::mutex> lock(mergedMu_);
+      props->name = const_cast<char*>(merged_[static_cast<size_t>(dev - nports())].name.c_str());
+    }
+    props->vProps.ndevs = static_cast<int>(ps.size());
+    props->speed = 0;
+    for (size_t i = 0; i < ps.size(); i++) {
+      const IbDevice& p = devices_[ps[i]];
+      props->vProps.devs[i] = ps[i];
+      props->speed += p.speedMbps;
+      if (p.port.maxQp > 0 && p.port.maxQp < props->maxComms) props->maxComms = p.port.maxQp;
+    }
+  }
   // The immediate data carries a message's size in 32 bits, and test() reports sizes as int.
   props->maxP2pBytes = INT_MAX;
   props->maxCollBytes = INT_MAX;

@@ -9,6 +9,7 @@
 // is serialized by a mutex. Comms are owned by one thread at a time (the proxy's).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,23 +35,34 @@ class IbNet {
   /// GPUDirect RDMA each offers (opening its HCA to probe dma-buf support); all logged at INFO.
   /// Fails with *why only when the backend cannot list devices; zero devices is a success.
   ncclResult_t discover(std::string* why);
-  /// Net devices found by discover().
-  int ndev() const { return static_cast<int>(devices_.size()); }
-  /// Net device `dev` (0 <= dev < ndev()).
-  const IbDevice& device(int dev) const { return devices_[dev]; }
-  /// NCCL's properties of net device `dev`.
+  /// Net devices: the ports discover() kept (0 .. nports() - 1), then those makeVDevice() merged from several.
+  int ndev() const;
+  /// Ports discover() kept.
+  int nports() const { return static_cast<int>(devices_.size()); }
+  /// Port `port` (0 <= port < nports()).
+  const IbDevice& device(int port) const { return devices_[port]; }
+  /// The ports of net device `dev` (one for a port, 2-4 for a merged device), or empty when there is no such device.
+  std::vector<int> ports(int dev) const;
+  /// "mlx5_0:1", or "mlx5_0:1+mlx5_1:1" for a merged device.
+  std::string deviceText(int dev) const;
+  /// NCCL's makeVDevice: the net device spanning the ports props.devs (port indices): the port itself for one, else
+  /// a merged device (the same one again for the same ports in the same order). Refuses an empty or too long list,
+  /// a port that does not exist or repeats, and ports of different link layers.
+  ncclResult_t makeVDevice(const ncclNetVDeviceProps_v11_t& props, int* dev);
+  /// NCCL's properties of net device `dev`; a merged device's speed is the sum of its ports', its pointer support
+  /// what all of them offer.
   ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) const;
-  /// Whether regMr takes GPU memory on net device `dev` (a peer-memory module is loaded).
-  bool peerMemory(int dev) const { return devices_[dev].peerMemory; }
-  /// Whether regMrDmaBuf takes dma-buf file descriptors on net device `dev`: its HCA supports them and
+  /// Whether regMr takes GPU memory on port `port` (a peer-memory module is loaded).
+  bool peerMemory(int port) const { return devices_[port].peerMemory; }
+  /// Whether regMrDmaBuf takes dma-buf file descriptors on port `port`: its HCA supports them and
   /// NCCL_DMABUF_ENABLE is not 0.
-  bool dmaBuf(int dev) const;
+  bool dmaBuf(int port) const;
   /// Whether data registrations (regMr, regMrDmaBuf) ask for PCIe relaxed ordering: NCCL_IB_PCI_RELAXED_ORDERING is 1
   /// or 2 (the default) and the backend offers it, as NCCL decides. The comms' control memory never does: its
   /// receive descriptors rely on the HCA's writes landing in order.
   bool relaxedOrdering() const { return relaxedOrdering_; }
-  /// The opened HCA of net device `dev`, opened on first use and shared by that HCA's ports until the net goes.
-  ncclResult_t openHca(int dev, IbHca** out);
+  /// The opened HCA of port `port`, opened on first use and shared by that HCA's ports until the net goes.
+  ncclResult_t openHca(int port, IbHca** out);
   /// The backend.
   IbVerbs& verbs() { return *verbs_; }
   /// One line on what discover() found: the devices, or why there are none.
@@ -63,6 +75,13 @@ class IbNet {
   bool relaxedOrdering_ = false;
   std::mutex mu_;  // guards hcas_
   std::unordered_map<std::string, std::unique_ptr<IbHca>> hcas_;
+  /// A device makeVDevice merged: its ports and its name ("mlx5_0+mlx5_1", which getProperties hands out).
+  struct Merged {
+    std::vector<int> ports;
+    std::string name;
+  };
+  mutable std::mutex mergedMu_;  // guards merged_ (a deque: names handed out stay where they are)
+  std::deque<Merged> merged_;
 };
 
 /// The IB net's function table. init/devices/getProperties/finalize use the process's IbNet over libibverbs; the

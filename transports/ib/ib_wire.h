@@ -17,9 +17,13 @@ namespace chorus {
 /// Requests one comm may have outstanding (NCCL_NET_MAX_REQUESTS); also the number of receive FIFO slots.
 constexpr int kIbMaxRequests = NCCL_NET_MAX_REQUESTS;
 /// Largest NCCL_IB_QPS_PER_CONNECTION honoured.
-constexpr int kIbMaxQps = 16;
+constexpr int kIbMaxQpsPerConn = 16;
+/// Most ports a merged net device (makeVDevice) spans, as NCCL's NCCL_NET_MAX_DEVS_PER_NIC.
+constexpr int kIbMaxDevs = NCCL_NET_MAX_DEVS_PER_NIC_V11;
+/// Most queue pairs a connection has: NCCL_IB_QPS_PER_CONNECTION for each port of the side with more.
+constexpr int kIbMaxQps = kIbMaxQpsPerConn * kIbMaxDevs;
 /// Identifies an IB net handle and handshake ("chorusIB" plus a format version in the low byte).
-constexpr uint64_t kIbMagic = 0x63686f7275734902ull;  // 2: IbConnInfo carries splitData
+constexpr uint64_t kIbMagic = 0x63686f7275734903ull;  // 3: merged devices (ports per side, an rkey per port)
 
 /// The connector's progress between connect() calls. It lives inside the caller's handle buffer, as NCCL's IB net
 /// keeps it, because connect() is called again with the same handle until the connection is up.
@@ -29,36 +33,48 @@ struct IbConnectStage {
   void* comm = nullptr;  ///< the IbComm being connected; null before the first call and after the last
 };
 
-/// The listen handle: where the listener's TCP socket waits, and the connector's stage.
+/// The listen handle: where the listener's TCP socket waits, how many ports its net device spans (so that the
+/// connector makes queue pairs for the side with more before it sends its setup message), and the connector's stage.
 struct IbHandle {
   uint64_t magic = kIbMagic;
   PackedAddr addr;
+  uint32_t ports = 1;
+  uint32_t reserved = 0;
   IbConnectStage stage;
 };
 static_assert(sizeof(IbHandle) <= NCCL_NET_HANDLE_MAXSIZE, "the IB handle must fit NCCL's handle");
 
-/// Writes a fresh handle for a listener at `addr` into `out` (NCCL_NET_HANDLE_MAXSIZE bytes).
-void packIbHandle(const SockAddr& addr, void* out);
-/// Reads a handle: false with *why when it is not an IB net handle or its address is unreadable.
-bool unpackIbHandle(const void* handle, SockAddr* addr, std::string* why);
+/// Writes a fresh handle for a listener at `addr` on a net device of `ports` ports into `out`
+/// (NCCL_NET_HANDLE_MAXSIZE bytes).
+void packIbHandle(const SockAddr& addr, int ports, void* out);
+/// Reads a handle: false with *why when it is not an IB net handle, or its address or port count is unreadable.
+bool unpackIbHandle(const void* handle, SockAddr* addr, int* ports, std::string* why);
 /// The connector's stage stored in a handle.
 IbConnectStage ibHandleStage(const void* handle);
 /// Stores the connector's stage in a handle.
 void setIbHandleStage(void* handle, const IbConnectStage& stage);
 
-/// One side's connection information, sent over the TCP socket during setup.
+/// One port of a side's net device, as its peer addresses it.
+struct IbPortInfo {
+  IbGid gid;
+  uint32_t ctrlRkey = 0;  ///< the side's control memory's rkey on this port's HCA (a receiver's is not used)
+  uint16_t lid = 0;
+  uint8_t mtu = 0;  ///< verbs MTU code
+  uint8_t reserved = 0;
+};
+
+/// One side's connection information, sent over the TCP socket during setup. Queue pair i of a side is on its port
+/// i mod ports, and is connected to the peer's queue pair i.
 struct IbConnInfo {
   uint64_t magic = kIbMagic;
   uint32_t nqps = 0;
   uint32_t fifoSlots = 0;  ///< receive FIFO slots (kIbMaxRequests)
   uint32_t qpn[kIbMaxQps] = {0};
   uint32_t psn[kIbMaxQps] = {0};
-  IbGid gid;
+  uint32_t ports = 0;  ///< ports of the side's net device (1 unless merged), each in port[]
+  IbPortInfo port[kIbMaxDevs];
   uint64_t ctrlAddr = 0;  ///< the side's control memory: the receive FIFO on a sender, descriptor staging on a receiver
-  uint32_t ctrlRkey = 0;  ///< its rkey (the receiver's is not used by the sender)
-  uint16_t lid = 0;
-  uint8_t linkLayer = 0;  ///< IbLinkLayer
-  uint8_t mtu = 0;        ///< verbs MTU code of the side's port
+  uint8_t linkLayer = 0;  ///< IbLinkLayer (the same on every port of a net device)
   /// The connector's NCCL_IB_SPLIT_DATA_ON_QPS: 1, every message split over the queue pairs; 0, each message whole on
   /// one, in turn. The acceptor (the receiver) follows it, as it follows nqps, since it posts the receives the
   /// sender's writes consume.
@@ -74,12 +90,12 @@ constexpr uint32_t kIbReadyWord = 0x52454459;  // "REDY"
 struct IbRecvDesc {
   uint64_t addr = 0;  ///< where the message goes
   uint64_t size = 0;  ///< the receive's size: the largest message it takes
-  uint32_t rkey = 0;
+  uint32_t rkey[kIbMaxDevs] = {0};  ///< the buffer's rkey on each port of the receiver's net device
   int32_t tag = 0;
-  uint32_t reserved = 0;
+  uint32_t reserved[2] = {0, 0};
   uint32_t seq = 0;
 };
-static_assert(sizeof(IbRecvDesc) == 32, "receive descriptors are 32 bytes");
+static_assert(sizeof(IbRecvDesc) == 48, "receive descriptors are 48 bytes");
 
 /// What a work request id names: its kind and the request slot (or FIFO slot) it belongs to.
 enum class IbWrKind : uint32_t {
