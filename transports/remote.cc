@@ -15,9 +15,10 @@
 #include "core/checks.h"
 #include "core/debug.h"
 #include "core/params.h"
+#include "topo/nic_fusion.h"
+#include "topo/topology.h"
 #include "transports/net/net.h"
 #include "transports/net/net_proxy.h"
-#include "topo/topology.h"
 
 namespace chorus {
 namespace {
@@ -55,6 +56,18 @@ namespace {
 
 IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
                     "transports"};
+
+StrParam kNetMergeLevel{"NCCL_NET_MERGE_LEVEL", "PORT",
+                        "Nets with merged devices (IB, plugins of v9 and later): how near net devices must be to be "
+                        "merged into one whose connections use all of them, as NCCL's NIC fusion: LOC (never), PORT "
+                        "(ports of one NIC: one PCI device), PIX, PXB, PHB or SYS (the PCI distance the host topology "
+                        "gives between the NICs).",
+                        "network"};
+StrParam kNetForceMerge{"NCCL_NET_FORCE_MERGE", "",
+                        "Nets with merged devices: groups of net devices to merge whatever their distance, as NCCL: "
+                        "groups separated by ';', each a ','-separated list of name[:port] (exact names); a group "
+                        "that cannot be made fails the communicator.",
+                        "network"};
 
 IntParam kSlotTrailer{"CHORUS_NET_SLOT_TRAILER", -1,
                       "IB and plugin nets, host buffers: 1: a FIFO slot goes to the net as one message, its payload "
@@ -100,6 +113,8 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   out->name = api->name;
   out->reason = reason;
   out->ndev = ndev;
+  out->devs.clear();
+  for (int d = 0; d < ndev; d++) out->devs.push_back(d);
   // api is not null here (its init ran), so comparing with ucxNet() is false in a build without UCX.
   out->hooks = api == socketNet() ? socketNetHooks() : api == ucxNet() ? ucxNetHooks() : nullptr;
   // The socket net takes 32 requests a comm: a whole FIFO (8 slots) in flight. Others keep what a v6 plugin allows.
@@ -169,10 +184,82 @@ ncclResult_t choose(ncclComm* comm, NetChoice* net) {
   return ncclSuccess;
 }
 
+// NIC fusion, as NCCL makes virtual NICs through a net's makeVDevice: the devices NCCL_NET_FORCE_MERGE names, and
+// devices within NCCL_NET_MERGE_LEVEL of each other (ports of one NIC by default), become one device each; net->devs
+// lists what the communicator uses. A net without makeVDevice (the socket and UCX nets, plugins before v9) keeps its
+// devices. A group NCCL_NET_FORCE_MERGE names that cannot be made fails; one the level made keeps its devices apart.
+ncclResult_t fuseDevices(ncclComm* comm, NetChoice* net) {
+  if (net->api->makeVDevice == nullptr || net->api == socketNet()) return ncclSuccess;
+  MergeLevel level = MergeLevel::kPort;
+  if (!parseMergeLevel(kNetMergeLevel.get(), &level)) {
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      WARN("NCCL_NET_MERGE_LEVEL=%s is not LOC, PORT, PIX, PXB, P2C, PXN, PHB or SYS: PORT",
+           kNetMergeLevel.get().c_str());
+    });
+  }
+  // The physical devices: a net's device count includes the merged devices made so far (by this process's other
+  // communicators too), whose properties list more than one device.
+  std::vector<int> phys;
+  std::vector<NetDeviceDesc> descs;
+  for (int d = 0; d < net->ndev; d++) {
+    ncclNetProperties_v11_t props{};
+    if (net->api->getProperties(d, &props) != ncclSuccess) return ncclSuccess;  // nothing to go by
+    if (props.vProps.ndevs > 1) continue;
+    phys.push_back(d);
+    descs.push_back(NetDeviceDesc{props.name != nullptr ? props.name : "",
+                                  props.pciPath != nullptr ? props.pciPath : "", props.port});
+  }
+  const NicFusion f = fuseNics(processTopology(), descs, level, kNetForceMerge.get(), NCCL_NET_MAX_DEVS_PER_NIC_V11);
+  if (!f.error.empty()) CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: %s", comm->rank, f.error.c_str());
+  std::vector<int> devs;
+  for (size_t g = 0; g < f.groups.size(); g++) {
+    const std::vector<int>& group = f.groups[g];
+    if (group.size() == 1) {
+      devs.push_back(phys[static_cast<size_t>(group[0])]);
+      continue;
+    }
+    ncclNetVDeviceProps_v11_t props{};
+    std::string names;
+    for (int d : group) {
+      props.devs[props.ndevs++] = phys[static_cast<size_t>(d)];
+      names += (names.empty() ? "" : ", ") + descs[static_cast<size_t>(d)].name + ":" +
+               std::to_string(descs[static_cast<size_t>(d)].port);
+    }
+    int vdev = -1;
+    ncclResult_t rc;
+    std::string said;
+    {
+      std::lock_guard<std::mutex> setup(netSetupMutex());
+      const std::string before = threadLastError();
+      setThreadLastError("");
+      rc = net->api->makeVDevice(&vdev, &props);
+      said = threadLastError();
+      setThreadLastError(before.c_str());
+    }
+    if (rc != ncclSuccess || vdev < 0) {
+      if (f.forced[g])
+        CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: NCCL_NET_FORCE_MERGE: the net %s cannot merge %s: %s", comm->rank,
+                    net->name.c_str(), names.c_str(), said.empty() ? ncclGetErrorString(rc) : said.c_str());
+      INFO(kNet | kInit, "rank %d: net %s: %s not merged (%s); set NCCL_NET_MERGE_LEVEL=LOC to not try", comm->rank,
+           net->name.c_str(), names.c_str(), said.empty() ? ncclGetErrorString(rc) : said.c_str());
+      for (int d : group) devs.push_back(phys[static_cast<size_t>(d)]);
+      continue;
+    }
+    INFO(kNet | kInit, "rank %d: net %s: device %d merges %s (%s)", comm->rank, net->name.c_str(), vdev, names.c_str(),
+         f.forced[g] ? "NCCL_NET_FORCE_MERGE" : ("NCCL_NET_MERGE_LEVEL=" + kNetMergeLevel.get()).c_str());
+    devs.push_back(vdev);
+  }
+  net->devs = devs;
+  net->ndev = static_cast<int>(devs.size());
+  return ncclSuccess;
+}
+
 /// "eth0 10000 Mbit/s, mlx5_1 ...": what the net says of its devices (the first 8), for the INFO line of the choice.
 std::string describeDevices(const NetChoice& net) {
   std::string out;
-  for (int d = 0; d < net.ndev && d < 8; d++) {
+  for (int i = 0; i < net.ndev && i < 8; i++) {
+    const int d = net.devs[static_cast<size_t>(i)];
     ncclNetProperties_v11_t props{};
     if (!out.empty()) out += ", ";
     if (net.api->getProperties(d, &props) != ncclSuccess) {
@@ -303,6 +390,14 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   out->reset();
   NetChoice net;
   ncclResult_t chosen = choose(comm, &net);
+  if (chosen == ncclSuccess) {
+    chosen = fuseDevices(comm, &net);
+    if (chosen != ncclSuccess && net.api->finalize != nullptr && net.ctx != nullptr) {
+      std::lock_guard<std::mutex> setup(netSetupMutex());
+      net.api->finalize(net.ctx);
+      net.ctx = nullptr;
+    }
+  }
   // Every rank takes part in the exchange, even one whose choice failed (it sends an empty name), so that the others
   // fail naming it rather than waiting. Each rank's entry: its net's name, how many devices it offers, and how its
   // proxy frames a slot (CHORUS_NET_SLOT_TRAILER), which both ends of a connection must share.

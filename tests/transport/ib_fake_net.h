@@ -15,10 +15,14 @@ namespace chorus_test {
 
 class FakeIbProcessNet {
  public:
-  /// `ports` fake RoCE ports (HCAs mlx5_0, mlx5_1..., port 1 each) as the process's IB net.
-  explicit FakeIbProcessNet(int ports = 1) : fabric_(std::make_shared<chorus::FakeIbFabric>()) {
+  /// `ports` fake RoCE ports (HCAs mlx5_0, mlx5_1..., port 1 each) as the process's IB net: NICs of their own, or with
+  /// `oneNic` the PCI functions of one NIC (0000:3b:00.0, 0000:3b:00.1...), as a dual-port ConnectX shows them.
+  explicit FakeIbProcessNet(int ports = 1, bool oneNic = false) : fabric_(std::make_shared<chorus::FakeIbFabric>()) {
     std::vector<chorus::IbPortDesc> descs;
-    for (int i = 0; i < ports; i++) descs.push_back(chorus::fakeIbPort("mlx5_" + std::to_string(i), 1, i + 1));
+    for (int i = 0; i < ports; i++) {
+      descs.push_back(chorus::fakeIbPort("mlx5_" + std::to_string(i), 1, i + 1));
+      if (oneNic) descs.back().pciPath = "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00." + std::to_string(i);
+    }
     auto verbs = std::make_unique<chorus::FakeIbVerbs>(fabric_, descs);
     auto net = std::make_unique<chorus::IbNet>(std::move(verbs));
     ok_ = net->discover(&why_) == ncclSuccess && net->ndev() == ports;

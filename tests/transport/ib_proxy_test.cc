@@ -26,17 +26,17 @@ constexpr uint32_t kSlotHeaderBytes = 32;  // a FIFO slot's header (transports/n
 
 class IbProxy : public testing::Test {
  protected:
-  /// Over `ports` fake ports (HCAs mlx5_0, mlx5_1...).
-  explicit IbProxy(int ports = 1) : ib_(ports) {}
+  /// Over `ports` fake ports (HCAs mlx5_0, mlx5_1...), of one NIC with `oneNic`.
+  explicit IbProxy(int ports = 1, bool oneNic = false) : ib_(ports, oneNic) {}
   void SetUp() override {
     if (chorus::ibNet() == nullptr) GTEST_SKIP() << "chorus was built without verbs";
     ASSERT_TRUE(ib_.ok()) << ib_.why();
     env_.select(Transport::kIbFake);
     // The tests count writes and queue pair classes on the fabric: the settings that shape them start at their
     // defaults, whatever the caller's environment says.
-    for (const char* name :
-         {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_ADAPTIVE_ROUTING", "NCCL_IB_AR_THRESHOLD",
-          "NCCL_IB_USE_INLINE", "NCCL_IB_FIFO_TC", "NCCL_IB_TC", "NCCL_IB_SL", "CHORUS_NET_SLOT_TRAILER"})
+    for (const char* name : {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_ADAPTIVE_ROUTING",
+                             "NCCL_IB_AR_THRESHOLD", "NCCL_IB_USE_INLINE", "NCCL_IB_FIFO_TC", "NCCL_IB_TC",
+                             "NCCL_IB_SL", "CHORUS_NET_SLOT_TRAILER", "NCCL_NET_MERGE_LEVEL", "NCCL_NET_FORCE_MERGE"})
       env_.unset(name);
   }
   void TearDown() override {
@@ -223,6 +223,69 @@ TEST_F(IbProxyTwoPorts, EachPortCarriesAChannel) {
   EXPECT_GT(bytes["mlx5_0"], 1u << 20);
   EXPECT_GT(bytes["mlx5_1"], 1u << 20);
   EXPECT_EQ(bytes.size(), 2u);
+}
+
+class IbProxyDualPortNic : public IbProxy {
+ protected:
+  IbProxyDualPortNic() : IbProxy(2, /*oneNic=*/true) {}
+};
+
+// NIC fusion, as NCCL's default (NCCL_NET_MERGE_LEVEL=PORT): the two ports of one NIC are one net device, whose
+// connections use both, so one host channel moves data through both HCAs, the results intact. With LOC they stay two
+// devices, and one channel uses the first alone.
+TEST_F(IbProxyDualPortNic, PortsOfOneNicMergeIntoOneDevice) {
+  env_.set("CHORUS_HOST_NCHANNELS", "1");
+  for (const char* level : {"PORT", "LOC"}) {
+    SCOPED_TRACE(std::string("NCCL_NET_MERGE_LEVEL=") + level);
+    env_.set("NCCL_NET_MERGE_LEVEL", level);
+    ib_.fabric().clearWrites();
+    runRanks(2, Driver::kThreads, bigCollectives, 60);
+    std::map<std::string, size_t> bytes;
+    for (const auto& w : dataWrites()) {
+      bytes[w.srcHca] += w.length;
+      EXPECT_EQ(w.srcHca, w.dstHca) << "queue pair i is on port i mod 2 at both ends";
+    }
+    EXPECT_GT(bytes["mlx5_0"], 1u << 20);
+    if (level[0] == 'P') {
+      EXPECT_GT(bytes["mlx5_1"], 1u << 20);
+    } else {
+      EXPECT_EQ(bytes.count("mlx5_1"), 0u);
+    }
+  }
+}
+
+// NCCL_NET_FORCE_MERGE merges what it names, here against the level (LOC); a group that names no device fails the
+// communicator's creation on every rank, saying which entry.
+TEST_F(IbProxyDualPortNic, ForceMergeMergesWhatItNamesOrFails) {
+  env_.set("CHORUS_HOST_NCHANNELS", "1");
+  env_.set("NCCL_NET_MERGE_LEVEL", "LOC");
+  env_.set("NCCL_NET_FORCE_MERGE", "mlx5_1,mlx5_0");
+  ib_.fabric().clearWrites();
+  runRanks(2, Driver::kThreads, bigCollectives, 60);
+  std::map<std::string, size_t> bytes;
+  for (const auto& w : dataWrites()) bytes[w.srcHca] += w.length;
+  EXPECT_GT(bytes["mlx5_0"], 1u << 20);
+  EXPECT_GT(bytes["mlx5_1"], 1u << 20);
+
+  env_.set("NCCL_NET_FORCE_MERGE", "mlx5_0,mlx5_7");
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<ncclResult_t> results(2, ncclSuccess);
+  std::vector<std::string> errors(2);
+  for (int r = 0; r < 2; r++) {
+    threads.emplace_back([&, r] {
+      ncclComm_t comm = nullptr;
+      results[r] = ncclCommInitRank(&comm, 2, id, r);
+      errors[r] = ncclGetLastError(nullptr);
+      if (comm != nullptr) ncclCommAbort(comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(results[r], ncclInvalidUsage) << "rank " << r;
+    EXPECT_NE(errors[r].find("mlx5_7"), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
 }
 
 // An RDMA write that fails (the HCA's error completion, here "remote access error": a data write, or a receiver's

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "chorus/net.h"
 #include "core/params.h"
@@ -85,7 +86,10 @@ struct NetChoice {
   void* ctx = nullptr;
   std::string name;    ///< the net's name ("UCX", "IB", a plugin's name)
   std::string reason;  ///< why it was chosen, for NCCL_DEBUG=INFO
-  int ndev = 0;
+  /// The net's devices the communicator uses, by the net's index: every device, or after NIC fusion
+  /// (NCCL_NET_MERGE_LEVEL, NCCL_NET_FORCE_MERGE) a merged device in place of the devices it spans.
+  std::vector<int> devs;
+  int ndev = 0;           ///< devs.size()
   int commonDevices = 1;  ///< the fewest devices any rank's net offers (agreed at setup: the same on every rank)
   const NetProgressHooks* hooks = nullptr;  ///< a built-in net's, or null
   uint32_t inflightSlots = 4;               ///< FIFO slots the proxy keeps in flight per connection (at most 8)

@@ -98,7 +98,7 @@ bool NetProxy::sendsByAddress() const { return net_.sendsUnregistered && kNetByA
 void NetProxy::chooseDevices() {
   deviceNames_.clear();
   ptrSupport_.clear();
-  for (int d = 0; d < net_.ndev; d++) {
+  for (int d : net_.devs) {
     ncclNetProperties_v11_t props{};
     if (net_.api->getProperties(d, &props) != ncclSuccess) props = ncclNetProperties_v11_t{};
     deviceNames_.emplace_back(props.name != nullptr ? props.name : "", props.pciPath != nullptr ? props.pciPath : "");
@@ -222,7 +222,7 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
   c->channel = channel;
   c->peer = peer;
   // Each end picks its own device (a net connects any two of its devices); channels take this rank's in turn.
-  c->dev = devices_[static_cast<size_t>(channel) % devices_.size()];
+  c->dev = net_.devs[static_cast<size_t>(devices_[static_cast<size_t>(channel) % devices_.size()])];
   c->mem = mem;
   if (apart) c->data = *data;
   c->fifo.attach(mem, g, c->data.ptr);

@@ -195,10 +195,12 @@ class NetProxy : public RemoteTransport {
   int rank_;
   NetChoice net_;
   std::string label_;                                             ///< "net NAME"
-  std::vector<std::pair<std::string, std::string>> deviceNames_;  ///< each device's name and PCI path
-  std::vector<int> devices_;        ///< the devices channels use: channel c's connections use devices_[c % size]
+  /// Each of the communicator's devices' (NetChoice::devs) name and PCI path.
+  std::vector<std::pair<std::string, std::string>> deviceNames_;
+  /// The devices channels use, as positions in NetChoice::devs: channel c's connections use devices_[c % size].
+  std::vector<int> devices_;
   std::vector<int> deviceClasses_;  ///< devices_[i]'s PCI distance class to this rank's GPU (PathClass), or -1
-  std::vector<int> ptrSupport_;     ///< each device's NCCL_PTR_* (its properties)
+  std::vector<int> ptrSupport_;     ///< each of NetChoice::devs' NCCL_PTR_* (its properties)
   ProxyWake wake_;
 
   std::vector<std::unique_ptr<NetConn>> conns_;  ///< the proxy's (the caller's after the join)
