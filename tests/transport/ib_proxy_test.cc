@@ -235,6 +235,11 @@ class IbProxyDualPortNic : public IbProxy {
 // devices, and one channel uses the first alone.
 TEST_F(IbProxyDualPortNic, PortsOfOneNicMergeIntoOneDevice) {
   env_.set("CHORUS_HOST_NCHANNELS", "1");
+  // With the net's INFO lines on (written nowhere): the merge is logged as it is made.
+  env_.set("NCCL_DEBUG", "INFO");
+  env_.set("NCCL_DEBUG_SUBSYS", "INIT,NET");
+  env_.set("NCCL_DEBUG_FILE", "/dev/null");
+  reloadEnv();
   for (const char* level : {"PORT", "LOC"}) {
     SCOPED_TRACE(std::string("NCCL_NET_MERGE_LEVEL=") + level);
     env_.set("NCCL_NET_MERGE_LEVEL", level);
@@ -252,6 +257,8 @@ TEST_F(IbProxyDualPortNic, PortsOfOneNicMergeIntoOneDevice) {
       EXPECT_EQ(bytes.count("mlx5_1"), 0u);
     }
   }
+  env_.unset("NCCL_DEBUG");
+  reloadEnv();
 }
 
 // NCCL_NET_FORCE_MERGE merges what it names, here against the level (LOC); a group that names no device fails the

@@ -256,19 +256,21 @@ ncclResult_t IbNet::makeVDevice(const ncclNetVDeviceProps_v11_t& props, int* dev
     *dev = want[0];
     return ncclSuccess;
   }
-  std::lock_guard<std::mutex> lock(mergedMu_);
-  for (size_t m = 0; m < merged_.size(); m++) {
-    if (merged_[m].ports == want) {
-      *dev = nports() + static_cast<int>(m);
-      return ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mergedMu_);
+    for (size_t m = 0; m < merged_.size(); m++) {
+      if (merged_[m].ports == want) {
+        *dev = nports() + static_cast<int>(m);
+        return ncclSuccess;
+      }
     }
+    Merged m;
+    m.ports = want;
+    for (int p : want) m.name += (m.name.empty() ? "" : "+") + devices_[p].name;
+    merged_.push_back(std::move(m));
+    *dev = nports() + static_cast<int>(merged_.size()) - 1;
   }
-  Merged m;
-  m.ports = want;
-  for (int p : want) m.name += (m.name.empty() ? "" : "+") + devices_[p].name;
-  merged_.push_back(std::move(m));
-  *dev = nports() + static_cast<int>(merged_.size()) - 1;
-  INFO(kNet | kInit, "NET/IB: [%d] merged from %s", *dev, deviceText(*dev).c_str());
+  INFO(kNet | kInit, "NET/IB: [%d] merged from %s", *dev, deviceText(*dev).c_str());  // deviceText takes the lock
   return ncclSuccess;
 }
 
