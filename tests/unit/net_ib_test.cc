@@ -738,8 +738,9 @@ int mergeAll(IbNet* net) {
 }
 
 // Merged devices (NCCL's virtual NICs): a connection has NCCL_IB_QPS_PER_CONNECTION queue pairs for each port of the
-// side with more, queue pair i on each side's port i mod ports, each addressed to its peer's port; messages take the
-// pairs in turn, so they go out of and into every port, with each port's keys (the fake refuses a key of another HCA).
+// side with more, queue pair i on each side's port i mod ports, each addressed to its peer's port; as in NCCL, message
+// n is split over the n-th group of consecutive pairs, one a port of the side with more, so it goes out of and into
+// every port, with each port's keys (the fake refuses a key of another HCA).
 TEST_F(IbFakeNet, MergedDevicesSpreadMessagesOverTheirPorts) {
   struct Case {
     int aPorts, bPorts;
@@ -762,7 +763,8 @@ TEST_F(IbFakeNet, MergedDevicesSpreadMessagesOverTheirPorts) {
     connectPair(a_.get(), b_.get(), &send, &recv, &sr, &rr, NCCL_NET_TRAFFIC_CLASS_UNDEF, devA, devB);
     ASSERT_EQ(sr, ncclSuccess) << threadLastError();
     ASSERT_EQ(rr, ncclSuccess) << threadLastError();
-    const size_t nqps = static_cast<size_t>((k.qpsPerConn ? 2 : 1) * std::max(k.aPorts, k.bPorts));
+    const size_t group = static_cast<size_t>(std::max(k.aPorts, k.bPorts));
+    const size_t nqps = (k.qpsPerConn ? 2 : 1) * group;
     ASSERT_EQ(static_cast<IbComm*>(send)->qps.size(), nqps);
     ASSERT_EQ(static_cast<IbComm*>(recv)->qps.size(), nqps);
     // Each queue pair is addressed to the port its peer queue pair is on.
@@ -785,6 +787,7 @@ TEST_F(IbFakeNet, MergedDevicesSpreadMessagesOverTheirPorts) {
       EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(size));
       EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
       size_t imms = 0;
+      std::set<std::string> msgHcas;
       for (const auto& w : fabric_->writes()) {
         const int si = qpIndex(send, w.srcQpn);
         if (si < 0) continue;  // a receive descriptor
@@ -793,11 +796,16 @@ TEST_F(IbFakeNet, MergedDevicesSpreadMessagesOverTheirPorts) {
         EXPECT_EQ(w.dstHca, "mlx5_" + std::to_string(qpIndex(recv, w.dstQpn) % k.bPorts));
         EXPECT_EQ(qpIndex(recv, w.dstQpn), si);
         if (!k.split) {
-          EXPECT_EQ(static_cast<size_t>(si), n % nqps);
+          EXPECT_GE(static_cast<size_t>(si), n * group % nqps);
+          EXPECT_LT(static_cast<size_t>(si), n * group % nqps + group);
         }
         if (w.length > 0) srcHcas.insert(w.srcHca), dstHcas.insert(w.dstHca);
+        if (w.length > 0) msgHcas.insert(w.srcHca);
       }
-      EXPECT_EQ(imms, k.split ? nqps : 1u);
+      EXPECT_EQ(imms, k.split ? nqps : group);
+      if (size >= 128 * group) {
+        EXPECT_EQ(msgHcas.size(), static_cast<size_t>(k.aPorts)) << "the message left from every port";
+      }
       EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);
       EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
     }

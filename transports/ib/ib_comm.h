@@ -7,8 +7,9 @@
 //     slot of the sender's receive FIFO (the sender's control memory, registered for remote writes).
 //  2. isend returns a null request until the descriptor for its message has arrived in its FIFO; then it posts the
 //     message as one RDMA write with immediate, carrying the message's size as immediate data. As NCCL's: message n
-//     goes whole on queue pair n mod nqps (NCCL_IB_SPLIT_DATA_ON_QPS=0, the default), or split over every queue pair
-//     (=1: one write each, a zero-length one where a pair's share is empty). Under adaptive routing (InfiniBand ports,
+//     goes whole on queue pair n mod nqps (NCCL_IB_SPLIT_DATA_ON_QPS=0, the default; over a merged device, split
+//     over the n-th group of consecutive pairs, a pair for each port), or split over every queue pair (=1: one write
+//     each, a zero-length one where a pair's share is empty). Under adaptive routing (InfiniBand ports,
 //     NCCL_IB_ADAPTIVE_ROUTING) a message above NCCL_IB_AR_THRESHOLD goes as a plain RDMA write of the data followed
 //     by a zero-length write with immediate on the same queue pair, which the fabric may then route packet by packet.
 //  3. test() polls the comm's CQ: a send is done when its writes completed on every queue pair it used, a receive when
@@ -18,8 +19,8 @@
 // A merged net device (makeVDevice, NCCL's virtual NIC) spans several ports, usually of HCAs of their own. As in NCCL,
 // a connection then has NCCL_IB_QPS_PER_CONNECTION queue pairs for each port of the side with more (the listen handle
 // says how many the receiver has), queue pair i on each side's port i mod ports; each port has its own CQ, and memory
-// is registered on each port's HCA, so a receive descriptor carries an rkey per port of the receiver. Messages taking
-// the queue pairs in turn thus go out of and into every port.
+// is registered on each port's HCA, so a receive descriptor carries an rkey per port of the receiver. Each message is
+// split over a queue pair of every port (2. below), so it goes out of and into every port.
 // A receive descriptor slot is reused only after the receive that last used it completed (at most kIbMaxRequests
 // receives are outstanding, and the sender takes descriptors in order), so the FIFO never overruns.
 //

@@ -1,5 +1,6 @@
 // IB net data path: memory registration, isend/irecv through the receive FIFO, and completion (ib_comm.h has the
 // protocol).
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -48,7 +49,8 @@ IbRequest* allocRequest(IbComm* c) {
 
 uint32_t slotOf(const IbComm* c, const IbRequest* r) { return static_cast<uint32_t>(r - c->reqs); }
 
-/// The queue pairs message `seq` (counting from 0, the same on both sides) uses: c->qps[first, first + count).
+/// The queue pairs message `seq` (counting from 0, the same on both sides) uses: c->qps[first, first + count), each
+/// with an equal share of it.
 struct QpSpan {
   size_t first = 0;
   size_t count = 1;
@@ -56,7 +58,11 @@ struct QpSpan {
 QpSpan qpSpan(const IbComm* c, uint32_t seq) {
   const size_t nqps = c->qps.size();
   if (c->splitData) return QpSpan{0, nqps};
-  return QpSpan{seq % nqps, 1};
+  // As NCCL: a message is split over one queue pair for each port of the side with more ports (one, unless a device
+  // is merged), consecutive pairs, so on every port; message n takes the n-th such group, in turn. nqps is a
+  // multiple of the group's size, so a group never wraps.
+  const size_t group = std::max(c->ports.size(), static_cast<size_t>(c->remotePorts));
+  return QpSpan{static_cast<size_t>(static_cast<uint64_t>(seq) * group % nqps), group};
 }
 
 // Records the comm's first error, with the thread's last error as its text (set just before by the verbs call or the
