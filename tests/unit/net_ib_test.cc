@@ -408,6 +408,12 @@ class IbFakeNet : public ::testing::Test {
   }
 
   // Sends `src` into `dst` (registered as smh and rmh) and waits for both ends; the received size comes back.
+  // Message `n` of a test's sequence: `step` x n + 77 bytes (none for n = 4), sent from `send` to `recv`, each side
+  // registering its buffer for it; checks that it arrived intact and returns its size and the writes the fabric
+  // carried for it.
+  static size_t sendNth(FakeIbFabric* fabric, void* send, void* recv, int n, size_t step,
+                        std::vector<FakeIbFabric::WriteRecord>* writes);
+
   static int exchange(void* send, void* recv, std::vector<uint8_t>& src, void* smh, std::vector<uint8_t>& dst,
                       void* rmh);
 
@@ -697,6 +703,21 @@ int qpIndex(void* comm, uint32_t qpn) {
   return -1;
 }
 
+size_t IbFakeNet::sendNth(FakeIbFabric* fabric, void* send, void* recv, int n, size_t step,
+                          std::vector<FakeIbFabric::WriteRecord>* writes) {
+  const size_t size = n == 4 ? 0 : step * n + 77;
+  std::vector<uint8_t> src = pattern(size, n), dst(size + 64, 0);
+  void* smh = size > 0 ? reg(send, src) : nullptr;
+  void* rmh = reg(recv, dst);
+  fabric->clearWrites();
+  EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(size));
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
+  *writes = fabric->writes();
+  EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);  // null: nothing to release
+  EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
+  return size;
+}
+
 // By default (NCCL_IB_SPLIT_DATA_ON_QPS=0, as NCCL) each message goes whole on one queue pair, message n on pair
 // n mod nqps, from the sender's pair to the receiver's of the same index; 9 messages over 4 pairs, each intact.
 TEST_F(IbFakeNet, MessagesTakeTheQueuePairsInTurn) {
@@ -708,22 +729,14 @@ TEST_F(IbFakeNet, MessagesTakeTheQueuePairsInTurn) {
   EXPECT_FALSE(static_cast<IbComm*>(recv)->splitData);
   for (int n = 0; n < 9; ++n) {
     SCOPED_TRACE("message " + std::to_string(n));
-    const size_t size = n == 4 ? 0 : 1000 * n + 77;
-    std::vector<uint8_t> src = pattern(size, n), dst(size + 64, 0);
-    void* smh = size > 0 ? reg(send, src) : nullptr;
-    void* rmh = reg(recv, dst);
-    fabric_->clearWrites();
-    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(size));
-    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
-    std::vector<FakeIbFabric::WriteRecord> data;
-    for (const auto& w : fabric_->writes())
+    std::vector<FakeIbFabric::WriteRecord> writes, data;
+    const size_t size = sendNth(fabric_.get(), send, recv, n, 1000, &writes);
+    for (const auto& w : writes)
       if (w.withImm) data.push_back(w);
     ASSERT_EQ(data.size(), 1u) << "one write a message";
     EXPECT_EQ(data[0].length, size);
     EXPECT_EQ(qpIndex(send, data[0].srcQpn), n % 4);
     EXPECT_EQ(qpIndex(recv, data[0].dstQpn), n % 4);
-    EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);  // null: nothing to release
-    EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
   }
   closePair(send, nullptr, recv, nullptr);
 }
@@ -779,16 +792,11 @@ TEST_F(IbFakeNet, MergedDevicesSpreadMessagesOverTheirPorts) {
     std::set<std::string> srcHcas, dstHcas;
     for (int n = 0; n < 9; ++n) {
       SCOPED_TRACE("message " + std::to_string(n));
-      const size_t size = n == 4 ? 0 : 5000 * n + 77;
-      std::vector<uint8_t> src = pattern(size, n), dst(size + 64, 0);
-      void* smh = size > 0 ? reg(send, src) : nullptr;
-      void* rmh = reg(recv, dst);
-      fabric_->clearWrites();
-      EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(size));
-      EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
+      std::vector<FakeIbFabric::WriteRecord> writes;
+      const size_t size = sendNth(fabric_.get(), send, recv, n, 5000, &writes);
       size_t imms = 0;
       std::set<std::string> msgHcas;
-      for (const auto& w : fabric_->writes()) {
+      for (const auto& w : writes) {
         const int si = qpIndex(send, w.srcQpn);
         if (si < 0) continue;  // a receive descriptor
         imms += w.withImm ? 1 : 0;
@@ -806,8 +814,6 @@ TEST_F(IbFakeNet, MergedDevicesSpreadMessagesOverTheirPorts) {
       if (size >= 128 * group) {
         EXPECT_EQ(msgHcas.size(), static_cast<size_t>(k.aPorts)) << "the message left from every port";
       }
-      EXPECT_EQ(ibNetTable()->deregMr(send, smh), ncclSuccess);
-      EXPECT_EQ(ibNetTable()->deregMr(recv, rmh), ncclSuccess);
     }
     EXPECT_EQ(srcHcas.size(), static_cast<size_t>(k.aPorts)) << "data left every port of the sender";
     EXPECT_EQ(dstHcas.size(), static_cast<size_t>(k.bPorts)) << "data reached every port of the receiver";
