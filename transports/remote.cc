@@ -57,18 +57,6 @@ namespace {
 IntParam kIbDisable{"NCCL_IB_DISABLE", 0, "1: never choose the IB verbs net on its own (NCCL_NET=IB still does).",
                     "transports"};
 
-StrParam kNetMergeLevel{"NCCL_NET_MERGE_LEVEL", "PORT",
-                        "Nets with merged devices (IB, plugins of v9 and later): how near net devices must be to be "
-                        "merged into one whose connections use all of them, as NCCL's NIC fusion: LOC (never), PORT "
-                        "(ports of one NIC: one PCI device), PIX, PXB, PHB or SYS (the PCI distance the host topology "
-                        "gives between the NICs).",
-                        "network"};
-StrParam kNetForceMerge{"NCCL_NET_FORCE_MERGE", "",
-                        "Nets with merged devices: groups of net devices to merge whatever their distance, as NCCL: "
-                        "groups separated by ';', each a ','-separated list of name[:port] (exact names); a group "
-                        "that cannot be made fails the communicator.",
-                        "network"};
-
 IntParam kSlotTrailer{"CHORUS_NET_SLOT_TRAILER", -1,
                       "IB and plugin nets, host buffers: 1: a FIFO slot goes to the net as one message, its payload "
                       "followed by its header; 0: as two messages, the header and then the payload; -1: 1 over "
@@ -190,8 +178,9 @@ ncclResult_t choose(ncclComm* comm, NetChoice* net) {
 // devices. A group NCCL_NET_FORCE_MERGE names that cannot be made fails; one the level made keeps its devices apart.
 ncclResult_t fuseDevices(ncclComm* comm, NetChoice* net) {
   if (net->api->makeVDevice == nullptr || net->api == socketNet()) return ncclSuccess;
-  MergeLevel level = MergeLevel::kPort;
-  if (!parseMergeLevel(kNetMergeLevel.get(), &level)) {
+  bool valid = true;
+  const MergeLevel level = mergeLevelSetting(&valid);
+  if (!valid) {
     static std::once_flag warned;
     std::call_once(warned, [] {
       WARN("NCCL_NET_MERGE_LEVEL=%s is not LOC, PORT, PIX, PXB, P2C, PXN, PHB or SYS: PORT",

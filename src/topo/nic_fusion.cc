@@ -8,7 +8,21 @@
 #include <cstdlib>
 #include <utility>
 
+#include "chorus/net.h"
+
 namespace chorus {
+
+StrParam kNetMergeLevel{"NCCL_NET_MERGE_LEVEL", "PORT",
+                        "Nets with merged devices (IB, plugins of v9 and later): how near net devices must be to be "
+                        "merged into one whose connections use all of them, as NCCL's NIC fusion: LOC (never), PORT "
+                        "(ports of one NIC: one PCI device), PIX, PXB, PHB or SYS (the PCI distance the host topology "
+                        "gives between the NICs).",
+                        "network"};
+StrParam kNetForceMerge{"NCCL_NET_FORCE_MERGE", "",
+                        "Nets with merged devices: groups of net devices to merge whatever their distance, as NCCL: "
+                        "groups separated by ';', each a ','-separated list of name[:port] (exact names); a group "
+                        "that cannot be made fails the communicator.",
+                        "network"};
 
 namespace {
 
@@ -121,6 +135,31 @@ NicFusion fuseNics(const HostTopology& t, const std::vector<NetDeviceDesc>& devs
   for (auto& g : all) {
     out.groups.push_back(std::move(g.first));
     out.forced.push_back(g.second);
+  }
+  return out;
+}
+
+MergeLevel mergeLevelSetting(bool* valid) {
+  MergeLevel level = MergeLevel::kPort;
+  const bool ok = parseMergeLevel(kNetMergeLevel.get(), &level);
+  if (valid != nullptr) *valid = ok;
+  return ok ? level : MergeLevel::kPort;
+}
+
+std::string formatNicFusion(const HostTopology& t) {
+  std::vector<NetDeviceDesc> devs;
+  for (const TopoNic& nic : t.nics)
+    if (!nic.isVirtual) devs.push_back(NetDeviceDesc{nic.name, nic.busId, 1});
+  if (devs.size() < 2) return "";
+  std::string out = "NIC fusion (NCCL_NET_MERGE_LEVEL=" + kNetMergeLevel.get() +
+                    (kNetForceMerge.get().empty() ? "" : ", NCCL_NET_FORCE_MERGE=" + kNetForceMerge.get()) +
+                    "; a net that merges, such as IB, a port a NIC):\n";
+  const NicFusion f = fuseNics(t, devs, mergeLevelSetting(), kNetForceMerge.get(), NCCL_NET_MAX_DEVS_PER_NIC_V11);
+  if (!f.error.empty()) return out + "  " + f.error + "\n";
+  for (const std::vector<int>& g : f.groups) {
+    std::string line;
+    for (int d : g) line += (line.empty() ? "" : " + ") + devs[static_cast<size_t>(d)].name;
+    out += "  " + line + "\n";
   }
   return out;
 }

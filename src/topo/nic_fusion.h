@@ -6,9 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "topo/topology.h"
 
 namespace chorus {
+
+/// NCCL_NET_MERGE_LEVEL and NCCL_NET_FORCE_MERGE (read where a communicator chooses its net, transports/remote.cc, and
+/// by chorus-topo).
+extern StrParam kNetMergeLevel;
+extern StrParam kNetForceMerge;
 
 /// One device of a net as its properties give it.
 struct NetDeviceDesc {
@@ -46,5 +52,13 @@ struct NicFusion {
 /// between the two NICs, unknown distances never merging), at most `maxPerGroup` to a group.
 NicFusion fuseNics(const HostTopology& t, const std::vector<NetDeviceDesc>& devs, MergeLevel level,
                    const std::string& force, int maxPerGroup);
+
+/// NCCL_NET_MERGE_LEVEL as set: PORT when unset or not a level (with *valid false then, when given).
+MergeLevel mergeLevelSetting(bool* valid = nullptr);
+
+/// chorus-topo's section on NIC fusion: the host's PCI NICs merged as NCCL_NET_MERGE_LEVEL and NCCL_NET_FORCE_MERGE
+/// say, supposing a net that offers each as a device and merges (as IB does, a port a NIC), one line a merged device
+/// ("mlx5_0 + mlx5_1"); "" when the host has fewer than two PCI NICs.
+std::string formatNicFusion(const HostTopology& t);
 
 }  // namespace chorus

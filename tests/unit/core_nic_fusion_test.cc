@@ -2,9 +2,11 @@
 // into one, on made-up device lists and on the shipped DGX H100-like node.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "harness/source_dir.h"
 #include "topo/nic_fusion.h"
 
@@ -90,6 +92,33 @@ TEST(NicFusion, WiderLevelsFollowTheTopology) {
     for (int n : g) EXPECT_NE(t.nicNic(g[0], n), PathClass::kSYS) << t.nics[static_cast<size_t>(n)].name;
   }
   EXPECT_EQ(fuseNics(t, nics, MergeLevel::kSys, "", 4).groups, (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+}
+
+// chorus-topo's section: the node's NICs as NCCL_NET_MERGE_LEVEL merges them, one line a device.
+TEST(NicFusion, ChorusTopoPrintsTheMergedNics) {
+  HostTopology t;
+  std::string err;
+  ASSERT_TRUE(loadHostTopology(chorus_test::sourceDir() + "/topo/dgx-h100.xml", &t, &err)) << err;
+  unsetenv("NCCL_NET_FORCE_MERGE");
+  unsetenv("NCCL_NET_MERGE_LEVEL");
+  paramsReload();
+  std::string out = formatNicFusion(t);
+  EXPECT_NE(out.find("NCCL_NET_MERGE_LEVEL=PORT"), std::string::npos) << out;
+  EXPECT_NE(out.find("\n  mlx5_7\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" + "), std::string::npos) << "a NIC a PCI device: nothing merges\n" << out;
+  setenv("NCCL_NET_MERGE_LEVEL", "SYS", 1);
+  paramsReload();
+  out = formatNicFusion(t);
+  EXPECT_NE(out.find("\n  mlx5_0 + mlx5_1 + mlx5_2 + mlx5_3\n  mlx5_4 + mlx5_5 + mlx5_6 + mlx5_7\n"), std::string::npos)
+      << out;
+  setenv("NCCL_NET_FORCE_MERGE", "mlx5_0,mlx5_9", 1);
+  paramsReload();
+  out = formatNicFusion(t);
+  EXPECT_NE(out.find("mlx5_9 matches no device"), std::string::npos) << out;
+  unsetenv("NCCL_NET_FORCE_MERGE");
+  unsetenv("NCCL_NET_MERGE_LEVEL");
+  paramsReload();
+  EXPECT_EQ(formatNicFusion(HostTopology{}), "");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "topo/nic_choice.h"
+#include "topo/nic_fusion.h"
 #include "topo/topology.h"
 
 namespace {
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   std::fputs(chorus::formatTopology(topo).c_str(), stdout);
   if (!topo.gpuLinksFrom.empty()) std::printf("\nGPU links: %s\n", topo.gpuLinksFrom.c_str());
   if (const std::string nics = chorus::formatNicChoices(topo); !nics.empty()) std::printf("\n%s", nics.c_str());
+  if (const std::string fused = chorus::formatNicFusion(topo); !fused.empty()) std::printf("\n%s", fused.c_str());
   if (!dump.empty()) {
     if (!chorus::dumpHostTopology(topo, dump, &err)) {
       std::fprintf(stderr, "chorus-topo: %s\n", err.c_str());
