@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -231,8 +232,8 @@ class IbProxyDualPortNic : public IbProxy {
 };
 
 // NIC fusion, as NCCL's default (NCCL_NET_MERGE_LEVEL=PORT): the two ports of one NIC are one net device, whose
-// connections use both, so one host channel moves data through both HCAs, the results intact. With LOC they stay two
-// devices, and one channel uses the first alone.
+// connections use both, so one host channel moves data through both HCAs, the results intact. With LOC, or with the
+// IB net refusing to merge (NCCL_IB_MERGE_NICS=0), they stay two devices, and one channel uses the first alone.
 TEST_F(IbProxyDualPortNic, PortsOfOneNicMergeIntoOneDevice) {
   env_.set("CHORUS_HOST_NCHANNELS", "1");
   // With the net's INFO lines on (written nowhere): the merge is logged as it is made.
@@ -240,9 +241,11 @@ TEST_F(IbProxyDualPortNic, PortsOfOneNicMergeIntoOneDevice) {
   env_.set("NCCL_DEBUG_SUBSYS", "INIT,NET");
   env_.set("NCCL_DEBUG_FILE", "/dev/null");
   reloadEnv();
-  for (const char* level : {"PORT", "LOC"}) {
-    SCOPED_TRACE(std::string("NCCL_NET_MERGE_LEVEL=") + level);
-    env_.set("NCCL_NET_MERGE_LEVEL", level);
+  for (const char* setting : {"PORT", "LOC", "PORT, NCCL_IB_MERGE_NICS=0"}) {
+    SCOPED_TRACE(std::string("NCCL_NET_MERGE_LEVEL=") + setting);
+    const bool merges = strcmp(setting, "PORT") == 0;
+    env_.set("NCCL_NET_MERGE_LEVEL", setting[0] == 'L' ? "LOC" : "PORT");
+    env_.set("NCCL_IB_MERGE_NICS", strchr(setting, ',') != nullptr ? "0" : "1");
     ib_.fabric().clearWrites();
     runRanks(2, Driver::kThreads, bigCollectives, 60);
     std::map<std::string, size_t> bytes;
@@ -251,7 +254,7 @@ TEST_F(IbProxyDualPortNic, PortsOfOneNicMergeIntoOneDevice) {
       EXPECT_EQ(w.srcHca, w.dstHca) << "queue pair i is on port i mod 2 at both ends";
     }
     EXPECT_GT(bytes["mlx5_0"], 1u << 20);
-    if (level[0] == 'P') {
+    if (merges) {
       EXPECT_GT(bytes["mlx5_1"], 1u << 20);
     } else {
       EXPECT_EQ(bytes.count("mlx5_1"), 0u);

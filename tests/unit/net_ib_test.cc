@@ -299,7 +299,7 @@ class IbFakeNet : public ::testing::Test {
     for (const char* name :
          {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_SPLIT_DATA_ON_QPS",
           "NCCL_IB_ADAPTIVE_ROUTING", "NCCL_IB_AR_THRESHOLD", "NCCL_IB_USE_INLINE", "NCCL_IB_PCI_RELAXED_ORDERING",
-          "NCCL_IB_FIFO_TC", "NCCL_IB_TC", "NCCL_IB_SL"})
+          "NCCL_IB_FIFO_TC", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_MERGE_NICS"})
       unsetenv(name);
     paramsReload();
     fabric_ = std::make_shared<FakeIbFabric>();
@@ -869,6 +869,14 @@ TEST_F(IbFakeNet, MakeVDeviceMergesPortsOfOneLinkLayer) {
     EXPECT_NE(std::string(threadLastError()).find(bad.second), std::string::npos) << threadLastError();
   }
   EXPECT_EQ(net.getProperties(4, &props), ncclInvalidArgument);
+  // NCCL_IB_MERGE_NICS=0, as NCCL: no merging, one port still itself.
+  setSettings({{"NCCL_IB_MERGE_NICS", "0"}});
+  setThreadLastError("");
+  EXPECT_EQ(make({0, 1}, &dev), ncclInvalidUsage);
+  EXPECT_NE(std::string(threadLastError()).find("NCCL_IB_MERGE_NICS=0"), std::string::npos) << threadLastError();
+  ASSERT_EQ(make({1}, &dev), ncclSuccess);
+  EXPECT_EQ(dev, 1);
+  setSettings({{"NCCL_IB_MERGE_NICS", nullptr}});
 }
 
 // A merged receiver flushes through each of its ports: one read a port, on that port's flush queue pair, with that

@@ -33,6 +33,11 @@ StrParam kIbAddrRange{"NCCL_IB_ADDR_RANGE", "",
                       "network"};
 IntParam kIbRoceVersion{"NCCL_IB_ROCE_VERSION_NUM", 2, "IB net, RoCE: the RoCE version (1 or 2) of the GID chosen.",
                         "network"};
+IntParam kIbMergeNics{"NCCL_IB_MERGE_NICS", 1,
+                      "IB net: 0: makeVDevice refuses to merge ports, so that every port stays a device of its own "
+                      "whatever NCCL_NET_MERGE_LEVEL says (a NCCL_NET_FORCE_MERGE group then fails), as NCCL; 1: it "
+                      "merges them.",
+                      "network"};
 IntParam kIbRelaxedOrdering{"NCCL_IB_PCI_RELAXED_ORDERING", 2,
                             "IB net: 1 or 2: data registrations ask for PCIe relaxed ordering where libibverbs offers "
                             "it (ibv_reg_mr_iova2), as NCCL; 0: never. Control memory never does.",
@@ -255,6 +260,10 @@ ncclResult_t IbNet::makeVDevice(const ncclNetVDeviceProps_v11_t& props, int* dev
   if (want.size() == 1) {
     *dev = want[0];
     return ncclSuccess;
+  }
+  if (kIbMergeNics.get() == 0) {
+    CHORUS_FAIL(nullptr, ncclInvalidUsage, "NET/IB: makeVDevice of %d ports refused: NCCL_IB_MERGE_NICS=0",
+                props.ndevs);
   }
   {
     std::lock_guard<std::mutex> lock(mergedMu_);
