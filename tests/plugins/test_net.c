@@ -8,6 +8,8 @@
  *   network namespaces.
  * - CHORUS_TEST_NET_DEVICES=name,name,... (at most 16) offers that many devices of those names instead, all over
  *   that one interface: a test's stand-in for a node's NICs. listen and connect log at INFO the device they got.
+ *   From v9, makeVDevice merges some of them into a device appended after them (named "a+b", its vProps listing
+ *   them), over the same interface.
  * - Nothing blocks. connect() starts a non-blocking connect and keeps its progress in the caller's handle (as NCCL's
  *   own nets do), so the caller passes the same handle again until a comm comes back. isend()/irecv() queue a
  *   request (null when the comm's queue is full); test(), isend() and irecv() move bytes as far as the socket lets
@@ -437,7 +439,41 @@ static int inRegion(void* mhandle, const void* data, size_t size) {
 
 static const char* devName(int dev) { return gNamedDevs > 0 ? gDevNames[dev] : gIfName; }
 
-static int badDev(int dev) { return dev < 0 || dev >= gNdevs; }
+static int badDev(int dev) { return dev < 0 || dev >= __atomic_load_n(&gNdevs, __ATOMIC_ACQUIRE); }
+
+#if NET_LAYOUT >= 9
+/* Merged devices (makeVDevice, v9 and later): appended after the named devices, each with the devices it spans and a
+ * name joining theirs with '+'. Like the named devices, they all run over the one interface. */
+static VDeviceProps gVProps[kMaxDevs];
+
+static ncclResult_t netMakeVDevice(int* d, VDeviceProps* props) {
+  if (gNamedDevs == 0 || props->ndevs < 1 || props->ndevs > 4) return ncclInvalidArgument;
+  for (int i = 0; i < props->ndevs; i++)
+    if (props->devs[i] < 0 || props->devs[i] >= gNamedDevs) return ncclInvalidArgument;
+  if (props->ndevs == 1) {
+    *d = props->devs[0];
+    return ncclSuccess;
+  }
+  const int n = __atomic_load_n(&gNdevs, __ATOMIC_ACQUIRE);
+  for (int v = gNamedDevs; v < n; v++) {
+    if (gVProps[v].ndevs == props->ndevs && memcmp(gVProps[v].devs, props->devs, sizeof(int) * props->ndevs) == 0) {
+      *d = v;
+      return ncclSuccess;
+    }
+  }
+  if (n == kMaxDevs) return ncclInternalError;
+  gVProps[n] = *props;
+  gDevNames[n][0] = '\0';
+  for (int i = 0; i < props->ndevs; i++) {
+    size_t len = strlen(gDevNames[n]);
+    snprintf(gDevNames[n] + len, sizeof(gDevNames[0]) - len, "%s%s", i > 0 ? "+" : "", gDevNames[props->devs[i]]);
+  }
+  __atomic_store_n(&gNdevs, n + 1, __ATOMIC_RELEASE); /* filled before it is counted */
+  say(kLogInfo, __LINE__, "makeVDevice: device %d (%s)", n, gDevNames[n]);
+  *d = n;
+  return ncclSuccess;
+}
+#endif
 
 /* With named devices, which one a listen or connect was given (tests read it in the log). */
 static void sayDevice(const char* what, int dev) {
@@ -532,6 +568,7 @@ static ncclResult_t netGetProperties(int dev, Props* props) {
 #if NET_LAYOUT >= 9
   props->vProps.ndevs = 1;
   props->vProps.devs[0] = dev;
+  if (gNamedDevs > 0 && dev >= gNamedDevs) props->vProps = gVProps[dev];
   props->maxP2pBytes = (size_t)1 << 30;
   props->maxCollBytes = (size_t)1 << 30;
 #endif
@@ -945,6 +982,9 @@ __attribute__((visibility("default"))) Net CONCAT(ncclNetPlugin_v, NET_VERSION) 
   .closeSend = netClose,
   .closeRecv = netClose,
   .closeListen = netCloseListen,
+#if NET_LAYOUT >= 9
+  .makeVDevice = netMakeVDevice,
+#endif
 #if NET_LAYOUT >= 11
   .finalize = finalizeV,
   .setNetAttr = NULL,

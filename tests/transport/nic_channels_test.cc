@@ -299,6 +299,52 @@ TEST(NicChannels, ADeadlineThatFindsItsConnectionFailingAwaitsTheNetsVerdict) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 
+#if defined(CHORUS_TEST_NET_V9) && defined(CHORUS_TEST_NET_V10)
+// NIC fusion through a net plugin's makeVDevice (v9 and later; chorus hands v9 and v10 plugins v11's argument, whose
+// layout theirs shares): NCCL_NET_FORCE_MERGE makes one device of the test plugin's two, rank 0's connections listen
+// and connect on it, and allreduces are right. Unforced, nothing merges: the plugin gives no PCI paths.
+TEST(NicChannels, ForceMergeMakesOneDeviceOfAPlugins) {
+  for (const char* plugin : {CHORUS_TEST_NET_V9, CHORUS_TEST_NET_V10, CHORUS_TEST_NET_V11}) {
+    for (bool force : {false, true}) {
+      SCOPED_TRACE(std::string(plugin) + (force ? ", NCCL_NET_FORCE_MERGE=nic0,nic1" : ""));
+      const std::string log = "/tmp/chorus-fusion-" + std::to_string(getpid()) + ".log";
+      const std::string text = forkRanksForLog(
+          2,
+          [&](int rank, const ncclUniqueId& id) {
+            twoNicHosts(rank);
+            setenv("NCCL_NET_PLUGIN", plugin, 1);
+            if (force) setenv("NCCL_NET_FORCE_MERGE", "nic0,nic1", 1);
+            if (rank == 0) logInfoTo(log, "INIT,NET");
+            reloadEnv();
+            ncclComm_t comm = nullptr;
+            if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) {
+              fprintf(stderr, "rank %d: %s\n", rank, ncclGetLastError(nullptr));
+              return 10;
+            }
+            for (size_t count : {size_t(1), size_t(300001)}) {
+              std::vector<float> buf(count, static_cast<float>(rank + 1));
+              if (ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+                return 11;
+              for (float v : buf)
+                if (v != 3.0f) return 12;
+            }
+            return ncclCommDestroy(comm) == ncclSuccess ? 0 : 13;
+          },
+          log);
+      if (force) {
+        EXPECT_NE(text.find("device 2 merges nic0:1, nic1:1 (NCCL_NET_FORCE_MERGE)"), std::string::npos) << text;
+        EXPECT_NE(text.find("listen on device 2 (nic0+nic1)"), std::string::npos) << text;
+        EXPECT_NE(text.find("connect on device 2 (nic0+nic1)"), std::string::npos) << text;
+        EXPECT_EQ(text.find("on device 0"), std::string::npos) << text;
+      } else {
+        EXPECT_EQ(text.find("merges"), std::string::npos) << text;
+        EXPECT_NE(text.find("on device 0 (nic0)"), std::string::npos) << text;
+      }
+    }
+  }
+}
+#endif
+
 #endif  // CHORUS_TEST_NET_V11
 
 }  // namespace
