@@ -71,6 +71,18 @@ IntParam kSlotTrailer{"CHORUS_NET_SLOT_TRAILER", -1,
 // Names compare as NCCL compares them: without case.
 bool sameName(const std::string& a, const char* b) { return b != nullptr && strcasecmp(a.c_str(), b) == 0; }
 
+// Calls `f`, a net's own call, with the thread's last error cleared: what the net says comes back in *said, and the
+// caller's last error is put back, since a net that cannot do something here is not the caller's error.
+template <typename F>
+ncclResult_t callForText(F f, std::string* said) {
+  const std::string before = threadLastError();
+  setThreadLastError("");
+  const ncclResult_t rc = f();
+  *said = threadLastError();
+  setThreadLastError(before.c_str());
+  return rc;
+}
+
 // Initializes `api` for this communicator: true with *out filled when it has at least one device, else *why.
 bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason, NetChoice* out, std::string* why) {
   void* ctx = nullptr;
@@ -78,13 +90,9 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   ncclNetCommConfig_v11_t config{comm->config.trafficClass == NCCL_CONFIG_UNDEF_INT ? NCCL_NET_TRAFFIC_CLASS_UNDEF
                                                                                     : comm->config.trafficClass};
   std::lock_guard<std::mutex> setup(netSetupMutex());
-  // A net that cannot run here is not an error of this call (most hosts have no HCA): its text goes into *why, and
-  // the thread's last error is put back.
-  const std::string before = threadLastError();
-  setThreadLastError("");
-  ncclResult_t rc = api->init(&ctx, comm->commHash, &config, pluginLog, nullptr);
-  const std::string said = threadLastError();
-  setThreadLastError(before.c_str());
+  // A net that cannot run here is not an error of this call (most hosts have no HCA): its text goes into *why.
+  std::string said;
+  ncclResult_t rc = callForText([&] { return api->init(&ctx, comm->commHash, &config, pluginLog, nullptr); }, &said);
   if (rc != ncclSuccess) {
     *why = std::string(api->name) + ": init failed: " + (!said.empty() ? said : ncclGetErrorString(rc));
     return false;
@@ -100,7 +108,6 @@ bool tryNet(ncclComm* comm, const ncclNet_v11_t* api, const std::string& reason,
   out->ctx = ctx;
   out->name = api->name;
   out->reason = reason;
-  out->ndev = ndev;
   out->devs.clear();
   for (int d = 0; d < ndev; d++) out->devs.push_back(d);
   // api is not null here (its init ran), so comparing with ucxNet() is false in a build without UCX.
@@ -191,7 +198,7 @@ ncclResult_t fuseDevices(ncclComm* comm, NetChoice* net) {
   // communicators too), whose properties list more than one device.
   std::vector<int> phys;
   std::vector<NetDeviceDesc> descs;
-  for (int d = 0; d < net->ndev; d++) {
+  for (int d : net->devs) {
     ncclNetProperties_v11_t props{};
     if (net->api->getProperties(d, &props) != ncclSuccess) return ncclSuccess;  // nothing to go by
     if (props.vProps.ndevs > 1) continue;
@@ -220,11 +227,7 @@ ncclResult_t fuseDevices(ncclComm* comm, NetChoice* net) {
     std::string said;
     {
       std::lock_guard<std::mutex> setup(netSetupMutex());
-      const std::string before = threadLastError();
-      setThreadLastError("");
-      rc = net->api->makeVDevice(&vdev, &props);
-      said = threadLastError();
-      setThreadLastError(before.c_str());
+      rc = callForText([&] { return net->api->makeVDevice(&vdev, &props); }, &said);
     }
     if (rc != ncclSuccess || vdev < 0) {
       if (f.forced[g])
@@ -240,14 +243,13 @@ ncclResult_t fuseDevices(ncclComm* comm, NetChoice* net) {
     devs.push_back(vdev);
   }
   net->devs = devs;
-  net->ndev = static_cast<int>(devs.size());
   return ncclSuccess;
 }
 
 /// "eth0 10000 Mbit/s, mlx5_1 ...": what the net says of its devices (the first 8), for the INFO line of the choice.
 std::string describeDevices(const NetChoice& net) {
   std::string out;
-  for (int i = 0; i < net.ndev && i < 8; i++) {
+  for (int i = 0; i < net.ndev() && i < 8; i++) {
     const int d = net.devs[static_cast<size_t>(i)];
     ncclNetProperties_v11_t props{};
     if (!out.empty()) out += ", ";
@@ -259,7 +261,7 @@ std::string describeDevices(const NetChoice& net) {
     out += " " + std::to_string(props.speed) + " Mbit/s";
     if (props.pciPath != nullptr) out += std::string(" at ") + props.pciPath;
   }
-  if (net.ndev > 8) out += ", ...";
+  if (net.ndev() > 8) out += ", ...";
   return out;
 }
 
@@ -379,14 +381,7 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   out->reset();
   NetChoice net;
   ncclResult_t chosen = choose(comm, &net);
-  if (chosen == ncclSuccess) {
-    chosen = fuseDevices(comm, &net);
-    if (chosen != ncclSuccess && net.api->finalize != nullptr && net.ctx != nullptr) {
-      std::lock_guard<std::mutex> setup(netSetupMutex());
-      net.api->finalize(net.ctx);
-      net.ctx = nullptr;
-    }
-  }
+  if (chosen == ncclSuccess) chosen = fuseDevices(comm, &net);  // a failure releases the net below, after the exchange
   // Every rank takes part in the exchange, even one whose choice failed (it sends an empty name), so that the others
   // fail naming it rather than waiting. Each rank's entry: its net's name, how many devices it offers, and how its
   // proxy frames a slot (CHORUS_NET_SLOT_TRAILER), which both ends of a connection must share.
@@ -399,7 +394,7 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
   std::vector<Entry> entries(comm->nranks, Entry{});
   std::string mine = chosen != ncclSuccess ? "" : net.name;
   strncpy(entries[comm->rank].name, mine.c_str(), sizeof(Entry::name) - 1);
-  entries[comm->rank].ndev = chosen != ncclSuccess ? 0 : net.ndev;
+  entries[comm->rank].ndev = chosen != ncclSuccess ? 0 : net.ndev();
   // As set, or by the net: chorus's IB net takes a message of any size alike; a plugin may have thresholds.
   const int64_t asSet = kSlotTrailer.get();
   const int32_t trailer = asSet > 0 || (asSet < 0 && chosen == ncclSuccess && net.api == ibNet()) ? 1 : 0;
@@ -414,7 +409,7 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
     release();
     return chosen != ncclSuccess ? chosen : ag;
   }
-  int common = net.ndev;
+  int common = net.ndev();
   for (int r = 0; r < comm->nranks; r++) {
     const char* theirs = entries[r].name;
     common = std::min(common, static_cast<int>(entries[r].ndev));
@@ -438,7 +433,7 @@ ncclResult_t createRemoteTransport(ncclComm* comm, std::unique_ptr<RemoteTranspo
                 comm->rank, trailer, r, entries[r].trailer);
   }
   net.slotTrailer = trailer != 0 && net.takesTrailers();
-  INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s): %s (%s)", comm->rank, net.name.c_str(), net.ndev,
+  INFO(kNet | kInit, "rank %d: net %s between hosts, %d device(s): %s (%s)", comm->rank, net.name.c_str(), net.ndev(),
        describeDevices(net).c_str(), net.reason.c_str());
   net.commonDevices = std::max(common, 1);
   auto proxy = std::make_unique<NetProxy>(comm, net);

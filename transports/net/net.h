@@ -89,7 +89,6 @@ struct NetChoice {
   /// The net's devices the communicator uses, by the net's index: every device, or after NIC fusion
   /// (NCCL_NET_MERGE_LEVEL, NCCL_NET_FORCE_MERGE) a merged device in place of the devices it spans.
   std::vector<int> devs;
-  int ndev = 0;           ///< devs.size()
   int commonDevices = 1;  ///< the fewest devices any rank's net offers (agreed at setup: the same on every rank)
   const NetProgressHooks* hooks = nullptr;  ///< a built-in net's, or null
   uint32_t inflightSlots = 4;               ///< FIFO slots the proxy keeps in flight per connection (at most 8)
@@ -111,6 +110,8 @@ struct NetChoice {
   /// holds the header).
   bool slotTrailer = false;
 
+  /// How many devices the communicator uses.
+  int ndev() const { return static_cast<int>(devs.size()); }
   /// The net sends a FIFO slot's header and a small payload as one message itself (NetProgressHooks::isendv/irecvv:
   /// the UCX net).
   bool slotMessages() const { return hooks != nullptr && hooks->isendv != nullptr && hooks->irecvv != nullptr; }

@@ -125,7 +125,7 @@ void NetProxy::chooseDevices() {
     choice.why += std::string(choice.why.empty() ? "" : "; ") + "the first " + std::to_string(devices_.size()) +
                   ": some rank's net offers only " + std::to_string(net_.commonDevices);
   }
-  if (net_.ndev > 1 || choice.byTopology)
+  if (net_.ndev() > 1 || choice.byTopology)
     INFO(kNet | kInit, "rank %d: %s devices by channel: %s (%s)", rank_, name(),
          describeNicChoice(choice, deviceNames_).c_str(), choice.why.c_str());
 }
