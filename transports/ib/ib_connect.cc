@@ -223,9 +223,7 @@ ncclResult_t connectQps(IbComm* c) {
 // its device and NCCL_GDR_FLUSH_DISABLE is 0: connected to itself (its own QP number, LID and GID, on its own port),
 // and allowing remote reads, since it answers its own reads.
 ncclResult_t createFlush(IbComm* c) {
-  if (kGdrFlushDisable.get() != 0) return ncclSuccess;
-  for (const IbCommPort& p : c->ports)
-    if (!(c->net->peerMemory(p.dev) || c->net->dmaBuf(p.dev))) return ncclSuccess;
+  if (kGdrFlushDisable.get() != 0 || !(c->net->peerMemory(c->dev) || c->net->dmaBuf(c->dev))) return ncclSuccess;
   for (IbCommPort& p : c->ports) {
     const IbDevice& d = c->net->device(p.dev);
     CHORUS_CHECK(p.hca->regMr(&c->flushSink, sizeof(c->flushSink), /*relaxed=*/false, &p.flushMr));

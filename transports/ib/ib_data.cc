@@ -196,14 +196,13 @@ ncclResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhand
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: cannot register memory of pointer type %d (host or CUDA only)",
                 type);
   }
-  bool peer = true, dma = true;
-  for (const IbCommPort& p : c->ports) peer = peer && c->net->peerMemory(p.dev), dma = dma && c->net->dmaBuf(p.dev);
-  if (type == NCCL_PTR_CUDA && !peer) {
+  if (type == NCCL_PTR_CUDA && !c->net->peerMemory(c->dev)) {
     CHORUS_FAIL(nullptr, ncclInternalError,
                 "NET/IB: %s: cannot register %zu bytes of GPU memory at %p: no GPUDirect RDMA peer-memory module is "
                 "loaded (nvidia_peermem, nv_peer_mem or amdkfd's); registering it as a dma-buf (regMrDmaBuf) is the "
                 "other way%s",
-                ibCommText(c).c_str(), size, data, dma ? "" : ", and this device does not offer it either");
+                ibCommText(c).c_str(), size, data,
+                c->net->dmaBuf(c->dev) ? "" : ", and this device does not offer it either");
   }
   // GPU memory goes through the same ibv_reg_mr: the peer-memory module pins it for the HCA's driver.
   const bool relaxed = c->net->relaxedOrdering();

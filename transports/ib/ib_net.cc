@@ -294,12 +294,9 @@ ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const
   props->name = const_cast<char*>(d.name.c_str());
   props->pciPath = d.port.pciPath.empty() ? nullptr : const_cast<char*>(d.port.pciPath.c_str());
   props->guid = d.port.guid;
-  // What every port offers (a merged device's registrations are made on each of its ports).
-  bool peer = true, dma = true;
-  for (int p : ps) peer = peer && devices_[p].peerMemory, dma = dma && dmaBuf(p);
   props->ptrSupport = NCCL_PTR_HOST;
-  if (peer) props->ptrSupport |= NCCL_PTR_CUDA;                   // regMr of GPU memory (peer memory)
-  if (dma) props->ptrSupport |= NCCL_PTR_CUDA | NCCL_PTR_DMABUF;  // regMrDmaBuf of GPU memory
+  if (peerMemory(dev)) props->ptrSupport |= NCCL_PTR_CUDA;                // regMr of GPU memory (peer memory)
+  if (dmaBuf(dev)) props->ptrSupport |= NCCL_PTR_CUDA | NCCL_PTR_DMABUF;  // regMrDmaBuf of GPU memory
   props->regIsGlobal = 0;
   props->forceFlush = 0;
   props->speed = d.speedMbps;
@@ -333,7 +330,16 @@ ncclResult_t IbNet::getProperties(int dev, ncclNetProperties_v11_t* props) const
   return ncclSuccess;
 }
 
-bool IbNet::dmaBuf(int dev) const { return devices_[dev].dmaBuf && kDmaBufEnable.get() != 0; }
+bool IbNet::peerMemory(int dev) const {
+  const std::vector<int> ps = ports(dev);
+  return !ps.empty() && std::all_of(ps.begin(), ps.end(), [&](int p) { return devices_[p].peerMemory; });
+}
+
+bool IbNet::dmaBuf(int dev) const {
+  const std::vector<int> ps = ports(dev);
+  return kDmaBufEnable.get() != 0 && !ps.empty() &&
+         std::all_of(ps.begin(), ps.end(), [&](int p) { return devices_[p].dmaBuf; });
+}
 
 ncclResult_t IbNet::openHca(int dev, IbHca** out) {
   const std::string& name = devices_[dev].name;

@@ -52,11 +52,12 @@ class IbNet {
   /// NCCL's properties of net device `dev`; a merged device's speed is the sum of its ports', its pointer support
   /// what all of them offer.
   ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* props) const;
-  /// Whether regMr takes GPU memory on port `port` (a peer-memory module is loaded).
-  bool peerMemory(int port) const { return devices_[port].peerMemory; }
-  /// Whether regMrDmaBuf takes dma-buf file descriptors on port `port`: its HCA supports them and
+  /// Whether regMr takes GPU memory on net device `dev` (a peer-memory module is loaded), on every port of a merged
+  /// device, since its registrations are made on each.
+  bool peerMemory(int dev) const;
+  /// Whether regMrDmaBuf takes dma-buf file descriptors on net device `dev`: the HCAs of all its ports support them and
   /// NCCL_DMABUF_ENABLE is not 0.
-  bool dmaBuf(int port) const;
+  bool dmaBuf(int dev) const;
   /// Whether data registrations (regMr, regMrDmaBuf) ask for PCIe relaxed ordering: NCCL_IB_PCI_RELAXED_ORDERING is 1
   /// or 2 (the default) and the backend offers it, as NCCL decides. The comms' control memory never does: its
   /// receive descriptors rely on the HCA's writes landing in order.
