@@ -13,7 +13,9 @@
 // Threading: every fake object takes the fabric's mutex, so the fake may be driven from several threads (the
 // transport suite runs thread ranks' net proxies over it). A receiver that polls its FIFO without the mutex (as the
 // net does) reads what a write put there once it sees the descriptor's last word: a write stores its bytes in order,
-// the last word with release, as an HCA's write lands in order.
+// the last word with release, as an HCA's write lands in order. Asynchronous events are handed to the net's handler
+// with the fabric's mutex held, so a queue pair or CQ is not destroyed while an event names it (verbs' destroy waits
+// for the event's acknowledgement); a destroyed one's pending events are dropped.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@ namespace chorus {
 
 class FakeIbQp;
 class FakeIbCq;
+class FakeIbHca;
 
 /// The fabric every fake HCA of a test is attached to.
 class FakeIbFabric {
@@ -75,6 +78,13 @@ class FakeIbFabric {
   void failNextWrite(int status);
   /// The same for the next read.
   void failNextRead(int status);
+  /// Raises asynchronous event `type` (an IbEventType) on `hca`, an HCA of this fabric: for `port` where the type is a
+  /// port's. kIbEventDeviceFatal also kills the HCA, as a device fatal error does: what its queue pairs post is never
+  /// carried and never completes, and writes and reads to them fail (retries exceeded).
+  void raiseHcaEvent(IbHca* hca, int type, int port = 1);
+  /// Raises `type` on queue pair `qpn` (a queue pair's event), or with kIbEventCqErr on its CQ; false when there is no
+  /// such queue pair. Only the event: the queue pair goes on working.
+  bool raiseQpEvent(uint32_t qpn, int type);
   /// Every write carried so far, in order.
   std::vector<WriteRecord> writes() const;
   /// Forgets the writes carried so far.
@@ -105,6 +115,7 @@ class FakeIbFabric {
   bool covers(uint32_t key, const void* pd, uint64_t addr, size_t len) const;  // mu_ held
 
   mutable std::mutex mu_;
+  std::vector<const void*> dead_;  // HCAs (protection domains) killed by kIbEventDeviceFatal
   uint32_t nextQpn_ = 0x100;
   uint32_t nextKey_ = 0x1000;
   std::map<uint32_t, FakeIbQp*> qps_;

@@ -1,5 +1,9 @@
 #include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/checks.h"
@@ -32,6 +36,7 @@ class FakeIbCq : public IbCq {
  public:
   FakeIbCq(std::shared_ptr<FakeIbFabric> fabric, const void* pd, int depth)
       : fabric_(std::move(fabric)), pd_(pd), depth_(depth) {}
+  ~FakeIbCq() override;
 
   /// The HCA (protection domain) that made it.
   const void* pd() const { return pd_; }
@@ -78,10 +83,11 @@ class FakeIbQp : public IbQp {
     qpn_ = fabric_->nextQpn_++;
     fabric_->qps_[qpn_] = this;
   }
-  ~FakeIbQp() override {
-    std::lock_guard<std::mutex> lock(fabric_->mu_);
-    fabric_->qps_.erase(qpn_);
-  }
+  ~FakeIbQp() override;
+
+  /// The HCA that made it, and its CQ. fabric mu_ held.
+  const void* pd() const { return pd_; }
+  FakeIbCq* cq() const { return cq_; }
 
   uint32_t qpn() const override { return qpn_; }
 
@@ -120,6 +126,7 @@ class FakeIbQp : public IbQp {
   ncclResult_t postWrite(const IbWrite& w) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     CHORUS_CHECK(checkPost("write"));
+    if (dead(pd_)) return ncclSuccess;  // a dead HCA carries nothing and completes nothing
     if (w.inlineData && w.length > static_cast<size_t>(maxInline_)) {  // ibv_post_send refuses it, as a driver does
       CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: inline write of %zu bytes on QP %u (max_inline_data %d)",
                   w.length, qpn_, maxInline_);
@@ -131,6 +138,7 @@ class FakeIbQp : public IbQp {
   ncclResult_t postRead(const IbRead& r) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     CHORUS_CHECK(checkPost("read"));
+    if (dead(pd_)) return ncclSuccess;
     complete(r.wrId, carryRead(r), r.length);
     return ncclSuccess;
   }
@@ -186,12 +194,19 @@ class FakeIbQp : public IbQp {
     return s;
   }
 
-  // The connected queue pair, or null when it is gone, not yet RTR, or connected elsewhere: such a peer never
-  // acknowledges, so the requester retries, then fails. Loopback (connected to itself) is fine. fabric mu_ held.
+  // Whether HCA `pd` is dead (kIbEventDeviceFatal). fabric mu_ held.
+  bool dead(const void* pd) const {
+    return std::find(fabric_->dead_.begin(), fabric_->dead_.end(), pd) != fabric_->dead_.end();
+  }
+
+  // The connected queue pair, or null when it is gone, not yet RTR, connected elsewhere, or on a dead HCA: such a
+  // peer never acknowledges, so the requester retries, then fails. Loopback (connected to itself) is fine. fabric
+  // mu_ held.
   FakeIbQp* peer() const {
     auto it = fabric_->qps_.find(remoteQpn_);
     FakeIbQp* dst = it == fabric_->qps_.end() ? nullptr : it->second;
-    if (dst == nullptr || (dst->state_ != QpState::kRtr && dst->state_ != QpState::kRts) || dst->remoteQpn_ != qpn_) {
+    if (dst == nullptr || (dst->state_ != QpState::kRtr && dst->state_ != QpState::kRts) || dst->remoteQpn_ != qpn_ ||
+        dead(dst->pd_)) {
       return nullptr;
     }
     return dst;
@@ -281,7 +296,45 @@ class FakeIbQp : public IbQp {
 class FakeIbHca : public IbHca {
  public:
   FakeIbHca(std::shared_ptr<FakeIbFabric> fabric, std::string name, bool dmaBuf)
-      : fabric_(std::move(fabric)), name_(std::move(name)), dmaBuf_(dmaBuf) {}
+      : fabric_(std::move(fabric)), name_(std::move(name)), dmaBuf_(dmaBuf) {
+    eventFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  }
+  ~FakeIbHca() override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    auto& dead = fabric_->dead_;
+    dead.erase(std::remove(dead.begin(), dead.end(), static_cast<const void*>(this)), dead.end());
+    if (eventFd_ >= 0) close(eventFd_);
+  }
+
+  int asyncEventFd() override { return eventFd_; }
+
+  ncclResult_t takeAsyncEvents(const std::function<void(const IbAsyncEvent&)>& handle) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    uint64_t n = 0;
+    if (read(eventFd_, &n, sizeof(n)) < 0 && errno != EAGAIN)
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: %s: reading its event descriptor failed", name_.c_str());
+    while (!events_.empty()) {
+      const IbAsyncEvent ev = events_.front();
+      events_.pop_front();
+      handle(ev);
+    }
+    return ncclSuccess;
+  }
+
+  // Queues one event and makes the descriptor readable. fabric mu_ held.
+  void raise(const IbAsyncEvent& ev) {
+    events_.push_back(ev);
+    const uint64_t one = 1;
+    ssize_t n = write(eventFd_, &one, sizeof(one));
+    (void)n;
+  }
+
+  // Drops the pending events that name `obj` (a queue pair or CQ being destroyed). fabric mu_ held.
+  void forget(const void* obj) {
+    events_.erase(std::remove_if(events_.begin(), events_.end(),
+                                 [&](const IbAsyncEvent& e) { return e.qp == obj || e.cq == obj; }),
+                  events_.end());
+  }
 
   ncclResult_t createCq(int depth, std::unique_ptr<IbCq>* out) override {
     out->reset(new FakeIbCq(fabric_, this, depth));
@@ -351,7 +404,23 @@ class FakeIbHca : public IbHca {
   std::shared_ptr<FakeIbFabric> fabric_;
   std::string name_;
   bool dmaBuf_;
+  int eventFd_ = -1;
+  std::deque<IbAsyncEvent> events_;  // fabric mu_
 };
+
+// The HCA of protection domain `pd` (every fake protection domain is its HCA). fabric mu_ held.
+static FakeIbHca* hcaOf(const void* pd) { return const_cast<FakeIbHca*>(static_cast<const FakeIbHca*>(pd)); }
+
+FakeIbCq::~FakeIbCq() {
+  std::lock_guard<std::mutex> lock(fabric_->mu_);
+  hcaOf(pd_)->forget(this);
+}
+
+FakeIbQp::~FakeIbQp() {
+  std::lock_guard<std::mutex> lock(fabric_->mu_);
+  fabric_->qps_.erase(qpn_);
+  hcaOf(pd_)->forget(this);
+}
 
 // ---- fabric and verbs -----------------------------------------------------------------------
 
@@ -365,6 +434,32 @@ bool FakeIbFabric::covers(uint32_t key, const void* pd, uint64_t addr, size_t le
   auto it = mrs_.find(key);
   return it != mrs_.end() && it->second.pd == pd && addr >= it->second.addr &&
          addr + len <= it->second.addr + it->second.size;
+}
+
+void FakeIbFabric::raiseHcaEvent(IbHca* hca, int type, int port) {
+  std::lock_guard<std::mutex> lock(mu_);
+  IbAsyncEvent ev;
+  ev.type = type;
+  ev.port = port;
+  auto* fake = static_cast<FakeIbHca*>(hca);
+  if (type == kIbEventDeviceFatal) dead_.push_back(fake);
+  fake->raise(ev);
+}
+
+bool FakeIbFabric::raiseQpEvent(uint32_t qpn, int type) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return false;
+  IbAsyncEvent ev;
+  ev.type = type;
+  if (type == kIbEventCqErr) {
+    ev.cq = it->second->cq();
+  } else {
+    ev.qp = it->second;
+    ev.qpn = qpn;
+  }
+  hcaOf(it->second->pd())->raise(ev);
+  return true;
 }
 
 void FakeIbFabric::failNextWrite(int status) {

@@ -12,11 +12,13 @@
 // values where one exists, and each backend translates at its edge.
 //
 // Ownership: an IbVerbs opens IbHca objects (a device context and protection domain); an IbHca makes IbCq, IbQp and
-// memory registrations, which must be released before it is. Each object is used by one thread at a time.
+// memory registrations, which must be released before it is. Each object is used by one thread at a time, except an
+// IbHca's asynchronous events, which the net's watcher thread takes while other threads use the HCA.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,6 +136,46 @@ struct IbRtsAttr {
   int retryCnt = 7;
 };
 
+/// Asynchronous event types: the values of enum ibv_event_type.
+enum IbEventType : int {
+  kIbEventCqErr = 0,
+  kIbEventQpFatal = 1,
+  kIbEventQpReqErr = 2,
+  kIbEventQpAccessErr = 3,
+  kIbEventCommEst = 4,
+  kIbEventSqDrained = 5,
+  kIbEventPathMig = 6,
+  kIbEventPathMigErr = 7,
+  kIbEventDeviceFatal = 8,
+  kIbEventPortActive = 9,
+  kIbEventPortErr = 10,
+  kIbEventLidChange = 11,
+  kIbEventPkeyChange = 12,
+  kIbEventSmChange = 13,
+  kIbEventSrqErr = 14,
+  kIbEventSrqLimitReached = 15,
+  kIbEventQpLastWqeReached = 16,
+  kIbEventClientReregister = 17,
+  kIbEventGidChange = 18,
+  kIbEventWqFatal = 19,
+};
+
+/// libibverbs's text of an event type ("local catastrophic error"), or "unknown event".
+const char* ibEventText(int type);
+
+class IbQp;
+class IbCq;
+
+/// One asynchronous event of an HCA, as ibv_get_async_event reports it. Which of the elements is set depends on the
+/// type: `qp` and `qpn` for a queue pair's events, `cq` for kIbEventCqErr, `port` for a port's.
+struct IbAsyncEvent {
+  int type = 0;        ///< an IbEventType
+  IbQp* qp = nullptr;  ///< the net's queue pair object (not the backend's)
+  uint32_t qpn = 0;    ///< its number
+  IbCq* cq = nullptr;  ///< the net's CQ object
+  int port = 0;        ///< port number (1-based)
+};
+
 /// A completion queue.
 class IbCq {
  public:
@@ -183,6 +225,13 @@ class IbHca {
   virtual ncclResult_t regDmaBufMr(uint64_t offset, size_t size, uint64_t iova, int fd, bool relaxed, IbMr* out) = 0;
   /// Releases a registration made by regMr or regDmaBufMr.
   virtual ncclResult_t deregMr(IbMr* mr) = 0;
+  /// A descriptor that polls readable while the HCA has asynchronous events to take (the device context's async_fd,
+  /// made non-blocking), or -1 when it never has any.
+  virtual int asyncEventFd() = 0;
+  /// Takes the HCA's pending asynchronous events without blocking, handing each to `handle` before acknowledging it:
+  /// as in verbs, a queue pair or CQ an event names is not destroyed until its events are acknowledged, so `handle`
+  /// may use the objects as keys. `handle` must not call into the backend. Fails only when events cannot be read.
+  virtual ncclResult_t takeAsyncEvents(const std::function<void(const IbAsyncEvent&)>& handle) = 0;
 };
 
 /// A verbs implementation: discovery plus device opening.

@@ -53,6 +53,8 @@ struct VerbsApi {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int) = nullptr;
   int (*destroyQp)(ibv_qp*) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
+  int (*getAsyncEvent)(ibv_context*, ibv_async_event*) = nullptr;
+  void (*ackAsyncEvent)(ibv_async_event*) = nullptr;
   // Optional (null when libibverbs predates it).
   ibv_mr* (*regDmaBufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access) = nullptr;
   ibv_mr* (*regMrIova2)(ibv_pd*, void*, size_t, uint64_t iova, unsigned int access) = nullptr;
@@ -106,6 +108,8 @@ const VerbsApi* loadVerbs(std::string* why) {
     get(&api.modifyQp, "ibv_modify_qp");
     get(&api.destroyQp, "ibv_destroy_qp");
     get(&api.wcStatusStr, "ibv_wc_status_str");
+    get(&api.getAsyncEvent, "ibv_get_async_event");
+    get(&api.ackAsyncEvent, "ibv_ack_async_event");
     if (!ok) {
       api = VerbsApi();
       return;
@@ -299,7 +303,11 @@ class RealQp : public IbQp {
 class RealHca : public IbHca {
  public:
   RealHca(const VerbsApi* api, std::string name, ibv_context* ctx, ibv_pd* pd)
-      : api_(api), name_(std::move(name)), ctx_(ctx), pd_(pd) {}
+      : api_(api), name_(std::move(name)), ctx_(ctx), pd_(pd) {
+    // Events are taken without blocking, when poll() says there are some (IbNet's watcher).
+    int flags = fcntl(ctx_->async_fd, F_GETFL);
+    asyncFdOk_ = flags != -1 && fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK) == 0;
+  }
   ~RealHca() override {
     api_->deallocPd(pd_);
     api_->closeDevice(ctx_);
@@ -311,7 +319,9 @@ class RealHca : public IbHca {
       CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_create_cq(%d) on %s failed: %s", depth, name_.c_str(),
                   errText(errno).c_str());
     }
-    out->reset(new RealCq(api_, cq));
+    auto* wrapper = new RealCq(api_, cq);
+    cq->cq_context = static_cast<IbCq*>(wrapper);  // what an event on it names
+    out->reset(wrapper);
     return ncclSuccess;
   }
 
@@ -330,7 +340,9 @@ class RealHca : public IbHca {
       CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_create_qp on %s failed: %s", name_.c_str(),
                   errText(errno).c_str());
     }
-    out->reset(new RealQp(api_, qp));
+    auto* wrapper = new RealQp(api_, qp);
+    qp->qp_context = static_cast<IbQp*>(wrapper);  // what an event on it names
+    out->reset(wrapper);
     return ncclSuccess;
   }
 
@@ -392,6 +404,50 @@ class RealHca : public IbHca {
     return ncclSuccess;
   }
 
+  int asyncEventFd() override { return asyncFdOk_ ? ctx_->async_fd : -1; }
+
+  ncclResult_t takeAsyncEvents(const std::function<void(const IbAsyncEvent&)>& handle) override {
+    for (;;) {
+      ibv_async_event ev;
+      if (api_->getAsyncEvent(ctx_, &ev) != 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
+        CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_get_async_event on %s failed: %s", name_.c_str(),
+                    errText(errno).c_str());
+      }
+      IbAsyncEvent e;
+      e.type = ev.event_type;
+      switch (ev.event_type) {
+        case IBV_EVENT_QP_FATAL:
+        case IBV_EVENT_QP_REQ_ERR:
+        case IBV_EVENT_QP_ACCESS_ERR:
+        case IBV_EVENT_COMM_EST:
+        case IBV_EVENT_SQ_DRAINED:
+        case IBV_EVENT_PATH_MIG:
+        case IBV_EVENT_PATH_MIG_ERR:
+        case IBV_EVENT_QP_LAST_WQE_REACHED:
+          e.qp = static_cast<IbQp*>(ev.element.qp->qp_context);
+          e.qpn = ev.element.qp->qp_num;
+          break;
+        case IBV_EVENT_CQ_ERR:
+          e.cq = static_cast<IbCq*>(ev.element.cq->cq_context);
+          break;
+        case IBV_EVENT_PORT_ACTIVE:
+        case IBV_EVENT_PORT_ERR:
+        case IBV_EVENT_LID_CHANGE:
+        case IBV_EVENT_PKEY_CHANGE:
+        case IBV_EVENT_SM_CHANGE:
+        case IBV_EVENT_CLIENT_REREGISTER:
+        case IBV_EVENT_GID_CHANGE:
+          e.port = ev.element.port_num;
+          break;
+        default:
+          break;
+      }
+      handle(e);
+      api_->ackAsyncEvent(&ev);  // last: a destroy of the queue pair or CQ waits for it
+    }
+  }
+
  private:
   static void fill(ibv_mr* mr, uint64_t addr, size_t size, IbMr* out) {
     out->impl = mr;
@@ -407,7 +463,13 @@ class RealHca : public IbHca {
   ibv_pd* pd_;
   std::mutex mu_;    // guards dmaBuf_ (registrations may come from several proxy threads)
   int dmaBuf_ = -1;  // -1: not probed yet
+  bool asyncFdOk_ = false;
 };
+
+static_assert(int{IBV_EVENT_CQ_ERR} == kIbEventCqErr && int{IBV_EVENT_QP_FATAL} == kIbEventQpFatal &&
+                  int{IBV_EVENT_DEVICE_FATAL} == kIbEventDeviceFatal && int{IBV_EVENT_PORT_ERR} == kIbEventPortErr &&
+                  int{IBV_EVENT_GID_CHANGE} == kIbEventGidChange && int{IBV_EVENT_WQ_FATAL} == kIbEventWqFatal,
+              "IbEventType follows enum ibv_event_type");
 
 class RealVerbs : public IbVerbs {
  public:
