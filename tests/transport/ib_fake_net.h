@@ -25,6 +25,7 @@ class FakeIbProcessNet {
     }
     auto verbs = std::make_unique<chorus::FakeIbVerbs>(fabric_, descs);
     auto net = std::make_unique<chorus::IbNet>(std::move(verbs));
+    net_ = net.get();
     ok_ = net->discover(&why_) == ncclSuccess && net->ndev() == ports;
     if (ok_) previous_ = chorus::replaceIbProcessNet(std::move(net));
     if (!ok_ && why_.empty()) why_ = "the fake verbs offered no usable port";
@@ -42,9 +43,12 @@ class FakeIbProcessNet {
   const std::string& why() const { return why_; }
   /// The fabric: what it carried, and the queue pairs and registrations alive.
   chorus::FakeIbFabric& fabric() { return *fabric_; }
+  /// The fake net itself (its HCAs, its asynchronous events).
+  chorus::IbNet& net() { return *net_; }
 
  private:
   std::shared_ptr<chorus::FakeIbFabric> fabric_;
+  chorus::IbNet* net_ = nullptr;  // owned by the process's net slot while in place
   std::unique_ptr<chorus::IbNet> previous_;
   bool ok_ = false;
   std::string why_;

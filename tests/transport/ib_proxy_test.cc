@@ -1,8 +1,8 @@
 // chorus's IB net through the net proxy, as communicators use it on a cluster, over the fake verbs
 // (tests/transport/ib_fake_net.h): thread ranks on one fake fabric, with NCCL_SHM_DISABLE=1 and NCCL_NET=IB. The
 // transport suite runs every collective this way; these tests check what is the IB net's own: how a slot is framed
-// on the wire, data split over several queue pairs and ports, a failed RDMA write ending every rank's call, and
-// failure notices (a mismatch's, an aborted rank's).
+// on the wire, data split over several queue pairs and ports, a failed RDMA write or a dead HCA ending every rank's
+// call, and failure notices (a mismatch's, an aborted rank's).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -335,6 +335,47 @@ TEST_F(IbProxy, AFailedWriteEndsEveryRanksCall) {
     named += texts[r].find("failed: remote access error") != std::string::npos;
   }
   EXPECT_EQ(named, 1) << "the rank whose write failed names the failed completion";
+}
+
+// The HCA both thread ranks use reports a device fatal error (IBV_EVENT_DEVICE_FATAL) between two allreduces. A dead
+// HCA completes nothing, so without the event every rank's call would wait until CHORUS_TIMEOUT_S and end with a
+// timeout; with it, the nets fail the connections at their next call and every rank's call ends with ncclRemoteError
+// naming the event.
+TEST_F(IbProxy, ADeadHcaEndsEveryRanksCallNamingTheEvent) {
+  env_.set("CHORUS_TIMEOUT_S", "20");
+  const int n = 2;
+  std::atomic<int> arrived{0};
+  std::vector<ncclResult_t> results(n, ncclSuccess);
+  std::vector<std::string> texts(n);
+  std::vector<double> seconds(n, 0);
+  onThreadRanks(n, [&](int r, ncclComm_t& comm) {
+    const size_t count = 1 << 16;
+    std::vector<float> in(count, 1.0f), out(count);
+    EXPECT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+        << ncclGetLastError(comm);
+    meet(&arrived, n);
+    if (r == 0) {
+      chorus::IbHca* hca = nullptr;
+      ASSERT_EQ(ib_.net().openHca(0, &hca), ncclSuccess);
+      const uint64_t before = ib_.net().asyncEventsTaken();
+      ib_.fabric().raiseHcaEvent(hca, chorus::kIbEventDeviceFatal);
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (ib_.net().asyncEventsTaken() == before && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      EXPECT_GT(ib_.net().asyncEventsTaken(), before) << "the net's watcher took the event";
+    }
+    meet(&arrived, n);
+    auto t0 = std::chrono::steady_clock::now();
+    results[r] = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
+    seconds[r] = secondsSince(t0);
+    texts[r] = ncclGetLastError(comm);
+  });
+  for (int r = 0; r < n; r++) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + texts[r]);
+    EXPECT_EQ(results[r], ncclRemoteError);
+    EXPECT_NE(texts[r].find("HCA mlx5_0 reported a fatal error: local catastrophic error"), std::string::npos);
+    EXPECT_LT(seconds[r], 20.0) << "within CHORUS_TIMEOUT_S";
+  }
 }
 
 // Rank 2 calls with a different count: every rank's call fails with ncclInvalidUsage naming both calls, the failure

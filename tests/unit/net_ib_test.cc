@@ -1,9 +1,10 @@
 // Tests of the InfiniBand verbs net (transports/ib): device and GID selection on made-up attributes, the handle, and
 // the whole connect/accept/isend/irecv/test state machine over the fake in-process verbs (ib_verbs_fake.h), whose
 // RDMA writes are memcpys and whose CQs are queues. Both ends are driven from the test's thread, so every exchange
-// is deterministic; waits have deadlines. GPUDirect RDMA (peer memory, dma-buf, flush) runs over the fake too, with
-// host buffers standing in for GPU memory. Nothing here needs an HCA; the last test only checks that the real backend
-// behaves on this host (no HCA: zero devices or a failed init, with a reason).
+// is deterministic; waits have deadlines. Asynchronous events, which the net's watcher thread takes, are waited for
+// by its count of events taken before a test looks at what they did. GPUDirect RDMA (peer memory, dma-buf, flush) runs
+// over the fake too, with host buffers standing in for GPU memory. Nothing here needs an HCA; the last test only checks
+// that the real backend behaves on this host (no HCA: zero devices or a failed init, with a reason).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -16,11 +17,13 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/debug.h"
 #include "core/params.h"
+#include "harness/ranks.h"
 #include "transports/ib/ib_comm.h"
 #include "transports/ib/ib_net.h"
 #include "transports/ib/ib_select.h"
@@ -1539,6 +1542,152 @@ TEST_F(IbFakeNet, FlushErrorCompletionFailsTheRequest) {
 }
 
 // ---- the real backend on this host ----------------------------------------------------------
+
+// ---- asynchronous events ------------------------------------------------------------------------
+
+// Waits until `net`'s watcher has taken `n` asynchronous events in all (they are handled on its thread).
+void waitForEvents(IbNet* net, uint64_t n) {
+  auto end = Clock::now() + kDeadline;
+  while (net->asyncEventsTaken() < n) {
+    ASSERT_LT(Clock::now(), end) << "the watcher took " << net->asyncEventsTaken() << " of " << n << " events";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// IBV_EVENT_DEVICE_FATAL on host 1's HCA. A dead HCA carries nothing and completes nothing, so its sender, waiting for
+// a receive descriptor that cannot arrive, would wait for ever; after the event its next call fails, naming it. The
+// receiver on host 2, whose descriptor write to the dead HCA fails, reports that error completion, not the event
+// (its HCA is fine). A new connection from the dead HCA is refused at setup.
+TEST_F(IbFakeNet, DeviceFatalEventFailsTheConnectionsOfItsHca) {
+  void *send, *recv;
+  connect(&send, &recv);
+  const ncclNet_v11_t* t = ibNetTable();
+  std::vector<uint8_t> src = pattern(4096, 1), dst(4096, 0);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  ASSERT_EQ(exchange(send, recv, src, smh, dst, rmh), 4096);
+  IbHca* hca = nullptr;
+  ASSERT_EQ(a_->openHca(0, &hca), ncclSuccess);
+  fabric_->raiseHcaEvent(hca, kIbEventDeviceFatal);
+  waitForEvents(a_.get(), 1);
+  void* rreq = postRecv(recv, dst, rmh, 0);
+  ASSERT_NE(rreq, nullptr);
+  void* sreq = nullptr;
+  EXPECT_EQ(t->isend(send, src.data(), src.size(), 0, smh, nullptr, &sreq), ncclSystemError);
+  EXPECT_EQ(sreq, nullptr);
+  std::string err = threadLastError();
+  EXPECT_NE(err.find("NET/IB: sender on mlx5_0:1 to "), std::string::npos) << err;
+  EXPECT_NE(err.find("HCA mlx5_0 reported a fatal error: local catastrophic error (asynchronous event 8)"),
+            std::string::npos)
+      << err;
+  // The comm stays failed.
+  EXPECT_EQ(t->isend(send, src.data(), src.size(), 0, smh, nullptr, &sreq), ncclSystemError);
+  int size = 0;
+  EXPECT_EQ(wait(rreq, &size), ncclSystemError);
+  err = threadLastError();
+  EXPECT_NE(err.find("receive descriptor write"), std::string::npos) << err;
+  EXPECT_NE(err.find("transport retry counter exceeded"), std::string::npos) << err;
+  EXPECT_EQ(err.find("catastrophic"), std::string::npos) << err;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listen = nullptr;
+  IbNetCtx actx{a_.get(), NCCL_NET_TRAFFIC_CLASS_UNDEF}, bctx{b_.get(), NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ASSERT_EQ(t->listen(&bctx, 0, handle, &listen), ncclSuccess);
+  void* send2 = nullptr;
+  EXPECT_EQ(t->connect(&actx, 0, handle, &send2, nullptr), ncclSystemError);
+  EXPECT_EQ(send2, nullptr);
+  EXPECT_NE(std::string(threadLastError()).find("NET/IB: HCA mlx5_0 reported a fatal error: local catastrophic error"),
+            std::string::npos)
+      << threadLastError();
+  EXPECT_EQ(t->closeListen(listen), ncclSuccess);
+  closePair(send, smh, recv, rmh);
+  EXPECT_EQ(fabric_->liveQps(), 0);
+}
+
+// A queue pair's fatal event fails the connection that owns the queue pair, and a CQ's the one that owns the CQ; the
+// other connection between the same HCAs goes on.
+TEST_F(IbFakeNet, QueuePairAndCqFatalEventsFailTheirConnectionOnly) {
+  a_ = makeHost(1);
+  b_ = makeHost(2);
+  const ncclNet_v11_t* t = ibNetTable();
+  void *send1, *recv1, *send2, *recv2;
+  ncclResult_t sr, rr;
+  connectPair(a_.get(), b_.get(), &send1, &recv1, &sr, &rr);
+  ASSERT_TRUE(sr == ncclSuccess && rr == ncclSuccess);
+  connectPair(a_.get(), b_.get(), &send2, &recv2, &sr, &rr);
+  ASSERT_TRUE(sr == ncclSuccess && rr == ncclSuccess);
+  std::vector<uint8_t> src1 = pattern(1000, 1), dst1(1000, 0), src2 = pattern(3000, 2), dst2(3000, 0);
+  void* smh1 = reg(send1, src1);
+  void* rmh1 = reg(recv1, dst1);
+  void* smh2 = reg(send2, src2);
+  void* rmh2 = reg(recv2, dst2);
+
+  const uint32_t qpn = static_cast<IbComm*>(send1)->qps[0]->qpn();
+  ASSERT_TRUE(fabric_->raiseQpEvent(qpn, kIbEventQpFatal));
+  waitForEvents(a_.get(), 1);
+  EXPECT_EQ(exchange(send2, recv2, src2, smh2, dst2, rmh2), 3000);
+  EXPECT_TRUE(src2 == dst2);
+  ASSERT_NE(postRecv(recv1, dst1, rmh1, 0), nullptr);
+  void* sreq = nullptr;
+  EXPECT_EQ(t->isend(send1, src1.data(), src1.size(), 0, smh1, nullptr, &sreq), ncclSystemError);
+  std::string err = threadLastError();
+  EXPECT_NE(err.find("HCA mlx5_0 reported a fatal error on queue pair " + std::to_string(qpn) +
+                     ": local work queue catastrophic error (asynchronous event 1)"),
+            std::string::npos)
+      << err;
+
+  ASSERT_TRUE(fabric_->raiseQpEvent(static_cast<IbComm*>(recv2)->qps[0]->qpn(), kIbEventCqErr));
+  waitForEvents(b_.get(), 1);
+  void* data = dst2.data();
+  size_t bytes = dst2.size();
+  int tag = 0;
+  void* rreq = nullptr;
+  EXPECT_EQ(t->irecv(recv2, 1, &data, &bytes, &tag, &rmh2, nullptr, &rreq), ncclSystemError);
+  EXPECT_EQ(rreq, nullptr);
+  err = threadLastError();
+  EXPECT_NE(err.find("NET/IB: receiver on mlx5_0:1 from "), std::string::npos) << err;
+  EXPECT_NE(err.find("HCA mlx5_0 reported a fatal error on a completion queue: CQ error"), std::string::npos) << err;
+  for (auto [comm, mh] : {std::pair{send1, smh1}, {recv1, rmh1}, {send2, smh2}, {recv2, rmh2}})
+    EXPECT_EQ(t->deregMr(comm, mh), ncclSuccess);
+  for (void* comm : {send1, recv1, send2, recv2}) EXPECT_EQ(t->closeSend(comm), ncclSuccess);
+  EXPECT_EQ(fabric_->liveMrs(), 0);
+  EXPECT_EQ(fabric_->liveQps(), 0);
+}
+
+// Events that are not fatal (a port that went down) are logged and change nothing, as in NCCL; with
+// NCCL_IB_RETURN_ASYNC_EVENTS=0 a fatal one is only logged too.
+TEST_F(IbFakeNet, OtherEventsAndReturnAsyncEventsZeroOnlyLog) {
+  const std::string log = "/tmp/chorus-ibasync-" + std::to_string(getpid()) + ".log";
+  setSettings({{"NCCL_DEBUG", "WARN"}, {"NCCL_DEBUG_FILE", log.c_str()}});
+  void *send, *recv;
+  connect(&send, &recv);
+  std::vector<uint8_t> src = pattern(2048, 1), dst(2048, 0);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  IbHca* hca = nullptr;
+  ASSERT_EQ(a_->openHca(0, &hca), ncclSuccess);
+  fabric_->raiseHcaEvent(hca, kIbEventPortErr, 1);
+  waitForEvents(a_.get(), 1);
+  EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 2048);
+  std::string text = chorus_test::readFile(log);  // before a reload opens the log anew
+  EXPECT_NE(text.find("NET/IB: HCA mlx5_0 port 1: asynchronous event: port error (10), not fatal"), std::string::npos)
+      << text;
+  setSettings({{"NCCL_IB_RETURN_ASYNC_EVENTS", "0"}});
+  const uint32_t qpn = static_cast<IbComm*>(send)->qps[0]->qpn();
+  ASSERT_TRUE(fabric_->raiseQpEvent(qpn, kIbEventQpFatal));
+  waitForEvents(a_.get(), 2);
+  std::fill(dst.begin(), dst.end(), 0);
+  EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 2048);
+  EXPECT_TRUE(src == dst);
+  closePair(send, smh, recv, rmh);
+  setSettings({{"NCCL_IB_RETURN_ASYNC_EVENTS", nullptr}, {"NCCL_DEBUG", nullptr}, {"NCCL_DEBUG_FILE", nullptr}});
+  text = chorus_test::readFile(log);
+  unlink(log.c_str());
+  EXPECT_NE(text.find("NET/IB: HCA mlx5_0 reported a fatal error on queue pair " + std::to_string(qpn) +
+                      ": local work queue catastrophic error (asynchronous event 1) (NCCL_IB_RETURN_ASYNC_EVENTS=0: "
+                      "connections go on)"),
+            std::string::npos)
+      << text;
+}
 
 TEST(IbRealNet, ThisHostReportsWhatItHas) {
   const ncclNet_v11_t* net = ibNet();

@@ -104,9 +104,12 @@ ncclResult_t createResources(IbComm* c, int nqps) {
     IbCommPort& p = c->ports[i];
     p.dev = ports[i];
     CHORUS_CHECK(c->net->openHca(p.dev, &p.hca));
+    std::string dead;
+    if (c->net->hcaFatal(p.hca, &dead)) CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: %s", dead.c_str());
     // Per request at most two completions per queue pair (under adaptive routing a sender's plain write and its
     // immediate), or one per queue pair plus a receiver's descriptor write and flush read.
     CHORUS_CHECK(p.hca->createCq(2 * kIbMaxRequests * (perPort + 1), &p.cq));
+    c->net->own(p.cq.get(), c);
     // Strictly ordered: a descriptor's sequence word must not land before the rest of it.
     CHORUS_CHECK(p.hca->regMr(c->ctrl, bytes, /*relaxed=*/false, &p.ctrlMr));
   }
@@ -115,6 +118,7 @@ ncclResult_t createResources(IbComm* c, int nqps) {
     std::unique_ptr<IbQp> qp;
     CHORUS_CHECK(p.hca->createQp(p.cq.get(), 2 * kIbMaxRequests + 1, kIbMaxRequests + 1,
                                  c->inlineDescs ? static_cast<int>(sizeof(IbRecvDesc)) : 0, &qp));
+    c->net->own(qp.get(), c);
     CHORUS_CHECK(qp->toInit(c->net->device(p.dev).port.port, qpPkeyIndex(), /*remoteRead=*/false));
     c->qps.push_back(std::move(qp));
   }
@@ -230,6 +234,7 @@ ncclResult_t createFlush(IbComm* c) {
     std::unique_ptr<IbQp> qp;
     // One read per flush request, and flushes take request slots: at most kIbMaxRequests outstanding.
     CHORUS_CHECK(p.hca->createQp(p.cq.get(), kIbMaxRequests, 1, 0, &qp));
+    c->net->own(qp.get(), c);
     CHORUS_CHECK(qp->toInit(d.port.port, qpPkeyIndex(), /*remoteRead=*/true));
     const uint32_t psn = randomPsn();
     IbPortInfo self;
@@ -393,6 +398,7 @@ void setIbHandleStage(void* handle, const IbConnectStage& stage) {
 // ---- comms ----------------------------------------------------------------------------------
 
 IbComm::~IbComm() {
+  if (net != nullptr) net->disown(this);          // before its queue pairs and CQs go: their events are no longer its
   for (IbCommPort& p : ports) p.flushQp.reset();  // queue pairs go before their CQs
   qps.clear();
   for (IbCommPort& p : ports) {

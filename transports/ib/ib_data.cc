@@ -81,6 +81,15 @@ ncclResult_t failedResult(IbComm* c) {
   return c->failed;
 }
 
+// Fails the comm when a fatal asynchronous event concerns it (IbNet::asyncFatal); returns whether it failed.
+bool failedAsync(IbComm* c) {
+  std::string why;
+  if (!c->net->asyncFatal(c, &why)) return false;
+  setLastError(nullptr, "NET/IB: %s: %s", ibCommText(c).c_str(), why.c_str());
+  failComm(c, ncclSystemError);
+  return true;
+}
+
 // Applies one completion to the request it belongs to. An error completion fails the comm and touches no request:
 // a request whose completions had all arrived stays done (a receive whose data landed before its sender closed, where
 // the next receive's descriptor write then failed), the others can no longer complete. Only the first error is
@@ -249,7 +258,7 @@ ncclResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mha
   (void)phandle;
   *request = nullptr;
   auto* c = static_cast<IbComm*>(sendComm);
-  if (c->failed != ncclSuccess) return failedResult(c);
+  if (c->failed != ncclSuccess || failedAsync(c)) return failedResult(c);
   const uint32_t want = c->seq + 1;
   IbRecvDesc* slot = &c->ctrl[c->seq % kIbMaxRequests];
   // The receiver's HCA writes the slot; seq is read first (acquire), the rest only once it matches.
@@ -322,7 +331,7 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
   (void)phandles;
   *request = nullptr;
   auto* c = static_cast<IbComm*>(recvComm);
-  if (c->failed != ncclSuccess) return failedResult(c);
+  if (c->failed != ncclSuccess || failedAsync(c)) return failedResult(c);
   if (n != 1) {
     CHORUS_FAIL(nullptr, ncclInternalError, "NET/IB: irecv of %d buffers; the IB net takes one (maxRecvs 1)", n);
   }
@@ -369,7 +378,7 @@ ncclResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
 ncclResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   *request = nullptr;
   auto* c = static_cast<IbComm*>(recvComm);
-  if (c->failed != ncclSuccess) return failedResult(c);
+  if (c->failed != ncclSuccess || failedAsync(c)) return failedResult(c);
   if (!c->flushes()) return ncclSuccess;  // no GPUDirect RDMA here, or NCCL_GDR_FLUSH_DISABLE=1
   // As NCCL: one read of the last buffer that received data, through each port (each HCA's writes are ordered only
   // with its own read). The HCA wrote every buffer of the receive before it completed, and the read's response
@@ -418,7 +427,7 @@ ncclResult_t ibTest(void* request, int* done, int* sizes) {
     r->used = false;
     return ncclSuccess;
   }
-  if (c->failed != ncclSuccess) return failedResult(c);
+  if (c->failed != ncclSuccess || failedAsync(c)) return failedResult(c);
   return checkPeer(c);
 }
 

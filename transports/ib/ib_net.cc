@@ -1,9 +1,16 @@
 // The IB net's devices (IbNet) and its ncclNet_v11_t table.
 #include "transports/ib/ib_net.h"
 
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
+#include <set>
 
 #include "core/checks.h"
 #include "core/debug.h"
@@ -38,6 +45,11 @@ IntParam kIbMergeNics{"NCCL_IB_MERGE_NICS", 1,
                       "whatever NCCL_NET_MERGE_LEVEL says (a NCCL_NET_FORCE_MERGE group then fails), as NCCL; 1: it "
                       "merges them.",
                       "network"};
+IntParam kIbAsyncEvents{"NCCL_IB_RETURN_ASYNC_EVENTS", 1,
+                        "IB net: 1: an HCA's asynchronous fatal event (a device fatal error; a queue pair's or CQ's "
+                        "fatal error) fails the connections it concerns at their next call, naming the event, as "
+                        "NCCL; 0: such events are only logged (WARN).",
+                        "network"};
 IntParam kIbRelaxedOrdering{"NCCL_IB_PCI_RELAXED_ORDERING", 2,
                             "IB net: 1 or 2: data registrations ask for PCIe relaxed ordering where libibverbs offers "
                             "it (ibv_reg_mr_iova2), as NCCL; 0: never. Control memory never does.",
@@ -138,6 +150,13 @@ ncclResult_t tableSetNetAttr(void* ctx, ncclNetAttr_v11_t* netAttr) {
   return ncclSuccess;
 }
 
+// Wakes IbNet's watcher thread (a write to an eventfd this far from its limit does not fail).
+void wakeWatcher(int fd) {
+  const uint64_t one = 1;
+  ssize_t n = write(fd, &one, sizeof(one));
+  (void)n;
+}
+
 const ncclNet_v11_t kIbNetTable = {
     "IB",
     tableInit,
@@ -167,7 +186,172 @@ const ncclNet_v11_t kIbNetTable = {
 
 IbNet::IbNet(std::unique_ptr<IbVerbs> verbs) : verbs_(std::move(verbs)) {}
 
-IbNet::~IbNet() = default;
+IbNet::~IbNet() {
+  if (watcher_.joinable()) {
+    stopWatcher_ = true;
+    wakeWatcher(wakeFd_);
+    watcher_.join();
+  }
+  if (wakeFd_ >= 0) close(wakeFd_);
+}
+
+const char* ibEventText(int type) {
+  // libibverbs's ibv_event_type_str() texts, the same whatever the backend.
+  static const char* const kText[] = {"CQ error",
+                                      "local work queue catastrophic error",
+                                      "invalid request local work queue error",
+                                      "local access violation work queue error",
+                                      "communication established",
+                                      "send queue drained",
+                                      "path migrated",
+                                      "path migration request error",
+                                      "local catastrophic error",
+                                      "port active",
+                                      "port error",
+                                      "LID change",
+                                      "P_Key change",
+                                      "SM change",
+                                      "SRQ catastrophic error",
+                                      "SRQ limit reached",
+                                      "last WQE reached",
+                                      "client reregistration",
+                                      "GID table change",
+                                      "WQ fatal"};
+  return type >= 0 && type < static_cast<int>(sizeof(kText) / sizeof(kText[0])) ? kText[type] : "unknown event";
+}
+
+void IbNet::own(const void* obj, const IbComm* c) {
+  std::lock_guard<std::mutex> lock(fatalMu_);
+  owners_[obj] = c;
+}
+
+void IbNet::disown(const IbComm* c) {
+  std::lock_guard<std::mutex> lock(fatalMu_);
+  for (auto it = owners_.begin(); it != owners_.end();) it = it->second == c ? owners_.erase(it) : std::next(it);
+  fatalComms_.erase(c);
+}
+
+bool IbNet::hcaFatal(const IbHca* hca, std::string* why) const {
+  if (fatalEvents_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lock(fatalMu_);
+  auto it = deadHcas_.find(hca);
+  if (it == deadHcas_.end()) return false;
+  *why = it->second;
+  return true;
+}
+
+bool IbNet::asyncFatal(const IbComm* c, std::string* why) const {
+  if (fatalEvents_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lock(fatalMu_);
+  auto it = fatalComms_.find(c);
+  if (it != fatalComms_.end()) {
+    *why = it->second;
+    return true;
+  }
+  for (const IbCommPort& p : c->ports) {
+    auto d = deadHcas_.find(p.hca);
+    if (d != deadHcas_.end()) {
+      *why = d->second;
+      return true;
+    }
+  }
+  return false;
+}
+
+void IbNet::onAsyncEvent(const std::string& name, const IbHca* hca, const IbAsyncEvent& ev) {
+  const char* what = ibEventText(ev.type);
+  const bool act = kIbAsyncEvents.get() != 0;
+  const char* kept = act ? "" : " (NCCL_IB_RETURN_ASYNC_EVENTS=0: connections go on)";
+  char text[256];
+  switch (ev.type) {
+    case kIbEventDeviceFatal: {
+      snprintf(text, sizeof(text), "HCA %s reported a fatal error: %s (asynchronous event %d)", name.c_str(), what,
+               ev.type);
+      WARN("NET/IB: %s%s", text, kept);
+      if (!act) return;
+      std::lock_guard<std::mutex> lock(fatalMu_);
+      if (deadHcas_.emplace(hca, text).second) fatalEvents_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    case kIbEventCqErr:
+    case kIbEventQpFatal:
+    case kIbEventQpReqErr:
+    case kIbEventQpAccessErr: {
+      const bool cq = ev.type == kIbEventCqErr;
+      if (cq) {
+        snprintf(text, sizeof(text), "HCA %s reported a fatal error on a completion queue: %s (asynchronous event %d)",
+                 name.c_str(), what, ev.type);
+      } else {
+        snprintf(text, sizeof(text), "HCA %s reported a fatal error on queue pair %u: %s (asynchronous event %d)",
+                 name.c_str(), ev.qpn, what, ev.type);
+      }
+      bool owned = false;
+      {
+        std::lock_guard<std::mutex> lock(fatalMu_);
+        auto it = owners_.find(cq ? static_cast<const void*>(ev.cq) : static_cast<const void*>(ev.qp));
+        owned = it != owners_.end();
+        // The first fatal event of a comm is the one its calls report.
+        if (owned && act && fatalComms_.emplace(it->second, text).second)
+          fatalEvents_.fetch_add(1, std::memory_order_release);
+      }
+      WARN("NET/IB: %s%s%s", text, owned ? "" : " (of no connection)", kept);
+      return;
+    }
+    case kIbEventCommEst:  // a queue pair's first message arrived before RTS: expected, nothing to say
+      return;
+    default:
+      if (ev.port > 0) {
+        WARN("NET/IB: HCA %s port %d: asynchronous event: %s (%d), not fatal", name.c_str(), ev.port, what, ev.type);
+      } else {
+        WARN("NET/IB: HCA %s: asynchronous event: %s (%d), not fatal", name.c_str(), what, ev.type);
+      }
+      return;
+  }
+}
+
+void IbNet::watchAsyncEvents() {
+  pthread_setname_np(pthread_self(), "chorus-ibasync");
+  std::set<const IbHca*> unwatched;  // HCAs whose events could not be read
+  for (;;) {
+    std::vector<std::pair<std::string, IbHca*>> hcas;
+    std::vector<pollfd> fds(1);
+    fds[0] = pollfd{wakeFd_, POLLIN, 0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [name, h] : hcas_) {
+        const int fd = h->asyncEventFd();
+        if (fd < 0 || unwatched.count(h.get()) != 0) continue;
+        hcas.emplace_back(name, h.get());
+        fds.push_back(pollfd{fd, POLLIN, 0});
+      }
+    }
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      WARN("NET/IB: asynchronous events are no longer watched: poll failed: %s", strerror(errno));
+      return;
+    }
+    if (fds[0].revents != 0) {
+      uint64_t n = 0;
+      if (read(wakeFd_, &n, sizeof(n)) < 0 && errno != EAGAIN) return;
+      if (stopWatcher_) return;
+    }
+    for (size_t i = 0; i < hcas.size(); ++i) {
+      const short got = fds[i + 1].revents;
+      if (got == 0) continue;
+      const std::string& name = hcas[i].first;
+      IbHca* h = hcas[i].second;
+      ncclResult_t res = h->takeAsyncEvents([&](const IbAsyncEvent& ev) {
+        onAsyncEvent(name, h, ev);
+        eventsTaken_.fetch_add(1, std::memory_order_release);
+      });
+      if (res != ncclSuccess || (got & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+        WARN("NET/IB: HCA %s: its asynchronous events are no longer watched: %s", name.c_str(),
+             res != ncclSuccess ? threadLastError() : "its event descriptor failed");
+        unwatched.insert(h);
+      }
+    }
+  }
+}
 
 ncclResult_t IbNet::discover(std::string* why) {
   std::vector<IbPortDesc> ports;
@@ -349,6 +533,17 @@ ncclResult_t IbNet::openHca(int dev, IbHca** out) {
     std::unique_ptr<IbHca> hca;
     CHORUS_CHECK(verbs_->openHca(name, &hca));
     it = hcas_.emplace(name, std::move(hca)).first;
+    // The watcher takes this HCA's events too: started with the first, woken to look again for the others.
+    if (!watcher_.joinable()) {
+      wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (wakeFd_ < 0) {
+        WARN("NET/IB: asynchronous events are not watched: eventfd failed: %s", strerror(errno));
+      } else {
+        watcher_ = std::thread([this] { watchAsyncEvents(); });
+      }
+    } else {
+      wakeWatcher(wakeFd_);
+    }
   }
   *out = it->second.get();
   return ncclSuccess;

@@ -7,12 +7,20 @@
 //
 // Threading: discovery runs once, before the net is used; openHca() may be called from several proxy threads and
 // is serialized by a mutex. Comms are owned by one thread at a time (the proxy's).
+//
+// Asynchronous events, as NCCL's IB net takes them: from the first HCA it opens, an IbNet runs one watcher thread
+// that sleeps in poll() on the asynchronous event descriptors of its open HCAs. Every event is logged (WARN; a
+// queue pair's "communication established" aside). A fatal one, the device's (IBV_EVENT_DEVICE_FATAL) or a queue
+// pair's or CQ's, is kept: the comms it concerns fail at their next isend, irecv, iflush or test, with the event named
+// (NCCL_IB_RETURN_ASYNC_EVENTS=1, the default), rather than wait for completions a dead HCA never produces.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +29,8 @@
 #include "transports/ib/ib_verbs.h"
 
 namespace chorus {
+
+struct IbComm;
 
 /// One verbs backend, its net devices and its opened HCAs.
 class IbNet {
@@ -69,7 +79,24 @@ class IbNet {
   /// One line on what discover() found: the devices, or why there are none.
   const std::string& summary() const { return summary_; }
 
+  /// Records that `obj` (a queue pair or CQ) is comm `c`'s, so that a fatal event on it fails `c`.
+  void own(const void* obj, const IbComm* c);
+  /// Forgets comm `c`'s objects and the fatal event kept for it (before it destroys them).
+  void disown(const IbComm* c);
+  /// Whether a fatal asynchronous event concerns comm `c`: one on its queue pairs or CQs, or the device fatal error of
+  /// an HCA of its ports (c's owner thread only); *why names the event.
+  bool asyncFatal(const IbComm* c, std::string* why) const;
+  /// Whether HCA `hca` reported a device fatal error; *why names it.
+  bool hcaFatal(const IbHca* hca, std::string* why) const;
+  /// Asynchronous events the watcher has taken and handled so far (tests wait for theirs).
+  uint64_t asyncEventsTaken() const { return eventsTaken_.load(std::memory_order_acquire); }
+
  private:
+  /// The watcher thread's body: takes the events of every open HCA until the net goes.
+  void watchAsyncEvents();
+  /// Logs one event of HCA `hca` (named `name`) and keeps it when it is fatal.
+  void onAsyncEvent(const std::string& name, const IbHca* hca, const IbAsyncEvent& ev);
+
   std::unique_ptr<IbVerbs> verbs_;
   std::vector<IbDevice> devices_;
   std::string summary_;
@@ -83,6 +110,16 @@ class IbNet {
   };
   mutable std::mutex mergedMu_;  // guards merged_ (a deque: names handed out stay where they are)
   std::deque<Merged> merged_;
+
+  std::thread watcher_;  // started by the first openHca(), stopped by the destructor
+  int wakeFd_ = -1;      // an eventfd: a new HCA to watch, or the end
+  std::atomic<bool> stopWatcher_{false};
+  mutable std::mutex fatalMu_;  // guards owners_, deadHcas_, fatalComms_
+  std::unordered_map<const void*, const IbComm*> owners_;
+  std::unordered_map<const IbHca*, std::string> deadHcas_;
+  std::unordered_map<const IbComm*, std::string> fatalComms_;
+  std::atomic<int> fatalEvents_{0};  // entries ever put in deadHcas_ or fatalComms_: 0 spares comms the lock
+  std::atomic<uint64_t> eventsTaken_{0};
 };
 
 /// The IB net's function table. init/devices/getProperties/finalize use the process's IbNet over libibverbs; the
