@@ -48,6 +48,31 @@ IoResult fail(IoStatus status, int err, std::string what) {
   return r;
 }
 
+IntParam kSocketSndBuf{"NCCL_SOCKET_SNDBUF", -1,
+                       "Above 0: the send buffer (SO_SNDBUF, bytes) of every TCP socket chorus opens (bootstrap, the "
+                       "socket net's connections, the IB and UCX nets' setup sockets), set before it connects or "
+                       "listens, as NCCL sets it. The kernel doubles it and caps it at net.core.wmem_max, and no "
+                       "longer autotunes it. -1: the kernel's default.",
+                       "network"};
+IntParam kSocketRcvBuf{"NCCL_SOCKET_RCVBUF", -1,
+                       "Above 0: the receive buffer (SO_RCVBUF, bytes) of every TCP socket chorus opens, as "
+                       "NCCL_SOCKET_SNDBUF; set before connecting or listening, so that the TCP window can scale to "
+                       "it. Capped at net.core.rmem_max. -1: the kernel's default.",
+                       "network"};
+
+// NCCL_SOCKET_SNDBUF and NCCL_SOCKET_RCVBUF on a new socket. A size the kernel refuses is not an error (it clamps).
+void setBufferSizes(int fd) {
+  const int64_t snd = kSocketSndBuf.get(), rcv = kSocketRcvBuf.get();
+  if (snd > 0) {
+    int v = static_cast<int>(std::min<int64_t>(snd, INT32_MAX));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+  }
+  if (rcv > 0) {
+    int v = static_cast<int>(std::min<int64_t>(rcv, INT32_MAX));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+  }
+}
+
 void setNoDelay(int fd) {
   int one = 1;
   // Bootstrap messages are small request/response exchanges: Nagle would add latency to each.
@@ -406,6 +431,7 @@ IoResult Socket::listen(const SockAddr& bindAddr, Socket* out) {
   int fd = ::socket(bindAddr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return fail(IoStatus::kError, errno, "socket() for " + bindAddr.str() + " failed: " + errnoText(errno));
   out->fd_ = fd;
+  setBufferSizes(fd);  // accepted sockets inherit them
   int one = 1;
   // A fixed port (NCCL_COMM_ID) must be re-bindable while an earlier run's connections sit in TIME_WAIT.
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -438,6 +464,7 @@ IoResult Socket::connect(const SockAddr& to, const Deadline& deadline, std::atom
     Socket s;
     s.fd_ = fd;
     s.peer_ = to;
+    setBufferSizes(fd);
     int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&to.storage), to.len);
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
@@ -489,6 +516,7 @@ IoResult Socket::startConnect(const SockAddr& to, Socket* out) {
   if (fd < 0) return fail(IoStatus::kError, errno, "socket() to connect to " + to.str() + ": " + errnoText(errno));
   out->fd_ = fd;
   out->peer_ = to;
+  setBufferSizes(fd);
   int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&to.storage), to.len);
   if (rc != 0 && errno != EINPROGRESS) {
     int err = errno;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/params.h"
@@ -50,6 +51,8 @@ class SocketEnvTest : public ::testing::Test {
   static void clearEnv() {
     unsetenv("NCCL_SOCKET_IFNAME");
     unsetenv("NCCL_SOCKET_FAMILY");
+    unsetenv("NCCL_SOCKET_SNDBUF");
+    unsetenv("NCCL_SOCKET_RCVBUF");
     paramsReload();
   }
 };
@@ -192,6 +195,39 @@ TEST_F(SocketEnvTest, HonoursIfNameAndFamily) {
   paramsReload();
   EXPECT_EQ(findInterface(&a, &name, &why), ncclSystemError);
   EXPECT_NE(why.find("=nosuchif0"), std::string::npos) << why;
+}
+
+// The socket buffer sizes of a connected socket, as getsockopt reports them (the kernel's doubled value).
+std::pair<int, int> bufferSizes(const Socket& s) {
+  int snd = 0, rcv = 0;
+  socklen_t len = sizeof(int);
+  EXPECT_EQ(getsockopt(s.fd(), SOL_SOCKET, SO_SNDBUF, &snd, &len), 0);
+  len = sizeof(int);
+  EXPECT_EQ(getsockopt(s.fd(), SOL_SOCKET, SO_RCVBUF, &rcv, &len), 0);
+  return {snd, rcv};
+}
+
+// NCCL_SOCKET_SNDBUF and NCCL_SOCKET_RCVBUF size both ends of a connection, the connecting one (blocking and
+// non-blocking connects) and the accepted one; unset, the kernel's defaults stay. Linux reports twice what was set.
+TEST_F(SocketEnvTest, SocketBufferSizesFollowSndbufAndRcvbuf) {
+  Socket a, b;
+  connectedPair(&a, &b);
+  const std::pair<int, int> defaults = bufferSizes(a);
+  setenv("NCCL_SOCKET_SNDBUF", "65536", 1);
+  setenv("NCCL_SOCKET_RCVBUF", "98304", 1);
+  paramsReload();
+  Socket c, d;
+  connectedPair(&c, &d);
+  for (const Socket* s : {&c, &d}) {
+    EXPECT_EQ(bufferSizes(*s), std::make_pair(2 * 65536, 2 * 98304));
+  }
+  Socket listener, e, f;
+  ASSERT_TRUE(Socket::listen(loopback(), &listener).ok());
+  ASSERT_TRUE(Socket::startConnect(listener.local(), &e).ok());
+  ASSERT_TRUE(listener.accept(&f, Deadline::after(5), nullptr).ok());
+  EXPECT_EQ(bufferSizes(e), std::make_pair(2 * 65536, 2 * 98304));
+  EXPECT_EQ(bufferSizes(f), std::make_pair(2 * 65536, 2 * 98304));
+  EXPECT_NE(defaults, std::make_pair(2 * 65536, 2 * 98304));
 }
 
 TEST(BootstrapSocket, RefusedConnectRetriesUntilDeadline) {
