@@ -64,6 +64,12 @@ class FakeIbFabric {
     IbGid remoteGid;  ///< where it sends: the peer's port
     int remoteLid = 0;
   };
+  /// One ibv_set_ece a queue pair took: the options asked for, and those it kept (its HCA's that were asked for).
+  struct EceRecord {
+    uint32_t qpn = 0;
+    IbEce asked;
+    IbEce kept;
+  };
   /// One dma-buf registration.
   struct DmaBufRecord {
     int fd = -1;
@@ -93,6 +99,8 @@ class FakeIbFabric {
   std::vector<ReadRecord> reads() const;
   /// Every dma-buf registration made so far (released ones too), in order.
   std::vector<DmaBufRecord> dmaBufs() const;
+  /// Every ibv_set_ece taken so far, in order.
+  std::vector<EceRecord> eceSets() const;
   /// Every queue pair's move to RTR so far, in order.
   std::vector<RtrRecord> rtrs() const;
   /// Queue pairs that exist.
@@ -126,6 +134,7 @@ class FakeIbFabric {
   std::vector<ReadRecord> reads_;
   std::vector<DmaBufRecord> dmaBufs_;
   std::vector<RtrRecord> rtrs_;
+  std::vector<EceRecord> eceSets_;
 };
 
 /// A "host": the fake HCAs (ports) a test makes up, over a shared fabric.
@@ -146,6 +155,12 @@ class FakeIbVerbs : public IbVerbs {
   void setDmaBuf(bool on) { dmaBuf_ = on; }
   /// Whether relaxedOrdering() offers relaxed ordering (default: no).
   void setRelaxedOrdering(bool on) { relaxedOrdering_ = on; }
+  /// Whether the queue pairs of HCAs opened from now on have ECE, offering `ece` (default: no ECE, as a provider
+  /// without it).
+  void setEce(bool on, const IbEce& ece = IbEce()) {
+    ece_ = on;
+    eceOffer_ = ece;
+  }
 
  private:
   std::shared_ptr<FakeIbFabric> fabric_;
@@ -153,6 +168,8 @@ class FakeIbVerbs : public IbVerbs {
   bool peerMemory_ = false;
   bool dmaBuf_ = false;
   bool relaxedOrdering_ = false;
+  bool ece_ = false;
+  IbEce eceOffer_;
 };
 
 /// A made-up active RoCE port with one RoCE v2 IPv4 GID (10.0.0.<n>), for tests.

@@ -302,7 +302,7 @@ class IbFakeNet : public ::testing::Test {
     for (const char* name :
          {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_SPLIT_DATA_ON_QPS",
           "NCCL_IB_ADAPTIVE_ROUTING", "NCCL_IB_AR_THRESHOLD", "NCCL_IB_USE_INLINE", "NCCL_IB_PCI_RELAXED_ORDERING",
-          "NCCL_IB_FIFO_TC", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_MERGE_NICS"})
+          "NCCL_IB_FIFO_TC", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_MERGE_NICS", "NCCL_IB_ECE_ENABLE"})
       unsetenv(name);
     paramsReload();
     fabric_ = std::make_shared<FakeIbFabric>();
@@ -318,6 +318,7 @@ class IbFakeNet : public ::testing::Test {
     unsetenv("NCCL_IB_FIFO_TC");
     unsetenv("NCCL_IB_TC");
     unsetenv("NCCL_IB_SL");
+    unsetenv("NCCL_IB_ECE_ENABLE");
     unsetenv("NCCL_DMABUF_ENABLE");
     unsetenv("NCCL_GDR_FLUSH_DISABLE");
     paramsReload();
@@ -358,6 +359,7 @@ class IbFakeNet : public ::testing::Test {
     verbs->setPeerMemory(peerMemory_);
     verbs->setDmaBuf(dmaBuf_);
     verbs->setRelaxedOrdering(relaxedOrdering_);
+    verbs->setEce(ece_, eceOffer_);
     auto net = std::make_unique<IbNet>(std::move(verbs));
     std::string why;
     EXPECT_EQ(net->discover(&why), ncclSuccess) << why;
@@ -432,6 +434,8 @@ class IbFakeNet : public ::testing::Test {
   bool peerMemory_ = false;
   bool dmaBuf_ = false;
   bool relaxedOrdering_ = false;  // hosts made from now on offer PCIe relaxed ordering
+  bool ece_ = false;              // hosts made from now on have ECE, offering eceOffer_
+  IbEce eceOffer_;
 };
 
 // Sets each variable to its value, or unsets it where the value is null, and reloads the parameters.
@@ -1542,6 +1546,67 @@ TEST_F(IbFakeNet, FlushErrorCompletionFailsTheRequest) {
 }
 
 // ---- the real backend on this host ----------------------------------------------------------
+
+// ---- ECE --------------------------------------------------------------------------------------
+
+// Enhanced connection establishment as NCCL negotiates it, over 2 queue pairs: the acceptor sets the connector's
+// offer on each of its queue pairs before RTR (the fake refuses it later) and keeps what its own provider offers of
+// it; the connector then sets that agreement on its own. Nothing is set with NCCL_IB_ECE_ENABLE=0 on the connector,
+// nor when either side's provider has no ECE; data moves in every case.
+TEST_F(IbFakeNet, EceIsAgreedAsNcclDoes) {
+  setSettings({{"NCCL_IB_QPS_PER_CONNECTION", "2"}});
+  const IbEce offerA{0x02c9, 0xb, 0x3}, offerB{0x02c9, 0x6, 0x1}, agreed{0x02c9, 0x2, 0x1};
+  struct Case {
+    bool eceA, eceB;
+    const char* enable;  // the connector's NCCL_IB_ECE_ENABLE
+    bool agrees;
+  };
+  for (const Case& k : {Case{true, true, nullptr, true}, Case{true, true, "0", false},
+                        Case{true, false, nullptr, false}, Case{false, true, nullptr, false}}) {
+    SCOPED_TRACE(std::string("connector ECE ") + (k.eceA ? "yes" : "no") + ", acceptor ECE " + (k.eceB ? "yes" : "no") +
+                 ", NCCL_IB_ECE_ENABLE " + (k.enable != nullptr ? k.enable : "unset"));
+    fabric_ = std::make_shared<FakeIbFabric>();
+    setSettings({{"NCCL_IB_ECE_ENABLE", k.enable}});
+    ece_ = k.eceA;
+    eceOffer_ = offerA;
+    a_ = makeHost(1);
+    ece_ = k.eceB;
+    eceOffer_ = offerB;
+    b_ = makeHost(2);
+    void *send, *recv;
+    ncclResult_t sr, rr;
+    connectPair(a_.get(), b_.get(), &send, &recv, &sr, &rr);
+    ASSERT_EQ(sr, ncclSuccess) << threadLastError();
+    ASSERT_EQ(rr, ncclSuccess) << threadLastError();
+    const auto sets = fabric_->eceSets();
+    if (!k.agrees) {
+      EXPECT_TRUE(sets.empty()) << sets.size() << " ibv_set_ece calls";
+    } else {
+      ASSERT_EQ(sets.size(), 4u);
+      for (size_t i = 0; i < 2; ++i) {
+        // The acceptor's first, asked for the connector's offer; then the connector's, asked for the agreement.
+        const auto& acc = sets[i];
+        const auto& con = sets[2 + i];
+        EXPECT_EQ(acc.qpn, static_cast<IbComm*>(recv)->qps[i]->qpn());
+        EXPECT_EQ(con.qpn, static_cast<IbComm*>(send)->qps[i]->qpn());
+        EXPECT_TRUE(acc.asked.vendorId == offerA.vendorId && acc.asked.options == offerA.options &&
+                    acc.asked.compMask == offerA.compMask);
+        EXPECT_TRUE(acc.kept.vendorId == agreed.vendorId && acc.kept.options == agreed.options &&
+                    acc.kept.compMask == agreed.compMask);
+        EXPECT_TRUE(con.asked.vendorId == agreed.vendorId && con.asked.options == agreed.options &&
+                    con.asked.compMask == agreed.compMask);
+      }
+    }
+    std::vector<uint8_t> src = pattern(70000, 3), dst(70000, 0);
+    void* smh = reg(send, src);
+    void* rmh = reg(recv, dst);
+    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 70000);
+    EXPECT_TRUE(src == dst);
+    closePair(send, smh, recv, rmh);
+    a_.reset();
+    b_.reset();
+  }
+}
 
 // ---- asynchronous events ------------------------------------------------------------------------
 

@@ -71,14 +71,17 @@ class FakeIbCq : public IbCq {
 class FakeIbQp : public IbQp {
  public:
   FakeIbQp(std::shared_ptr<FakeIbFabric> fabric, std::string hca, const void* pd, FakeIbCq* cq, int maxSendWr,
-           int maxRecvWr, int maxInline)
+           int maxRecvWr, int maxInline, bool ece, const IbEce& eceOffer)
       : fabric_(std::move(fabric)),
         hca_(std::move(hca)),
         pd_(pd),
         cq_(cq),
         maxSendWr_(maxSendWr),
         maxRecvWr_(maxRecvWr),
-        maxInline_(maxInline) {
+        maxInline_(maxInline),
+        eceSupported_(ece),
+        eceOffer_(eceOffer),
+        ece_(eceOffer) {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     qpn_ = fabric_->nextQpn_++;
     fabric_->qps_[qpn_] = this;
@@ -120,6 +123,30 @@ class FakeIbQp : public IbQp {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     CHORUS_CHECK(expect(QpState::kRtr, "RTS"));
     state_ = QpState::kRts;
+    return ncclSuccess;
+  }
+
+  ncclResult_t queryEce(IbEce* out, bool* supported) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    *supported = eceSupported_;
+    if (eceSupported_) *out = ece_;
+    return ncclSuccess;
+  }
+
+  ncclResult_t setEce(const IbEce& ece, bool* supported) override {
+    std::lock_guard<std::mutex> lock(fabric_->mu_);
+    *supported = eceSupported_;
+    if (!eceSupported_) return ncclSuccess;
+    // As a provider: before RTR only, and it keeps what it offers of what is asked (the same vendor's options).
+    if (state_ != QpState::kReset && state_ != QpState::kInit)
+      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: ibv_set_ece on QP %u after RTR", qpn_);
+    ece_ = IbEce();
+    if (ece.vendorId == eceOffer_.vendorId) {
+      ece_.vendorId = ece.vendorId;
+      ece_.options = ece.options & eceOffer_.options;
+      ece_.compMask = ece.compMask & eceOffer_.compMask;
+    }
+    fabric_->eceSets_.push_back(FakeIbFabric::EceRecord{qpn_, ece, ece_});
     return ncclSuccess;
   }
 
@@ -289,14 +316,17 @@ class FakeIbQp : public IbQp {
   bool remoteRead_ = false;
   QpState state_ = QpState::kReset;
   std::deque<uint64_t> recvs_;
+  bool eceSupported_;
+  IbEce eceOffer_;  // what its HCA offers
+  IbEce ece_;       // what it has: the offer, or after ibv_set_ece what it kept of the peer's
 };
 
 // ---- HCA ------------------------------------------------------------------------------------
 
 class FakeIbHca : public IbHca {
  public:
-  FakeIbHca(std::shared_ptr<FakeIbFabric> fabric, std::string name, bool dmaBuf)
-      : fabric_(std::move(fabric)), name_(std::move(name)), dmaBuf_(dmaBuf) {
+  FakeIbHca(std::shared_ptr<FakeIbFabric> fabric, std::string name, bool dmaBuf, bool ece, const IbEce& eceOffer)
+      : fabric_(std::move(fabric)), name_(std::move(name)), dmaBuf_(dmaBuf), ece_(ece), eceOffer_(eceOffer) {
     eventFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   }
   ~FakeIbHca() override {
@@ -346,7 +376,8 @@ class FakeIbHca : public IbHca {
     if (static_cast<FakeIbCq*>(cq)->pd() != this)
       CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: %s: queue pair on a completion queue of another HCA",
                   name_.c_str());
-    out->reset(new FakeIbQp(fabric_, name_, this, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr, maxInline));
+    out->reset(new FakeIbQp(fabric_, name_, this, static_cast<FakeIbCq*>(cq), maxSendWr, maxRecvWr, maxInline, ece_,
+                            eceOffer_));
     return ncclSuccess;
   }
 
@@ -404,6 +435,8 @@ class FakeIbHca : public IbHca {
   std::shared_ptr<FakeIbFabric> fabric_;
   std::string name_;
   bool dmaBuf_;
+  bool ece_;
+  IbEce eceOffer_;
   int eventFd_ = -1;
   std::deque<IbAsyncEvent> events_;  // fabric mu_
 };
@@ -482,6 +515,11 @@ std::vector<FakeIbFabric::DmaBufRecord> FakeIbFabric::dmaBufs() const {
   return dmaBufs_;
 }
 
+std::vector<FakeIbFabric::EceRecord> FakeIbFabric::eceSets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return eceSets_;
+}
+
 std::vector<FakeIbFabric::RtrRecord> FakeIbFabric::rtrs() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rtrs_;
@@ -519,7 +557,7 @@ ncclResult_t FakeIbVerbs::listPorts(std::vector<IbPortDesc>* out, std::string* w
 ncclResult_t FakeIbVerbs::openHca(const std::string& hca, std::unique_ptr<IbHca>* out) {
   for (const IbPortDesc& p : ports_) {
     if (p.hca == hca) {
-      out->reset(new FakeIbHca(fabric_, hca, dmaBuf_));
+      out->reset(new FakeIbHca(fabric_, hca, dmaBuf_, ece_, eceOffer_));
       return ncclSuccess;
     }
   }

@@ -2,9 +2,10 @@
 // queue pairs INIT -> RTR -> RTS.
 //
 // Handshake (each step is one call's worth of non-blocking socket I/O; a call that cannot finish returns a null comm):
-//   connector: TCP connect, create CQ/QPs (INIT) and the receive FIFO, send its IbConnInfo
-//   acceptor:  accept, receive it, create CQ/QPs with the connector's QP count, RTR+RTS, send its IbConnInfo
-//   connector: receive it, RTR+RTS, send kIbReadyWord; connect() returns the send comm
+//   connector: TCP connect, create CQ/QPs (INIT) and the receive FIFO, query their ECE, send its IbConnInfo
+//   acceptor:  accept, receive it, create CQ/QPs with the connector's QP count, set the connector's ECE, RTR+RTS,
+//              query the agreed ECE, send its IbConnInfo
+//   connector: receive it, set the acceptor's ECE, RTR+RTS, send kIbReadyWord; connect() returns the send comm
 //   acceptor:  receive kIbReadyWord; accept() returns the receive comm
 // The acceptor writes descriptors only after the ready word, when the connector's QPs accept writes.
 #include <algorithm>
@@ -57,6 +58,12 @@ IntParam kIbFifoTc{"NCCL_IB_FIFO_TC", -1,
                    "IB net, RoCE: traffic class of a receiver's queue pairs, which carry its receive descriptors (and "
                    "the ACKs of the data), as NCCL sets its clear-to-send queue pairs' (0-255); -1: as NCCL_IB_TC.",
                    "network"};
+IntParam kIbEceEnable{"NCCL_IB_ECE_ENABLE", 1,
+                      "IB net: 1: enhanced connection establishment, as NCCL: a connector sends the ECE options its "
+                      "queue pairs' provider offers (ibv_query_ece), the acceptor sets them on its queue pairs "
+                      "(ibv_set_ece) and answers with what it agreed, which the connector sets on its own; 0: no ECE. "
+                      "The connector's setting rules the connection. Providers without ECE skip it.",
+                      "network"};
 IntParam kIbPkey{"NCCL_IB_PKEY", 0, "IB net: the partition key index of the queue pairs (0-65535), as in NCCL.",
                  "network"};
 IntParam kIbTc{"NCCL_IB_TC", 0,
@@ -142,6 +149,43 @@ ncclResult_t createResources(IbComm* c, int nqps) {
   l.ctrlAddr = reinterpret_cast<uintptr_t>(c->ctrl);
   l.linkLayer = static_cast<uint8_t>(c->net->device(ports[0]).port.linkLayer);
   l.splitData = c->splitData ? 1 : 0;
+  // The connector offers its queue pairs' ECE options (the acceptor answers with what it agreed: agreeEce).
+  if (c->isSend && kIbEceEnable.get() != 0) {
+    for (int i = 0; i < nqps; ++i) {
+      bool supported = false;
+      CHORUS_CHECK(c->qps[i]->queryEce(&l.ece[i].ece, &supported));
+      l.ece[i].supported = supported ? 1 : 0;
+    }
+  }
+  return ncclSuccess;
+}
+
+// Before RTR: sets on each queue pair the ECE options the peer sent for it (the connector's offer on an acceptor, the
+// acceptor's agreement on a connector), as NCCL. An acceptor records whether its own provider took them; a side
+// without ECE takes none.
+ncclResult_t takeRemoteEce(IbComm* c) {
+  for (size_t i = 0; i < c->qps.size(); ++i) {
+    bool supported = false;
+    if (c->remote.ece[i].supported != 0) CHORUS_CHECK(c->qps[i]->setEce(c->remote.ece[i].ece, &supported));
+    if (!c->isSend) c->local.ece[i].supported = supported ? 1 : 0;
+  }
+  if (!c->qps.empty() && c->remote.ece[0].supported != 0) {
+    const IbEce& e = c->remote.ece[0].ece;
+    INFO(kNet, "NET/IB: %s: ECE of the peer set (vendor 0x%x, options 0x%x, comp_mask 0x%x on queue pair 0)%s",
+         ibCommText(c).c_str(), e.vendorId, e.options, e.compMask,
+         c->isSend || c->local.ece[0].supported != 0 ? "" : ", not supported here");
+  }
+  return ncclSuccess;
+}
+
+// After RTR, on an acceptor: the ECE options each queue pair agreed, to answer the connector with.
+ncclResult_t agreeEce(IbComm* c) {
+  for (size_t i = 0; i < c->qps.size(); ++i) {
+    if (c->remote.ece[i].supported == 0 || c->local.ece[i].supported == 0) continue;
+    bool supported = false;
+    CHORUS_CHECK(c->qps[i]->queryEce(&c->local.ece[i].ece, &supported));
+    c->local.ece[i].supported = supported ? 1 : 0;
+  }
   return ncclSuccess;
 }
 
@@ -279,6 +323,7 @@ ncclResult_t progressConnect(IbComm* c, bool* up) {
         CHORUS_CHECK(recvStep(c, &c->remote, sizeof(c->remote), &fin));
         if (fin) {
           CHORUS_CHECK(checkRemote(c, static_cast<int>(c->qps.size()), c->remotePorts));
+          CHORUS_CHECK(takeRemoteEce(c));
           CHORUS_CHECK(connectQps(c));
           c->readyWord = kIbReadyWord;
           c->state = kCSendReady;
@@ -316,7 +361,9 @@ ncclResult_t progressAccept(IbListenComm* l, bool* up) {
           c->splitData = c->remote.splitData != 0;
           c->inlineDescs = kIbUseInline.get() != 0;
           CHORUS_CHECK(createResources(c, static_cast<int>(c->remote.nqps)));
+          CHORUS_CHECK(takeRemoteEce(c));
           CHORUS_CHECK(connectQps(c));
+          CHORUS_CHECK(agreeEce(c));
           CHORUS_CHECK(createFlush(c));
           c->state = kASendInfo;
         }

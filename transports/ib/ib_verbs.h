@@ -116,6 +116,14 @@ struct IbWc {
   uint32_t byteLen = 0;
 };
 
+/// A queue pair's enhanced connection establishment options (struct ibv_ece): what its provider offers, or what it
+/// agreed with the peer's.
+struct IbEce {
+  uint32_t vendorId = 0;  ///< the provider's IEEE OUI
+  uint32_t options = 0;   ///< provider-specific option bits
+  uint32_t compMask = 0;
+};
+
 /// What RTR needs to know about the remote queue pair.
 struct IbRtrAttr {
   uint32_t remoteQpn = 0;
@@ -198,6 +206,12 @@ class IbQp {
   virtual ncclResult_t toRtr(int port, const IbRtrAttr& attr) = 0;
   /// RTR -> RTS.
   virtual ncclResult_t toRts(const IbRtsAttr& attr) = 0;
+  /// The queue pair's ECE options (ibv_query_ece): before RTR what its provider offers, after it what was agreed.
+  /// *supported false, and no error, when libibverbs or the provider has no ECE.
+  virtual ncclResult_t queryEce(IbEce* out, bool* supported) = 0;
+  /// Asks for the peer's ECE options (ibv_set_ece), before RTR; the provider keeps those it supports too. *supported
+  /// false, and no error, when libibverbs or the provider has no ECE.
+  virtual ncclResult_t setEce(const IbEce& ece, bool* supported) = 0;
   /// Posts one signaled RDMA write.
   virtual ncclResult_t postWrite(const IbWrite& w) = 0;
   /// Posts one signaled RDMA read.

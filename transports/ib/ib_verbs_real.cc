@@ -58,6 +58,8 @@ struct VerbsApi {
   // Optional (null when libibverbs predates it).
   ibv_mr* (*regDmaBufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access) = nullptr;
   ibv_mr* (*regMrIova2)(ibv_pd*, void*, size_t, uint64_t iova, unsigned int access) = nullptr;
+  int (*queryEce)(ibv_qp*, ibv_ece*) = nullptr;  // rdma-core 31 (IBVERBS_1.10)
+  int (*setEce)(ibv_qp*, ibv_ece*) = nullptr;
 };
 
 // What every registration allows: the HCA writes received data (local write, and remote write for the sender's
@@ -116,6 +118,8 @@ const VerbsApi* loadVerbs(std::string* why) {
     }
     api.regDmaBufMr = reinterpret_cast<decltype(api.regDmaBufMr)>(dlsym(lib, "ibv_reg_dmabuf_mr"));
     api.regMrIova2 = reinterpret_cast<decltype(api.regMrIova2)>(dlsym(lib, "ibv_reg_mr_iova2"));
+    api.queryEce = reinterpret_cast<decltype(api.queryEce)>(dlsym(lib, "ibv_query_ece"));
+    api.setEce = reinterpret_cast<decltype(api.setEce)>(dlsym(lib, "ibv_set_ece"));
   });
   if (api.getDeviceList == nullptr) {
     *why = error;
@@ -238,6 +242,38 @@ class RealQp : public IbQp {
         &a,
         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
         "RTS");
+  }
+
+  ncclResult_t queryEce(IbEce* out, bool* supported) override {
+    *supported = false;
+    if (api_->queryEce == nullptr) return ncclSuccess;
+    ibv_ece e;
+    memset(&e, 0, sizeof(e));
+    int rc = api_->queryEce(qp_, &e);
+    if (rc == EOPNOTSUPP || rc == ENOTSUP) return ncclSuccess;
+    if (rc != 0)
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_query_ece on QP %u failed: %s", qpn(), errText(rc).c_str());
+    out->vendorId = e.vendor_id;
+    out->options = e.options;
+    out->compMask = e.comp_mask;
+    *supported = true;
+    return ncclSuccess;
+  }
+
+  ncclResult_t setEce(const IbEce& ece, bool* supported) override {
+    *supported = false;
+    if (api_->setEce == nullptr) return ncclSuccess;
+    ibv_ece e;
+    memset(&e, 0, sizeof(e));
+    e.vendor_id = ece.vendorId;
+    e.options = ece.options;
+    e.comp_mask = ece.compMask;
+    int rc = api_->setEce(qp_, &e);
+    if (rc == EOPNOTSUPP || rc == ENOTSUP) return ncclSuccess;
+    if (rc != 0)
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: ibv_set_ece on QP %u failed: %s", qpn(), errText(rc).c_str());
+    *supported = true;
+    return ncclSuccess;
   }
 
   ncclResult_t postWrite(const IbWrite& w) override {

@@ -23,7 +23,7 @@ constexpr int kIbMaxDevs = NCCL_NET_MAX_DEVS_PER_NIC_V11;
 /// Most queue pairs a connection has: NCCL_IB_QPS_PER_CONNECTION for each port of the side with more.
 constexpr int kIbMaxQps = kIbMaxQpsPerConn * kIbMaxDevs;
 /// Identifies an IB net handle and handshake ("chorusIB" plus a format version in the low byte).
-constexpr uint64_t kIbMagic = 0x63686f7275734903ull;  // 3: merged devices (ports per side, an rkey per port)
+constexpr uint64_t kIbMagic = 0x63686f7275734904ull;  // 4: ECE options per queue pair
 
 /// The connector's progress between connect() calls. It lives inside the caller's handle buffer, as NCCL's IB net
 /// keeps it, because connect() is called again with the same handle until the connection is up.
@@ -63,6 +63,14 @@ struct IbPortInfo {
   uint8_t reserved = 0;
 };
 
+/// One queue pair's enhanced connection establishment options in a setup message: the connector's as its provider
+/// offers them, the acceptor's as it agreed them; `supported` 0 where the side has none (no ECE, or
+/// NCCL_IB_ECE_ENABLE=0 on the connector).
+struct IbQpEce {
+  IbEce ece;
+  uint32_t supported = 0;
+};
+
 /// One side's connection information, sent over the TCP socket during setup. Queue pair i of a side is on its port
 /// i mod ports, and is connected to the peer's queue pair i.
 struct IbConnInfo {
@@ -79,6 +87,7 @@ struct IbConnInfo {
   /// one, in turn. The acceptor (the receiver) follows it, as it follows nqps, since it posts the receives the
   /// sender's writes consume.
   uint8_t splitData = 0;
+  IbQpEce ece[kIbMaxQps];  ///< queue pair i's ECE options
 };
 
 /// Sent by the connector once its queue pairs are ready to receive, so that the acceptor writes nothing earlier.
