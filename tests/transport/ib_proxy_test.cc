@@ -83,6 +83,33 @@ void meet(std::atomic<int>* count, int n) {
   while (count->load() < target) std::this_thread::yield();
 }
 
+// What each rank's second allreduce returned (breakBetweenAllreduces).
+struct SecondCalls {
+  std::vector<ncclResult_t> results;
+  std::vector<std::string> texts;  ///< ncclGetLastError after it
+  std::vector<double> seconds;     ///< how long it took
+};
+
+// On n thread ranks: an allreduce of `count` floats, then `breakIt` on rank 0 while every rank waits between the
+// calls, then a second allreduce, whose results come back.
+SecondCalls breakBetweenAllreduces(int n, size_t count, const std::function<void()>& breakIt) {
+  std::atomic<int> arrived{0};
+  SecondCalls out{std::vector<ncclResult_t>(n, ncclSuccess), std::vector<std::string>(n), std::vector<double>(n, 0)};
+  onThreadRanks(n, [&](int r, ncclComm_t& comm) {
+    std::vector<float> in(count, 1.0f), res(count);
+    EXPECT_EQ(ncclAllReduce(in.data(), res.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+        << ncclGetLastError(comm);
+    meet(&arrived, n);
+    if (r == 0) breakIt();
+    meet(&arrived, n);
+    auto t0 = std::chrono::steady_clock::now();
+    out.results[r] = ncclAllReduce(in.data(), res.data(), count, ncclFloat32, ncclSum, comm, nullptr);
+    out.seconds[r] = secondsSince(t0);
+    out.texts[r] = ncclGetLastError(comm);
+  });
+  return out;
+}
+
 // Allreduces of 4 B, one full 4 KB slot and 69 slots on 2 thread ranks, each result checked.
 void slotAllreduces(RankCtx& ctx) {
   for (size_t count : {size_t(1), size_t(1024), size_t(70001)}) {
@@ -306,33 +333,17 @@ TEST_F(IbProxyDualPortNic, ForceMergeMergesWhatItNamesOrFails) {
 TEST_F(IbProxy, AFailedWriteEndsEveryRanksCall) {
   env_.set("CHORUS_TIMEOUT_S", "4");
   const int n = 2;
-  std::atomic<int> arrived{0};
-  std::vector<ncclResult_t> results(n, ncclSuccess);
-  std::vector<std::string> texts(n);
-  std::vector<double> seconds(n, 0);
-  onThreadRanks(n, [&](int r, ncclComm_t& comm) {
-    const size_t count = 1 << 18;
-    std::vector<float> in(count, 1.0f), out(count);
-    EXPECT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
-        << ncclGetLastError(comm);
-    // Both ranks between calls: the next RDMA write on the fabric fails.
-    meet(&arrived, n);
-    if (r == 0) ib_.fabric().failNextWrite(chorus::kIbWcRemAccessErr);
-    meet(&arrived, n);
-    auto t0 = std::chrono::steady_clock::now();
-    results[r] = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
-    seconds[r] = secondsSince(t0);
-    texts[r] = ncclGetLastError(comm);
-  });
+  const SecondCalls calls =
+      breakBetweenAllreduces(n, 1 << 18, [&] { ib_.fabric().failNextWrite(chorus::kIbWcRemAccessErr); });
   int named = 0;
   for (int r = 0; r < n; r++) {
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + texts[r]);
-    EXPECT_EQ(results[r], ncclRemoteError);
-    EXPECT_LT(seconds[r], 4 + 4.0) << "within CHORUS_TIMEOUT_S (and the time to tell the others)";
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + calls.texts[r]);
+    EXPECT_EQ(calls.results[r], ncclRemoteError);
+    EXPECT_LT(calls.seconds[r], 4 + 4.0) << "within CHORUS_TIMEOUT_S (and the time to tell the others)";
     // Each rank's error carries what its own net said of the connection that broke.
-    EXPECT_NE(texts[r].find("this rank's net said: rank " + std::to_string(r) + ": net IB dev 0 channel 0"),
+    EXPECT_NE(calls.texts[r].find("this rank's net said: rank " + std::to_string(r) + ": net IB dev 0 channel 0"),
               std::string::npos);
-    named += texts[r].find("failed: remote access error") != std::string::npos;
+    named += calls.texts[r].find("failed: remote access error") != std::string::npos;
   }
   EXPECT_EQ(named, 1) << "the rank whose write failed names the failed completion";
 }
@@ -344,37 +355,21 @@ TEST_F(IbProxy, AFailedWriteEndsEveryRanksCall) {
 TEST_F(IbProxy, ADeadHcaEndsEveryRanksCallNamingTheEvent) {
   env_.set("CHORUS_TIMEOUT_S", "20");
   const int n = 2;
-  std::atomic<int> arrived{0};
-  std::vector<ncclResult_t> results(n, ncclSuccess);
-  std::vector<std::string> texts(n);
-  std::vector<double> seconds(n, 0);
-  onThreadRanks(n, [&](int r, ncclComm_t& comm) {
-    const size_t count = 1 << 16;
-    std::vector<float> in(count, 1.0f), out(count);
-    EXPECT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
-        << ncclGetLastError(comm);
-    meet(&arrived, n);
-    if (r == 0) {
-      chorus::IbHca* hca = nullptr;
-      ASSERT_EQ(ib_.net().openHca(0, &hca), ncclSuccess);
-      const uint64_t before = ib_.net().asyncEventsTaken();
-      ib_.fabric().raiseHcaEvent(hca, chorus::kIbEventDeviceFatal);
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (ib_.net().asyncEventsTaken() == before && std::chrono::steady_clock::now() < end)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      EXPECT_GT(ib_.net().asyncEventsTaken(), before) << "the net's watcher took the event";
-    }
-    meet(&arrived, n);
-    auto t0 = std::chrono::steady_clock::now();
-    results[r] = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
-    seconds[r] = secondsSince(t0);
-    texts[r] = ncclGetLastError(comm);
+  const SecondCalls calls = breakBetweenAllreduces(n, 1 << 16, [&] {
+    chorus::IbHca* hca = nullptr;
+    ASSERT_EQ(ib_.net().openHca(0, &hca), ncclSuccess);
+    const uint64_t before = ib_.net().asyncEventsTaken();
+    ib_.fabric().raiseHcaEvent(hca, chorus::kIbEventDeviceFatal);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ib_.net().asyncEventsTaken() == before && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GT(ib_.net().asyncEventsTaken(), before) << "the net's watcher took the event";
   });
   for (int r = 0; r < n; r++) {
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + texts[r]);
-    EXPECT_EQ(results[r], ncclRemoteError);
-    EXPECT_NE(texts[r].find("HCA mlx5_0 reported a fatal error: local catastrophic error"), std::string::npos);
-    EXPECT_LT(seconds[r], 20.0) << "within CHORUS_TIMEOUT_S";
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + calls.texts[r]);
+    EXPECT_EQ(calls.results[r], ncclRemoteError);
+    EXPECT_NE(calls.texts[r].find("HCA mlx5_0 reported a fatal error: local catastrophic error"), std::string::npos);
+    EXPECT_LT(calls.seconds[r], 20.0) << "within CHORUS_TIMEOUT_S";
   }
 }
 
