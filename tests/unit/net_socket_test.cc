@@ -134,7 +134,10 @@ TEST(SocketNetLayout, DataSocketsFollowNcclLimits) {
   int threads = -1;
   EXPECT_EQ(socknet::dataSockets(1, 1, &threads), 0);  // one socket, sent inline
   EXPECT_EQ(threads, 0);
-  EXPECT_EQ(socknet::dataSockets(0, 0, &threads), 0);  // out of range: clamped to 1 x 1
+  EXPECT_EQ(socknet::dataSockets(0, 0, &threads), 0);  // no threads, or no sockets a thread: one socket, as NCCL
+  EXPECT_EQ(socknet::dataSockets(0, 4, &threads), 0);
+  EXPECT_EQ(socknet::dataSockets(4, 0, &threads), 0);
+  EXPECT_EQ(threads, 0);
   EXPECT_EQ(socknet::dataSockets(2, 2, &threads), 4);
   EXPECT_EQ(threads, 2);
   EXPECT_EQ(socknet::dataSockets(1, 8, &threads), 8);
@@ -142,6 +145,39 @@ TEST(SocketNetLayout, DataSocketsFollowNcclLimits) {
   EXPECT_EQ(socknet::dataSockets(16, 64, &threads), 64);  // at most 64 sockets
   EXPECT_EQ(threads, 16);
   EXPECT_EQ(socknet::dataSockets(32, 1, &threads), 16);  // at most 16 threads
+}
+
+// NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD default to -2, which takes NCCL's choice for the interface's PCI
+// vendor: AWS's ENA 2 threads x 8 sockets, Google's gVNIC 4 x 1, any other NIC (or none known) one socket. A value
+// that is set wins for its own setting only, as in NCCL.
+TEST(SocketNetLayout, StripingFollowsNcclsChoiceForTheNic) {
+  struct Case {
+    const char* vendor;
+    int64_t nThreads, nPerThread;
+    int threads, perThread;
+    const char* nic;
+  };
+  for (const Case& k :
+       {Case{"0x1d0f", -2, -2, 2, 8, "AWS ENA"}, Case{"0x1ae0", -2, -2, 4, 1, "Google gVNIC"},
+        Case{"0x1af4", -2, -2, 0, 1, nullptr}, Case{"", -2, -2, 0, 1, nullptr}, Case{"0x1d0f", 4, -2, 4, 8, "AWS ENA"},
+        Case{"0x1d0f", -2, 1, 2, 1, "AWS ENA"}, Case{"0x1d0f", 1, 1, 1, 1, nullptr},
+        Case{"0x8086", 2, 2, 2, 2, nullptr}, Case{"0x8086", -2, 4, 0, 4, nullptr}}) {
+    SCOPED_TRACE(std::string("vendor '") + k.vendor + "', " + std::to_string(k.nThreads) + " x " +
+                 std::to_string(k.nPerThread));
+    int threads = -1, perThread = -1;
+    const char* nic = socknet::socketStriping(k.vendor, k.nThreads, k.nPerThread, &threads, &perThread);
+    EXPECT_EQ(threads, k.threads);
+    EXPECT_EQ(perThread, k.perThread);
+    EXPECT_EQ(nic == nullptr ? std::string("none") : std::string(nic), k.nic == nullptr ? "none" : k.nic);
+  }
+  // What a connection then gets: AWS's choice is 16 data sockets moved by 2 helpers; another NIC's, one socket.
+  int threads = 0, perThread = 0, helpers = 0;
+  socknet::socketStriping("0x1d0f", -2, -2, &threads, &perThread);
+  EXPECT_EQ(socknet::dataSockets(threads, perThread, &helpers), 16);
+  EXPECT_EQ(helpers, 2);
+  socknet::socketStriping("0x1af4", -2, -2, &threads, &perThread);
+  EXPECT_EQ(socknet::dataSockets(threads, perThread, &helpers), 0);
+  EXPECT_EQ(helpers, 0);
 }
 
 TEST(SocketNetLayout, ChunksAreAtLeast64KBAndSplitEvenly) {

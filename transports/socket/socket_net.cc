@@ -20,14 +20,16 @@
 
 namespace chorus {
 
-IntParam kSocketNThreads{"NCCL_SOCKET_NTHREADS", 1,
+IntParam kSocketNThreads{"NCCL_SOCKET_NTHREADS", -2,
                          "Helper threads per socket-net connection (1-16). With NCCL_NSOCKS_PERTHREAD, a connection is "
                          "striped over NTHREADS x NSOCKS_PERTHREAD data sockets (at most 64); 1 x 1 sends everything "
-                         "on one socket from the proxy thread.",
+                         "on one socket from the proxy thread, as does 0. -2: as NCCL picks it by the interface's PCI "
+                         "vendor (2 on AWS's ENA, 4 on Google's gVNIC, else 0).",
                          "network"};
-IntParam kSocketNsocksPerThread{"NCCL_NSOCKS_PERTHREAD", 1,
+IntParam kSocketNsocksPerThread{"NCCL_NSOCKS_PERTHREAD", -2,
                                 "Data sockets per helper thread of a socket-net connection (1-64; see "
-                                "NCCL_SOCKET_NTHREADS).",
+                                "NCCL_SOCKET_NTHREADS). -2: as NCCL picks it by the interface's PCI vendor (8 on "
+                                "AWS's ENA, else 1).",
                                 "network"};
 IntParam kSocketTwoWay{"CHORUS_SOCKET_TWO_WAY", 1,
                        "1: when a socket-net connection has one socket and its receiving end later connects back to "
@@ -44,7 +46,12 @@ IntParam kSocketDelayedAcks{
 namespace socknet {
 
 int dataSockets(int nThreads, int nPerThread, int* threads) {
-  int nt = std::min(std::max(nThreads, 1), 16);
+  // As NCCL: no threads, or no sockets a thread, is no data socket.
+  if (nThreads <= 0 || nPerThread <= 0) {
+    *threads = 0;
+    return 0;
+  }
+  int nt = std::min(nThreads, 16);
   int ns = std::min(std::max(nPerThread, 1), kMaxDataSocks);
   if (nt * ns > kMaxDataSocks) ns = kMaxDataSocks / nt;
   if (nt * ns == 1) {
@@ -53,6 +60,22 @@ int dataSockets(int nThreads, int nPerThread, int* threads) {
   }
   *threads = nt;
   return nt * ns;
+}
+
+const char* socketStriping(const std::string& vendor, int64_t nThreads, int64_t nPerThread, int* threadsOut,
+                           int* perThreadOut) {
+  // NCCL's choice for the NICs whose single TCP flow is capped below the NIC's speed.
+  int autoThreads = 0, autoPerThread = 1;  // no helper thread: one socket
+  const char* nic = nullptr;
+  if (vendor == "0x1d0f") {
+    autoThreads = 2, autoPerThread = 8, nic = "AWS ENA";
+  } else if (vendor == "0x1ae0") {
+    autoThreads = 4, autoPerThread = 1, nic = "Google gVNIC";
+  }
+  const bool used = nThreads == -2 || nPerThread == -2;
+  *threadsOut = static_cast<int>(nThreads == -2 ? autoThreads : std::clamp<int64_t>(nThreads, 0, 1 << 20));
+  *perThreadOut = static_cast<int>(nPerThread == -2 ? autoPerThread : std::clamp<int64_t>(nPerThread, 0, 1 << 20));
+  return used ? nic : nullptr;
 }
 
 size_t chunkBytes(size_t size, int nData) {
@@ -92,6 +115,8 @@ ncclResult_t probeDevices(std::vector<Device>* out) {
     char buf[PATH_MAX];
     std::string dev = "/sys/class/net/" + f.name + "/device";
     if (::realpath(dev.c_str(), buf) != nullptr) d.pciPath = buf;
+    std::ifstream vendor(dev + "/vendor");
+    if (!(vendor >> d.vendor)) d.vendor.clear();
     devs.push_back(d);
   }
   DeviceList& l = deviceList();
@@ -99,6 +124,16 @@ ncclResult_t probeDevices(std::vector<Device>* out) {
   l.devs = devs;
   *out = std::move(devs);
   return ncclSuccess;
+}
+
+/// The data sockets and helper threads of a connection on device `dev` of context `x` (dataSockets); *nic names the
+/// NIC whose automatic choice was taken, or is null.
+int deviceDataSockets(const Context* x, int dev, int* threads, const char** nic = nullptr) {
+  int nt = 1, ns = 1;
+  const std::string& vendor = dev >= 0 && static_cast<size_t>(dev) < x->devs.size() ? x->devs[dev].vendor : "";
+  const char* chosen = socketStriping(vendor, x->nThreads, x->nPerThread, &nt, &ns);
+  if (nic != nullptr) *nic = chosen;
+  return dataSockets(nt, ns, threads);
 }
 
 /// Records a comm's first failure; later ones are dropped (they follow from it).
@@ -186,7 +221,7 @@ ncclResult_t startHelpers(Comm* c) {
   // The receiver's settings fix the data sockets (they travel in the handle); how many helpers move them is this
   // end's own setting, so a sender set to 1 x 1 still gets one.
   int threads = 0;
-  dataSockets(c->ctx->nThreads, c->ctx->nPerThread, &threads);
+  deviceDataSockets(c->ctx, c->dev, &threads);
   threads = std::min(std::max(threads, 1), static_cast<int>(c->data.size()));
   for (int t = 0; t < threads; t++) {
     auto h = std::make_unique<Helper>();
@@ -481,19 +516,27 @@ void destroyComm(Comm* c) {
 ncclResult_t init(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogger_t, ncclProfilerCallback_t) {
   auto c = std::make_unique<Context>();
   CHORUS_CHECK(probeDevices(&c->devs));
-  c->nThreads = static_cast<int>(kSocketNThreads.get());
-  c->nPerThread = static_cast<int>(kSocketNsocksPerThread.get());
+  c->nThreads = kSocketNThreads.get();
+  c->nPerThread = kSocketNsocksPerThread.get();
   c->delayAcks = kSocketDelayedAcks.get() != 0;
   c->id = kSocketTwoWay.get() != 0 ? newNonce() | 1 : 0;
-  int threads = 0;
-  int nData = dataSockets(c->nThreads, c->nPerThread, &threads);
   std::string ifs;
-  for (const Device& d : c->devs) ifs += (ifs.empty() ? "" : ", ") + d.name + " (" + d.addr.hostStr() + ")";
-  INFO(kNet | kInit, "NET/Socket : %s %s; %s", c->devs.size() == 1 ? "interface" : "interfaces", ifs.c_str(),
-       nData == 0 ? "one socket per connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = 1)"
-                  : ("each connection striped over " + std::to_string(nData) + " data sockets, " +
-                     std::to_string(threads) + " helper thread(s)")
-                        .c_str());
+  bool oneSocket = true;
+  for (size_t i = 0; i < c->devs.size(); i++) {
+    const Device& d = c->devs[i];
+    int threads = 0;
+    const char* nic = nullptr;
+    const int nData = deviceDataSockets(c.get(), static_cast<int>(i), &threads, &nic);
+    ifs += (ifs.empty() ? "" : ", ") + d.name + " (" + d.addr.hostStr();
+    if (nData > 0) {
+      ifs += ", each connection striped over " + std::to_string(nData) + " data sockets, " + std::to_string(threads) +
+             " helper thread(s)" + (nic != nullptr ? std::string(" as NCCL sets them for ") + nic : "");
+    }
+    ifs += ")";
+    oneSocket = oneSocket && nData == 0;
+  }
+  INFO(kNet | kInit, "NET/Socket : %s %s%s", c->devs.size() == 1 ? "interface" : "interfaces", ifs.c_str(),
+       oneSocket ? "; one socket per connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = 1)" : "");
   *ctx = c.release();
   return ncclSuccess;
 }
@@ -551,7 +594,8 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   IoResult io = Socket::listen(x->devs[dev].addr, &l->sock);
   if (!io.ok()) CHORUS_FAIL(nullptr, ncclSystemError, "NET/Socket : %s", io.what.c_str());
   int threads = 0;
-  l->nData = static_cast<uint32_t>(dataSockets(x->nThreads, x->nPerThread, &threads));
+  l->dev = dev;
+  l->nData = static_cast<uint32_t>(deviceDataSockets(x, dev, &threads));
   l->nonce = newNonce();
   l->have.resize(1 + l->nData);
   Handle h;
@@ -600,6 +644,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
       CHORUS_FAIL(nullptr, ncclInvalidArgument, "NET/Socket : malformed handle");
     c = new Comm;
     c->ctx = x;
+    c->dev = dev;
     c->isSend = true;
     c->reversible = mayShare(x, h.nData, h.ctxId);
     // A one-socket connection from the listener's context that this one accepted carries this direction too.
@@ -764,6 +809,7 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
   if (Comm* s = reversedTo(l)) {  // a peer we connected to came back over that socket
     auto c = std::make_unique<Comm>();
     c->ctx = l->ctx;
+    c->dev = l->dev;
     c->isSend = false;
     CHORUS_CHECK(openPaired(c.get(), s));
     *recvComm = c.release();
@@ -772,6 +818,7 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t
   if (l->nHave < static_cast<int>(l->have.size())) return ncclSuccess;
   auto c = std::make_unique<Comm>();
   c->ctx = l->ctx;
+  c->dev = l->dev;
   c->isSend = false;
   c->peerCtx = l->ctrlCtx;
   c->reversible = mayShare(l->ctx, l->nData, l->ctrlCtx);

@@ -140,6 +140,7 @@ struct Context;
 /// A send or receive comm: one connection.
 struct Comm {
   Context* ctx = nullptr;
+  int dev = 0;  ///< the net device it runs on
   bool isSend = false;
   bool held = false;             ///< send side: isend queues without moving (holdSends)
   std::shared_ptr<Socket> ctrl;  ///< shared with `partner` when the connection carries both directions
@@ -195,6 +196,7 @@ struct PendingSock {
 
 struct ListenComm {
   Context* ctx = nullptr;
+  int dev = 0;
   Socket sock;
   uint64_t nonce = 0;
   uint32_t nData = 0;
@@ -213,13 +215,14 @@ struct Device {
   SockAddr addr;  ///< where listen() on this device binds (port 0)
   std::string pciPath;
   int speedMbps = 10000;  ///< /sys/class/net/NAME/speed where it says
+  std::string vendor;     ///< /sys/class/net/NAME/device/vendor ("0x1d0f"), empty where there is none
 };
 
 /// One init(): the devices and striping settings of one communicator's proxy.
 struct Context {
   std::vector<Device> devs;
-  int nThreads = 1;
-  int nPerThread = 1;
+  int64_t nThreads = 1;    ///< NCCL_SOCKET_NTHREADS as set (-2: by the device, socketStriping)
+  int64_t nPerThread = 1;  ///< NCCL_NSOCKS_PERTHREAD as set
   bool delayAcks = true;  ///< CHORUS_SOCKET_DELAYED_ACKS
   uint64_t id = 0;        ///< names this context to its peers when connections may carry both ways (else 0)
   /// When accept() next looks for reverse hellos on the send sockets (one poll of them all at most every
@@ -231,9 +234,16 @@ struct Context {
   void* wakeArg = nullptr;
 };
 
-/// Data sockets a connection gets for NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (0 when that is 1: inline), and
-/// the helper threads that move them (*threads).
+/// Data sockets a connection gets for NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (0 when that is 1, or either is
+/// 0: inline), and the helper threads that move them (*threads).
 int dataSockets(int nThreads, int nPerThread, int* threads);
+
+/// NCCL_SOCKET_NTHREADS (`nThreads`) and NCCL_NSOCKS_PERTHREAD (`nPerThread`) on an interface whose PCI vendor is
+/// `vendor`: each as set, or where it is -2 (the default) as NCCL picks it by the vendor: 2 threads of 8 sockets on
+/// AWS's ENA (0x1d0f), 4 threads of 1 on Google's gVNIC (0x1ae0), no thread (one socket) elsewhere. Returns the NIC
+/// whose choice was taken ("AWS ENA"), or null.
+const char* socketStriping(const std::string& vendor, int64_t nThreads, int64_t nPerThread, int* threadsOut,
+                           int* perThreadOut);
 
 /// Chunk size of a message of `size` bytes over `nData` data sockets.
 size_t chunkBytes(size_t size, int nData);
