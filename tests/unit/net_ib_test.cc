@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -245,6 +246,70 @@ TEST(IbGid, InfinibandUsesZeroAndGidIndexForces) {
   EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kEthernet, roce, 4, &why), -1);
   EXPECT_NE(why.find("NCCL_IB_GID_INDEX=4"), std::string::npos) << why;
   EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kUnknown, roce, -1, &why), -1);
+}
+
+// NCCL_IB_MQP_RETRY_*: ibv_modify_qp failing with ETIMEDOUT (or a provider's -ETIMEDOUT) is tried again, the n-th
+// retry after n x the sleep, up to the retry count; another error is final unless every error is to be retried.
+TEST(IbModifyRetry, RetriesTimeoutsAsNcclDoes) {
+  struct Run {
+    int result = 0;
+    int attempts = 0;
+    std::vector<std::pair<int, int>> waits;  // (ms, error) before each retry
+  };
+  auto run = [](const IbModifyRetry& policy, std::vector<int> results) {
+    Run r;
+    size_t next = 0;
+    r.result = ibRetryModifyQp(
+        policy, [&] { return next < results.size() ? results[next++] : 0; },
+        [&](int ms, int err) { r.waits.emplace_back(ms, err); }, &r.attempts);
+    return r;
+  };
+  IbModifyRetry three;
+  three.retries = 3;
+  three.sleepMs = 100;
+  Run r = run(three, {ETIMEDOUT, -ETIMEDOUT, 0});
+  EXPECT_EQ(r.result, 0);
+  EXPECT_EQ(r.attempts, 3);
+  EXPECT_EQ(r.waits, (std::vector<std::pair<int, int>>{{100, ETIMEDOUT}, {200, -ETIMEDOUT}}));
+  r = run(three, {ETIMEDOUT, ETIMEDOUT, ETIMEDOUT, ETIMEDOUT, 0});
+  EXPECT_EQ(r.result, ETIMEDOUT);
+  EXPECT_EQ(r.attempts, 4);
+  EXPECT_EQ(r.waits.size(), 3u);
+  EXPECT_EQ(r.waits.back().first, 300);
+  r = run(three, {EINVAL, 0});
+  EXPECT_EQ(r.result, EINVAL);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_TRUE(r.waits.empty());
+  IbModifyRetry all = three;
+  all.all = true;
+  r = run(all, {EINVAL, ENOMEM, 0});
+  EXPECT_EQ(r.result, 0);
+  EXPECT_EQ(r.attempts, 3);
+  IbModifyRetry none = three;
+  none.retries = 0;
+  r = run(none, {ETIMEDOUT, 0});
+  EXPECT_EQ(r.result, ETIMEDOUT);
+  EXPECT_EQ(r.attempts, 1);
+
+  // The settings, NCCL's defaults first.
+  for (const char* name : {"NCCL_IB_MQP_RETRY_CNT", "NCCL_IB_MQP_RETRY_SLEEP_MSEC", "NCCL_IB_MQP_RETRY_ALL"})
+    unsetenv(name);
+  paramsReload();
+  IbModifyRetry d = ibModifyRetry();
+  EXPECT_EQ(d.retries, 34);
+  EXPECT_EQ(d.sleepMs, 100);
+  EXPECT_FALSE(d.all);
+  setenv("NCCL_IB_MQP_RETRY_CNT", "5", 1);
+  setenv("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "7", 1);
+  setenv("NCCL_IB_MQP_RETRY_ALL", "1", 1);
+  paramsReload();
+  d = ibModifyRetry();
+  EXPECT_EQ(d.retries, 5);
+  EXPECT_EQ(d.sleepMs, 7);
+  EXPECT_TRUE(d.all);
+  for (const char* name : {"NCCL_IB_MQP_RETRY_CNT", "NCCL_IB_MQP_RETRY_SLEEP_MSEC", "NCCL_IB_MQP_RETRY_ALL"})
+    unsetenv(name);
+  paramsReload();
 }
 
 TEST(IbSpeed, LaneRateTimesWidth) {

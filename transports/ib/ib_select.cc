@@ -2,12 +2,52 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/params.h"
 
 namespace chorus {
+
+namespace {
+
+IntParam kIbMqpRetryCnt{"NCCL_IB_MQP_RETRY_CNT", 34,
+                        "IB net: how often a queue pair's state change (ibv_modify_qp) that failed with ETIMEDOUT is "
+                        "tried again, as NCCL (0-1000).",
+                        "network"};
+IntParam kIbMqpRetrySleepMs{"NCCL_IB_MQP_RETRY_SLEEP_MSEC", 100,
+                            "IB net: the n-th retry of a queue pair's state change waits n x this many ms before it "
+                            "(0-10000).",
+                            "network"};
+IntParam kIbMqpRetryAll{"NCCL_IB_MQP_RETRY_ALL", 0,
+                        "IB net: 1: a queue pair's state change is retried (NCCL_IB_MQP_RETRY_CNT) whatever error it "
+                        "failed with; 0: only after ETIMEDOUT, as NCCL.",
+                        "network"};
+
+}  // namespace
+
+IbModifyRetry ibModifyRetry() {
+  IbModifyRetry r;
+  r.retries = static_cast<int>(std::clamp<int64_t>(kIbMqpRetryCnt.get(), 0, 1000));
+  r.sleepMs = static_cast<int>(std::clamp<int64_t>(kIbMqpRetrySleepMs.get(), 0, 10000));
+  r.all = kIbMqpRetryAll.get() != 0;
+  return r;
+}
+
+int ibRetryModifyQp(const IbModifyRetry& policy, const std::function<int()>& modify,
+                    const std::function<void(int ms, int err)>& wait, int* attempts) {
+  int err = modify();
+  *attempts = 1;
+  // Some providers return a negative errno.
+  while (err != 0 && (policy.all || err == ETIMEDOUT || err == -ETIMEDOUT) && *attempts <= policy.retries) {
+    wait(policy.sleepMs * *attempts, err);
+    err = modify();
+    ++*attempts;
+  }
+  return err;
+}
 
 namespace {
 

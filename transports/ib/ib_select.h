@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,21 @@ namespace chorus {
 
 /// NCCL_IB_HCA (transports/ib/ib_net.cc): the HCA ports the IB net, and the UCX net on RDMA ports, may use.
 extern StrParam kIbHca;
+
+/// How ibv_modify_qp is retried, as NCCL's NCCL_IB_MQP_RETRY_* say: a move that fails with ETIMEDOUT (a RoCE port
+/// still resolving the peer's address, say), or with any error when `all`, is tried again up to `retries` times, the
+/// n-th retry after n x `sleepMs` ms.
+struct IbModifyRetry {
+  int retries = 34;
+  int sleepMs = 100;
+  bool all = false;
+};
+/// The settings now (NCCL_IB_MQP_RETRY_CNT, NCCL_IB_MQP_RETRY_SLEEP_MSEC, NCCL_IB_MQP_RETRY_ALL).
+IbModifyRetry ibModifyRetry();
+/// Runs `modify` (one ibv_modify_qp: 0, or an errno) as `policy` says, calling `wait(ms, err)` before each retry
+/// (sleeping there is the caller's); returns the last result, and in *attempts how many calls ran.
+int ibRetryModifyQp(const IbModifyRetry& policy, const std::function<int()>& modify,
+                    const std::function<void(int ms, int err)>& wait, int* attempts);
 
 /// One entry of NCCL_IB_HCA: a device name (prefix unless the list is exact) and an optional port.
 struct IbHcaEntry {

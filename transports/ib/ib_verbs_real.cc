@@ -18,14 +18,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <type_traits>
 
 #include "core/checks.h"
 #include "core/debug.h"
 #include "core/files.h"
+#include "transports/ib/ib_select.h"
 
 namespace chorus {
 
@@ -223,10 +227,16 @@ class RealQp : public IbQp {
     } else {
       a.ah_attr.dlid = static_cast<uint16_t>(r.remoteLid);
     }
+    // Where it was to send: the peer's queue pair and address, and this side's GID index.
+    std::string where =
+        " towards QP " + std::to_string(r.remoteQpn) + " at " +
+        (r.global ? "GID " + ibGidText(r.remoteGid) + " (local GID index " + std::to_string(r.localGidIndex) + ")"
+                  : "LID " + std::to_string(r.remoteLid)) +
+        " on port " + std::to_string(port);
     return modify(&a,
                   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
-                  "RTR");
+                  "RTR", where);
   }
 
   ncclResult_t toRts(const IbRtsAttr& r) override {
@@ -324,10 +334,20 @@ class RealQp : public IbQp {
     return ncclSuccess;
   }
 
-  ncclResult_t modify(ibv_qp_attr* a, int mask, const char* to) {
-    int rc = api_->modifyQp(qp_, a, mask);
+  // ibv_modify_qp, retried as NCCL_IB_MQP_RETRY_* say; `where` says what the move was towards, for messages.
+  ncclResult_t modify(ibv_qp_attr* a, int mask, const char* to, const std::string& where = "") {
+    int attempts = 0;
+    int rc = ibRetryModifyQp(
+        ibModifyRetry(), [&] { return api_->modifyQp(qp_, a, mask); },
+        [&](int ms, int err) {
+          INFO(kNet, "NET/IB: moving QP %u to %s%s failed: %s; trying again in %d ms", qpn(), to, where.c_str(),
+               errText(err < 0 ? -err : err).c_str(), ms);
+          std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        },
+        &attempts);
     if (rc != 0) {
-      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: moving QP %u to %s failed: %s", qpn(), to, errText(rc).c_str());
+      CHORUS_FAIL(nullptr, ncclSystemError, "NET/IB: moving QP %u to %s%s failed: %s (%d attempt%s)", qpn(), to,
+                  where.c_str(), errText(rc < 0 ? -rc : rc).c_str(), attempts, attempts == 1 ? "" : "s");
     }
     return ncclSuccess;
   }
