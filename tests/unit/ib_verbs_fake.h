@@ -63,6 +63,8 @@ class FakeIbFabric {
     int pkeyIndex = 0;
     IbGid remoteGid;  ///< where it sends: the peer's port
     int remoteLid = 0;
+    bool global = false;    ///< with a GRH (by GID)
+    int localGidIndex = 0;  ///< the GRH's source GID index
   };
   /// One ibv_set_ece a queue pair took: the options asked for, and those it kept (its HCA's that were asked for).
   struct EceRecord {

@@ -312,6 +312,23 @@ TEST(IbModifyRetry, RetriesTimeoutsAsNcclDoes) {
   paramsReload();
 }
 
+// On InfiniBand the GID at NCCL_IB_ROUTABLE_FLID_GID_INDEX (1 by default) is taken where it carries a FLID, as in
+// NCCL, so that routers reach the port from other subnets; otherwise index 0.
+TEST(IbGid, InfinibandTakesTheRoutableFlidIndex) {
+  std::string why;
+  const std::vector<IbGidEntry> flid = {gidEntry("fe80::1234", IbGidType::kIbRoceV1),
+                                        gidEntry("fe80:0:101:1::1234", IbGidType::kIbRoceV1)};
+  EXPECT_EQ(ibGidFlid(flid[1].gid), 0x101);
+  EXPECT_EQ(ibGidLocalSubnet(flid[1].gid), 1);
+  EXPECT_EQ(ibGidFlid(flid[0].gid), 0);
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kInfiniband, flid, -1, &why), 1);
+  IbGidPrefs prefs;
+  prefs.routableFlidIndex = 0;  // index 0's GID has no FLID
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kInfiniband, flid, -1, &why, prefs), 0);
+  prefs.routableFlidIndex = 5;  // outside the table
+  EXPECT_EQ(selectIbGidIndex(IbLinkLayer::kInfiniband, flid, -1, &why, prefs), 0);
+}
+
 TEST(IbSpeed, LaneRateTimesWidth) {
   EXPECT_EQ(ibPortSpeedMbps(1, 1), 2500);      // SDR 1x
   EXPECT_EQ(ibPortSpeedMbps(4, 2), 40000);     // QDR 4x
@@ -1611,6 +1628,77 @@ TEST_F(IbFakeNet, FlushErrorCompletionFailsTheRequest) {
 }
 
 // ---- the real backend on this host ----------------------------------------------------------
+
+// InfiniBand ports address each other by LID within a subnet, and through the routers otherwise, as NCCL: with a GRH
+// to the peer's GID from the local routable GID, and the peer's FLID as the LID (its LID, with a WARN, where its GID
+// has no FLID). Subnets are told apart by the low 16 bits of the GIDs' subnet prefixes.
+TEST_F(IbFakeNet, InfinibandPortsOnAnotherSubnetGoThroughRouters) {
+  // Host n: one InfiniBand port of LID 10 + n, GID 0 fe80::(subnet):0:n, and GID 1 with FLID `flid` where it is not 0.
+  auto ibHost = [&](int n, int subnet, int flid) {
+    IbPortDesc p = fakeIbPort("mlx5_0", 1, n);
+    p.linkLayer = IbLinkLayer::kInfiniband;
+    p.lid = 10 + n;
+    IbGidEntry g0;
+    g0.gid.raw[0] = 0xfe;
+    g0.gid.raw[1] = 0x80;
+    g0.gid.raw[6] = static_cast<uint8_t>(subnet >> 8);
+    g0.gid.raw[7] = static_cast<uint8_t>(subnet);
+    g0.gid.raw[15] = static_cast<uint8_t>(n);
+    g0.type = IbGidType::kIbRoceV1;
+    IbGidEntry g1 = g0;
+    g1.gid.raw[4] = static_cast<uint8_t>(flid >> 8);
+    g1.gid.raw[5] = static_cast<uint8_t>(flid);
+    p.gids = flid != 0 ? std::vector<IbGidEntry>{g0, g1} : std::vector<IbGidEntry>{g0};
+    auto net = std::make_unique<IbNet>(std::make_unique<FakeIbVerbs>(fabric_, std::vector<IbPortDesc>{p}));
+    std::string why;
+    EXPECT_EQ(net->discover(&why), ncclSuccess) << why;
+    return net;
+  };
+  struct Case {
+    int subnetA, subnetB, flidA, flidB;
+    bool global;
+    int lidSeenByA, lidSeenByB;  // the destination LID each side's queue pairs use
+    int gidIndex;
+  };
+  for (const Case& k : {Case{1, 1, 0x101, 0x202, false, 12, 11, 1}, Case{1, 2, 0x101, 0x202, true, 0x202, 0x101, 1},
+                        Case{1, 2, 0, 0, true, 12, 11, 0}}) {
+    SCOPED_TRACE("subnets " + std::to_string(k.subnetA) + " and " + std::to_string(k.subnetB) + ", FLIDs " +
+                 std::to_string(k.flidA) + " and " + std::to_string(k.flidB));
+    fabric_ = std::make_shared<FakeIbFabric>();
+    a_ = ibHost(1, k.subnetA, k.flidA);
+    b_ = ibHost(2, k.subnetB, k.flidB);
+    EXPECT_EQ(a_->device(0).gidIndex, k.gidIndex);
+    void *send, *recv;
+    ncclResult_t sr, rr;
+    connectPair(a_.get(), b_.get(), &send, &recv, &sr, &rr);
+    ASSERT_EQ(sr, ncclSuccess) << threadLastError();
+    ASSERT_EQ(rr, ncclSuccess) << threadLastError();
+    const uint32_t qpA = static_cast<IbComm*>(send)->qps[0]->qpn();
+    const uint32_t qpB = static_cast<IbComm*>(recv)->qps[0]->qpn();
+    int seen = 0;
+    for (const auto& r : fabric_->rtrs()) {
+      if (r.qpn != qpA && r.qpn != qpB) continue;
+      const bool onA = r.qpn == qpA;
+      const IbDevice& peer = onA ? b_->device(0) : a_->device(0);
+      seen++;
+      EXPECT_EQ(r.global, k.global);
+      EXPECT_EQ(r.remoteLid, onA ? k.lidSeenByA : k.lidSeenByB);
+      if (k.global) {
+        EXPECT_EQ(0, memcmp(r.remoteGid.raw, peer.gid.raw, 16)) << "to the peer's routable GID";
+        EXPECT_EQ(r.localGidIndex, k.gidIndex);
+      }
+    }
+    EXPECT_EQ(seen, 2);
+    std::vector<uint8_t> src = pattern(5000, 4), dst(5000, 0);
+    void* smh = reg(send, src);
+    void* rmh = reg(recv, dst);
+    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 5000);
+    EXPECT_TRUE(src == dst);
+    closePair(send, smh, recv, rmh);
+    a_.reset();
+    b_.reset();
+  }
+}
 
 // ---- ECE --------------------------------------------------------------------------------------
 

@@ -112,8 +112,8 @@ class FakeIbQp : public IbQp {
                   port, port_, attr.mtu);
     }
     remoteQpn_ = attr.remoteQpn;
-    fabric_->rtrs_.push_back(
-        FakeIbFabric::RtrRecord{qpn_, attr.sl, attr.trafficClass, pkeyIndex_, attr.remoteGid, attr.remoteLid});
+    fabric_->rtrs_.push_back(FakeIbFabric::RtrRecord{qpn_, attr.sl, attr.trafficClass, pkeyIndex_, attr.remoteGid,
+                                                     attr.remoteLid, attr.global, attr.localGidIndex});
     state_ = QpState::kRtr;
     return ncclSuccess;
   }

@@ -236,6 +236,16 @@ ncclResult_t connectQp(const IbDevice& d, IbQp* qp, uint32_t qpn, uint32_t remot
   rtr.remoteGid = at.gid;
   // RoCE always routes by GID; InfiniBand ports of one subnet address each other by LID.
   rtr.global = d.port.linkLayer == IbLinkLayer::kEthernet;
+  if (d.port.linkLayer == IbLinkLayer::kInfiniband && ibGidLocalSubnet(d.gid) != ibGidLocalSubnet(at.gid)) {
+    // As NCCL: a port on another subnet is reached through the routers, by its GID, with its FLID as the LID.
+    rtr.global = true;
+    if (ibGidFlid(at.gid) != 0) {
+      rtr.remoteLid = ibGidFlid(at.gid);
+    } else {
+      WARN("NET/IB: %s:%d: the peer's port (GID %s) is on another subnet but has no FLID; addressing its LID %d",
+           d.name.c_str(), d.port.port, ibGidText(at.gid).c_str(), at.lid);
+    }
+  }
   rtr.localGidIndex = d.gidIndex;
   rtr.mtu = d.port.activeMtu < at.mtu ? d.port.activeMtu : at.mtu;
   rtr.sl = qpClass(kIbSl, trafficClass, 15);

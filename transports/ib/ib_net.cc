@@ -38,6 +38,10 @@ StrParam kIbAddrRange{"NCCL_IB_ADDR_RANGE", "",
                       "IB net, RoCE: a range (address/prefix length, of NCCL_IB_ADDR_FAMILY) the chosen GID's address "
                       "must be in; a port with none in it is not used.",
                       "network"};
+IntParam kIbRoutableFlidIndex{"NCCL_IB_ROUTABLE_FLID_GID_INDEX", 1,
+                              "IB net, InfiniBand: the GID index used where that GID carries a FLID (a LID routers "
+                              "forward to from other subnets), as NCCL; otherwise index 0.",
+                              "network"};
 IntParam kIbRoceVersion{"NCCL_IB_ROCE_VERSION_NUM", 2, "IB net, RoCE: the RoCE version (1 or 2) of the GID chosen.",
                         "network"};
 IntParam kIbMergeNics{"NCCL_IB_MERGE_NICS", 1,
@@ -359,7 +363,8 @@ ncclResult_t IbNet::discover(std::string* why) {
   std::vector<std::string> skipped;
   const std::string spec = kIbHca.get();
   std::vector<std::string> notes;
-  const IbGidPrefs prefs = parseIbGidPrefs(kIbAddrFamily.get(), kIbAddrRange.get(), kIbRoceVersion.get(), &notes);
+  IbGidPrefs prefs = parseIbGidPrefs(kIbAddrFamily.get(), kIbAddrRange.get(), kIbRoceVersion.get(), &notes);
+  prefs.routableFlidIndex = static_cast<int>(std::clamp<int64_t>(kIbRoutableFlidIndex.get(), -1, 65535));
   for (const std::string& n : notes) INFO(kNet | kInit, "NET/IB: %s", n.c_str());
   devices_ = selectIbDevices(ports, spec, kIbGidIndex.get(), &skipped, prefs);
   for (const std::string& s : skipped) INFO(kNet | kInit, "NET/IB: skipping %s", s.c_str());

@@ -175,7 +175,11 @@ int selectIbGidIndex(IbLinkLayer linkLayer, const std::vector<IbGidEntry>& gids,
            " entries)";
     return -1;
   }
-  if (linkLayer == IbLinkLayer::kInfiniband) return 0;
+  if (linkLayer == IbLinkLayer::kInfiniband) {
+    // As NCCL: the routable GID where its entry carries a FLID (so that routers reach the port from other subnets).
+    const int r = prefs.routableFlidIndex;
+    return r >= 0 && r < n && ibGidFlid(gids[r].gid) != 0 ? r : 0;
+  }
   if (linkLayer != IbLinkLayer::kEthernet) {
     *why = "the link layer is neither InfiniBand nor Ethernet";
     return -1;
@@ -245,6 +249,10 @@ std::vector<IbDevice> selectIbDevices(const std::vector<IbPortDesc>& ports, cons
   }
   return out;
 }
+
+int ibGidFlid(const IbGid& gid) { return gid.raw[4] << 8 | gid.raw[5]; }
+
+int ibGidLocalSubnet(const IbGid& gid) { return gid.raw[6] << 8 | gid.raw[7]; }
 
 std::string ibGidText(const IbGid& gid) {
   char buf[INET6_ADDRSTRLEN] = {0};

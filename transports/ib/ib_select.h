@@ -66,7 +66,15 @@ struct IbGidPrefs {
   IbGid range{};          ///< the range's base as a GID (an IPv4 range IPv4-mapped)
   int prefixLen = 0;      ///< bits of the address the range fixes (of 32 for IPv4, of 128 for IPv6)
   std::string rangeText;  ///< as set, for messages
+  /// InfiniBand: the GID index taken when its GID has a FLID (NCCL_IB_ROUTABLE_FLID_GID_INDEX), else 0.
+  int routableFlidIndex = 1;
 };
+
+/// An InfiniBand GID's FLID (bytes 4-5, big-endian): the LID routers forward to for a port on another subnet; 0 when
+/// it has none.
+int ibGidFlid(const IbGid& gid);
+/// The low 16 bits of a GID's subnet prefix (bytes 6-7), which tell InfiniBand subnets apart, as NCCL compares them.
+int ibGidLocalSubnet(const IbGid& gid);
 
 /// Parses the three settings; a value NCCL would ignore is ignored, with a line in *notes saying so.
 IbGidPrefs parseIbGidPrefs(const std::string& family, const std::string& range, int64_t roceVersion,

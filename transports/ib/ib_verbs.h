@@ -128,7 +128,7 @@ struct IbEce {
 struct IbRtrAttr {
   uint32_t remoteQpn = 0;
   uint32_t remotePsn = 0;
-  int remoteLid = 0;
+  int remoteLid = 0;  ///< InfiniBand: the peer's LID, or its FLID on another subnet
   IbGid remoteGid;
   bool global = false;  ///< route by GID (RoCE, or IB through a router)
   int localGidIndex = 0;

@@ -217,6 +217,8 @@ class RealQp : public IbQp {
     a.min_rnr_timer = 12;
     a.ah_attr.port_num = static_cast<uint8_t>(port);
     a.ah_attr.sl = static_cast<uint8_t>(r.sl);
+    // The LID: the peer's on InfiniBand (its FLID on another subnet), 0 on RoCE.
+    a.ah_attr.dlid = static_cast<uint16_t>(r.remoteLid);
     if (r.global) {
       a.ah_attr.is_global = 1;
       memcpy(a.ah_attr.grh.dgid.raw, r.remoteGid.raw, 16);
@@ -224,8 +226,6 @@ class RealQp : public IbQp {
       a.ah_attr.grh.sgid_index = static_cast<uint8_t>(r.localGidIndex);
       a.ah_attr.grh.hop_limit = 255;
       a.ah_attr.grh.traffic_class = static_cast<uint8_t>(r.trafficClass);
-    } else {
-      a.ah_attr.dlid = static_cast<uint16_t>(r.remoteLid);
     }
     // Where it was to send: the peer's queue pair and address, and this side's GID index.
     std::string where =
