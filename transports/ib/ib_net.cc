@@ -303,6 +303,11 @@ void IbNet::onAsyncEvent(const std::string& name, const IbHca* hca, const IbAsyn
     }
     case kIbEventCommEst:  // a queue pair's first message arrived before RTS: expected, nothing to say
       return;
+    case kIbEventSrqErr:
+    case kIbEventWqFatal:
+      WARN("NET/IB: HCA %s: asynchronous event: %s (%d), on an object the net does not use", name.c_str(), what,
+           ev.type);
+      return;
     default:
       if (ev.port > 0) {
         WARN("NET/IB: HCA %s port %d: asynchronous event: %s (%d), not fatal", name.c_str(), ev.port, what, ev.type);
