@@ -318,13 +318,20 @@ void NetProxy::adopt() {
   }
 }
 
+// "<call> failed (<result>)", then what the net said of it (the thread's last error, which every net sets with its
+// error), as each failed net call is reported: the communicator's error then carries the net's own words.
+static std::string netCallFailed(const char* call, ncclResult_t rc) {
+  std::string why = std::string(call) + " failed (" + ncclGetErrorString(rc) + ")";
+  const char* said = threadLastError();
+  if (said != nullptr && said[0] != '\0') why += std::string(": ") + said;
+  return why;
+}
+
 void NetProxy::setupFailed(NetConn& c, const char* what, ncclResult_t rc) {
   // The net's own text says what the peer's failure notice cannot: which address or device did not answer (an
   // interface the peer's host cannot reach, a firewall). The communicator's error names the peer; this line, once a
   // connection, names the cause.
-  const char* said = threadLastError();
-  std::string why = std::string(what) + " failed (" + ncclGetErrorString(rc) + ")";
-  if (said != nullptr && said[0] != '\0') why += std::string(": ") + said;
+  const std::string why = netCallFailed(what, rc);
   // Once this rank failed or is closing, its peers close their ends too: a setup that then fails is not news.
   if (failedWord_.load(std::memory_order_acquire) == 0 && !stop_.load(std::memory_order_acquire))
     WARN("%s: %s", connName(c).c_str(), why.c_str());
@@ -488,7 +495,7 @@ bool NetProxy::setup(NetConn& c) {
     case NetConn::State::kListen:
       rc = n->listen(net_.ctx, c.dev, c.handle, &c.listenComm);
       if (rc != ncclSuccess) {
-        fail(c, "listen failed (" + std::string(ncclGetErrorString(rc)) + ")");
+        fail(c, netCallFailed("listen", rc));
         return true;
       }
       // The handle goes to the sender over the bootstrap; a small write that does not wait for the peer to read.
@@ -553,7 +560,7 @@ bool NetProxy::setup(NetConn& c) {
   const bool apart = c.data.ptr != nullptr;
   rc = n->regMr(c.comm, c.mem, remoteHostBytes(c.fifo.geo, apart), NCCL_PTR_HOST, &c.mhandle);
   if (rc != ncclSuccess) {
-    fail(c, "cannot register the FIFO memory (" + std::string(ncclGetErrorString(rc)) + ")");
+    fail(c, netCallFailed("registering the FIFO memory (regMr)", rc));
     return true;
   }
   if (apart) {
@@ -603,9 +610,7 @@ int NetProxy::testReq(NetConn& c, void** req, int* size) {
   ncclResult_t rc = net_.api->test(*req, &done, size);
   if (rc != ncclSuccess) {
     *req = nullptr;  // a failed request is finished from the net's point of view
-    const char* said = threadLastError();
-    c.endWhy = std::string("transfer failed (") + ncclGetErrorString(rc) + ")";
-    if (said != nullptr && said[0] != '\0') c.endWhy += std::string(": ") + said;
+    c.endWhy = netCallFailed("transfer", rc);
     return -1;
   }
   if (done == 0) return 0;
@@ -697,7 +702,7 @@ bool NetProxy::sendSlots(NetConn& c) {
       }
     }
     if (rc != ncclSuccess) {
-      fail(c, std::string("isend failed (") + ncclGetErrorString(rc) + ")");
+      fail(c, netCallFailed("isend", rc));
       return true;
     }
     c.halfPosted = false;
@@ -762,7 +767,7 @@ bool NetProxy::recvSlots(NetConn& c, bool test) {
     if (c.payloadApart) {
       ncclResult_t rc = irecvPayload(n, c, slot, kApartTag, &r[1]);
       if (rc != ncclSuccess) {
-        c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
+        c.endWhy = netCallFailed("irecv", rc);
         c.testFailed = true;
         break;
       }
@@ -805,7 +810,7 @@ bool NetProxy::recvSlots(NetConn& c, bool test) {
         int bytes = paySize;
         ncclResult_t rc = n->iflush(c.comm, 1, &data, &bytes, &c.dataMhandle, &c.flushReq);
         if (rc != ncclSuccess) {
-          c.endWhy = std::string("iflush failed (") + ncclGetErrorString(rc) + ")";
+          c.endWhy = netCallFailed("iflush", rc);
           c.testFailed = true;
           break;
         }
@@ -862,7 +867,7 @@ bool NetProxy::recvSlots(NetConn& c, bool test) {
       }
     }
     if (rc != ncclSuccess) {
-      c.endWhy = std::string("irecv failed (") + ncclGetErrorString(rc) + ")";
+      c.endWhy = netCallFailed("irecv", rc);
       return true;
     }
     c.halfPosted = false;
