@@ -18,8 +18,10 @@ constexpr size_t kIbSplitAlign = 128;
 /// How often a request that is still pending looks at the setup socket for the peer's end.
 constexpr auto kPeerCheckPeriod = std::chrono::milliseconds(10);
 /// How long a request may stay pending after the peer's socket ended before it fails: completions the peer's HCA
-/// had already produced (the last data, the last acknowledgement) are still polled during this time.
-constexpr auto kPeerGoneGrace = std::chrono::milliseconds(1000);
+/// had already produced (the last data, the last acknowledgement) are still polled during this time. Well below the
+/// proxy's kSuspectS: when the peer's own net failed first, its proxy names this rank after kSuspectS, and by then
+/// this rank's net has said why its side ended.
+constexpr auto kPeerGoneGrace = std::chrono::milliseconds(250);
 
 const char* wrKindText(IbWrKind k) {
   switch (k) {
