@@ -1,12 +1,10 @@
 #include <fcntl.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "core/checks.h"
+#include "transports/remote.h"
 #include "unit/ib_verbs_fake.h"
 
 namespace chorus {
@@ -327,22 +325,19 @@ class FakeIbHca : public IbHca {
  public:
   FakeIbHca(std::shared_ptr<FakeIbFabric> fabric, std::string name, bool dmaBuf, bool ece, const IbEce& eceOffer)
       : fabric_(std::move(fabric)), name_(std::move(name)), dmaBuf_(dmaBuf), ece_(ece), eceOffer_(eceOffer) {
-    eventFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    eventWake_.open();
   }
   ~FakeIbHca() override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
     auto& dead = fabric_->dead_;
     dead.erase(std::remove(dead.begin(), dead.end(), static_cast<const void*>(this)), dead.end());
-    if (eventFd_ >= 0) close(eventFd_);
   }
 
-  int asyncEventFd() override { return eventFd_; }
+  int asyncEventFd() override { return eventWake_.fd(); }
 
   ncclResult_t takeAsyncEvents(const std::function<void(const IbAsyncEvent&)>& handle) override {
     std::lock_guard<std::mutex> lock(fabric_->mu_);
-    uint64_t n = 0;
-    if (read(eventFd_, &n, sizeof(n)) < 0 && errno != EAGAIN)
-      CHORUS_FAIL(nullptr, ncclSystemError, "fake verbs: %s: reading its event descriptor failed", name_.c_str());
+    eventWake_.drain();
     while (!events_.empty()) {
       const IbAsyncEvent ev = events_.front();
       events_.pop_front();
@@ -354,9 +349,7 @@ class FakeIbHca : public IbHca {
   // Queues one event and makes the descriptor readable. fabric mu_ held.
   void raise(const IbAsyncEvent& ev) {
     events_.push_back(ev);
-    const uint64_t one = 1;
-    ssize_t n = write(eventFd_, &one, sizeof(one));
-    (void)n;
+    eventWake_.wake();
   }
 
   // Drops the pending events that name `obj` (a queue pair or CQ being destroyed). fabric mu_ held.
@@ -437,7 +430,7 @@ class FakeIbHca : public IbHca {
   bool dmaBuf_;
   bool ece_;
   IbEce eceOffer_;
-  int eventFd_ = -1;
+  ProxyWake eventWake_;              // readable while events are pending
   std::deque<IbAsyncEvent> events_;  // fabric mu_
 };
 

@@ -74,11 +74,6 @@ IntParam kIbTc{"NCCL_IB_TC", 0,
 enum ConnectState : uint32_t { kCSendInfo = 1, kCRecvInfo, kCSendReady, kCDone };
 enum AcceptState : int { kAAccept = 0, kARecvInfo, kASendInfo, kARecvReady, kADone };
 
-int64_t clampParam(const IntParam& p, int64_t lo, int64_t hi) {
-  int64_t v = p.get();
-  return v < lo ? lo : (v > hi ? hi : v);
-}
-
 // A queue pair's service level (kIbSl) or traffic class (kIbTc), as NCCL 2.28's IB net picks them: the variable where
 // set, else the communicator's config.trafficClass where set, else the variable's default; within 0-`hi`.
 int qpClass(const IntParam& p, int configClass, int hi) {

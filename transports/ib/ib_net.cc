@@ -3,8 +3,6 @@
 
 #include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -154,13 +152,6 @@ ncclResult_t tableSetNetAttr(void* ctx, ncclNetAttr_v11_t* netAttr) {
   return ncclSuccess;
 }
 
-// Wakes IbNet's watcher thread (a write to an eventfd this far from its limit does not fail).
-void wakeWatcher(int fd) {
-  const uint64_t one = 1;
-  ssize_t n = write(fd, &one, sizeof(one));
-  (void)n;
-}
-
 const ncclNet_v11_t kIbNetTable = {
     "IB",
     tableInit,
@@ -193,10 +184,9 @@ IbNet::IbNet(std::unique_ptr<IbVerbs> verbs) : verbs_(std::move(verbs)) {}
 IbNet::~IbNet() {
   if (watcher_.joinable()) {
     stopWatcher_ = true;
-    wakeWatcher(wakeFd_);
+    wake_.wake();
     watcher_.join();
   }
-  if (wakeFd_ >= 0) close(wakeFd_);
 }
 
 const char* ibEventText(int type) {
@@ -235,12 +225,17 @@ void IbNet::disown(const IbComm* c) {
   fatalComms_.erase(c);
 }
 
+const std::string* IbNet::deadHcaText(const IbHca* hca) const {
+  auto it = deadHcas_.find(hca);
+  return it == deadHcas_.end() ? nullptr : &it->second;
+}
+
 bool IbNet::hcaFatal(const IbHca* hca, std::string* why) const {
   if (fatalEvents_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lock(fatalMu_);
-  auto it = deadHcas_.find(hca);
-  if (it == deadHcas_.end()) return false;
-  *why = it->second;
+  const std::string* dead = deadHcaText(hca);
+  if (dead == nullptr) return false;
+  *why = *dead;
   return true;
 }
 
@@ -253,9 +248,8 @@ bool IbNet::asyncFatal(const IbComm* c, std::string* why) const {
     return true;
   }
   for (const IbCommPort& p : c->ports) {
-    auto d = deadHcas_.find(p.hca);
-    if (d != deadHcas_.end()) {
-      *why = d->second;
+    if (const std::string* dead = deadHcaText(p.hca)) {
+      *why = *dead;
       return true;
     }
   }
@@ -324,7 +318,7 @@ void IbNet::watchAsyncEvents() {
   for (;;) {
     std::vector<std::pair<std::string, IbHca*>> hcas;
     std::vector<pollfd> fds(1);
-    fds[0] = pollfd{wakeFd_, POLLIN, 0};
+    fds[0] = pollfd{wake_.fd(), POLLIN, 0};
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [name, h] : hcas_) {
@@ -340,8 +334,7 @@ void IbNet::watchAsyncEvents() {
       return;
     }
     if (fds[0].revents != 0) {
-      uint64_t n = 0;
-      if (read(wakeFd_, &n, sizeof(n)) < 0 && errno != EAGAIN) return;
+      wake_.drain();
       if (stopWatcher_) return;
     }
     for (size_t i = 0; i < hcas.size(); ++i) {
@@ -369,7 +362,7 @@ ncclResult_t IbNet::discover(std::string* why) {
   const std::string spec = kIbHca.get();
   std::vector<std::string> notes;
   IbGidPrefs prefs = parseIbGidPrefs(kIbAddrFamily.get(), kIbAddrRange.get(), kIbRoceVersion.get(), &notes);
-  prefs.routableFlidIndex = static_cast<int>(std::clamp<int64_t>(kIbRoutableFlidIndex.get(), -1, 65535));
+  prefs.routableFlidIndex = static_cast<int>(clampParam(kIbRoutableFlidIndex, -1, 65535));
   for (const std::string& n : notes) INFO(kNet | kInit, "NET/IB: %s", n.c_str());
   devices_ = selectIbDevices(ports, spec, kIbGidIndex.get(), &skipped, prefs);
   for (const std::string& s : skipped) INFO(kNet | kInit, "NET/IB: skipping %s", s.c_str());
@@ -544,15 +537,12 @@ ncclResult_t IbNet::openHca(int dev, IbHca** out) {
     CHORUS_CHECK(verbs_->openHca(name, &hca));
     it = hcas_.emplace(name, std::move(hca)).first;
     // The watcher takes this HCA's events too: started with the first, woken to look again for the others.
-    if (!watcher_.joinable()) {
-      wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-      if (wakeFd_ < 0) {
-        WARN("NET/IB: asynchronous events are not watched: eventfd failed: %s", strerror(errno));
-      } else {
-        watcher_ = std::thread([this] { watchAsyncEvents(); });
-      }
+    if (watcher_.joinable()) {
+      wake_.wake();
+    } else if (wake_.fd() < 0 && !wake_.open()) {
+      WARN("NET/IB: asynchronous events are not watched: eventfd failed: %s", strerror(errno));
     } else {
-      wakeWatcher(wakeFd_);
+      watcher_ = std::thread([this] { watchAsyncEvents(); });
     }
   }
   *out = it->second.get();

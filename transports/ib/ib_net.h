@@ -27,6 +27,7 @@
 #include "chorus/net.h"
 #include "transports/ib/ib_select.h"
 #include "transports/ib/ib_verbs.h"
+#include "transports/remote.h"
 
 namespace chorus {
 
@@ -96,6 +97,8 @@ class IbNet {
   void watchAsyncEvents();
   /// Logs one event of HCA `hca` (named `name`) and keeps it when it is fatal.
   void onAsyncEvent(const std::string& name, const IbHca* hca, const IbAsyncEvent& ev);
+  /// The device fatal error HCA `hca` reported, or null (fatalMu_ held).
+  const std::string* deadHcaText(const IbHca* hca) const;
 
   std::unique_ptr<IbVerbs> verbs_;
   std::vector<IbDevice> devices_;
@@ -112,7 +115,7 @@ class IbNet {
   std::deque<Merged> merged_;
 
   std::thread watcher_;  // started by the first openHca(), stopped by the destructor
-  int wakeFd_ = -1;      // an eventfd: a new HCA to watch, or the end
+  ProxyWake wake_;       // wakes the watcher: a new HCA to watch, or the end
   std::atomic<bool> stopWatcher_{false};
   mutable std::mutex fatalMu_;  // guards owners_, deadHcas_, fatalComms_
   std::unordered_map<const void*, const IbComm*> owners_;

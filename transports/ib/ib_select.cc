@@ -28,10 +28,12 @@ IntParam kIbMqpRetryAll{"NCCL_IB_MQP_RETRY_ALL", 0,
 
 }  // namespace
 
+int64_t clampParam(const IntParam& p, int64_t lo, int64_t hi) { return std::clamp(p.get(), lo, hi); }
+
 IbModifyRetry ibModifyRetry() {
   IbModifyRetry r;
-  r.retries = static_cast<int>(std::clamp<int64_t>(kIbMqpRetryCnt.get(), 0, 1000));
-  r.sleepMs = static_cast<int>(std::clamp<int64_t>(kIbMqpRetrySleepMs.get(), 0, 10000));
+  r.retries = static_cast<int>(clampParam(kIbMqpRetryCnt, 0, 1000));
+  r.sleepMs = static_cast<int>(clampParam(kIbMqpRetrySleepMs, 0, 10000));
   r.all = kIbMqpRetryAll.get() != 0;
   return r;
 }

@@ -15,6 +15,9 @@ namespace chorus {
 /// NCCL_IB_HCA (transports/ib/ib_net.cc): the HCA ports the IB net, and the UCX net on RDMA ports, may use.
 extern StrParam kIbHca;
 
+/// An integer setting's value within [lo, hi].
+int64_t clampParam(const IntParam& p, int64_t lo, int64_t hi);
+
 /// How ibv_modify_qp is retried, as NCCL's NCCL_IB_MQP_RETRY_* say: a move that fails with ETIMEDOUT (a RoCE port
 /// still resolving the peer's address, say), or with any error when `all`, is tried again up to `retries` times, the
 /// n-th retry after n x `sleepMs` ms.
