@@ -504,6 +504,10 @@ class IbFakeNet : public ::testing::Test {
   static int exchange(void* send, void* recv, std::vector<uint8_t>& src, void* smh, std::vector<uint8_t>& dst,
                       void* rmh);
 
+  // Sends `bytes` bytes of pattern `seed` from `send` to `recv`, each side registering its buffer, checks that they
+  // arrived intact, then ends the pair (closePair).
+  void exchangeIntactAndClose(void* send, void* recv, size_t bytes, int seed);
+
   // The request of an iflush of buffer `data` (`size` bytes, registration mh); null when the net needs no flush.
   static void* flush(void* recv, void* data, int size, void* mh) {
     void* req = reinterpret_cast<void*>(1);
@@ -573,6 +577,15 @@ int IbFakeNet::exchange(void* send, void* recv, std::vector<uint8_t>& src, void*
   EXPECT_EQ(wait(sreq, &ss), ncclSuccess);
   EXPECT_EQ(wait(rreq, &rs), ncclSuccess);
   return rs;
+}
+
+void IbFakeNet::exchangeIntactAndClose(void* send, void* recv, size_t bytes, int seed) {
+  std::vector<uint8_t> src = pattern(bytes, seed), dst(bytes, 0);
+  void* smh = reg(send, src);
+  void* rmh = reg(recv, dst);
+  EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), static_cast<int>(bytes));
+  EXPECT_TRUE(src == dst);
+  closePair(send, smh, recv, rmh);
 }
 
 TEST_F(IbFakeNet, ExchangesSizesZeroOneSixtyFourKAndOneMega) {
@@ -1689,12 +1702,7 @@ TEST_F(IbFakeNet, InfinibandPortsOnAnotherSubnetGoThroughRouters) {
       }
     }
     EXPECT_EQ(seen, 2);
-    std::vector<uint8_t> src = pattern(5000, 4), dst(5000, 0);
-    void* smh = reg(send, src);
-    void* rmh = reg(recv, dst);
-    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 5000);
-    EXPECT_TRUE(src == dst);
-    closePair(send, smh, recv, rmh);
+    exchangeIntactAndClose(send, recv, 5000, 4);
     a_.reset();
     b_.reset();
   }
@@ -1750,12 +1758,7 @@ TEST_F(IbFakeNet, EceIsAgreedAsNcclDoes) {
                     con.asked.compMask == agreed.compMask);
       }
     }
-    std::vector<uint8_t> src = pattern(70000, 3), dst(70000, 0);
-    void* smh = reg(send, src);
-    void* rmh = reg(recv, dst);
-    EXPECT_EQ(exchange(send, recv, src, smh, dst, rmh), 70000);
-    EXPECT_TRUE(src == dst);
-    closePair(send, smh, recv, rmh);
+    exchangeIntactAndClose(send, recv, 70000, 3);
     a_.reset();
     b_.reset();
   }
