@@ -14,6 +14,7 @@
 #include "core/params.h"
 #include "device/emu_runtime.h"
 #include "harness/ranks.h"
+#include "kernels/fifo.h"
 #include "nccl.h"
 #include "runtime/runtime.h"
 
@@ -23,6 +24,7 @@ namespace {
 EmuRuntime gEmu;
 
 constexpr size_t kSlotBytes = 4096;
+constexpr size_t kLLLines = 64;
 constexpr int kIterations = 4;
 
 class DeviceStress : public ::testing::TestWithParam<const char*> {
@@ -31,7 +33,7 @@ class DeviceStress : public ::testing::TestWithParam<const char*> {
     setenv("NCCL_PROTO", GetParam(), 1);
     setenv("CHORUS_FIFO_SLOTS", "2", 1);
     setenv("CHORUS_FIFO_SLOT_BYTES", std::to_string(kSlotBytes).c_str(), 1);
-    setenv("CHORUS_LL_LINES", "64", 1);
+    setenv("CHORUS_LL_LINES", std::to_string(kLLLines).c_str(), 1);
     setenv("CHORUS_TIMEOUT_S", "60", 1);
     setenv("CHORUS_DEVICE_DIRECT", "0", 1);  // the FIFOs are under test (device_direct_test.cc has the direct path,
     setenv("CHORUS_DEVICE_IPC", "0", 1);     // device_ipc_test.cc the inboxes)
@@ -50,19 +52,23 @@ class DeviceStress : public ::testing::TestWithParam<const char*> {
   }
 };
 
-// Per-rank byte counts around one slot, two slots (a full FIFO) and several wraps; odd counts leave partial words.
-std::vector<size_t> sizes() {
+// Per-rank byte counts around one slot, two slots (a full FIFO) and several wraps of the protocol's FIFO (a Simple
+// slot carries kSlotBytes, an LL slot 4 payload bytes on each of its lines past the header); odd counts leave partial
+// words. LL also takes the Simple sizes' largest, over 90 of its slots.
+std::vector<size_t> sizes(bool ll) {
+  const size_t slot = ll ? (kLLLines - chorus::FifoGeometry::kLLHeaderLines) * 4 : kSlotBytes;
   std::vector<size_t> out{4, 12};
-  for (size_t base : {kSlotBytes, 2 * kSlotBytes, 5 * kSlotBytes})
+  for (size_t base : {slot, 2 * slot, 5 * slot})
     for (long d : {-4L, 0L, 4L}) out.push_back(static_cast<size_t>(static_cast<long>(base) + d));
-  out.push_back(3 * kSlotBytes + 1000);
+  out.push_back(3 * slot + slot * 1000 / 4096);  // within a slot, at no boundary
+  if (ll) out.push_back(5 * kSlotBytes + 4);
   return out;
 }
 
 void allGatherStress(RankCtx& c) {
   const int n = c.nranks;
   cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(200 + c.rank));
-  for (size_t bytes : sizes()) {
+  for (size_t bytes : sizes(std::string(getenv("NCCL_PROTO")) == "LL")) {
     size_t count = bytes / 4;
     DevBuf in(gEmu, count * 4), out(gEmu, count * n * 4);
     for (int it = 0; it < kIterations; it++) {
