@@ -29,6 +29,11 @@ std::string formatCpuList(const cpu_set_t& set);
 /// shares no CPU with the current affinity, or it covers all of it already.
 bool bindThreadNear(const std::string& cpus, std::string* result);
 
+/// Moves the calling thread to exactly `cpus`, whatever its current affinity (as NCCL applies NCCL_PROXY_CPUSET). True
+/// and *result the CPUs it now runs on; false and *result why not: the list does not parse, or the kernel refuses it
+/// (no CPU of it is one this process may use).
+bool bindThreadTo(const std::string& cpus, std::string* result);
+
 /// While it lives, the calling thread runs on the CPUs near the GPU at `runtimeBusId` (GpuRuntime::busId) in this
 /// process's topology (processTopology), as NCCL runs a communicator's init (ncclTopoGetCpuAffinity): the GPU's CPUs
 /// within the thread's affinity, or, with NCCL_IGNORE_CPU_AFFINITY=1, the GPU's CPUs whatever the thread's. So the

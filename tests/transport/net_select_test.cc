@@ -3,6 +3,7 @@
 // NCCL_HOSTID "host", so the transport between hosts is used without NCCL_SHM_DISABLE.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -119,6 +120,70 @@ TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
   env_.set("NCCL_IB_DISABLE", "1");
   expectAllOk(runHosts(
       2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
+}
+
+// NCCL_PROXY_CPUSET: each rank's socket net proxy and the helper threads it starts (two a connection here) run on
+// exactly the CPUs it names, a list as NCCL writes it; the rank's own thread stays where it was. A list that does not
+// parse is ignored: the proxy then stays on the CPUs of the thread that created the communicator (the loopback
+// interface has no CPUs near it for CHORUS_PROXY_BIND to move to).
+/// A CPU set as the kernel lists it in Cpus_allowed_list ("0-3,5").
+std::string cpusOf(const cpu_set_t& set) {
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) last++;
+    out += (out.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
+    c = last;
+  }
+  return out;
+}
+
+/// One allreduce over the socket net; kOk when every proxy and helper thread runs on `want` (Cpus_allowed_list form)
+/// and the rank's own thread still on `mine`.
+int proxyThreadsOn(ncclComm_t comm, const std::string& want, const std::string& mine) {
+  if (int code = allreduceVia("chorus-net-Sock", 2, comm); code != kOk) return code;
+  std::vector<std::string> proxies = cpusOfThreadsNamed("chorus-net-Sock"),
+                           helpers = cpusOfThreadsNamed("chorus-socknet");
+  int code = proxies.size() == 1 && helpers.size() >= 2 ? kOk : kWrongProxy;
+  for (const auto* list : {&proxies, &helpers})
+    for (const std::string& cpus : *list)
+      if (cpus != want) code = kWrongProxy;
+  cpu_set_t now;
+  if (sched_getaffinity(0, sizeof(now), &now) != 0 || cpusOf(now) != mine) code = kWrongProxy;
+  if (code != kOk) {
+    fprintf(stderr, "want CPUs %s: proxies on", want.c_str());
+    for (const std::string& c : proxies) fprintf(stderr, " [%s]", c.c_str());
+    fprintf(stderr, ", helpers on");
+    for (const std::string& c : helpers) fprintf(stderr, " [%s]", c.c_str());
+    fprintf(stderr, "; the rank's thread on %s (was %s)\n", cpusOf(now).c_str(), mine.c_str());
+  }
+  return code;
+}
+
+TEST_F(NetSelect, ProxyCpusetPinsTheProxyAndItsHelpers) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "needs two CPUs to tell a pinned proxy from one left alone";
+  int last = CPU_SETSIZE - 1;
+  while (!CPU_ISSET(last, &all)) last--;
+  static std::string mine, one;
+  mine = cpusOf(all);
+  one = std::to_string(last);
+  env_.set("NCCL_NET", "Socket");
+  env_.set("NCCL_SOCKET_IFNAME", "=lo");
+  env_.set("NCCL_SOCKET_NTHREADS", "2");
+  env_.set("NCCL_NSOCKS_PERTHREAD", "1");
+  for (const char* setting : {"one", "garbage"}) {
+    SCOPED_TRACE(setting);
+    const bool pinned = setting[0] == 'o';
+    env_.set("NCCL_PROXY_CPUSET", pinned ? one.c_str() : "not-a-cpu");
+    static bool sPinned;
+    sPinned = pinned;
+    expectAllOk(runHosts(
+        2, [](int) {}, [](int, ncclComm_t c) { return proxyThreadsOn(c, sPinned ? one : mine, mine); },
+        unexpectedFailure));
+  }
 }
 
 // Runs 2 ranks over net `net` with NCCL_DEBUG=INFO for NET, each calling `use`; returns every line both logged.

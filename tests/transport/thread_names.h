@@ -51,6 +51,38 @@ inline std::vector<int> countThreadsNamed(const std::vector<const char*>& names)
   return n;
 }
 
+/// The CPUs each thread of this process named `name` (matched as above) may run on, as its Cpus_allowed_list in
+/// /proc/self/task/*/status says ("0-1"): one entry a thread, in no order.
+inline std::vector<std::string> cpusOfThreadsNamed(const char* name) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  const size_t len = strlen(name);
+  const bool prefix = len > 0 && name[len - 1] == '*';
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    char buf[256] = {0};
+    FILE* f = fopen((task + "/comm").c_str(), "r");
+    if (f == nullptr) continue;
+    const bool read = fgets(buf, sizeof(buf), f) != nullptr;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    if (!read || !(prefix ? strncmp(buf, name, len - 1) == 0 : strcmp(buf, name) == 0)) continue;
+    if ((f = fopen((task + "/status").c_str(), "r")) == nullptr) continue;
+    while (fgets(buf, sizeof(buf), f) != nullptr) {
+      if (strncmp(buf, "Cpus_allowed_list:", 18) != 0) continue;
+      std::string list = buf + 18;
+      list.erase(0, list.find_first_not_of(" \t"));
+      list.erase(list.find_last_not_of(" \t\n") + 1);
+      out.push_back(list);
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return out;
+}
+
 /// Threads of this process whose name is `name` (or starts with it, for a trailing '*'; see above).
 inline int countThreadsNamed(const char* name) { return countThreadsNamed(std::vector<const char*>{name})[0]; }
 

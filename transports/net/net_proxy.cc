@@ -33,6 +33,13 @@ IntParam kProxyBind{"CHORUS_PROXY_BIND", 1,
                     "thread that created the communicator may run.",
                     "transports"};
 
+StrParam kProxyCpuset{"NCCL_PROXY_CPUSET", "",
+                      "CPUs each net proxy thread, and the socket net's helper threads it starts, runs on, whatever "
+                      "the affinity of the thread that created the communicator and CHORUS_PROXY_BIND, as in NCCL: a "
+                      "comma-separated list (\"2,3\"; ranges such as \"2-5\" too). A list that does not parse or "
+                      "names no CPU this process may use is ignored, with an INFO line. Unset: CHORUS_PROXY_BIND.",
+                      "transports"};
+
 IntParam kNetNearGpu{"CHORUS_NET_NEAR_GPU", 1,
                      "1: a rank's connections between hosts use the net devices the host topology places nearest its "
                      "GPU (GPUs sharing those devices start at different ones; channels take them in turn), as NCCL "
@@ -130,7 +137,15 @@ void NetProxy::chooseDevices() {
          describeNicChoice(choice, deviceNames_).c_str(), choice.why.c_str());
 }
 
-void NetProxy::bindNearDevices() {
+void NetProxy::bindThread() {
+  if (const std::string set = kProxyCpuset.get(); !set.empty()) {
+    std::string result;
+    if (bindThreadTo(set, &result)) {
+      INFO(kNet | kEnv, "rank %d: %s proxy on CPUs %s (NCCL_PROXY_CPUSET)", rank_, name(), result.c_str());
+      return;
+    }
+    INFO(kNet | kEnv, "rank %d: NCCL_PROXY_CPUSET=%s ignored: %s", rank_, set.c_str(), result.c_str());
+  }
   if (kProxyBind.get() == 0) return;
   std::vector<std::pair<std::string, std::string>> used;
   for (int d : devices_)
@@ -1164,7 +1179,7 @@ bool NetProxy::progress(const Fifo* f) {
 void NetProxy::run() {
   // "chorus-net-" and the net's name, cut to the 15 characters a thread name holds ("chorus-net-Sock").
   pthread_setname_np(pthread_self(), ("chorus-net-" + net_.name).substr(0, 15).c_str());
-  bindNearDevices();
+  bindThread();
   bool draining = false;
   Deadline drainBy;
   Clock::time_point drainStart{};

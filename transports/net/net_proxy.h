@@ -141,8 +141,9 @@ class NetProxy : public RemoteTransport {
   void run();
   /// Picks the devices this rank's channels use (devices_, CHORUS_NET_NEAR_GPU) and logs them at INFO NET.
   void chooseDevices();
-  /// CHORUS_PROXY_BIND: the proxy thread moves to the CPUs near the devices it uses.
-  void bindNearDevices();
+  /// The proxy thread moves to NCCL_PROXY_CPUSET's CPUs where it is set, else (CHORUS_PROXY_BIND) to those near the
+  /// devices it uses.
+  void bindThread();
   void adopt();
   /// A rank's thread that drives the net (progressAll, engage): under passMu_ if free, steps the open send
   /// connections with slots in hand, the receive connection of `waitingOn`, and with `everyRecv` every receive
