@@ -1029,41 +1029,50 @@ struct DgxGpus {
 // Net connections between hosts leave through the NICs nearest each rank's GPU (topo/nic_choice.h). Two DGX H100-like
 // hosts (the topology file, with GPU0, GPU1 and GPU4 renumbered to emulated devices 0, 1 and 2, keeping their PCI
 // order), the test net plugin offering the node's eight HCAs by name (all over one TCP interface; it logs the device
-// each listen and connect is given). Rank 0 runs on GPU1, which shares mlx5_0 and mlx5_1 under its switch with GPU0:
-// it starts at mlx5_1. Rank 1 runs on GPU4, on the other socket: mlx5_4, then mlx5_5. Two channels, so both of each
-// rank's NICs carry connections.
+// each listen and connect is given). Rank 0 runs on GPU1, which shares mlx5_0 and mlx5_1 under its switch with GPU0;
+// rank 1 on GPU4, on the other socket, which shares mlx5_4 and mlx5_5 with GPU5. Two channels. With
+// NCCL_NETDEVS_POLICY unset (AUTO), as NCCL, each GPU takes one of its switch's two NICs: rank 0 mlx5_1 (GPU0 has
+// mlx5_0), rank 1 mlx5_4. With ALL each takes both, its own first, and both carry connections.
 TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
   DgxGpus dgx("nic");
   const std::string& topo = dgx.topo;
   const std::string log = "/tmp/chorus-nic-log-" + std::to_string(getpid());
-  std::vector<std::string> logs(2);
-  forkRanksForLog(
-      2,
-      [&](int rank, const ncclUniqueId& id) {
-        setenv("CHORUS_DEVICE_NCHANNELS", "2", 1);
-        onDgxHostsOverTestNet(rank, topo, log);
-        return allReduceOnDevice(rank, 2, rank + 1, id, 300000);  // enough that both channels carry data
-      },
-      log);
-  for (int r = 0; r < 2; r++) {
-    logs[r] = readFile(log + "." + std::to_string(r));
-    std::remove((log + "." + std::to_string(r)).c_str());
-  }
-  EXPECT_NE(logs[0].find("devices by channel: 1 (mlx5_1, PIX), 0 (mlx5_0, PIX)"), std::string::npos) << logs[0];
-  EXPECT_NE(logs[1].find("devices by channel: 4 (mlx5_4, PIX), 5 (mlx5_5, PIX)"), std::string::npos) << logs[1];
-  // What the plugin was asked for: each rank's own two NICs, both used, and no other.
-  const char* own[2][2] = {{"mlx5_0", "mlx5_1"}, {"mlx5_4", "mlx5_5"}};
-  for (int r = 0; r < 2; r++) {
-    std::vector<std::string> used;
-    for (size_t at = logs[r].find(" on device "); at != std::string::npos; at = logs[r].find(" on device ", at + 1)) {
-      const size_t open = logs[r].find('(', at), close = logs[r].find(')', at);
-      if (open != std::string::npos && close != std::string::npos)
-        used.push_back(logs[r].substr(open + 1, close - open - 1));
+  for (const char* policy : {"", "ALL"}) {
+    SCOPED_TRACE(std::string("NCCL_NETDEVS_POLICY=") + policy);
+    const bool all = policy[0] != '\0';
+    std::vector<std::string> logs(2);
+    forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          setenv("CHORUS_DEVICE_NCHANNELS", "2", 1);
+          if (all) setenv("NCCL_NETDEVS_POLICY", policy, 1);
+          onDgxHostsOverTestNet(rank, topo, log);
+          return allReduceOnDevice(rank, 2, rank + 1, id, 300000);  // enough that both channels carry data
+        },
+        log);
+    for (int r = 0; r < 2; r++) logs[r] = takeRankLog(log, r);
+    const char* said[2] = {
+        all ? "devices by channel: 1 (mlx5_1, PIX), 0 (mlx5_0, PIX)" : "devices by channel: 1 (mlx5_1, PIX) (",
+        all ? "devices by channel: 4 (mlx5_4, PIX), 5 (mlx5_5, PIX)" : "devices by channel: 4 (mlx5_4, PIX) ("};
+    // What the plugin was asked for: each rank's own NICs, each used, and no other.
+    const std::vector<std::vector<std::string>> own =
+        all ? std::vector<std::vector<std::string>>{{"mlx5_0", "mlx5_1"}, {"mlx5_4", "mlx5_5"}}
+            : std::vector<std::vector<std::string>>{{"mlx5_1"}, {"mlx5_4"}};
+    for (int r = 0; r < 2; r++) {
+      EXPECT_NE(logs[r].find(said[r]), std::string::npos) << logs[r];
+      std::vector<std::string> used;
+      for (size_t at = logs[r].find(" on device "); at != std::string::npos; at = logs[r].find(" on device ", at + 1)) {
+        const size_t open = logs[r].find('(', at), close = logs[r].find(')', at);
+        if (open != std::string::npos && close != std::string::npos)
+          used.push_back(logs[r].substr(open + 1, close - open - 1));
+      }
+      EXPECT_GE(used.size(), 4u) << "rank " << r << ": a listen and a connect per channel\n" << logs[r];
+      for (const std::string& nic : own[static_cast<size_t>(r)])
+        EXPECT_NE(std::count(used.begin(), used.end(), nic), 0) << "rank " << r << " " << nic;
+      for (const std::string& u : used)
+        EXPECT_NE(std::count(own[static_cast<size_t>(r)].begin(), own[static_cast<size_t>(r)].end(), u), 0)
+            << "rank " << r << " used " << u;
     }
-    EXPECT_GE(used.size(), 4u) << "rank " << r << ": a listen and a connect per channel\n" << logs[r];
-    for (const char* nic : own[r])
-      EXPECT_NE(std::count(used.begin(), used.end(), nic), 0) << "rank " << r << " " << nic;
-    for (const std::string& u : used) EXPECT_TRUE(u == own[r][0] || u == own[r][1]) << "rank " << r << " used " << u;
   }
 }
 

@@ -1,6 +1,6 @@
 // Which net devices a rank's connections use (src/topo/nic_choice.h), on the shipped DGX H100-like and MI300X nodes:
-// the NICs nearest the rank's GPU, GPUs sharing them starting at different ones, every device when the topology
-// cannot tell.
+// the NICs nearest the rank's GPU, as many as NCCL_NETDEVS_POLICY says, GPUs sharing them starting at different ones,
+// every device when the topology cannot tell.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -38,22 +38,52 @@ Devices hcas() {
   return d;
 }
 
-TEST(NicChoice, EachDgxGpuStartsOnItsOwnNicUnderItsSwitch) {
+// NCCL_NETDEVS_POLICY, as NCCL 2.28 parses it: AUTO, ALL, MAX:N (N > 0), any case; anything else is AUTO, noted.
+TEST(NicChoice, NetDevsPolicyParsesAsNcclDoes) {
+  EXPECT_EQ(parseNetDevsPolicy("").name(), "AUTO");
+  EXPECT_EQ(parseNetDevsPolicy("auto").name(), "AUTO");
+  EXPECT_EQ(parseNetDevsPolicy("All").name(), "ALL");
+  EXPECT_EQ(parseNetDevsPolicy("MAX:3").name(), "MAX:3");
+  EXPECT_EQ(parseNetDevsPolicy("max:1").max, 1);
+  for (const char* bad : {"MAX:0", "MAX:-2", "MAX:", "some", "ALLX"}) {
+    const NetDevsPolicy p = parseNetDevsPolicy(bad);
+    EXPECT_EQ(p.name(), "AUTO") << bad;
+    EXPECT_NE(p.note.find("not recognized"), std::string::npos) << bad;
+  }
+  EXPECT_TRUE(parseNetDevsPolicy("ALL").note.empty());
+}
+
+TEST(NicChoice, EachDgxGpuTakesItsOwnNicUnderItsSwitch) {
   if (!topologyHasHwloc()) GTEST_SKIP() << "built without hwloc";
   const HostTopology t = load("dgx-h100.xml");
   ASSERT_EQ(t.gpus.size(), 8u);
-  // Two GPUs and two NICs under each PCI switch (all four PIX): GPU 2s starts at NIC 2s, GPU 2s+1 at NIC 2s+1, and
-  // each takes the other NIC of its switch on odd channels. No GPU ever uses a NIC past its switch.
+  // Two GPUs and two NICs under each PCI switch (all four PIX). AUTO, as NCCL: the two NICs divided between the two
+  // GPUs, GPU 2s taking NIC 2s and GPU 2s+1 NIC 2s+1. ALL: both, each GPU's own first (so its channels alternate).
+  // MAX:1 is AUTO's choice here, MAX:3 ALL's. No GPU ever uses a NIC past its switch.
+  const NetDevsPolicy autoPolicy = parseNetDevsPolicy("AUTO"), all = parseNetDevsPolicy("ALL"),
+                      max1 = parseNetDevsPolicy("MAX:1"), max3 = parseNetDevsPolicy("MAX:3");
   for (int g = 0; g < 8; g++) {
-    const NicChoice c = chooseNics(t, runtimeId(t.gpus[g].busId), hcas());
     const int own = g, other = g ^ 1;
-    EXPECT_TRUE(c.byTopology) << c.why;
-    EXPECT_EQ(c.order, (std::vector<int>{own, other})) << "GPU " << g;
-    EXPECT_EQ(c.classes, (std::vector<PathClass>{PathClass::kPIX, PathClass::kPIX})) << "GPU " << g;
+    const int64_t id = runtimeId(t.gpus[g].busId);
+    const NicChoice a = chooseNics(t, id, hcas(), autoPolicy);
+    EXPECT_TRUE(a.byTopology) << a.why;
+    EXPECT_EQ(a.order, std::vector<int>{own}) << "GPU " << g;
+    EXPECT_EQ(a.classes, std::vector<PathClass>{PathClass::kPIX}) << "GPU " << g;
+    EXPECT_EQ(chooseNics(t, id, hcas(), all).order, (std::vector<int>{own, other})) << "GPU " << g;
+    EXPECT_EQ(chooseNics(t, id, hcas(), max1).order, std::vector<int>{own}) << "GPU " << g;
+    EXPECT_EQ(chooseNics(t, id, hcas(), max3).order, (std::vector<int>{own, other})) << "GPU " << g;
+    EXPECT_EQ(chooseNics(t, id, hcas(), all).classes, (std::vector<PathClass>{PathClass::kPIX, PathClass::kPIX}));
   }
-  const NicChoice c1 = chooseNics(t, runtimeId(t.gpus[1].busId), hcas());
+  const NicChoice c1 = chooseNics(t, runtimeId(t.gpus[1].busId), hcas(), all);
   EXPECT_EQ(describeNicChoice(c1, hcas()), "1 (mlx5_1, PIX), 0 (mlx5_0, PIX)");
   EXPECT_NE(c1.why.find("0000:1b:00.0"), std::string::npos) << c1.why;
+  EXPECT_NE(c1.why.find("2 of 2, NCCL_NETDEVS_POLICY=ALL"), std::string::npos) << c1.why;
+  const NicChoice a1 = chooseNics(t, runtimeId(t.gpus[1].busId), hcas(), autoPolicy);
+  EXPECT_EQ(describeNicChoice(a1, hcas()), "1 (mlx5_1, PIX)");
+  EXPECT_NE(a1.why.find("1 of 2, NCCL_NETDEVS_POLICY=AUTO with 2 GPUs nearest them"), std::string::npos) << a1.why;
+  const NicChoice noted = chooseNics(t, runtimeId(t.gpus[1].busId), hcas(), parseNetDevsPolicy("MAX:0"));
+  EXPECT_EQ(noted.order, std::vector<int>{1});
+  EXPECT_NE(noted.why.find("\"MAX:0\" not recognized, so AUTO"), std::string::npos) << noted.why;
 }
 
 TEST(NicChoice, Mi300xGpusUseTheirOwnNicOnly) {
@@ -74,14 +104,18 @@ TEST(NicChoice, IndicesAreTheNetsWhateverItsOrderAndNaming) {
   Devices reversed;
   for (int i = 7; i >= 0; i--)
     reversed.emplace_back("", "/sys/devices/pci0000:00/0000:00:01.0/" + t.nics[static_cast<size_t>(i)].busId);
-  // GPU4 (0000:99:00.0) is nearest NICs 4 and 5, which this net numbers 3 and 2.
-  const NicChoice c = chooseNics(t, runtimeId("0000:99:00.0"), reversed);
-  EXPECT_EQ(c.order, (std::vector<int>{3, 2}));
-  // A net offering only the other socket's NICs: those, at SYS, are the nearest there are.
-  const NicChoice far = chooseNics(t, runtimeId("0000:19:00.0"), {{"mlx5_6", ""}, {"mlx5_7", ""}});
+  // GPU4 (0000:99:00.0) is nearest NICs 4 and 5, which this net numbers 3 and 2; it takes NIC 4 (AUTO), or both.
+  const NetDevsPolicy all = parseNetDevsPolicy("ALL");
+  EXPECT_EQ(chooseNics(t, runtimeId("0000:99:00.0"), reversed, all).order, (std::vector<int>{3, 2}));
+  EXPECT_EQ(chooseNics(t, runtimeId("0000:99:00.0"), reversed, parseNetDevsPolicy("")).order, std::vector<int>{3});
+  // A net offering only the other socket's NICs: those, at SYS, are the nearest there are. Under AUTO, as NCCL, they
+  // are divided among the GPUs nearest them (GPU6 and GPU7, under their switch): GPU0 takes one.
+  const Devices farNics{{"mlx5_6", ""}, {"mlx5_7", ""}};
+  const NicChoice far = chooseNics(t, runtimeId("0000:19:00.0"), farNics, all);
   EXPECT_TRUE(far.byTopology);
   EXPECT_EQ(far.order, (std::vector<int>{0, 1}));
   EXPECT_EQ(far.classes, (std::vector<PathClass>{PathClass::kSYS, PathClass::kSYS}));
+  EXPECT_EQ(chooseNics(t, runtimeId("0000:19:00.0"), farNics, parseNetDevsPolicy("AUTO")).order, std::vector<int>{0});
   // Devices the topology does not place are left out while placed ones are nearer.
   const NicChoice mixed = chooseNics(t, runtimeId("0000:45:00.0"), {{"veth0", ""}, {"mlx5_2", ""}, {"mlx5_5", ""}});
   EXPECT_EQ(mixed.order, std::vector<int>{1});

@@ -42,7 +42,8 @@ StrParam kProxyCpuset{"NCCL_PROXY_CPUSET", "",
 
 IntParam kNetNearGpu{"CHORUS_NET_NEAR_GPU", 1,
                      "1: a rank's connections between hosts use the net devices the host topology places nearest its "
-                     "GPU (GPUs sharing those devices start at different ones; channels take them in turn), as NCCL "
+                     "GPU, as many as NCCL_NETDEVS_POLICY says (GPUs sharing those devices start at different ones; "
+                     "channels take them in turn), as NCCL "
                      "picks a NIC by PCI distance; every device when the rank has no GPU or the topology places none "
                      "of them. 0: channel c uses device c mod ndev.",
                      "transports"};
