@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 
@@ -25,6 +27,15 @@ StrParam kDebugSubsys{"NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV",
 StrParam kDebugFile{"NCCL_DEBUG_FILE", "",
                     "Write the log to this file instead of stdout; %h becomes the host name, %p the pid.", "logging"};
 
+StrParam kTimestampLevels{"NCCL_DEBUG_TIMESTAMP_LEVELS", "WARN",
+                          "Log levels whose lines start with a timestamp, comma-separated (VERSION, WARN, INFO, ABORT, "
+                          "TRACE, ALL); a leading ^ stamps all but those. As in NCCL, WARN lines only by default.",
+                          "logging"};
+StrParam kTimestampFormat{"NCCL_DEBUG_TIMESTAMP_FORMAT", "[%F %T] ",
+                          "The timestamp of a stamped log line, as strftime formats local time, plus %Nf for N digits "
+                          "(1-9) of the second's fraction; an underscore stands for a space. Empty: no timestamps.",
+                          "logging"};
+
 struct LogState {
   std::mutex mutex;
   uint64_t gen = 0;
@@ -32,6 +43,10 @@ struct LogState {
   uint64_t subsys = 0;
   FILE* file = stdout;
   char host[64] = {0};
+  uint32_t stampLevels = 0;  ///< bit (1 << level) for each stamped level
+  std::string stampFormat;   ///< strftime's, the %Nf taken out (stampAt: where its digits go)
+  size_t stampAt = std::string::npos;
+  int stampDigits = 0;
 };
 LogState& state() {
   static LogState s;
@@ -68,6 +83,73 @@ uint64_t parseSubsys(const std::string& s) {
   return invert ? ~mask : mask;
 }
 
+// NCCL_DEBUG_TIMESTAMP_LEVELS as NCCL parses it: names it does not know are skipped.
+uint32_t parseStampLevels(const std::string& s) {
+  static const struct {
+    const char* name;
+    LogLevel level;
+  } kNames[] = {{"VERSION", LogLevel::kVersion},
+                {"WARN", LogLevel::kWarn},
+                {"INFO", LogLevel::kInfo},
+                {"ABORT", LogLevel::kAbort},
+                {"TRACE", LogLevel::kTrace}};
+  const bool invert = !s.empty() && s[0] == '^';
+  uint32_t mask = invert ? ~0u : 0u;
+  for (const std::string& tok : splitList(s.substr(invert ? 1 : 0))) {
+    uint32_t bits = 0;
+    if (strcasecmp(tok.c_str(), "ALL") == 0) bits = ~0u;
+    for (auto& n : kNames)
+      if (strcasecmp(tok.c_str(), n.name) == 0) bits = 1u << static_cast<int>(n.level);
+    mask = invert ? mask & ~bits : mask | bits;
+  }
+  return mask;
+}
+
+// NCCL_DEBUG_TIMESTAMP_FORMAT: the first %Nf becomes N placeholders filled with the fraction of the second at each
+// line (a %% before it is left to strftime); underscores become spaces.
+void parseStampFormat(const std::string& text, LogState* st) {
+  std::string f = text;
+  st->stampAt = std::string::npos;
+  st->stampDigits = 0;
+  for (size_t i = 0; i + 1 < f.size(); i++) {
+    if (f[i] != '%') continue;
+    if (f[i + 1] == '%') {
+      i++;
+      continue;
+    }
+    if (i + 2 < f.size() && f[i + 1] >= '1' && f[i + 1] <= '9' && f[i + 2] == 'f') {
+      st->stampDigits = f[i + 1] - '0';
+      st->stampAt = i;
+      f.replace(i, 3, static_cast<size_t>(st->stampDigits), '0');
+      break;
+    }
+  }
+  for (char& c : f)
+    if (c == '_') c = ' ';
+  st->stampFormat = f;
+}
+
+// The timestamp a line of `level` starts with ("" when its level is not stamped). Under st.mutex.
+std::string timestamp(const LogState& st, LogLevel level) {
+  if ((st.stampLevels & (1u << static_cast<int>(level))) == 0 || st.stampFormat.empty()) return "";
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  std::tm tm;
+  localtime_r(&ts.tv_sec, &tm);
+  std::string format = st.stampFormat;
+  if (st.stampAt != std::string::npos) {
+    long frac = ts.tv_nsec;
+    for (int d = st.stampDigits; d < 9; d++) frac /= 10;
+    char digits[16];
+    snprintf(digits, sizeof(digits), "%0*ld", st.stampDigits, frac);
+    format.replace(st.stampAt, static_cast<size_t>(st.stampDigits), digits);
+  }
+  char buf[256];
+  size_t n = std::strftime(buf, sizeof(buf), format.c_str(), &tm);
+  if (n == 0) n = std::strftime(buf, sizeof(buf), "[%F %T] ", &tm);  // too long: NCCL's default
+  return std::string(buf, n);
+}
+
 // Re-reads the logging environment when the parameter generation changed.
 void refresh() {
   uint64_t gen = paramsGeneration();
@@ -77,6 +159,10 @@ void refresh() {
   if (st.gen == gen) return;
   st.level = parseLevel(kDebug.get());
   st.subsys = parseSubsys(kDebugSubsys.get());
+  st.stampLevels = parseStampLevels(kTimestampLevels.get());
+  // Set but empty turns timestamps off, as in NCCL (a parameter reads an empty value as unset).
+  const char* rawFormat = getenv("NCCL_DEBUG_TIMESTAMP_FORMAT");
+  parseStampFormat(rawFormat != nullptr && *rawFormat == '\0' ? std::string() : kTimestampFormat.get(), &st);
   gethostname(st.host, sizeof(st.host) - 1);
   if (char* dot = strchr(st.host, '.')) *dot = '\0';
   std::string path = kDebugFile.get();
@@ -159,11 +245,13 @@ void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, con
   long tid = syscall(SYS_gettid);
   std::lock_guard<std::mutex> lock(st.mutex);
   const char* base = strrchr(file, '/');
+  const std::string stamp = timestamp(st, level);
   if (level == LogLevel::kWarn) {
-    fprintf(st.file, "%s:%d:%ld [%d] chorus WARN %s:%d %s\n", st.host, getpid(), tid, tDevice, base ? base + 1 : file,
-            line, msg);
+    fprintf(st.file, "%s%s:%d:%ld [%d] chorus WARN %s:%d %s\n", stamp.c_str(), st.host, getpid(), tid, tDevice,
+            base ? base + 1 : file, line, msg);
   } else {
-    fprintf(st.file, "%s:%d:%ld [%d] chorus %s %s\n", st.host, getpid(), tid, tDevice, levelName(level), msg);
+    fprintf(st.file, "%s%s:%d:%ld [%d] chorus %s %s\n", stamp.c_str(), st.host, getpid(), tid, tDevice,
+            levelName(level), msg);
   }
   fflush(st.file);
 }

@@ -1,9 +1,11 @@
-// NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE behave as in NCCL.
+// NCCL_DEBUG, NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE and the timestamps (NCCL_DEBUG_TIMESTAMP_*) behave as in NCCL.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@ class Logging : public ::testing::Test {
     unsetenv("NCCL_DEBUG");
     unsetenv("NCCL_DEBUG_SUBSYS");
     unsetenv("NCCL_DEBUG_FILE");
+    unsetenv("NCCL_DEBUG_TIMESTAMP_LEVELS");
+    unsetenv("NCCL_DEBUG_TIMESTAMP_FORMAT");
     ncclResetDebugInit();
     unlink(file_.c_str());
   }
@@ -49,6 +53,62 @@ TEST_F(Logging, InfoShowsInitWithNcclStylePrefix) {
   // host:pid:tid [dev] prefix
   std::string prefix = ":" + std::to_string(getpid()) + ":";
   EXPECT_NE(log.find(prefix), std::string::npos) << log;
+}
+
+/// The log's lines that hold `what`.
+std::vector<std::string> linesWith(const std::string& log, const std::string& what) {
+  std::vector<std::string> out;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(what) != std::string::npos) out.push_back(line);
+  return out;
+}
+
+// As in NCCL: by default WARN lines start with "[YYYY-MM-DD HH:MM:SS] " and INFO lines with the host; the levels and
+// the strftime format (with %Nf for a fraction of the second, and _ for a space) can be set; an empty format, or
+// ^ALL, stamps nothing.
+TEST_F(Logging, TimestampsStartWarnLinesAsInNccl) {
+  const std::string host = ":" + std::to_string(getpid()) + ":";
+  const std::regex dateTime("^\\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\\] [^ ]+" + host + ".*");
+  struct Case {
+    const char* levels;
+    const char* format;
+    std::string warnStarts, infoStarts;  // regexes for a WARN line and an INFO line
+  };
+  const std::string plain = "^[^ \\[]+" + host + ".*";
+  const std::vector<Case> cases = {
+      {nullptr, nullptr, "date", plain},
+      {"INFO,WARN", nullptr, "date", "date"},
+      {"^WARN", nullptr, plain, "date"},
+      {"ALL", "%H:%M:%3f_", "^[0-9]{2}:[0-9]{2}:[0-9]{3} [^ ]+" + host + ".*", "^[0-9]{2}:[0-9]{2}:[0-9]{3} .*"},
+      {"ALL", "%%3f|%s.%6f ", "^%3f\\|[0-9]+\\.[0-9]{6} .*", "^%3f\\|[0-9]+\\.[0-9]{6} .*"},
+      {"^ALL", nullptr, plain, plain},
+      {"ALL", "", plain, plain},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string("levels ") + (c.levels ? c.levels : "(unset)") + ", format " +
+                 (c.format ? "\"" + std::string(c.format) + "\"" : "(unset)"));
+    setenv("NCCL_DEBUG", "INFO", 1);
+    if (c.levels)
+      setenv("NCCL_DEBUG_TIMESTAMP_LEVELS", c.levels, 1);
+    else
+      unsetenv("NCCL_DEBUG_TIMESTAMP_LEVELS");
+    if (c.format)
+      setenv("NCCL_DEBUG_TIMESTAMP_FORMAT", c.format, 1);
+    else
+      unsetenv("NCCL_DEBUG_TIMESTAMP_FORMAT");
+    ncclResetDebugInit();
+    makeAndDestroyComms();
+    const std::string log = chorus_test::readFile(file_);
+    const std::vector<std::string> warns = linesWith(log, " chorus WARN "), infos = linesWith(log, " chorus INFO ");
+    ASSERT_FALSE(warns.empty()) << log;
+    ASSERT_FALSE(infos.empty()) << log;
+    const std::regex warnRe = c.warnStarts == "date" ? dateTime : std::regex(c.warnStarts);
+    const std::regex infoRe = c.infoStarts == "date" ? dateTime : std::regex(c.infoStarts);
+    for (const std::string& l : warns) EXPECT_TRUE(std::regex_match(l, warnRe)) << l;
+    for (const std::string& l : infos) EXPECT_TRUE(std::regex_match(l, infoRe)) << l;
+    unlink(file_.c_str());
+  }
 }
 
 TEST_F(Logging, SubsysMaskFiltersInfo) {
