@@ -16,6 +16,7 @@
 #include "core/params.h"
 #include "harness/ranks.h"
 #include "nccl.h"
+#include "topo/affinity.h"
 #include "transport/thread_names.h"
 #include "transport/transport_env.h"
 #include "transports/net/net.h"
@@ -127,17 +128,7 @@ TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
 // parse is ignored: the proxy then stays on the CPUs of the thread that created the communicator (the loopback
 // interface has no CPUs near it for CHORUS_PROXY_BIND to move to).
 /// A CPU set as the kernel lists it in Cpus_allowed_list ("0-3,5").
-std::string cpusOf(const cpu_set_t& set) {
-  std::string out;
-  for (int c = 0; c < CPU_SETSIZE; c++) {
-    if (!CPU_ISSET(c, &set)) continue;
-    int last = c;
-    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) last++;
-    out += (out.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
-    c = last;
-  }
-  return out;
-}
+std::string cpusOf(const cpu_set_t& set) { return chorus::formatCpuList(set); }
 
 /// One allreduce over the socket net; kOk when every proxy and helper thread runs on `want` (Cpus_allowed_list form)
 /// and the rank's own thread still on `mine`.
