@@ -38,6 +38,11 @@ IntParam kNetGdrRead{"NCCL_NET_GDR_READ", -1,
                      "GPUDirect RDMA for the sending side too (the NIC reads the GPU's memory): 1 on, 0 off (the "
                      "sender's FIFO stays in pinned host memory), -1 as NCCL: on from compute capability 8.0.",
                      "transports"};
+IntParam kNetForceFlush{"NCCL_NET_FORCE_FLUSH", 0,
+                        "1: flush every receive a net writes into GPU memory (GPUDirect RDMA) before a kernel reads "
+                        "it, as on GPUs before compute capability 9.0; 0 (NCCL's default): from 9.0, on x86 hosts, "
+                        "only where the net device asks for it (docs/net.md).",
+                        "transports"};
 }  // namespace
 
 IntParam kDmaBufEnable{"NCCL_DMABUF_ENABLE", 1,
@@ -337,7 +342,9 @@ NetGdr useNetGdr(const RemoteDeviceInfo& info, bool isSend, const GdrRuntimeInfo
   auto no = [why](const std::string& text) { return (*why = text), NetGdr::kNone; };
   const std::string dev = "net device " + (info.name.empty() ? std::string("?") : info.name);
   if ((info.ptrSupport & NCCL_PTR_CUDA) == 0) return no(dev + " does not register GPU memory");
-  if (!isSend && !info.flushesGpuMemory) return no("the net does not flush receives into GPU memory");
+  std::string flushWhy;
+  if (!isSend && !info.flushesGpuMemory && netNeedsFlush(info, rt, &flushWhy))
+    return no("the net does not flush receives into GPU memory, and they need one (" + flushWhy + ")");
   if (level < 0) return no("NCCL_NET_GDR_LEVEL=" + kNetGdrLevel.get());
   if (info.gpuDistance < 0) return no("the topology does not place " + dev + " beside the GPU");
   const char* dist = pathClassName(static_cast<PathClass>(info.gpuDistance));
@@ -361,6 +368,23 @@ NetGdr useNetGdr(const RemoteDeviceInfo& info, bool isSend, const GdrRuntimeInfo
   }
   *why = dev + ", " + dist + " from the GPU" + (dmaBuf ? ", dma-buf" : "");
   return dmaBuf ? NetGdr::kDmaBuf : NetGdr::kPeerMemory;
+}
+
+bool netNeedsFlush(const RemoteDeviceInfo& info, const GdrRuntimeInfo& rt, std::string* why) {
+  if (info.forceFlush) return (*why = "the net device asks for it"), true;
+  if (kNetForceFlush.get() == 1) return (*why = "NCCL_NET_FORCE_FLUSH=1"), true;
+  if (rt.computeCap < 90) {
+    *why = rt.computeCap == 0 ? "compute capability unknown" : "compute capability below 9.0";
+    return true;
+  }
+  if (rt.cpuArch != "x86_64") {
+    *why = "compute capability 9.0 or more, but " +
+           (rt.cpuArch.empty() ? std::string("the CPU architecture is unknown") : "the host is " + rt.cpuArch) +
+           ", which may reach its GPU over C2C";
+    return true;
+  }
+  *why = "compute capability 9.0 or more on an x86 host";
+  return false;
 }
 
 void releaseRemoteData(RemoteData d) {

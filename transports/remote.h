@@ -44,6 +44,8 @@ struct RemoteData {
   /// Copies host memory to GPU memory (a slot's payload that a net delivered to host memory with its header); false
   /// on failure.
   std::function<bool(void* dst, const void* src, size_t bytes)> toDevice;
+  /// A receiving side: each receive into ptr is flushed (iflush) before the kernel reads it (netNeedsFlush).
+  bool flush = true;
 };
 
 /// Ends a RemoteData the transport owns: closes its dma-buf descriptor, if still open, and calls release.
@@ -55,6 +57,7 @@ struct RemoteDeviceInfo {
   int gpuDistance = -1;   ///< its PCI distance class to this rank's GPU (PathClass), -1 when the topology has none
   std::string name;       ///< the net device's name
   bool flushesGpuMemory = true;  ///< the net's iflush makes receives into GPU memory visible (NetChoice)
+  bool forceFlush = false;       ///< its properties' forceFlush: receives into GPU memory always need a flush
 };
 
 /// Channels from this one up are the device path's (network staging, Connections::staging): their FIFOs are filled
@@ -205,7 +208,15 @@ struct GdrRuntimeInfo {
   GpuDirectPaths paths;  ///< which of those ways exist
   std::string why;       ///< when not ok, what is missing
   int computeCap = 0;    ///< major * 10 + minor, 0 when unknown
+  std::string cpuArch;   ///< the host's CPU architecture ("x86_64", "aarch64"; HostTopology::cpuArch), "" unknown
 };
+
+/// Whether what a net writes into GPU memory must be flushed (iflush) before a kernel reads it, as NCCL 2.28 decides
+/// (ncclTopoNeedFlush): always where the net device says so (forceFlush) or NCCL_NET_FORCE_FLUSH=1; otherwise not
+/// from compute capability 9.0 (Hopper and later order the NIC's writes before its completion reaches the GPU).
+/// NCCL flushes such a GPU too where it reaches its CPU over C2C (Grace) and the NIC is within PXB; chorus's topology
+/// has no C2C class, so only on an x86 host does a GPU of 9.0 or more go without. *why says which.
+bool netNeedsFlush(const RemoteDeviceInfo& info, const GdrRuntimeInfo& rt, std::string* why);
 
 /// How the net registers a FIFO's GPU memory for GPUDirect RDMA (none: the FIFO stays in pinned host memory).
 enum class NetGdr { kNone, kPeerMemory, kDmaBuf };

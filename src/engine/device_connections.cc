@@ -356,6 +356,7 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
   if (remote != nullptr && remote->deviceInfo(kDeviceNetChannelBase + ch, &info)) {
     gpu.ok = rt_->gpuDirectRdma(comm_->cudaDev, &gpu.paths, &gpu.why);
     gpu.computeCap = rt_->computeCapability(comm_->cudaDev);
+    gpu.cpuArch = processTopology().cpuArch;
     way = useNetGdr(info, isSend, gpu, &why);
   }
   if (way != NetGdr::kNone) {
@@ -393,6 +394,11 @@ ncclResult_t DeviceConnections::stage(int ch, int peer, bool isSend, DevConn* c)
     }
   }
   const bool gdr = way != NetGdr::kNone;
+  if (gdr && !isSend) {
+    std::string flushWhy;
+    data.flush = netNeedsFlush(info, gpu, &flushWhy);
+    why += std::string(data.flush ? "; each receive flushed: " : "; no flush: ") + flushWhy;
+  }
   Conn* hc = nullptr;
   CHORUS_CHECK(host_->staging(ch, peer, isSend, &hc, gdr ? &data : nullptr));
   void* mem = hc->fifo.ctrl;  // the FIFO memory starts with its control block

@@ -1079,14 +1079,24 @@ TEST(DevicePathTopology, NetConnectionsUseTheNicsNearestEachGpu) {
 // GPUDirect RDMA: where the net registers GPU memory (the test plugin with CHORUS_TEST_NET_PTR_CUDA=1), the runtime
 // supports it and the NIC is near enough the GPU (NCCL_NET_GDR_LEVEL, default PXB; here PIX), a device connection to
 // another host keeps its slot data in GPU memory: the proxy registers it as such, sends and receives there, and
-// flushes each receive. Rank 0 on GPU1 and rank 1 on GPU4 of two DGX H100-like hosts (as above). Every collective is
-// checked; the logs say which connections took GPU memory, how it was registered (regMr through peer memory, or
-// regMrDmaBuf of the runtime's dma-buf export) and why the others did not. Settings that turn it off, one at a time:
-// NCCL_NET_GDR_LEVEL=LOC; NCCL_NET_GDR_READ=0 (the receiving sides only); a runtime without it; a net without
-// NCCL_PTR_CUDA; a runtime with dma-buf only and a net without NCCL_PTR_DMABUF.
+// flushes each receive where NCCL would (below 9.0, or as the net or NCCL_NET_FORCE_FLUSH asks; on a host that is not
+// x86, which may be Grace's C2C). Rank 0 on GPU1 and rank 1 on GPU4 of two DGX H100-like hosts (as above). Every
+// collective is checked; the logs say which connections took GPU memory, how it was registered (regMr through peer
+// memory, or regMrDmaBuf of the runtime's dma-buf export) and why the others did not. Settings that turn it off, one
+// at a time: NCCL_NET_GDR_LEVEL=LOC; NCCL_NET_GDR_READ=0 (the receiving sides only); a runtime without it; a net
+// without NCCL_PTR_CUDA; a runtime with dma-buf only and a net without NCCL_PTR_DMABUF.
 TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) {
   DgxGpus dgx("gdr");
   const std::string& topo = dgx.topo;
+  // The same node with Arm CPUs (as a Grace host's), for the flush.
+  const std::string armTopo = topo + ".arm.xml";
+  {
+    std::string xml = readFile(topo);
+    const size_t at = xml.find("\"x86_64\"");
+    ASSERT_NE(at, std::string::npos);
+    xml.replace(at, 8, "\"aarch64\"");
+    std::ofstream(armTopo) << xml;
+  }
   // What the runtime offers; kBothExportFails: both, but its dma-buf export then fails.
   enum Runtime { kNone, kPeerMemory, kDmaBuf, kBoth, kBothExportFails };
   struct Case {
@@ -1098,6 +1108,9 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
     bool sendGdr, recvGdr;
     bool viaDmaBuf;   // the GPU memory is registered through regMrDmaBuf
     const char* why;  // in the log of a staged connection
+    bool flushed = false;  // a receive into GPU memory is flushed before the kernel reads it
+    int computeCap = 90;
+    bool arm = false;  // the hosts' CPUs are aarch64
   };
   const Case cases[] = {
       {"default", "", kPeerMemory, true, false, true, true, false, ""},
@@ -1105,8 +1118,7 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
        "(NCCL_NET_GDR_LEVEL=LOC)"},
       {"level 1 (PIX)", "NCCL_NET_GDR_LEVEL=1", kPeerMemory, true, false, true, true, false, ""},
       {"no GDR read", "NCCL_NET_GDR_READ=0", kPeerMemory, true, false, false, true, false, "(NCCL_NET_GDR_READ=0)"},
-      {"runtime without it", "", kNone, true, false, false, false, false,
-       "(the GPU runtime: emu: gpuDirect is off)"},
+      {"runtime without it", "", kNone, true, false, false, false, false, "(the GPU runtime: emu: gpuDirect is off)"},
       {"net without it", "", kPeerMemory, false, false, false, false, false, "does not register GPU memory)"},
       // dma-buf: the runtime exports the FIFO's GPU memory and the net registers that (no peer-memory module needed);
       // preferred where both ways exist, as NCCL; NCCL_DMABUF_ENABLE=0 leaves peer memory; a net that takes no
@@ -1117,6 +1129,12 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
        "does not take dma-buf registrations)"},
       // An export that fails after the runtime said it works: peer memory instead, the failure named.
       {"dma-buf export fails", "", kBothExportFails, true, true, true, true, false, ""},
+      // The flush, as NCCL decides it: none from compute capability 9.0 on x86 (above); below 9.0, where the net
+      // device or NCCL_NET_FORCE_FLUSH asks, or on an Arm host, one a receive.
+      {"compute 8.0", "", kPeerMemory, true, false, true, true, false, "", true, 80},
+      {"force flush", "NCCL_NET_FORCE_FLUSH=1", kPeerMemory, true, false, true, true, false, "", true},
+      {"net asks for flushes", "CHORUS_TEST_NET_FORCE_FLUSH=1", kPeerMemory, true, false, true, true, false, "", true},
+      {"Arm host", "", kPeerMemory, true, false, true, true, false, "", true, 90, true},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
@@ -1124,6 +1142,7 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
     gEmu.peerMemory = k.runtime == kPeerMemory || k.runtime == kBoth || k.runtime == kBothExportFails;
     gEmu.dmaBuf = k.runtime == kDmaBuf || k.runtime == kBoth || k.runtime == kBothExportFails;
     gEmu.dmaBufFails = k.runtime == kBothExportFails;
+    gEmu.computeCap = k.computeCap;
     const std::string log = "/tmp/chorus-gdr-log-" + std::to_string(getpid());
     forkRanksForLog(
         2,
@@ -1131,7 +1150,7 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
           setenv("CHORUS_TEST_NET_PTR_CUDA", k.netCuda ? "1" : "0", 1);
           setenv("CHORUS_TEST_NET_PTR_DMABUF", k.netDmaBuf ? "1" : "0", 1);
           if (k.env[0] != '\0') putenv(const_cast<char*>(k.env));
-          onDgxHostsOverTestNet(rank, topo, log);
+          onDgxHostsOverTestNet(rank, k.arm ? armTopo : topo, log);
           return ringCollectivesOnDevice(rank, 2, rank == 0 ? 1 : 2, id, false);
         },
         log);
@@ -1159,14 +1178,21 @@ TEST(DevicePathGpuDirect, NetFifosTakeGpuMemoryWhereNetRuntimeAndDistanceAllow) 
         EXPECT_NE(text.find("exporting the FIFO's GPU memory as a dma-buf failed"), std::string::npos);
         EXPECT_NE(text.find("from the GPU (dma-buf export failed: emu: dmaBufFd"), std::string::npos);
       }
-      // A receive into GPU memory is flushed before the kernel reads it.
-      EXPECT_EQ(text.find("ChorusTestNet: iflush of GPU memory") != std::string::npos, k.recvGdr);
+      // A receive into GPU memory is flushed before the kernel reads it where it needs one, and the log says why.
+      EXPECT_EQ(text.find("ChorusTestNet: iflush of GPU memory") != std::string::npos, k.recvGdr && k.flushed);
+      if (k.recvGdr) {
+        EXPECT_NE(
+            text.find(k.flushed ? "; each receive flushed: " : "; no flush: compute capability 9.0 or more on an x86"),
+            std::string::npos);
+      }
       EXPECT_EQ(text.find("connected (GPUDirect RDMA: payloads in GPU memory)") != std::string::npos, anyGdr);
     }
   }
   gEmu.peerMemory = true;
   gEmu.dmaBuf = false;
   gEmu.dmaBufFails = false;
+  gEmu.computeCap = 90;
+  std::remove(armTopo.c_str());
 }
 
 // A mismatch across hosts, with the slot data in GPU memory and staged: rank 1 calls another count. A kernel that sees
@@ -1221,7 +1247,8 @@ TEST(DevicePathGpuDirect, MismatchAcrossHostsIsNamedOnBothRanks) {
 // GPUDirect RDMA over the UCX net, which frames a small slot as one message (header and payload) and posts one
 // receive for it. A payload sent from host memory that comes with its header lands in host memory and is copied to
 // the receiver's GPU memory; a payload apart (sent from GPU memory, or over CHORUS_NET_SLOT_MESSAGE_MAX_BYTES) lands
-// in GPU memory and is flushed with a UCX get. UCX here has no CUDA memory, so it is made to act as if it had
+// in GPU memory and is flushed with a UCX get (NCCL_NET_FORCE_FLUSH=1: the emulated GPU is 9.0 on an x86 host, which
+// NCCL, and chorus, would not flush). UCX here has no CUDA memory, so it is made to act as if it had
 // (ucx::forceGpuMemoryForTests; the emulated runtime's "GPU memory" is host memory), and the DGX topology's NIC
 // nearest GPU0 takes the name of UCX's device (NCCL_NET_GDR_LEVEL=SYS: rank 1's GPU4 is on the other socket). Rank
 // 0 on GPU1 of one host, rank 1 on GPU4 of another; every collective is checked: an allreduce of 400 KB and
@@ -1269,6 +1296,7 @@ TEST(DevicePathGpuDirect, UcxSlotMessagesTakeGpuMemory) {
           setenv("NCCL_NET_GDR_LEVEL", "SYS", 1);
           setenv("NCCL_NET_GDR_READ", k.gdrRead, 1);
           setenv("CHORUS_NET_SLOT_MESSAGE_MAX_BYTES", k.slotMax, 1);
+          setenv("NCCL_NET_FORCE_FLUSH", "1", 1);
           setenv("CHORUS_TIMEOUT_S", "30", 1);
           logInfoTo(log + "." + std::to_string(rank), "INIT,NET");
           ncclResetDebugInit();
@@ -1283,6 +1311,7 @@ TEST(DevicePathGpuDirect, UcxSlotMessagesTakeGpuMemory) {
       SCOPED_TRACE("rank " + std::to_string(r) + "\n" + text);
       const std::string to = "-> rank " + std::to_string(1 - r) + ": ", from = "<- rank " + std::to_string(1 - r) + ": ";
       EXPECT_NE(text.find(from + "GPUDirect RDMA (net device "), std::string::npos) << "receives into GPU memory";
+      EXPECT_NE(text.find("; each receive flushed: NCCL_NET_FORCE_FLUSH=1"), std::string::npos);
       EXPECT_NE(text.find(to + (k.sendGdr ? "GPUDirect RDMA (net device " : "staged through pinned host")),
                 std::string::npos)
           << "sends";

@@ -258,6 +258,8 @@ static int gPtrCuda = 0;
 /* CHORUS_TEST_NET_PTR_DMABUF=1 (with CHORUS_TEST_NET_PTR_CUDA=1): they also take GPU memory as a dma-buf
    (NCCL_PTR_DMABUF, regMrDmaBuf), which must be the buffer's own memory (checked against /proc/self/maps). */
 static int gPtrDmaBuf = 0;
+/* CHORUS_TEST_NET_FORCE_FLUSH=1 (v9 and later): the devices say receives into GPU memory always need a flush. */
+static int gForceFlush = 0;
 /* CHORUS_TEST_NET_STALL_DEV: the device whose connects never complete; -1 none. */
 static int gStallDev = -1;
 /* CHORUS_TEST_NET_SLOW_CONNECT_S: how long the first connect() holds its caller; 0 none. */
@@ -523,6 +525,8 @@ static ncclResult_t netInit(Logger log, int again) {
   gPtrCuda = cuda != NULL && strcmp(cuda, "1") == 0;
   const char* dmaBuf = getenv("CHORUS_TEST_NET_PTR_DMABUF");
   gPtrDmaBuf = gPtrCuda && dmaBuf != NULL && strcmp(dmaBuf, "1") == 0;
+  const char* forceFlush = getenv("CHORUS_TEST_NET_FORCE_FLUSH");
+  gForceFlush = forceFlush != NULL && strcmp(forceFlush, "1") == 0;
   const char* stall = getenv("CHORUS_TEST_NET_STALL_DEV");
   gStallDev = stall != NULL && *stall != '\0' ? atoi(stall) : -1;
   const char* slow = getenv("CHORUS_TEST_NET_SLOW_CONNECT_S");
@@ -566,6 +570,7 @@ static ncclResult_t netGetProperties(int dev, Props* props) {
   props->regIsGlobal = 1; /* a registration is not tied to its comm */
 #endif
 #if NET_LAYOUT >= 9
+  props->forceFlush = gForceFlush;
   props->vProps.ndevs = 1;
   props->vProps.devs[0] = dev;
   if (gNamedDevs > 0 && dev >= gNamedDevs) props->vProps = gVProps[dev];

@@ -505,6 +505,40 @@ TEST_F(NetSelect, RanksThatChoseDifferentNetsFailNamingBoth) {
                     });
 }
 
+// Which receives into GPU memory are flushed, as NCCL 2.28's ncclTopoNeedFlush: all where the net device asks
+// (forceFlush) or NCCL_NET_FORCE_FLUSH=1; else below compute capability 9.0 (or unknown), and from 9.0 only where
+// the host is not x86 (chorus cannot tell Grace's C2C from other Arm hosts).
+TEST(NetGpuDirect, FlushesAsNcclDecides) {
+  unsetenv("NCCL_NET_FORCE_FLUSH");
+  chorus::paramsReload();
+  auto needs = [](bool forceFlush, int cc, const char* arch, std::string* why) {
+    chorus::RemoteDeviceInfo info{NCCL_PTR_CUDA, 0, "mlx5_0"};
+    info.forceFlush = forceFlush;
+    chorus::GdrRuntimeInfo rt;
+    rt.computeCap = cc;
+    rt.cpuArch = arch;
+    return chorus::netNeedsFlush(info, rt, why);
+  };
+  std::string why;
+  EXPECT_FALSE(needs(false, 90, "x86_64", &why));
+  EXPECT_EQ(why, "compute capability 9.0 or more on an x86 host");
+  EXPECT_FALSE(needs(false, 100, "x86_64", &why));
+  EXPECT_TRUE(needs(false, 80, "x86_64", &why));
+  EXPECT_EQ(why, "compute capability below 9.0");
+  EXPECT_TRUE(needs(false, 0, "x86_64", &why));
+  EXPECT_EQ(why, "compute capability unknown");
+  EXPECT_TRUE(needs(false, 90, "aarch64", &why));
+  EXPECT_EQ(why, "compute capability 9.0 or more, but the host is aarch64, which may reach its GPU over C2C");
+  EXPECT_TRUE(needs(true, 90, "x86_64", &why));
+  EXPECT_EQ(why, "the net device asks for it");
+  setenv("NCCL_NET_FORCE_FLUSH", "1", 1);
+  chorus::paramsReload();
+  EXPECT_TRUE(needs(false, 90, "x86_64", &why));
+  EXPECT_EQ(why, "NCCL_NET_FORCE_FLUSH=1");
+  unsetenv("NCCL_NET_FORCE_FLUSH");
+  chorus::paramsReload();
+}
+
 // NCCL_NET_GDR_LEVEL's names and numbers, and each condition of GPUDirect RDMA for the device path's connections.
 TEST(NetGpuDirect, LevelsAndConditionsAsNccl) {
   int level = 0;
@@ -518,12 +552,14 @@ TEST(NetGpuDirect, LevelsAndConditionsAsNccl) {
 
   chorus::RemoteDeviceInfo pix{NCCL_PTR_HOST | NCCL_PTR_CUDA, 0, "mlx5_0"};
   std::string why;
-  auto use = [&](const chorus::RemoteDeviceInfo& info, bool isSend, bool runtime = true, int cc = 90) {
+  auto use = [&](const chorus::RemoteDeviceInfo& info, bool isSend, bool runtime = true, int cc = 90,
+                 const char* arch = "") {
     chorus::paramsReload();
     chorus::GdrRuntimeInfo rt;
     rt.ok = rt.paths.peerMemory = runtime;
     rt.why = "no driver";
     rt.computeCap = cc;
+    rt.cpuArch = arch;
     return chorus::useNetGdr(info, isSend, rt, &why) == chorus::NetGdr::kPeerMemory;
   };
   unsetenv("NCCL_NET_GDR_LEVEL");
@@ -536,8 +572,14 @@ TEST(NetGpuDirect, LevelsAndConditionsAsNccl) {
   EXPECT_TRUE(use(pix, false, true, 70));
   EXPECT_FALSE(use(pix, false, false));
   EXPECT_EQ(why, "the GPU runtime: no driver");
+  // A net that cannot flush takes receives into GPU memory only where they need no flush (netNeedsFlush).
   EXPECT_FALSE(use({NCCL_PTR_CUDA, 0, "mlx5_0", false}, false));
-  EXPECT_EQ(why, "the net does not flush receives into GPU memory");
+  EXPECT_EQ(why,
+            "the net does not flush receives into GPU memory, and they need one (compute capability 9.0 or more, but "
+            "the CPU architecture is unknown, which may reach its GPU over C2C)");
+  EXPECT_TRUE(use({NCCL_PTR_CUDA, 0, "mlx5_0", false}, false, true, 90, "x86_64"));
+  EXPECT_FALSE(use({NCCL_PTR_CUDA, 0, "mlx5_0", false}, false, true, 80, "x86_64"));
+  EXPECT_NE(why.find("(compute capability below 9.0)"), std::string::npos) << why;
   EXPECT_TRUE(use({NCCL_PTR_CUDA, 0, "mlx5_0", false}, true));  // a send needs no flush
   EXPECT_FALSE(use({NCCL_PTR_HOST, 0, "eth0"}, false));
   EXPECT_EQ(why, "net device eth0 does not register GPU memory");

@@ -106,11 +106,13 @@ bool NetProxy::sendsByAddress() const { return net_.sendsUnregistered && kNetByA
 void NetProxy::chooseDevices() {
   deviceNames_.clear();
   ptrSupport_.clear();
+  forceFlush_.clear();
   for (int d : net_.devs) {
     ncclNetProperties_v11_t props{};
     if (net_.api->getProperties(d, &props) != ncclSuccess) props = ncclNetProperties_v11_t{};
     deviceNames_.emplace_back(props.name != nullptr ? props.name : "", props.pciPath != nullptr ? props.pciPath : "");
     ptrSupport_.push_back(props.ptrSupport);
+    forceFlush_.push_back(props.forceFlush != 0);
   }
   const int64_t gpu = comm_->peers.empty() ? -1 : comm_->peers[rank_].busId;
   NicChoice choice = kNetNearGpu.get() != 0 ? chooseNics(processTopology(), gpu, deviceNames_)
@@ -184,6 +186,7 @@ bool NetProxy::deviceInfo(int channel, RemoteDeviceInfo* out) const {
   const int dev = devices_[i];
   if (dev < 0 || dev >= static_cast<int>(ptrSupport_.size())) return false;
   out->ptrSupport = ptrSupport_[static_cast<size_t>(dev)];
+  out->forceFlush = forceFlush_[static_cast<size_t>(dev)];
   out->gpuDistance = i < deviceClasses_.size() ? deviceClasses_[i] : -1;
   out->name = deviceNames_[static_cast<size_t>(dev)].first;
   out->flushesGpuMemory = net_.flushesGpuMemory;
@@ -818,9 +821,11 @@ bool NetProxy::recvSlots(NetConn& c, bool test) {
       fail(c, "copying a slot's payload of " + std::to_string(paySize) + " bytes to GPU memory failed");
       return true;
     }
-    // GPUDirect RDMA: what the NIC wrote into GPU memory is flushed before the kernel may read it.
+    // GPUDirect RDMA: what the NIC wrote into GPU memory is flushed before the kernel may read it, where it needs one
+    // (RemoteData::flush, netNeedsFlush).
     // (A payload that completed in an earlier pass left its flush in flight: flushReq.)
-    if (c.data.ptr != nullptr && !inBounce && (paySize > 0 || c.flushReq != nullptr) && n->iflush != nullptr) {
+    if (c.data.ptr != nullptr && c.data.flush && !inBounce && (paySize > 0 || c.flushReq != nullptr) &&
+        n->iflush != nullptr) {
       if (c.flushReq == nullptr) {
         void* data = f.slotData(slot);
         int bytes = paySize;

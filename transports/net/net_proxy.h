@@ -202,6 +202,7 @@ class NetProxy : public RemoteTransport {
   std::vector<int> devices_;
   std::vector<int> deviceClasses_;  ///< devices_[i]'s PCI distance class to this rank's GPU (PathClass), or -1
   std::vector<int> ptrSupport_;     ///< each of NetChoice::devs' NCCL_PTR_* (its properties)
+  std::vector<bool> forceFlush_;    ///< each one's forceFlush (its properties)
   ProxyWake wake_;
 
   std::vector<std::unique_ptr<NetConn>> conns_;  ///< the proxy's (the caller's after the join)
