@@ -117,11 +117,8 @@ bool bindThreadNear(const std::string& cpus, std::string* result) {
 }
 
 bool bindThreadTo(const std::string& cpus, std::string* result) {
-  cpu_set_t set;
-  if (!parseCpuList(cpus, &set) || CPU_COUNT(&set) == 0) {
-    *result = "CPU list \"" + cpus + "\" does not parse";
-    return false;
-  }
+  cpu_set_t now, set;
+  if (!targetAffinity(cpus, /*ignoreNow=*/true, &now, &set, result)) return false;
   if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
     *result = "cannot run the thread on CPUs " + formatCpuList(set) + ": " + strerror(rc) +
               (rc == EINVAL ? " (none of them is one this process may use)" : "");

@@ -123,15 +123,8 @@ TEST_F(NetSelect, MissingPluginFallsBackToSockets) {
       2, [](int) {}, [](int, ncclComm_t c) { return allreduceVia("chorus-net-Sock", 2, c); }, unexpectedFailure));
 }
 
-// NCCL_PROXY_CPUSET: each rank's socket net proxy and the helper threads it starts (two a connection here) run on
-// exactly the CPUs it names, a list as NCCL writes it; the rank's own thread stays where it was. A list that does not
-// parse is ignored: the proxy then stays on the CPUs of the thread that created the communicator (the loopback
-// interface has no CPUs near it for CHORUS_PROXY_BIND to move to).
-/// A CPU set as the kernel lists it in Cpus_allowed_list ("0-3,5").
-std::string cpusOf(const cpu_set_t& set) { return chorus::formatCpuList(set); }
-
-/// One allreduce over the socket net; kOk when every proxy and helper thread runs on `want` (Cpus_allowed_list form)
-/// and the rank's own thread still on `mine`.
+/// One allreduce over the socket net; kOk when every proxy and helper thread runs on `want` (Cpus_allowed_list form,
+/// as chorus::formatCpuList writes it) and the rank's own thread still on `mine`.
 int proxyThreadsOn(ncclComm_t comm, const std::string& want, const std::string& mine) {
   if (int code = allreduceVia("chorus-net-Sock", 2, comm); code != kOk) return code;
   std::vector<std::string> proxies = cpusOfThreadsNamed("chorus-net-Sock"),
@@ -141,17 +134,21 @@ int proxyThreadsOn(ncclComm_t comm, const std::string& want, const std::string& 
     for (const std::string& cpus : *list)
       if (cpus != want) code = kWrongProxy;
   cpu_set_t now;
-  if (sched_getaffinity(0, sizeof(now), &now) != 0 || cpusOf(now) != mine) code = kWrongProxy;
+  if (sched_getaffinity(0, sizeof(now), &now) != 0 || chorus::formatCpuList(now) != mine) code = kWrongProxy;
   if (code != kOk) {
     fprintf(stderr, "want CPUs %s: proxies on", want.c_str());
     for (const std::string& c : proxies) fprintf(stderr, " [%s]", c.c_str());
     fprintf(stderr, ", helpers on");
     for (const std::string& c : helpers) fprintf(stderr, " [%s]", c.c_str());
-    fprintf(stderr, "; the rank's thread on %s (was %s)\n", cpusOf(now).c_str(), mine.c_str());
+    fprintf(stderr, "; the rank's thread on %s (was %s)\n", chorus::formatCpuList(now).c_str(), mine.c_str());
   }
   return code;
 }
 
+// NCCL_PROXY_CPUSET: each rank's socket net proxy and the helper threads it starts (two a connection here) run on
+// exactly the CPUs it names, a list as NCCL writes it; the rank's own thread stays where it was. A list that does not
+// parse is ignored: the proxy then stays on the CPUs of the thread that created the communicator (the loopback
+// interface has no CPUs near it for CHORUS_PROXY_BIND to move to).
 TEST_F(NetSelect, ProxyCpusetPinsTheProxyAndItsHelpers) {
   cpu_set_t all;
   ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
@@ -159,7 +156,7 @@ TEST_F(NetSelect, ProxyCpusetPinsTheProxyAndItsHelpers) {
   int last = CPU_SETSIZE - 1;
   while (!CPU_ISSET(last, &all)) last--;
   static std::string mine, one;
-  mine = cpusOf(all);
+  mine = chorus::formatCpuList(all);
   one = std::to_string(last);
   env_.set("NCCL_NET", "Socket");
   env_.set("NCCL_SOCKET_IFNAME", "=lo");

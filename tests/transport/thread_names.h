@@ -11,6 +11,12 @@
 
 namespace chorus_test {
 
+/// Whether a thread named `comm` matches `name`: the whole name, or its start when `name` ends in '*'.
+inline bool threadNameMatches(const char* comm, const char* name) {
+  const size_t len = strlen(name);
+  return len > 0 && name[len - 1] == '*' ? strncmp(comm, name, len - 1) == 0 : strcmp(comm, name) == 0;
+}
+
 /// How many threads of this process each of `names` matches, counted in one pass over /proc/self/task (so that
 /// counts taken together agree while threads come and go). A name matches a thread's whole name, or its start when it
 /// ends in '*' (a net proxy is "chorus-net-" and the first 4 characters of its net's name: "chorus-net-Sock"; any net
@@ -36,11 +42,8 @@ inline std::vector<int> countThreadsNamed(const std::vector<const char*>& names)
       char buf[64] = {0};
       if (fgets(buf, sizeof(buf), f) != nullptr) {
         buf[strcspn(buf, "\n")] = 0;
-        for (size_t i = 0; i < names.size(); i++) {
-          size_t len = strlen(names[i]);
-          bool prefix = len > 0 && names[i][len - 1] == '*';
-          if (prefix ? strncmp(buf, names[i], len - 1) == 0 : strcmp(buf, names[i]) == 0) n[i]++;
-        }
+        for (size_t i = 0; i < names.size(); i++)
+          if (threadNameMatches(buf, names[i])) n[i]++;
       }
       fclose(f);
     }
@@ -57,8 +60,6 @@ inline std::vector<std::string> cpusOfThreadsNamed(const char* name) {
   std::vector<std::string> out;
   DIR* d = opendir("/proc/self/task");
   if (d == nullptr) return out;
-  const size_t len = strlen(name);
-  const bool prefix = len > 0 && name[len - 1] == '*';
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
     const std::string task = std::string("/proc/self/task/") + e->d_name;
@@ -68,7 +69,7 @@ inline std::vector<std::string> cpusOfThreadsNamed(const char* name) {
     const bool read = fgets(buf, sizeof(buf), f) != nullptr;
     fclose(f);
     buf[strcspn(buf, "\n")] = 0;
-    if (!read || !(prefix ? strncmp(buf, name, len - 1) == 0 : strcmp(buf, name) == 0)) continue;
+    if (!read || !threadNameMatches(buf, name)) continue;
     if ((f = fopen((task + "/status").c_str(), "r")) == nullptr) continue;
     while (fgets(buf, sizeof(buf), f) != nullptr) {
       if (strncmp(buf, "Cpus_allowed_list:", 18) != 0) continue;
