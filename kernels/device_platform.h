@@ -164,6 +164,16 @@ class DevicePlatform {
     blockSync();
     return ncclInvalidUsage;
   }
+  /// A slot whose header places it elsewhere on the connection (kernels/executor.h, checkOrdinal): recorded with
+  /// both places (DevStatus::got[0] the slot's, got[1] this end's).
+  CHORUS_HOST_DEVICE ncclResult_t outOfOrder(Fifo* f, uint32_t got, uint32_t want) {
+    if (tid_ == 0) {
+      const uint64_t words[3] = {got, want, 0};
+      record(ncclInternalError, PoisonReason::kError, w_.rank, kDevSlotOrder, f, w_.fp.seq, want, nullptr, -1, words);
+    }
+    blockSync();
+    return ncclInternalError;
+  }
   CHORUS_HOST_DEVICE ncclResult_t internalError(const char*) {
     if (tid_ == 0) record(ncclInternalError, PoisonReason::kError, w_.rank, 0, nullptr, w_.fp.seq, 0, nullptr);
     blockSync();

@@ -89,6 +89,9 @@ enum DevWait : uint32_t {
   /// (kernels/device_window.h). DevStatus::got: {the peer's window ids, this rank's, which buffer: 0 in, 1 out, 2
   /// whether the call is on windows at all}.
   kDevWaitWindow = 6,
+  /// Not a wait: a slot read at another place on its connection than its sender wrote it (the two ends out of step).
+  /// DevStatus::got: {the place the slot's header gives, this end's}, each the low 31 bits of a count.
+  kDevSlotOrder = 7,
 };
 
 /// DevWork::direct: how a launch reaches its peers.

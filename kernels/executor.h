@@ -375,9 +375,9 @@ class Executor {
       }
       if (send) {
         if (sll) {
-          sendLL(sf, sfp, out, b, idx);
+          sendLL(sf, sfp, out, b);
         } else {
-          uint32_t tag = idx;
+          uint32_t tag = slotOrdinal(sf->step);
           if (sendFrom) {
             *reinterpret_cast<uint64_t*>(sf->slotData()) = reinterpret_cast<uint64_t>(sendFrom);
             tag |= kDescribedSlot;
@@ -392,15 +392,29 @@ class Executor {
     return ncclSuccess;
   }
 
-  CHORUS_HOST_DEVICE static SlotHeader header(const Fingerprint& fp, size_t bytes, uint32_t idx) {
+  /// What a slot's header says of its place on the connection (SlotHeader::step): the low 31 bits of the sending
+  /// end's count when it filled the slot. The receiving end's count must be the same when it reads the slot.
+  CHORUS_HOST_DEVICE static uint32_t slotOrdinal(uint64_t step) {
+    return static_cast<uint32_t>(step) & ~kDescribedSlot;
+  }
+
+  CHORUS_HOST_DEVICE static SlotHeader header(const Fingerprint& fp, size_t bytes, uint32_t tag) {
     SlotHeader h;
     h.seq = fp.seq;
     h.count = fp.count;
     h.desc = fp.desc;
     h.root = fp.root;
     h.bytes = static_cast<uint32_t>(bytes);
-    h.step = idx;
+    h.step = tag;
     return h;
+  }
+
+  /// A slot read at another place on its connection than it was written (the two ends out of step, or the slot read
+  /// before the sender filled it: its header is then an older slot's) would give some other slice's data, or an
+  /// earlier call's, without any other check noticing when the sizes agree. It stops the operation instead.
+  CHORUS_HOST_DEVICE ncclResult_t checkOrdinal(Fifo* f, const SlotHeader& h) {
+    const uint32_t got = h.step & ~kDescribedSlot, want = slotOrdinal(f->step);
+    return got == want ? ncclSuccess : p_.outOfOrder(f, got, want);
   }
 
   CHORUS_HOST_DEVICE ncclResult_t checkHeader(Fifo* f, const Fingerprint& fp, const SlotHeader& h, size_t bytes, uint32_t idx) {
@@ -411,6 +425,7 @@ class Executor {
 
   CHORUS_HOST_DEVICE ncclResult_t recvSimple(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
     CHORUS_EXEC_CHECK(p_.waitRecvData(f));
+    CHORUS_EXEC_CHECK(checkOrdinal(f, f->hdrs[f->slot()]));
     CHORUS_EXEC_CHECK(checkHeader(f, fp, f->hdrs[f->slot()], bytes, idx));
     *r = f->slotData();
     return ncclSuccess;
@@ -427,14 +442,15 @@ class Executor {
     uint32_t* words = reinterpret_cast<uint32_t*>(buf);
     CHORUS_EXEC_CHECK(p_.waitLines(f, lines, kHdr, flag, words));
     SlotHeader h = *reinterpret_cast<const SlotHeader*>(buf);
+    CHORUS_EXEC_CHECK(checkOrdinal(f, h));
     CHORUS_EXEC_CHECK(checkHeader(f, fp, h, bytes, idx));
     CHORUS_EXEC_CHECK(p_.waitLines(f, lines + kHdr, (bytes + 3) / 4, flag, words + kHdr));
     *r = buf + kHdr * 4;
     return ncclSuccess;
   }
 
-  CHORUS_HOST_DEVICE void sendLL(Fifo* f, const Fingerprint& fp, const char* payload, size_t bytes, uint32_t idx) {
-    p_.sendLL(f, header(fp, bytes, idx), payload, bytes);  // advances f->step: the flags are the signal
+  CHORUS_HOST_DEVICE void sendLL(Fifo* f, const Fingerprint& fp, const char* payload, size_t bytes) {
+    p_.sendLL(f, header(fp, bytes, slotOrdinal(f->step)), payload, bytes);  // advances f->step: the flags signal
   }
 
   Platform& p_;

@@ -47,7 +47,8 @@ struct SlotHeader {
   uint32_t desc;   ///< coll | dtype << 8 | (op & 0xffff) << 16
   int32_t root;    ///< root (or -1)
   uint32_t bytes;  ///< payload bytes in this slot
-  uint32_t step;   ///< schedule step index (for diagnostics), with kDescribedSlot
+  uint32_t
+      step;  ///< the sender's count on this connection (low 31 bits), which the receiver's must equal; kDescribedSlot
 };
 
 /// SlotHeader::step bit: the slot holds the sender's address of the data (8 bytes at the start of the slot) instead

@@ -328,8 +328,8 @@ ncclResult_t HostPlatform::mismatch(Fifo* f, const SlotHeader& got, const Finger
   if (a == b) {
     snprintf(msg, sizeof(msg),
              "rank %d and rank %d disagree inside %s: expected %zu bytes at step %u, got %u bytes "
-             "(step %u); check NCCL_ALGO/NCCL_PROTO and chorus versions",
-             comm_->rank, f->peer, a.c_str(), bytes, step, got.bytes, got.step);
+             "(the connection's slot %u); check NCCL_ALGO/NCCL_PROTO and chorus versions",
+             comm_->rank, f->peer, a.c_str(), bytes, step, got.bytes, got.step & ~kDescribedSlot);
   } else {
     snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank, a.c_str(),
              f->peer, b.c_str());
@@ -435,6 +435,15 @@ ncclResult_t HostPlatform::runSideBySide(const std::vector<Fibers::Task>& tasks)
     return fail(res, PoisonReason::kError, comm_->rank, msg);
   }
   return res;
+}
+
+ncclResult_t HostPlatform::outOfOrder(Fifo* f, uint32_t got, uint32_t want) {
+  char msg[400];
+  snprintf(msg, sizeof(msg),
+           "internal error: rank %d read slot %u of its connection from rank %d, whose header says rank %d wrote it as "
+           "slot %u: the two ends are out of step, so the data would be another slice's; the operation stopped",
+           comm_->rank, want, f->peer, f->peer, got);
+  return fail(ncclInternalError, PoisonReason::kError, comm_->rank, msg);
 }
 
 ncclResult_t HostPlatform::internalError(const char* what) {

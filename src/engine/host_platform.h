@@ -81,6 +81,8 @@ class HostPlatform {
     reduceHost(red_, dst, recv, local, n, flags);
   }
   ncclResult_t mismatch(Fifo* f, const SlotHeader& got, const Fingerprint& mine, size_t bytes, uint32_t step);
+  /// A slot whose header places it elsewhere on the connection (kernels/executor.h, checkOrdinal).
+  ncclResult_t outOfOrder(Fifo* f, uint32_t got, uint32_t want);
 
   // A slice of `bytes` may be passed by address: to a rank of this host that can read this process's memory (a
   // thread of this process, or another process through process_vm_readv), from CHORUS_SINGLE_COPY_MIN_BYTES; to

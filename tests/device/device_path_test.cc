@@ -1490,6 +1490,59 @@ TEST(DevicePathFaults, MismatchAndTimeoutAreReportedAsync) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// A slot read at another place on its connection than its sender wrote it (the ends' step counters apart) would give
+// another slice's data, or an older one's, with nothing else to notice when the sizes agree: the receiver stops,
+// naming both places, and the sender learns that its peer failed. Rank 0's send counters are moved one slot on
+// under its second call's kernel.
+TEST(DevicePathFaults, SlotsOutOfStepStopTheKernel) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  setenv("CHORUS_TIMEOUT_S", "20", 1);
+  setenv("CHORUS_DEVICE_DIRECT", "0", 1);
+  setenv("CHORUS_DEVICE_IPC", "0", 1);
+  setenv("NCCL_PROTO", "Simple", 1);  // an LL line's flag is its slot's count already
+  chorus::paramsReload();
+  for (Driver d : {Driver::kProcesses, Driver::kThreads}) {
+    // Set before the ranks start (processes inherit it); it acts on rank 0's launches after the first.
+    std::atomic<int> rank0Launches{0}, moved{0};
+    gEmu.beforeLaunch = [&](chorus::DevWork& w) {
+      if (w.rank != 0 || rank0Launches++ == 0) return;
+      for (int i = 0; i < w.nFifos; i++) {
+        if (w.fifos[i].isSend == 0) continue;
+        (*w.fifos[i].step)++;
+        moved++;
+      }
+    };
+    runRanks(2, d, [&](RankCtx& c) {
+      const size_t count = 8192;
+      DevBuf b(gEmu, count * sizeof(float));
+      fill(b.as<float>(), count, [](size_t) { return 1.0f; });
+      ASSERT_EQ(ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c)),
+                ncclSuccess);
+      sync(c);
+      ASSERT_EQ(asyncErrorOf(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+      ASSERT_EQ(b.as<float>()[0], 2.0f);
+      ncclResult_t e = ncclAllReduce(b.as<float>(), b.as<float>(), count, ncclFloat32, ncclSum, c.comm, streamOf(c));
+      EXPECT_EQ(e, ncclSuccess);
+      sync(c);
+      e = asyncErrorOf(c.comm);
+      std::string text = ncclGetLastError(c.comm);
+      if (c.rank == 1) {
+        EXPECT_EQ(e, ncclInternalError) << text;
+        EXPECT_NE(text.find("out of step"), std::string::npos) << text;
+        EXPECT_NE(text.find("connection from rank 0"), std::string::npos) << text;
+      } else {
+        EXPECT_NE(e, ncclSuccess) << "rank 0's kernel learns that rank 1 stopped";
+        EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+        EXPECT_GT(moved.load(), 0) << "no send counter was moved";
+      }
+    });
+    gEmu.beforeLaunch = nullptr;
+  }
+  for (const char* v : {"CHORUS_TIMEOUT_S", "CHORUS_DEVICE_DIRECT", "CHORUS_DEVICE_IPC", "NCCL_PROTO"}) unsetenv(v);
+  chorus::paramsReload();
+  chorus::setGpuRuntimeForTesting(nullptr);
+}
+
 // Two processes whose calls at one point take different paths: each waits for what the other never writes (inbox
 // flags, FIFO data, or a connection of a channel the peer does not have). The call board finds it: both ranks fail
 // with ncclInvalidUsage naming both calls, long before CHORUS_TIMEOUT_S (30 s here; a failure at the timeout says

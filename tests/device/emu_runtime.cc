@@ -742,6 +742,7 @@ int EmuRuntime::laneLaunchesOfThisThread() { return tLaneLaunches; }
 ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   Exec::Stream* s = streamOf(this, exec_, h);
   auto w = std::make_shared<chorus::DevWork>(work);
+  if (beforeLaunch) beforeLaunch(*w);
   lastChannels = work.nChannels;
   lastLanes = chorus::workLanes(work);
   int ordered = 0;

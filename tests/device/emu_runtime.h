@@ -129,6 +129,8 @@ class EmuRuntime : public chorus::GpuRuntime {
   /// Blocks of one kernel run side by side (a thread each), as on a GPU, rather than one after the other: what
   /// blocks of one launch share (a FIFO, a counter) is then raced for.
   bool concurrentBlocks = false;
+  /// Called with every launch's descriptor before it is queued (fault tests: a step counter moved under the kernel).
+  std::function<void(chorus::DevWork&)> beforeLaunch;
   int delayPercent = 0;                     ///< percent of block barriers and kernel starts delayed (stress)
   int delayMaxUs = 50;                      ///< longest such delay
   std::atomic<int> launches{0};             ///< kernels launched (enqueued or captured), all threads
