@@ -443,7 +443,11 @@ void EmuRuntime::deviceFree(void* p) {
 
 ncclResult_t EmuRuntime::hostAllocMapped(size_t bytes, void** host, void** dev) {
   EMU_REFUSE("hostAllocMapped (cudaHostAlloc)", false, ncclUnhandledCudaError);
-  hostAllocCpus = callingThreadCpus();
+  {
+    std::string cpus = callingThreadCpus();
+    std::lock_guard<std::mutex> lock(mem_->mutex);
+    hostAllocCpus = std::move(cpus);
+  }
   *host = *dev = calloc(1, bytes);
   return *host ? ncclSuccess : ncclSystemError;
 }
@@ -456,8 +460,9 @@ void EmuRuntime::hostFree(void* host) {
 
 ncclResult_t EmuRuntime::hostRegister(void* p, size_t, void** dev) {
   EMU_REFUSE("hostRegister (cudaHostRegister)", false, ncclUnhandledCudaError);
-  hostRegisterCpus = callingThreadCpus();
+  std::string cpus = callingThreadCpus();
   std::lock_guard<std::mutex> lock(mem_->mutex);
+  hostRegisterCpus = std::move(cpus);
   if (!mem_->registered.insert(p).second) {
     mem_->lastError = "hostRegister: memory already registered";
     return ncclUnhandledCudaError;

@@ -144,7 +144,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   /// Step runs of the last kernel launched that name blocks by ring position (StepRun::ordered).
   std::atomic<int> lastOrderedRuns{0};
   /// The CPUs the thread that last called hostAllocMapped (hostRegister) could run on, comma-separated ("0,1").
-  /// Unguarded: read them once that call has returned.
+  /// Written under the allocation lock (thread ranks call both at once); read them once no rank is in such a call.
   std::string hostAllocCpus, hostRegisterCpus;
   std::atomic<int> lastMaxLag{0};      ///< the largest channel lag (Schedule::lag) of the last kernel launched
   std::atomic<int> directLaunches{0};  ///< launched kernels on the thread ranks' own buffers (kDevDirectThreads)
