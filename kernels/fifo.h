@@ -47,8 +47,9 @@ struct SlotHeader {
   uint32_t desc;   ///< coll | dtype << 8 | (op & 0xffff) << 16
   int32_t root;    ///< root (or -1)
   uint32_t bytes;  ///< payload bytes in this slot
-  uint32_t
-      step;  ///< the sender's count on this connection (low 31 bits), which the receiver's must equal; kDescribedSlot
+  /// The sender's count on this connection when it filled the slot (low 31 bits), which the receiver's must equal;
+  /// and kDescribedSlot.
+  uint32_t step;
 };
 
 /// SlotHeader::step bit: the slot holds the sender's address of the data (8 bytes at the start of the slot) instead
