@@ -52,7 +52,16 @@ IntParam kDriveMaxBytes{"CHORUS_NET_RANK_DRIVE_MAX_BYTES", 65536,
                         "operation (its full buffer) is at most this many bytes has the rank's thread drive the "
                         "connections to other hosts in its waits while the proxy thread sleeps (docs/net.md). 0: off.",
                         "performance"};
-IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072, "Bytes in each Simple FIFO slot.", "performance"};
+IntParam kSlotBytes{"CHORUS_FIFO_SLOT_BYTES", 131072,
+                    "Bytes in each Simple FIFO slot (at least 4096, a multiple of 64). Where it is not set, "
+                    "NCCL_BUFFSIZE decides.",
+                    "performance"};
+IntParam kBuffSize{"NCCL_BUFFSIZE", 0,
+                   "As in NCCL: bytes of each connection's Simple buffer, a channel's FIFO here. Each of its slots "
+                   "(CHORUS_FIFO_SLOTS) takes this divided by the slots (at least 4096, a multiple of 64, at most "
+                   "1 GiB), unless CHORUS_FIFO_SLOT_BYTES is set. 0: CHORUS_FIFO_SLOT_BYTES's default (1 MB with 8 "
+                   "slots, 2 MB with 16; NCCL's default buffer is 4 MiB). Every rank must set the same.",
+                   "performance"};
 IntParam kLLLines{"CHORUS_LL_LINES", 512, "8-byte lines in each LL FIFO slot (4 payload bytes a line).", "performance"};
 IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
                         "Slices at least this large go by address between ranks of one host (the receiver reads "
@@ -91,11 +100,20 @@ uint32_t fifoSlots(const ncclComm* comm, const char** why) {
   return 8;
 }
 
+/// Bytes of each of a FIFO's `slots` slots: CHORUS_FIFO_SLOT_BYTES, else NCCL_BUFFSIZE over the slots, else the
+/// former's default; *fromBuffSize says whether NCCL_BUFFSIZE decided.
+uint32_t fifoSlotBytes(uint32_t slots, bool* fromBuffSize) {
+  int64_t bytes = kSlotBytes.get();
+  *fromBuffSize = !kSlotBytes.isSet() && kBuffSize.get() > 0;
+  if (*fromBuffSize) bytes = kBuffSize.get() / std::max<uint32_t>(1, slots);
+  return static_cast<uint32_t>(std::min<int64_t>(int64_t(1) << 30, std::max<int64_t>(4096, bytes)) & ~int64_t(63));
+}
+
 class HostEngine : public Engine {
  public:
   explicit HostEngine(ncclComm* comm) : comm_(comm) {
     geo_.nSlots = fifoSlots(comm, &slotsWhy_);
-    geo_.slotBytes = static_cast<uint32_t>(std::max<int64_t>(4096, kSlotBytes.get()) & ~int64_t(63));
+    geo_.slotBytes = fifoSlotBytes(geo_.nSlots, &slotBytesFromBuffSize_);
     geo_.llLines = static_cast<uint32_t>(std::max<int64_t>(64, kLLLines.get()));
     // 0: 1 until init() knows the net (one a NIC between hosts).
     nChannels_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kMaxHostChannels, kHostChannels.get())));
@@ -106,7 +124,9 @@ class HostEngine : public Engine {
 
   ncclResult_t init() {
     if (comm_->rank == 0)
-      INFO(kInit, "comm %p: FIFOs of %u slots x %u bytes (%s)", (void*)comm_, geo_.nSlots, geo_.slotBytes, slotsWhy_);
+      INFO(
+          kInit, "comm %p: FIFOs of %u slots x %u bytes (%s%s)", (void*)comm_, geo_.nSlots, geo_.slotBytes, slotsWhy_,
+          slotBytesFromBuffSize_ ? ("; the slots share NCCL_BUFFSIZE=" + std::to_string(kBuffSize.get())).c_str() : "");
     CHORUS_CHECK(conns_->init());
     // One channel a NIC: a rank's channels take the net's devices in turn, so with fewer channels than NICs some
     // NICs carry nothing. Every rank has the same net and the same agreed device count, so all pick alike. Channel
@@ -388,6 +408,7 @@ class HostEngine : public Engine {
   ncclComm* comm_;
   FifoGeometry geo_;
   const char* slotsWhy_ = "";  ///< why geo_ has its slots (fifoSlots)
+  bool slotBytesFromBuffSize_ = false;  ///< NCCL_BUFFSIZE set geo_'s slot bytes (fifoSlotBytes)
   int nChannels_ = 1;
   bool nicChannels_ = false;  ///< nChannels_ is one a NIC (not set by CHORUS_HOST_NCHANNELS)
 
@@ -429,8 +450,8 @@ int configChannelFloor(const ncclComm* comm, int* rank) {
 
 unsigned long engineEnvHash() {
   std::string s = std::to_string(kHostChannels.get()) + "|" + std::to_string(kNicChannelsMinBytes.get()) + "|" +
-                  std::to_string(kFifoSlots.get()) + "|" +
-                  std::to_string(kSlotBytes.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
+                  std::to_string(kFifoSlots.get()) + "|" + std::to_string(kSlotBytes.get()) + "|" +
+                  std::to_string(kBuffSize.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
                   "|" + std::to_string(ringByHostSetting());
   return fnv1a64(s);

@@ -1,5 +1,6 @@
 // FIFO slots by default (CHORUS_FIFO_SLOTS unset): 16 when ranks reach each other through a net (two NCCL_HOSTID
 // hosts, or NCCL_SHM_DISABLE=1 on one), 8 when shared memory joins every rank; CHORUS_FIFO_SLOTS overrides either.
+// NCCL_BUFFSIZE sets the bytes the slots share.
 // Rank 0's INIT log names the choice. Each run also checks allgather and allreduce results at a size of several
 // tiles of the larger FIFO (a tile is half a FIFO: 1 MB with 16 slots of 128 KB), out of place.
 #include <gtest/gtest.h>
@@ -65,6 +66,22 @@ TEST(FifoSlots, EightWithinOneHost) {
 TEST(FifoSlots, TheSettingWinsAcrossHosts) {
   const std::string log = runLog(4, 2, {{"CHORUS_FIFO_SLOTS", "4"}});
   EXPECT_NE(log.find("FIFOs of 4 slots x 131072 bytes (CHORUS_FIFO_SLOTS)"), std::string::npos) << log;
+}
+
+// NCCL_BUFFSIZE is a connection's Simple buffer, as in NCCL: the FIFO's slots share it, on one host and across hosts,
+// and the results stay right at the larger tiles; CHORUS_FIFO_SLOT_BYTES, where set, wins.
+TEST(FifoSlots, NcclBuffSizeIsShared) {
+  std::string log = runLog(3, 1, {{"NCCL_BUFFSIZE", "2097152"}});
+  EXPECT_NE(log.find("FIFOs of 8 slots x 262144 bytes (shared memory between all ranks; the slots share "
+                     "NCCL_BUFFSIZE=2097152)"),
+            std::string::npos)
+      << log;
+  log = runLog(4, 2, {{"NCCL_BUFFSIZE", "4194304"}});
+  EXPECT_NE(log.find("FIFOs of 16 slots x 262144 bytes (ranks joined by a net; the slots share NCCL_BUFFSIZE=4194304)"),
+            std::string::npos)
+      << log;
+  log = runLog(3, 1, {{"NCCL_BUFFSIZE", "2097152"}, {"CHORUS_FIFO_SLOT_BYTES", "65536"}});
+  EXPECT_NE(log.find("FIFOs of 8 slots x 65536 bytes (shared memory between all ranks)"), std::string::npos) << log;
 }
 
 }  // namespace
