@@ -392,12 +392,6 @@ class Executor {
     return ncclSuccess;
   }
 
-  /// What a slot's header says of its place on the connection (SlotHeader::step): the low 31 bits of the sending
-  /// end's count when it filled the slot. The receiving end's count must be the same when it reads the slot.
-  CHORUS_HOST_DEVICE static uint32_t slotOrdinal(uint64_t step) {
-    return static_cast<uint32_t>(step) & ~kDescribedSlot;
-  }
-
   CHORUS_HOST_DEVICE static SlotHeader header(const Fingerprint& fp, size_t bytes, uint32_t tag) {
     SlotHeader h;
     h.seq = fp.seq;
@@ -413,7 +407,7 @@ class Executor {
   /// before the sender filled it: its header is then an older slot's) would give some other slice's data, or an
   /// earlier call's, without any other check noticing when the sizes agree. It stops the operation instead.
   CHORUS_HOST_DEVICE ncclResult_t checkOrdinal(Fifo* f, const SlotHeader& h) {
-    const uint32_t got = h.step & ~kDescribedSlot, want = slotOrdinal(f->step);
+    const uint32_t got = slotOrdinal(h.step), want = slotOrdinal(f->step);
     return got == want ? ncclSuccess : p_.outOfOrder(f, got, want);
   }
 
@@ -425,8 +419,9 @@ class Executor {
 
   CHORUS_HOST_DEVICE ncclResult_t recvSimple(Fifo* f, const Fingerprint& fp, size_t bytes, uint32_t idx, const char** r) {
     CHORUS_EXEC_CHECK(p_.waitRecvData(f));
-    CHORUS_EXEC_CHECK(checkOrdinal(f, f->hdrs[f->slot()]));
-    CHORUS_EXEC_CHECK(checkHeader(f, fp, f->hdrs[f->slot()], bytes, idx));
+    const SlotHeader& h = f->hdrs[f->slot()];
+    CHORUS_EXEC_CHECK(checkOrdinal(f, h));
+    CHORUS_EXEC_CHECK(checkHeader(f, fp, h, bytes, idx));
     *r = f->slotData();
     return ncclSuccess;
   }

@@ -57,6 +57,10 @@ struct SlotHeader {
 /// host the sender's net proxy sends the data from that address, and the receiver gets the data itself.
 constexpr uint32_t kDescribedSlot = 0x80000000u;
 
+/// A slot's place on its connection as SlotHeader::step holds it: the low 31 bits of an end's count (`step`, or a
+/// header's step field without kDescribedSlot).
+CHORUS_HOST_DEVICE inline uint32_t slotOrdinal(uint64_t step) { return static_cast<uint32_t>(step) & ~kDescribedSlot; }
+
 /// Why a FIFO was poisoned.
 /// kNetSetup: a connection to another host was not set up by the deadline (the net never completed it).
 enum class PoisonReason : uint32_t {

@@ -417,12 +417,9 @@ ncclResult_t DeviceEngine::checkStatus() {
              comm_->rank, static_cast<unsigned long>(st->seq), peer,
              st->step == 0 ? "start" : "finish with this rank's buffers", st->channel, stop ? stop : "it failed");
   } else if (st->what == kDevSlotOrder) {
-    snprintf(msg, sizeof(msg),
-             "rank %d: device operation #%lu: internal error: this rank read slot %lu of its connection from rank %d "
-             "(channel %d), whose header says rank %d wrote it as slot %lu: the two ends are out of step, so the data "
-             "would be another slice's; the kernel stopped",
-             comm_->rank, static_cast<unsigned long>(st->seq), static_cast<unsigned long>(st->got[1]), peer,
-             st->channel, peer, static_cast<unsigned long>(st->got[0]));
+    snprintf(msg, sizeof(msg), "rank %d: device operation #%lu (channel %d): internal error: %s; the kernel stopped",
+             comm_->rank, static_cast<unsigned long>(st->seq), st->channel,
+             slotOutOfStepText(comm_->rank, peer, st->got[0], st->got[1]).c_str());
   } else if (st->what == kDevWaitWindow) {
     windowMismatchText(st->got, comm_->rank, peer, static_cast<unsigned long>(st->seq), msg, sizeof(msg));
   } else if (reason == PoisonReason::kMismatch && (st->got[1] != 0 || st->got[2] != 0)) {

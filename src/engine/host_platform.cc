@@ -71,6 +71,15 @@ uint32_t packDesc(Coll coll, int dtype, int op) {
          ((static_cast<uint32_t>(op) & 0xffff) << 16);
 }
 
+std::string slotOutOfStepText(int rank, int peer, uint64_t got, uint64_t want) {
+  char buf[300];
+  snprintf(buf, sizeof(buf),
+           "rank %d read slot %lu of its connection from rank %d, whose header says rank %d wrote it as slot %lu: the "
+           "two ends are out of step, so the data would be another slice's",
+           rank, static_cast<unsigned long>(want), peer, peer, static_cast<unsigned long>(got));
+  return buf;
+}
+
 std::string describeFingerprint(uint64_t seq, uint64_t count, uint32_t desc, int32_t root) {
   Coll c = static_cast<Coll>(desc & 0xff);
   int dtype = (desc >> 8) & 0xff, op = (desc >> 16) & 0xffff;
@@ -329,7 +338,7 @@ ncclResult_t HostPlatform::mismatch(Fifo* f, const SlotHeader& got, const Finger
     snprintf(msg, sizeof(msg),
              "rank %d and rank %d disagree inside %s: expected %zu bytes at step %u, got %u bytes "
              "(the connection's slot %u); check NCCL_ALGO/NCCL_PROTO and chorus versions",
-             comm_->rank, f->peer, a.c_str(), bytes, step, got.bytes, got.step & ~kDescribedSlot);
+             comm_->rank, f->peer, a.c_str(), bytes, step, got.bytes, slotOrdinal(got.step));
   } else {
     snprintf(msg, sizeof(msg), "mismatched calls: rank %d called %s but rank %d called %s", comm_->rank, a.c_str(),
              f->peer, b.c_str());
@@ -438,12 +447,8 @@ ncclResult_t HostPlatform::runSideBySide(const std::vector<Fibers::Task>& tasks)
 }
 
 ncclResult_t HostPlatform::outOfOrder(Fifo* f, uint32_t got, uint32_t want) {
-  char msg[400];
-  snprintf(msg, sizeof(msg),
-           "internal error: rank %d read slot %u of its connection from rank %d, whose header says rank %d wrote it as "
-           "slot %u: the two ends are out of step, so the data would be another slice's; the operation stopped",
-           comm_->rank, want, f->peer, f->peer, got);
-  return fail(ncclInternalError, PoisonReason::kError, comm_->rank, msg);
+  return fail(ncclInternalError, PoisonReason::kError, comm_->rank,
+              "internal error: " + slotOutOfStepText(comm_->rank, f->peer, got, want) + "; the operation stopped");
 }
 
 ncclResult_t HostPlatform::internalError(const char* what) {

@@ -146,6 +146,9 @@ class HostPlatform {
 
 /// Describes a fingerprint as "ncclAllReduce #5 (count 1024, float32, op 0)".
 std::string describeFingerprint(uint64_t seq, uint64_t count, uint32_t desc, int32_t root);
+/// A slot read at another place on its connection than written (kernels/executor.h, checkOrdinal), in words: `got`
+/// the place its header gives, `want` the reader's. Both paths' errors say it so.
+std::string slotOutOfStepText(int rank, int peer, uint64_t got, uint64_t want);
 /// Packs (coll, dtype, op) into SlotHeader::desc.
 uint32_t packDesc(Coll coll, int dtype, int op);
 
