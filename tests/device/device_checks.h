@@ -113,13 +113,22 @@ inline void checkAllReduce(EmuRuntime& emu, RankCtx& c, ncclDataType_t t, int op
   EXPECT_EQ(launches(), before + (expectPath ? 1 : 0)) << "path expected: " << expectPath;
   ASSERT_EQ(emu.streamSynchronize(rankStream(c)), ncclSuccess) << emu.lastError();
   ASSERT_EQ(commAsyncError(c.comm), ncclSuccess) << ncclGetLastError(c.comm);
+  // Every element is checked, and a failure says how many were wrong and where they lie (first, last, the first
+  // few values), so that a rare wrong result tells a whole tile from one element.
   std::vector<double> v(c.nranks);
+  size_t wrong = 0, last = 0;
+  std::string firstFew;
   for (size_t i = 0; i < count; i++) {
     for (int q = 0; q < c.nranks; q++) v[q] = inputValue(op, q, i + salt);
     double want = reduceRef(op, t, v), got = getElem(out, t, i);
-    ASSERT_LE(std::fabs(got - want), tolerance(op, t, want, c.nranks))
-        << dtName(t) << " op " << op << " count " << count << " i " << i << " got " << got << " want " << want;
+    if (std::fabs(got - want) <= tolerance(op, t, want, c.nranks)) continue;
+    if (wrong++ < 4)
+      firstFew += " i " + std::to_string(i) + " got " + std::to_string(got) + " want " + std::to_string(want) + ";";
+    last = i;
   }
+  ASSERT_EQ(wrong, 0u) << "rank " << c.rank << ": " << dtName(t) << " op " << op << " count " << count
+                       << (inPlace ? " in place" : " out of place") << ": " << wrong << " wrong, the last at i " << last
+                       << ":" << firstFew;
   EXPECT_EQ(out[count * es], 0x3c) << "written past the end";
   if (sameEverywhere) expectSameOnEveryRank(emu, c, out, count * es);
 }
