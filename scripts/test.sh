@@ -28,7 +28,8 @@ generator_for() {
 }
 
 # failure_excerpt DIR: for each of the first three tests that failed in DIR's last ctest run, the lines of its output
-# that say why: from just before its first gtest failure (or its last lines, when it printed none), at most 12.
+# that say why: from just before its first gtest failure (or its last lines, when it printed none), at most 12; then
+# those of the first five "FAIL: " lines a test script printed that stand elsewhere in its output.
 # Printed last, after the summary, where a log cut to its tail still shows them.
 failure_excerpt() {
   local log=$1/Testing/Temporary/LastTest.log list=$1/Testing/Temporary/LastTestsFailed.log
@@ -41,12 +42,17 @@ failure_excerpt() {
       $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); cur = ($0 == t); next }
       cur && /^Output:$/ { inside = 1; getline; n = 0; first = 0; next }
       cur && inside && /^<end of output>$/ { inside = 0; cur = 0; done = 1; next }
-      cur && inside { out[++n] = $0; if (!first && /Failure$|Failure:|^\[  FAILED  \]|[Tt]imeout|Segmentation|Abort/) first = n }
+      cur && inside {
+        out[++n] = $0
+        if (!first && /Failure$|Failure:|^\[  FAILED  \]|[Tt]imeout|Segmentation|Abort/) first = n
+        if (/^FAIL: / && nfail < 5) said[++nfail] = n
+      }
       END {
         if (!done && n == 0) { print "(no output recorded)"; exit }
         from = first ? (first > 1 ? first - 1 : 1) : (n > 12 ? n - 11 : 1)
         to = from + 11 < n ? from + 11 : n
         for (i = from; i <= to; i++) print substr(out[i], 1, 300)
+        for (i = 1; i <= nfail; i++) if (said[i] < from || said[i] > to) print substr(out[said[i]], 1, 300)
       }' "$log"
   done < <(head -3 "$list")
 }
