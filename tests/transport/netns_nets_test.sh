@@ -104,6 +104,11 @@ wait_streaming() {
   return 1
 }
 
+# last_words LOG: what a rank said last (its FAILED line, else its last line), on one line for a FAIL message.
+last_words() {
+  { grep "FAILED" "$1" || tail -1 "$1"; } 2>/dev/null | tail -1 | cut -c1-240
+}
+
 show() {  # NET CASE
   local r
   for r in $(seq 0 $((N - 1))); do
@@ -130,7 +135,8 @@ for netname in $nets; do
   wait_all 120 "$netname-matrix"
   show "$netname" matrix
   for r in $(seq 0 $((N - 1))); do
-    grep -q "rank $r: OK" "$wd/$netname-matrix-$r.log" || fail "$netname matrix: rank $r did not finish OK"
+    grep -q "rank $r: OK" "$wd/$netname-matrix-$r.log" ||
+      fail "$netname matrix: rank $r did not finish OK: $(last_words "$wd/$netname-matrix-$r.log")"
   done
   want="$netname [1-9]"
   grep -q "$want" "$wd/$netname-matrix-0.log" || fail "$netname matrix: rank 0 did not run over the $netname net"
@@ -149,7 +155,8 @@ for netname in $nets; do
   fi
   show "$netname" kill
   for r in 0 1 2; do
-    grep "FAILED" "$wd/$netname-kill-$r.log" | grep -q "rank 3 " || fail "$netname kill: rank $r did not fail naming rank 3"
+    grep "FAILED" "$wd/$netname-kill-$r.log" | grep -q "rank 3 " ||
+      fail "$netname kill: rank $r did not fail naming rank 3: $(last_words "$wd/$netname-kill-$r.log")"
   done
 
   # take host 2's link down mid-stream; then up again for the next net
@@ -167,12 +174,12 @@ for netname in $nets; do
   for r in $(seq 0 $((N - 1))); do
     line=$(grep "FAILED" "$wd/$netname-linkdown-$r.log")
     [ -n "$line" ] || {
-      fail "$netname linkdown: rank $r did not fail"
+      fail "$netname linkdown: rank $r did not fail: $(last_words "$wd/$netname-linkdown-$r.log")"
       continue
     }
     other="rank [01] "
     [ $((r / PER)) = 0 ] && other="rank [23] "
-    echo "$line" | grep -q "$other" || fail "$netname linkdown: rank $r did not name a rank on the other host"
+    echo "$line" | grep -q "$other" || fail "$netname linkdown: rank $r did not name a rank on the other host: $line"
     took=$(echo "$line" | sed -n 's/.* after \([0-9.]*\) s:.*/\1/p')
     python3 -c "import sys; sys.exit(0 if float('${took:-1e9}') <= $timeout_s + 5 else 1)" ||
       fail "$netname linkdown: rank $r took ${took:-?} s (CHORUS_TIMEOUT_S $timeout_s)"
