@@ -144,7 +144,7 @@ struct DevWork {
   const volatile uint8_t* deadPeers;  ///< pinned, one byte per rank: the host saw that rank's process exit
   uint64_t timeoutTicks;              ///< longest wait in device-timer ticks (0: none)
   int32_t rank;
-  int32_t pad1;
+  int32_t threads;  ///< threads per block the launch asks for (NCCL_NTHREADS); 0: the build's (kDevThreads)
   // Direct collectives (direct == kDevDirectThreads; kernels/device_direct.h): which (a Coll) and its root, every
   // rank's buffers by rank, and the counters the ranks' blocks meet at, [2 phases][kDevMaxDirect ranks][kDevMaxBlocks
   // blocks], 64 bytes apart.

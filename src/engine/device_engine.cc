@@ -73,6 +73,13 @@ IntParam kDevWindows{"CHORUS_DEVICE_WINDOWS", 1,
                      "peers' buffers directly (no FIFO, no inbox copy), above the sizes that go one-shot through "
                      "inboxes; 0: windows change no path.",
                      "performance"};
+IntParam kNThreads{"NCCL_NTHREADS", -2,
+                   "Threads per block of the device path's collective kernel, as NCCL reads it: a multiple of the "
+                   "warp size from two warps (64) up; in HIP builds, as RCCL, of the wavefront (64) from four (256) "
+                   "up. One that is not a multiple takes the most, one above NCCL's most (512) or under the least "
+                   "is clamped, each with a WARN, as in NCCL. The kernel's launch bound is 256 threads: a larger "
+                   "value that NCCL takes runs 256 here, with an INFO line. -2 or unset: 256.",
+                   "performance"};
 IntParam kDevLLMax{"CHORUS_DEVICE_LL_MAX_BYTES", 4096,
                    "Largest message (count x element size) that uses LL by default on the device path (NCCL_PROTO "
                    "overrides).",
@@ -143,6 +150,32 @@ int residentBlockCap(const ncclComm* comm, int* tightestGpuRanks, uint32_t* tigh
   return cap;
 }
 
+/// Threads per block of the collective kernel from NCCL_NTHREADS, by NCCL's rules (see kNThreads) within the
+/// kernel's launch bound; `rank` logs what it changed.
+int kernelThreads(int rank) {
+  constexpr int kMin = (CHORUS_HIP ? 4 : 2) * kWarpSize;  // NCCL's two warps; RCCL's four wavefronts
+  constexpr int kNcclMost = 512;                          // NCCL_SIMPLE_MAX_NTHREADS
+  const int64_t want = kNThreads.get();
+  if (want <= 0) return kDevThreads;
+  if (want % kWarpSize != 0) {
+    WARN("NCCL_NTHREADS=%ld is not a multiple of the warp size (%d): using %d", static_cast<long>(want), kWarpSize,
+         kDevThreads);
+    return kDevThreads;
+  }
+  if (want < kMin) {
+    WARN("NCCL_NTHREADS=%ld is under the least, %d: using %d", static_cast<long>(want), kMin, kMin);
+    return kMin;
+  }
+  if (want > kNcclMost) {
+    WARN("NCCL_NTHREADS=%ld is over the most, %d (NCCL's; this build's kernel holds %d): using %d",
+         static_cast<long>(want), kNcclMost, kDevThreads, kDevThreads);
+  } else if (want > kDevThreads && rank == 0) {
+    INFO(kInit, "NCCL_NTHREADS=%ld: the collective kernel runs at most %d threads a block, so it runs %d",
+         static_cast<long>(want), kDevThreads, kDevThreads);
+  }
+  return static_cast<int>(std::min<int64_t>(want, kDevThreads));
+}
+
 }  // namespace
 
 DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Connections* host,
@@ -177,6 +210,7 @@ DeviceEngine::DeviceEngine(ncclComm* comm, GpuRuntime* rt, Planner* planner, Con
   int64_t lanes = kDevLanes.get() > 0 ? kDevLanes.get() : kDevMaxLanes;
   maxLanes_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDevMaxLanes, lanes)));
   llMax_ = kDevLLMax.get();
+  threads_ = kernelThreads(comm->rank);
   inboxesReachEveryRank_ = inboxesReachEveryRank();
 }
 
@@ -275,8 +309,10 @@ ncclResult_t DeviceEngine::init() {
   }
   watchPeers();
   if (comm_->rank == 0)
-    INFO(kInit, "comm %p: device path on %s GPU %d, up to %d channel(s) of up to %d block(s), LL up to %ld bytes",
-         (void*)comm_, rt_->name(), comm_->cudaDev, nChannels_, maxLanes_, static_cast<long>(llMax_));
+    INFO(kInit,
+         "comm %p: device path on %s GPU %d, up to %d channel(s) of up to %d block(s) of %d threads, LL up to %ld "
+         "bytes",
+         (void*)comm_, rt_->name(), comm_->cudaDev, nChannels_, maxLanes_, threads_, static_cast<long>(llMax_));
   return ncclSuccess;
 }
 
@@ -487,6 +523,7 @@ void DeviceEngine::fillCommon(DevWork* w) const {
   double s = timeoutSeconds();
   w->timeoutTicks = s > 0 ? static_cast<uint64_t>(s * 1000.0 * static_cast<double>(ticksPerMs_)) : 0;
   w->rank = comm_->rank;
+  w->threads = threads_;
 }
 
 char* DeviceEngine::outScratch(size_t bytes) {

@@ -150,6 +150,7 @@ class DeviceEngine {
   int minBlocks_ = 1;  ///< fewest blocks of a collective's launch: the agreed config.minCTAs, within blockCap_
   int maxLanes_ = 1;   ///< most blocks per channel on the FIFO path (CHORUS_DEVICE_CHANNEL_BLOCKS)
   int64_t llMax_ = 0;
+  int threads_ = 0;  ///< threads per block of the collective kernel (NCCL_NTHREADS)
   bool inboxesReachEveryRank_ = false;
   void* statusHost_ = nullptr;  ///< DevStatus followed by the abort word, pinned and mapped
   void* statusDev_ = nullptr;

@@ -122,6 +122,36 @@ TEST_P(DeviceLanes, AllReduceSizes) {
   }
 }
 
+// NCCL_NTHREADS sizes the kernel's blocks as NCCL reads it, within the kernel's launch bound (256): a multiple of
+// the warp size from two warps up; one that is not a multiple takes the most, one out of bounds is clamped. The results
+// stay right (the emulated blocks run on 2 host threads each, dividing the work as a block of any size does).
+TEST_P(DeviceLanes, NcclNThreadsSizesTheBlocks) {
+  struct Case {
+    const char* value;  // nullptr: unset
+    int threads;
+  };
+  const int warp = chorus::kWarpSize;             // 32; 64 in HIP builds
+  const int least = (CHORUS_HIP ? 4 : 2) * warp;  // NCCL's two warps, RCCL's four wavefronts
+  const std::string atLeast = std::to_string(least), one = std::to_string(warp),
+                    notMultiple = std::to_string(3 * warp + 1);
+  const Case cases[] = {
+      {nullptr, 256}, {"-2", 256},  {atLeast.c_str(), least}, {"128", std::max(least, 128)}, {"256", 256},
+      {"512", 256},   {"640", 256}, {one.c_str(), least},     {notMultiple.c_str(), 256}};
+  const int before = gEmu.threadsPerBlock;
+  gEmu.threadsPerBlock = 2;
+  for (const Case& k : cases) {
+    if (k.value != nullptr) setenv("NCCL_NTHREADS", k.value, 1);
+    chorus::paramsReload();
+    runRanks(2, GetParam(), [&k](RankCtx& c) {
+      checkAllReduce(gEmu, c, ncclFloat32, ncclSum, 5000, false, laneLaunches, usesLanes(5000 * 4));
+      EXPECT_EQ(gEmu.lastThreads.load(), k.threads) << "NCCL_NTHREADS=" << (k.value ? k.value : "(unset)");
+    });
+    unsetenv("NCCL_NTHREADS");
+  }
+  gEmu.threadsPerBlock = before;
+  chorus::paramsReload();
+}
+
 // Allgather, reduce-scatter, broadcast, reduce, gather, scatter and alltoall, out of place and in place, with their
 // roots moving, on 4 and 3 ranks: each takes lanes when its larger buffer warrants them.
 TEST_P(DeviceLanes, OtherCollectives) {

@@ -750,6 +750,7 @@ ncclResult_t EmuRuntime::launch(const chorus::DevWork& work, cudaStream_t h) {
   if (beforeLaunch) beforeLaunch(*w);
   lastChannels = work.nChannels;
   lastLanes = chorus::workLanes(work);
+  lastThreads = work.threads;
   int ordered = 0;
   const int scheduleChannels = work.nChannels / chorus::workLanes(work);
   if (work.direct == chorus::kDevThroughFifos && scheduleChannels <= chorus::kDevMaxChannels)

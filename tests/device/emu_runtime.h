@@ -141,6 +141,7 @@ class EmuRuntime : public chorus::GpuRuntime {
   std::atomic<int> destroyedStreamUses{0};  ///< calls on a destroyed stream (CUDA: undefined; an H200 crashed)
   std::atomic<int> lastChannels{0};         ///< blocks of the last kernel launched
   std::atomic<int> lastLanes{0};            ///< blocks per channel of the last kernel launched (chorus::workLanes)
+  std::atomic<int> lastThreads{0};          ///< threads per block the last kernel launched asked for (DevWork::threads)
   /// Step runs of the last kernel launched that name blocks by ring position (StepRun::ordered).
   std::atomic<int> lastOrderedRuns{0};
   /// The CPUs the thread that last called hostAllocMapped (hostRegister) could run on, comma-separated ("0,1").

@@ -320,9 +320,11 @@ class BuiltinGpuRuntime final : public GpuRuntime {
   int blockThreads() override { return kDevThreads; }
 
   ncclResult_t launch(const DevWork& work, cudaStream_t stream) override {
-    int code = launchCollKernel(work, kDevThreads, static_cast<void*>(gpu::toStream(stream)));
+    // The kernel divides its work by blockDim.x, so any count up to its launch bounds runs it (NCCL_NTHREADS).
+    const int threads = work.threads > 0 && work.threads <= kDevThreads ? work.threads : kDevThreads;
+    int code = launchCollKernel(work, threads, static_cast<void*>(gpu::toStream(stream)));
     return check(static_cast<gpu::Error>(code), "LaunchKernel(collKernel, %d blocks x %d threads, stream %p)",
-                 static_cast<int>(work.nChannels), kDevThreads, static_cast<void*>(stream));
+                 static_cast<int>(work.nChannels), threads, static_cast<void*>(stream));
   }
 
   ncclResult_t deviceSynchronize() override { return check(gpu::gpuDeviceSynchronize(), "DeviceSynchronize()"); }
