@@ -167,10 +167,10 @@ TEST(ParamConf, AnEnvPluginAnswersForTheEnvironment) {
 // NCCL's configuration files alike.
 TEST(ParamConf, TheFirstInitNamesUnreadNcclVariables) {
   const std::string conf = "/tmp/chorus-conf-unread-" + std::to_string(getpid());
-  std::ofstream(conf) << "NCCL_NTHREADS=256\n";
+  std::ofstream(conf) << "NCCL_CROSS_NIC=1\n";
   const std::string out =
       perfToolRun("NCCL_CONF_FILE=" + conf + " NCCL_DEBUG=INFO NCCL_LL128_BUFFSIZE=8388608 NCCL_TESTS_SPLIT=AND1");
-  EXPECT_NE(out.find("chorus INFO environment: NCCL_LL128_BUFFSIZE, NCCL_NTHREADS set, but chorus does not read them"),
+  EXPECT_NE(out.find("chorus INFO environment: NCCL_CROSS_NIC, NCCL_LL128_BUFFSIZE set, but chorus does not read them"),
             std::string::npos)
       << out;
   std::remove(conf.c_str());
