@@ -119,8 +119,6 @@ class GpuRuntime {
   virtual bool streamId(cudaStream_t s, uint64_t* id) = 0;
   /// Ticks per millisecond of the device timer the kernel reads for its deadlines (arch.h deviceClock()).
   virtual uint64_t clockTicksPerMs(int dev) = 0;
-  /// Threads per block for the collective kernel.
-  virtual int blockThreads() = 0;
   /// Enqueues the collective kernel on the stream: one block per channel of `work`.
   virtual ncclResult_t launch(const DevWork& work, cudaStream_t stream) = 0;
   /// Blocks until the stream's work is done.

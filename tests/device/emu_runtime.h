@@ -85,7 +85,6 @@ class EmuRuntime : public chorus::GpuRuntime {
   void beginSetup() override;
   void endSetup() override;
   uint64_t clockTicksPerMs(int dev) override;  // deviceClock() is CLOCK_MONOTONIC ns on the host
-  int blockThreads() override { return threadsPerBlock; }
   ncclResult_t launch(const chorus::DevWork& work, cudaStream_t stream) override;
   ncclResult_t streamSynchronize(cudaStream_t s) override;
   ncclResult_t deviceSynchronize() override;

@@ -317,8 +317,6 @@ class BuiltinGpuRuntime final : public GpuRuntime {
     return ticks;
   }
 
-  int blockThreads() override { return kDevThreads; }
-
   ncclResult_t launch(const DevWork& work, cudaStream_t stream) override {
     // The kernel divides its work by blockDim.x, so any count up to its launch bounds runs it (NCCL_NTHREADS).
     const int threads = work.threads > 0 && work.threads <= kDevThreads ? work.threads : kDevThreads;
