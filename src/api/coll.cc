@@ -6,6 +6,8 @@
 #include "api/group.h"
 #include "core/checks.h"
 #include "core/comm.h"
+#include "core/params.h"
+#include "core/process.h"
 #include "kernels/dtypes.h"
 #include "runtime/device_probe.h"
 #include "runtime/runtime.h"
@@ -13,6 +15,14 @@
 using namespace chorus;
 
 namespace {
+
+IntParam kCheckPointers{"NCCL_CHECK_POINTERS", 0,
+                        "1: every call first checks that the host buffers it uses are memory of this process for "
+                        "their whole length, readable (sendbuff) and writable (recvbuff), and refuses one that is not "
+                        "with ncclInvalidArgument naming it, instead of faulting on it. It reads /proc/self/maps at "
+                        "each call, so it is off by default, as in NCCL. GPU buffers are always checked to be on the "
+                        "communicator's GPU; their length is not checked.",
+                        "general"};
 
 // How many elements each buffer spans, in units of `count`.
 struct Shape {
@@ -95,6 +105,25 @@ ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc*
   return ncclSuccess;
 }
 
+// NCCL_CHECK_POINTERS on the host path: each buffer the call uses is this process's memory for its whole length, with
+// the access the call needs.
+ncclResult_t checkHostBuffers(ncclComm* comm, const char* fn, const Shape& sh, const OpDesc& op, size_t esize) {
+  struct Use {
+    const char* name;
+    const void* p;
+    size_t bytes;
+    bool used, write;
+  };
+  const Use uses[2] = {{"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false},
+                       {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true}};
+  for (const Use& u : uses) {
+    std::string why;
+    if (u.used && !memoryAccessible(u.p, u.bytes, u.write, &why))
+      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %p of %zu bytes %s (NCCL_CHECK_POINTERS=1)", fn,
+                  comm->rank, u.name, u.p, u.bytes, why.c_str());
+  }
+  return ncclSuccess;
+}
 
 ncclResult_t validateAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
   CHORUS_CHECK(checkCommUsable(comm, fn));
@@ -157,6 +186,7 @@ ncclResult_t validateAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
     }
   }
   if (op.count > 0) CHORUS_CHECK(choosePath(comm, fn, sh, &op));
+  if (op.count > 0 && !op.device && kCheckPointers.get() != 0) CHORUS_CHECK(checkHostBuffers(comm, fn, sh, op, esize));
   TRACE(kCall, "%s: rank %d send %p recv %p count %zu dtype %d op %d root/peer %d", fn, comm->rank, op.sendbuff,
         op.recvbuff, op.count, op.dtype, op.op, op.root);
   return enqueueOp(comm, op);

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace chorus {
@@ -41,6 +41,46 @@ uint64_t randomNonce() {
     v ^= v >> 31;
   }
   return v | 1;  // never 0
+}
+
+bool memoryAccessible(const void* p, size_t bytes, bool write, std::string* why) {
+  if (bytes == 0) return true;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  uintptr_t end = 0;
+  char text[160];
+  if (__builtin_add_overflow(start, bytes, &end)) {
+    *why = "runs past the end of the address space";
+    return false;
+  }
+  FILE* f = fopen("/proc/self/maps", "re");
+  if (f == nullptr) return true;
+  // The mappings come in address order: walk those that cover [start, end) from `at` on.
+  uintptr_t at = start;
+  bool ok = true;
+  char* line = nullptr;
+  size_t cap = 0;
+  while (at < end && getline(&line, &cap, f) > 0) {
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = {0};
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= at) continue;
+    if (lo > at) break;  // a hole at `at`
+    if (perms[0] != 'r' || (write && perms[1] != 'w')) {
+      snprintf(text, sizeof(text), "is %s memory at 0x%lx (%s)", perms[0] != 'r' ? "unreadable" : "read-only",
+               static_cast<unsigned long>(at), write ? "the call writes it" : "the call reads it");
+      ok = false;
+      break;
+    }
+    at = hi;
+  }
+  free(line);
+  fclose(f);
+  if (ok && at < end) {
+    snprintf(text, sizeof(text), "is not all memory of this process: nothing is mapped at 0x%lx",
+             static_cast<unsigned long>(at));
+    ok = false;
+  }
+  if (!ok) *why = text;
+  return ok;
 }
 
 }  // namespace chorus

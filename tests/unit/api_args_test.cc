@@ -1,6 +1,9 @@
 // Bad input at every entry point: the named error, the cause in ncclGetLastError, and the
 // communicator still working afterwards.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -117,6 +120,65 @@ TEST_F(ApiArgs, OverlappingBuffersThatAreNotInPlace) {
   expectError(ncclAllReduce(buf_ + 2, buf_, 8, ncclFloat, ncclSum, comms_[0], nullptr), ncclInvalidArgument,
               comms_[0], "overlap");
   expectWorks();
+}
+
+// NCCL_CHECK_POINTERS=1: a host buffer that is not this process's memory for the length the call uses, or that the
+// call would write and cannot, is refused with ncclInvalidArgument naming it instead of faulting; buffers that are
+// fine still run, one of them across two mappings. Unset, nothing is checked (such a call would fault, so it is not
+// made here).
+TEST_F(ApiArgs, CheckPointersRefusesHostBuffersTheCallCannotUse) {
+  setenv("NCCL_CHECK_POINTERS", "1", 1);
+  chorus_test::reloadEnv();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), floats = page / sizeof(float);
+  auto map = [page](int pages, int prot) {
+    void* p = mmap(nullptr, pages * page, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    return static_cast<char*>(p);
+  };
+  char* good = map(2, PROT_READ | PROT_WRITE);
+  char* guarded = map(2, PROT_READ | PROT_WRITE);  // its second page inaccessible
+  ASSERT_EQ(mprotect(guarded + page, page, PROT_NONE), 0);
+  char* split = map(2, PROT_READ | PROT_WRITE);  // its second page read-only: two mappings, both readable
+  ASSERT_EQ(mprotect(split + page, page, PROT_READ), 0);
+  char* readOnly = map(1, PROT_READ);
+  // Past the user address space on x86-64 and AArch64, and wrapping around the end of the address space.
+  void* wild = reinterpret_cast<void*>(uintptr_t(1) << 62);
+  void* wraps = reinterpret_cast<void*>(UINTPTR_MAX - 15);
+  ncclComm_t c = comms_[0];
+  expectError(ncclAllReduce(guarded, good, 2 * floats, ncclFloat, ncclSum, c, nullptr), ncclInvalidArgument, c,
+              "sendbuff");
+  expectError(ncclAllReduce(guarded, good, 2 * floats, ncclFloat, ncclSum, c, nullptr), ncclInvalidArgument, c,
+              "unreadable memory at");
+  expectError(ncclAllReduce(wild, good, floats, ncclFloat, ncclSum, c, nullptr), ncclInvalidArgument, c,
+              "nothing is mapped at");
+  expectError(ncclAllReduce(good, wraps, floats, ncclFloat, ncclSum, c, nullptr), ncclInvalidArgument, c,
+              "past the end of the address space");
+  expectError(ncclAllReduce(good, readOnly, floats, ncclFloat, ncclSum, c, nullptr), ncclInvalidArgument, c,
+              "read-only memory at");
+  expectError(ncclAllReduce(good, split, 2 * floats, ncclFloat, ncclSum, c, nullptr), ncclInvalidArgument, c,
+              "recvbuff");
+  expectError(ncclBroadcast(good, readOnly, floats, ncclFloat, 0, c, nullptr), ncclInvalidArgument, c, "recvbuff");
+  // Allgather's output is ranks x count: one page of input needs two of output.
+  expectError(ncclAllGather(good, guarded, floats, ncclFloat, c, nullptr), ncclInvalidArgument, c, "recvbuff");
+  expectError(ncclSend(wild, 1, ncclFloat, 1, c, nullptr), ncclInvalidArgument, c, "sendbuff");
+  expectError(ncclRecv(readOnly, 1, ncclFloat, 1, c, nullptr), ncclInvalidArgument, c, "read-only");
+  // Input read across both mappings of `split`; ordinary output.
+  reinterpret_cast<float*>(split)[0] = 1.0f;  // its first page is writable; the second reads as zeros
+  std::vector<float> out0(2 * floats), out1(2 * floats);
+  const float* in = reinterpret_cast<const float*>(split);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(in, out0.data(), 2 * floats, ncclFloat, ncclSum, comms_[0], nullptr), ncclSuccess)
+      << ncclGetLastError(comms_[0]);
+  ASSERT_EQ(ncclAllReduce(in, out1.data(), 2 * floats, ncclFloat, ncclSum, comms_[1], nullptr), ncclSuccess)
+      << ncclGetLastError(comms_[1]);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(out0[0], 2.0f);
+  EXPECT_EQ(out1[floats], 0.0f);
+  expectWorks();
+  unsetenv("NCCL_CHECK_POINTERS");
+  chorus_test::reloadEnv();
+  for (char* p : {good, guarded, split}) munmap(p, 2 * page);
+  munmap(readOnly, page);
 }
 
 TEST_F(ApiArgs, GroupMisuse) {
