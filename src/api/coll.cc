@@ -17,11 +17,12 @@ using namespace chorus;
 namespace {
 
 IntParam kCheckPointers{"NCCL_CHECK_POINTERS", 0,
-                        "1: every call first checks that the host buffers it uses are memory of this process for "
-                        "their whole length, readable (sendbuff) and writable (recvbuff), and refuses one that is not "
-                        "with ncclInvalidArgument naming it, instead of faulting on it. It reads /proc/self/maps at "
-                        "each call, so it is off by default, as in NCCL. GPU buffers are always checked to be on the "
-                        "communicator's GPU; their length is not checked.",
+                        "1: every call first checks that each buffer it uses holds the length it uses: a GPU buffer "
+                        "within its allocation (as the GPU runtime reports it), a host buffer in memory of this "
+                        "process, readable (sendbuff) and writable (recvbuff). One that does not is refused with "
+                        "ncclInvalidArgument naming it, instead of faulting. A host buffer's check reads "
+                        "/proc/self/maps, so it is off by default, as in NCCL. GPU buffers are always checked to be "
+                        "on the communicator's GPU.",
                         "general"};
 
 // How many elements each buffer spans, in units of `count`.
@@ -105,9 +106,9 @@ ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc*
   return ncclSuccess;
 }
 
-// NCCL_CHECK_POINTERS on the host path: each buffer the call uses is this process's memory for its whole length, with
-// the access the call needs.
-ncclResult_t checkHostBuffers(ncclComm* comm, const char* fn, const Shape& sh, const OpDesc& op, size_t esize) {
+// NCCL_CHECK_POINTERS: each buffer the call uses holds the length the call uses, and, in host memory, has the access
+// the call needs (a GPU buffer's allocation as the runtime reports it; where it cannot say, the buffer passes).
+ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const OpDesc& op, size_t esize) {
   struct Use {
     const char* name;
     const void* p;
@@ -116,11 +117,26 @@ ncclResult_t checkHostBuffers(ncclComm* comm, const char* fn, const Shape& sh, c
   };
   const Use uses[2] = {{"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false},
                        {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true}};
+  GpuRuntime* rt = op.device ? gpuRuntime() : nullptr;
+  SetupScope setup(rt);  // the stream may be under capture: queries run as setup
   for (const Use& u : uses) {
+    if (!u.used) continue;
     std::string why;
-    if (u.used && !memoryAccessible(u.p, u.bytes, u.write, &why))
-      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %p of %zu bytes %s (NCCL_CHECK_POINTERS=1)", fn,
-                  comm->rank, u.name, u.p, u.bytes, why.c_str());
+    if (rt == nullptr) {
+      if (!memoryAccessible(u.p, u.bytes, u.write, &why))
+        CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %p of %zu bytes %s (NCCL_CHECK_POINTERS=1)", fn,
+                    comm->rank, u.name, u.p, u.bytes, why.c_str());
+      continue;
+    }
+    void* base = nullptr;
+    size_t size = 0;
+    if (rt->addressRange(u.p, &base, &size) != ncclSuccess) continue;
+    const size_t from = reinterpret_cast<uintptr_t>(u.p) - reinterpret_cast<uintptr_t>(base);
+    if (from > size || u.bytes > size - from)
+      CHORUS_FAIL(comm, ncclInvalidArgument,
+                  "%s: rank %d: %s %p of %zu bytes runs past the end of its GPU allocation (%zu bytes at %p) "
+                  "(NCCL_CHECK_POINTERS=1)",
+                  fn, comm->rank, u.name, u.p, u.bytes, size, base);
   }
   return ncclSuccess;
 }
@@ -186,7 +202,7 @@ ncclResult_t validateAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
     }
   }
   if (op.count > 0) CHORUS_CHECK(choosePath(comm, fn, sh, &op));
-  if (op.count > 0 && !op.device && kCheckPointers.get() != 0) CHORUS_CHECK(checkHostBuffers(comm, fn, sh, op, esize));
+  if (op.count > 0 && kCheckPointers.get() != 0) CHORUS_CHECK(checkBuffers(comm, fn, sh, op, esize));
   TRACE(kCall, "%s: rank %d send %p recv %p count %zu dtype %d op %d root/peer %d", fn, comm->rank, op.sendbuff,
         op.recvbuff, op.count, op.dtype, op.op, op.root);
   return enqueueOp(comm, op);

@@ -349,6 +349,34 @@ TEST_P(DevicePath, MixedHostAndDeviceBuffersAreRefused) {
   });
 }
 
+// NCCL_CHECK_POINTERS=1: a GPU buffer shorter than the length the call uses (an allgather's output is ranks x count;
+// an allreduce from the middle of a buffer) is refused with ncclInvalidArgument naming it and its allocation, before
+// anything is enqueued; buffers that hold the call run.
+TEST_P(DevicePath, CheckPointersRefusesGpuBuffersShorterThanTheCall) {
+  setenv("NCCL_CHECK_POINTERS", "1", 1);
+  chorus::paramsReload();
+  runRanks(2, driver(), [](RankCtx& c) {
+    DevBuf in(gEmu, 16 * sizeof(float)), out(gEmu, 16 * sizeof(float));
+    auto refused = [&c](ncclResult_t res, const char* buffer) {
+      EXPECT_EQ(res, ncclInvalidArgument);
+      const std::string text = ncclGetLastError(c.comm);
+      EXPECT_NE(text.find(std::string(buffer) + " "), std::string::npos) << text;
+      EXPECT_NE(text.find("runs past the end of its GPU allocation (64 bytes"), std::string::npos) << text;
+    };
+    refused(ncclAllGather(in.as<float>(), out.as<float>(), 16, ncclFloat32, c.comm, streamOf(c)), "recvbuff");
+    refused(ncclAllReduce(in.as<float>() + 8, out.as<float>(), 16, ncclFloat32, ncclSum, c.comm, streamOf(c)),
+            "sendbuff");
+    for (int k = 0; k < 8; k++) in.as<float>()[k] = float(c.rank + k);
+    ASSERT_EQ(ncclAllGather(in.as<float>(), out.as<float>(), 8, ncclFloat32, c.comm, streamOf(c)), ncclSuccess)
+        << ncclGetLastError(c.comm);
+    sync(c);
+    for (int q = 0; q < 2; q++)
+      for (int k = 0; k < 8; k++) EXPECT_EQ(out.as<float>()[q * 8 + k], float(q + k)) << q << " " << k;
+  });
+  unsetenv("NCCL_CHECK_POINTERS");
+  chorus::paramsReload();
+}
+
 // An allgather and a reduce-scatter of N int32 a rank on the device, on stream s, each result checked element by
 // element; `after`, when given, runs once each call has completed, with the call's name.
 void allGatherReduceScatterChecked(ncclComm_t comm, int r, int n, cudaStream_t s, size_t N,
