@@ -118,16 +118,24 @@ ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const
   const Use uses[2] = {{"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false},
                        {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true}};
   GpuRuntime* rt = op.device ? gpuRuntime() : nullptr;
+  if (rt == nullptr) {  // host memory: both buffers in one read of the process's map
+    MemoryUse mem[2];
+    const Use* of[2];
+    int n = 0, bad = 0;
+    for (const Use& u : uses)
+      if (u.used) {
+        mem[n] = MemoryUse{u.p, u.bytes, u.write};
+        of[n++] = &u;
+      }
+    std::string why;
+    if (!memoryAccessible(mem, n, &bad, &why))
+      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %p of %zu bytes %s (NCCL_CHECK_POINTERS=1)", fn,
+                  comm->rank, of[bad]->name, of[bad]->p, of[bad]->bytes, why.c_str());
+    return ncclSuccess;
+  }
   SetupScope setup(rt);  // the stream may be under capture: queries run as setup
   for (const Use& u : uses) {
     if (!u.used) continue;
-    std::string why;
-    if (rt == nullptr) {
-      if (!memoryAccessible(u.p, u.bytes, u.write, &why))
-        CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %p of %zu bytes %s (NCCL_CHECK_POINTERS=1)", fn,
-                    comm->rank, u.name, u.p, u.bytes, why.c_str());
-      continue;
-    }
     void* base = nullptr;
     size_t size = 0;
     if (rt->addressRange(u.p, &base, &size) != ncclSuccess) continue;

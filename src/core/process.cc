@@ -1,5 +1,6 @@
 #include "core/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace chorus {
 
@@ -43,44 +45,113 @@ uint64_t randomNonce() {
   return v | 1;  // never 0
 }
 
-bool memoryAccessible(const void* p, size_t bytes, bool write, std::string* why) {
-  if (bytes == 0) return true;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  uintptr_t end = 0;
-  char text[160];
-  if (__builtin_add_overflow(start, bytes, &end)) {
-    *why = "runs past the end of the address space";
-    return false;
+namespace {
+
+// /proc/self/maps, opened once by each thread that checks memory and read again from its start at each check (the
+// kernel writes it anew); reopened in a forked child, since the open file names the process that opened it.
+struct MapsFile {
+  int fd = -1;
+  pid_t owner = 0;
+  std::vector<char> buf;
+  ~MapsFile() {
+    if (fd >= 0) close(fd);
   }
-  FILE* f = fopen("/proc/self/maps", "re");
-  if (f == nullptr) return true;
-  // The mappings come in address order: walk those that cover [start, end) from `at` on.
-  uintptr_t at = start;
-  bool ok = true;
-  char* line = nullptr;
-  size_t cap = 0;
-  while (at < end && getline(&line, &cap, f) > 0) {
-    unsigned long lo = 0, hi = 0;
-    char perms[8] = {0};
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= at) continue;
-    if (lo > at) break;  // a hole at `at`
-    if (perms[0] != 'r' || (write && perms[1] != 'w')) {
-      snprintf(text, sizeof(text), "is %s memory at 0x%lx (%s)", perms[0] != 'r' ? "unreadable" : "read-only",
-               static_cast<unsigned long>(at), write ? "the call writes it" : "the call reads it");
-      ok = false;
-      break;
+  int get() {
+    const pid_t me = getpid();
+    if (fd >= 0 && owner != me) {
+      close(fd);
+      fd = -1;
     }
-    at = hi;
+    if (fd < 0) {
+      fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+      owner = me;
+    }
+    return fd;
   }
-  free(line);
-  fclose(f);
-  if (ok && at < end) {
-    snprintf(text, sizeof(text), "is not all memory of this process: nothing is mapped at 0x%lx",
-             static_cast<unsigned long>(at));
-    ok = false;
+};
+
+}  // namespace
+
+bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why) {
+  constexpr int kMax = 4;
+  if (n > kMax) n = kMax;
+  uintptr_t at[kMax], end[kMax];
+  int left = 0;   // uses not yet found whole or failed
+  int first = n;  // the first use that failed
+  char text[160] = "";
+  auto fail = [&](int i, const char* what) {
+    if (i < first) {
+      first = i;
+      snprintf(text, sizeof(text), "%s", what);
+    }
+  };
+  for (int i = 0; i < n; i++) {
+    at[i] = reinterpret_cast<uintptr_t>(uses[i].p);
+    end[i] = at[i];
+    if (uses[i].bytes == 0) continue;
+    if (__builtin_add_overflow(at[i], uses[i].bytes, &end[i])) {
+      fail(i, "runs past the end of the address space");
+      end[i] = at[i];
+      continue;
+    }
+    left++;
   }
-  if (!ok) *why = text;
-  return ok;
+  thread_local MapsFile maps;
+  const int fd = left > 0 ? maps.get() : -1;
+  // Whether the whole map was read (or every use settled): else a use not settled passes, with nothing to check it
+  // against.
+  bool complete = left == 0;
+  if (left > 0 && (fd < 0 || lseek(fd, 0, SEEK_SET) != 0)) left = 0;
+  if (maps.buf.size() < (64u << 10)) maps.buf.resize(64u << 10);
+  size_t have = 0;  // bytes of an unfinished line at the start of buf
+  // The mappings come in address order: each use's cursor `at` walks those that cover it.
+  while (left > 0) {
+    const ssize_t got = read(fd, maps.buf.data() + have, maps.buf.size() - 1 - have);
+    if (got == 0) complete = true;
+    if (got <= 0) break;
+    have += static_cast<size_t>(got);
+    maps.buf[have] = '\0';
+    char* line = maps.buf.data();
+    for (char* nl; left > 0 && (nl = strchr(line, '\n')) != nullptr; line = nl + 1) {
+      *nl = '\0';
+      unsigned long lo = 0, hi = 0;
+      char perms[8] = {0};
+      if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+      for (int i = 0; i < n; i++) {
+        if (at[i] >= end[i] || hi <= at[i]) continue;
+        char what[128];
+        if (lo > at[i]) {
+          snprintf(what, sizeof(what), "is not all memory of this process: nothing is mapped at 0x%lx",
+                   static_cast<unsigned long>(at[i]));
+        } else if (perms[0] != 'r' || (uses[i].write && perms[1] != 'w')) {
+          snprintf(what, sizeof(what), "is %s memory at 0x%lx (%s)", perms[0] != 'r' ? "unreadable" : "read-only",
+                   static_cast<unsigned long>(at[i]), uses[i].write ? "the call writes it" : "the call reads it");
+        } else {
+          at[i] = hi < end[i] ? hi : end[i];
+          if (at[i] >= end[i]) left--;
+          continue;
+        }
+        fail(i, what);
+        at[i] = end[i];
+        left--;
+      }
+    }
+    if (left == 0) complete = true;
+    have = strlen(line);  // the unfinished line, moved to the start
+    memmove(maps.buf.data(), line, have);
+    if (have + 1 >= maps.buf.size()) break;  // a line longer than the buffer: give up checking
+  }
+  for (int i = 0; complete && i < n; i++)
+    if (at[i] < end[i]) {
+      char what[128];
+      snprintf(what, sizeof(what), "is not all memory of this process: nothing is mapped at 0x%lx",
+               static_cast<unsigned long>(at[i]));
+      fail(i, what);
+    }
+  if (first == n) return true;
+  *bad = first;
+  *why = text;
+  return false;
 }
 
 }  // namespace chorus

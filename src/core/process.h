@@ -17,9 +17,17 @@ bool processGone(pid_t pid);
 /// does not repeat its parent's (a generator seeded once would, and two such children would draw the same ids).
 uint64_t randomNonce();
 
-/// Whether [p, p + bytes) is memory of this process for its whole length, readable and, with `write`, writable, as
-/// /proc/self/maps lists it at the time of the call. On false, *why says where it is not ("nothing is mapped at
-/// 0x..."). True where /proc/self/maps cannot be read (nothing to check against).
-bool memoryAccessible(const void* p, size_t bytes, bool write, std::string* why);
+/// A range of this process's memory that a call reads, or reads and writes.
+struct MemoryUse {
+  const void* p;
+  size_t bytes;
+  bool write;
+};
+
+/// Whether each of uses[0, n) is memory of this process for its whole length, readable and, for a write, writable, as
+/// /proc/self/maps lists it at the time of the call (read once for all of them; each thread keeps the file open). On
+/// false, *bad is the first use that is not and *why says where ("nothing is mapped at 0x..."). True where
+/// /proc/self/maps cannot be read (nothing to check against).
+bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why);
 
 }  // namespace chorus
