@@ -85,6 +85,12 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why) 
       snprintf(text, sizeof(text), "%s", what);
     }
   };
+  auto hole = [&](int i) {  // use i reaches an address that nothing maps
+    char what[128];
+    snprintf(what, sizeof(what), "is not all memory of this process: nothing is mapped at 0x%lx",
+             static_cast<unsigned long>(at[i]));
+    fail(i, what);
+  };
   for (int i = 0; i < n; i++) {
     at[i] = reinterpret_cast<uintptr_t>(uses[i].p);
     end[i] = at[i];
@@ -119,19 +125,18 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why) 
       if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
       for (int i = 0; i < n; i++) {
         if (at[i] >= end[i] || hi <= at[i]) continue;
-        char what[128];
         if (lo > at[i]) {
-          snprintf(what, sizeof(what), "is not all memory of this process: nothing is mapped at 0x%lx",
-                   static_cast<unsigned long>(at[i]));
+          hole(i);
         } else if (perms[0] != 'r' || (uses[i].write && perms[1] != 'w')) {
+          char what[128];
           snprintf(what, sizeof(what), "is %s memory at 0x%lx (%s)", perms[0] != 'r' ? "unreadable" : "read-only",
                    static_cast<unsigned long>(at[i]), uses[i].write ? "the call writes it" : "the call reads it");
+          fail(i, what);
         } else {
           at[i] = hi < end[i] ? hi : end[i];
           if (at[i] >= end[i]) left--;
           continue;
         }
-        fail(i, what);
         at[i] = end[i];
         left--;
       }
@@ -142,12 +147,7 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why) 
     if (have + 1 >= maps.buf.size()) break;  // a line longer than the buffer: give up checking
   }
   for (int i = 0; complete && i < n; i++)
-    if (at[i] < end[i]) {
-      char what[128];
-      snprintf(what, sizeof(what), "is not all memory of this process: nothing is mapped at 0x%lx",
-               static_cast<unsigned long>(at[i]));
-      fail(i, what);
-    }
+    if (at[i] < end[i]) hole(i);
   if (first == n) return true;
   *bad = first;
   *why = text;

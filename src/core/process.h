@@ -27,7 +27,7 @@ struct MemoryUse {
 /// Whether each of uses[0, n) is memory of this process for its whole length, readable and, for a write, writable, as
 /// /proc/self/maps lists it at the time of the call (read once for all of them; each thread keeps the file open). On
 /// false, *bad is the first use that is not and *why says where ("nothing is mapped at 0x..."). True where
-/// /proc/self/maps cannot be read (nothing to check against).
+/// /proc/self/maps cannot be read (nothing to check against). At most 4 uses: any past the fourth are not checked.
 bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why);
 
 }  // namespace chorus
