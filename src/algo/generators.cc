@@ -138,12 +138,16 @@ void genInOrder(const ScheduleRequest& req, const ChannelOrder& co, Schedule* ou
 //    (odd channels) at the last. Even channel c rotates by c mod P, so tree A enters at local rank c mod P; odd
 //    channel c rotates by 1 - c mod P, so tree B enters at local rank P - c mod P (channel 1: P - 1, as unrotated).
 //    Over P channels (P even) the trees' entries are every local rank once: A at 0, 2, 4..., B at P - 1, P - 3...
+//  - A rail-aligned ring (ScheduleRequest::railAligned) walks every second host backwards: entered at the rank before
+//    the (c mod P)-th and left at the (c mod P)-th, the local ranks where the host before left and the host after
+//    enters. Its rotation is P + c mod P (hostRotatedOrder). Each NIC still carries one channel each way.
 // This is channel req.channel's rotation (0: none).
 int hostRotation(const ScheduleRequest& req) {
   const int P = req.localRanks, n = req.nranks;
   if ((req.algo != Algo::kRing && req.algo != Algo::kTree) || !gen::equalHosts(n, P)) return 0;
   const int c = req.channel;
-  return req.algo == Algo::kTree && c % 2 == 1 ? gen::mod(1 - c, P) : c % P;
+  if (req.algo == Algo::kTree) return c % 2 == 1 ? gen::mod(1 - c, P) : c % P;
+  return c % P + (req.railAligned ? P : 0);
 }
 
 /// The ring order of channel req.channel, rotated; empty when the channel keeps the order as it is.
@@ -251,13 +255,21 @@ void buildChecked(const ScheduleRequest& req, const ChannelOrder& co, Schedule* 
 
 std::vector<int> hostRotatedOrder(const std::vector<int>* ringOrder, int n, int P, int rot) {
   const bool given = ringOrder != nullptr && !ringOrder->empty();
+  const bool alternate = P > 0 && rot >= P;
+  if (alternate) rot -= P;
   std::vector<int> order(n);
   for (int p = 0; p < n; p++) {
-    const int at = rot == 0 || P <= 0 ? p : p / P * P + (p % P + rot) % P;
+    int at = p;
+    if (P > 0 && (rot != 0 || alternate)) {
+      const int host = p / P, i = p % P;
+      at = host * P + (alternate && host % 2 == 1 ? gen::mod(rot - 1 - i, P) : (i + rot) % P);
+    }
     order[p] = given ? (*ringOrder)[at] : at;
   }
   return order;
 }
+
+int hostOrderCount(int nranks, int localRanks) { return gen::equalHosts(nranks, localRanks) ? 2 * localRanks : 1; }
 
 int blockRotation(const ScheduleRequest& req) {
   if (req.nranks < 2) return -1;

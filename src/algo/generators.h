@@ -52,6 +52,12 @@ struct ScheduleRequest {
   /// nranks into 2 or more hosts, else the flat tree (0, 1 and nranks give the same schedules); ring and tree then
   /// rotate each host's ranks by channel (channelKinds).
   int localRanks = 0;
+  /// Ring channels over such hosts: every second host of the order (the 2nd, 4th...) is walked backwards, entered at
+  /// the local rank where the host before it was left, so that each crossing between hosts joins the same local rank
+  /// on both sides, and so the same NIC rail where a GPU's nearest NIC is the same on every host (NCCL_CROSS_NIC 0 or
+  /// 2). Over an odd number of hosts the crossing from the last host back to the first still joins two rails. false:
+  /// every host walked forwards (NCCL_CROSS_NIC=1), each crossing from a host's (c-1)-th rank to the next's c-th.
+  bool railAligned = true;
 };
 
 /// Whether `algo` implements `coll` for nranks (e.g. tree only for allreduce/broadcast/reduce).
@@ -81,8 +87,14 @@ int spanBound(Coll coll, Algo algo, int nranks);
 int channelKinds(Algo algo, int nranks, int localRanks);
 
 /// The ring order (rank order when null or empty) with each host's ranks rotated by `rot`, as a channel of rotation
-/// rot lays them (hosts of P ranks, listed one after another; rot 0 or P <= 0: the order as it is).
+/// rot lays them (hosts of P ranks, listed one after another; rot 0 or P <= 0: the order as it is). rot in [P, 2P) is
+/// a rail-aligned ring's (ScheduleRequest::railAligned): rotated by rot - P, with every second host's ranks reversed,
+/// so that host entered at its (rot - P - 1)-th rank and left at its (rot - P)-th.
 std::vector<int> hostRotatedOrder(const std::vector<int>* ringOrder, int n, int P, int rot);
+
+/// How many orders hostRotatedOrder lays over hosts of localRanks ranks (rot from 0 to this - 1): 2P over equal hosts
+/// (every rotation, plain and rail-aligned), else 1.
+int hostOrderCount(int nranks, int localRanks);
 
 /// How the per-rank blocks of req's schedules (allgather's out[r], reduce-scatter's in[r]...) follow the ring:
 /// r >= 0 when the rank at ring position p works on blocks named hostRotatedOrder(req.ringOrder, n, localRanks,

@@ -453,7 +453,7 @@ unsigned long engineEnvHash() {
                   std::to_string(kFifoSlots.get()) + "|" + std::to_string(kSlotBytes.get()) + "|" +
                   std::to_string(kBuffSize.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
-                  "|" + std::to_string(ringByHostSetting());
+                  "|" + std::to_string(ringByHostSetting()) + "|" + std::to_string(railAlignedRingsSetting());
   return fnv1a64(s);
 }
 
@@ -465,7 +465,8 @@ ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
     if (p.envHash != comm->peers[comm->rank].envHash)
       CHORUS_FAIL(comm, ncclInvalidUsage,
                   "rank %d and rank %d run with different settings of NCCL_ALGO, NCCL_PROTO, NCCL_SHM_DISABLE, "
-                  "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL or CHORUS_* transport and device-path variables; every rank must "
+                  "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_CROSS_NIC or CHORUS_* transport and device-path variables; "
+                  "every rank must "
                   "use the same values",
                   comm->rank, p.rank);
   }

@@ -171,6 +171,7 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
 Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(geo) {
   sendSeq_.assign(comm->nranks, 0);
   recvSeq_.assign(comm->nranks, 0);
+  railAligned_ = railAlignedRingsSetting();
   if (ringByHostSetting()) {
     std::vector<uint64_t> hostOf(comm->nranks);
     std::vector<int> numaOf(comm->nranks);
@@ -195,7 +196,7 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
   hosts_ = static_cast<int>(perHost.size());
   // The ring order under each host rotation a channel may have (blockRotation), and each one's inverse.
   const int n = comm->nranks;
-  const int rotations = channelKinds(Algo::kRing, n, localRanks_);  // every rotation a ring or tree channel has
+  const int rotations = hostOrderCount(n, localRanks_);  // every rotation a ring or tree channel has
   orderTable_.resize(static_cast<size_t>(rotations) * n);
   posTable_.resize(orderTable_.size());
   for (int rot = 0; rot < rotations; rot++) {
@@ -209,6 +210,12 @@ Planner::Planner(ncclComm* comm, const FifoGeometry& geo) : comm_(comm), geo_(ge
   if (comm->rank == 0 && localRanks_ > 0)
     INFO(kInit, "comm %p: hierarchical allreduce, allgather and reduce-scatter from %ld bytes: %zu hosts x %d ranks",
          static_cast<void*>(comm), static_cast<long>(hierMinBytes()), perHost.size(), localRanks_);
+  if (comm->rank == 0 && localRanks_ > 0)
+    INFO(kInit, "comm %p: ring channels over %zu hosts %s (NCCL_CROSS_NIC)", static_cast<void*>(comm), perHost.size(),
+         !railAligned_        ? "cross from local rank c-1 of a host to local rank c of the next"
+         : perHost.size() % 2 ? "cross between the same local rank of two hosts, but for the last host's crossing back "
+                                "to the first (an odd number of hosts)"
+                              : "cross between the same local rank of two hosts");
   if (comm->rank == 0 && !ringOrder_.empty()) {
     std::string order;
     for (int r : ringOrder_) order += " " + std::to_string(r);
@@ -225,7 +232,7 @@ const std::vector<Schedule>& Planner::schedules(Coll coll, Algo algo, int root, 
   if (it != cache_.end()) return it->second;
   std::vector<Schedule> list(nch);
   for (int ch = 0; ch < nch; ch++) {
-    ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root, &ringOrder_, localRanks_};
+    ScheduleRequest req{coll, algo, comm_->nranks, comm_->rank, ch, nch, root, &ringOrder_, localRanks_, railAligned_};
     std::string err;
     if (!buildSchedule(req, &list[ch], &err)) list[ch].steps.clear(), list[ch].nranks = -1;
     if (kPrintSchedule.get()) INFO(kColl, "schedule:\n%s", formatSchedule(list[ch]).c_str());
@@ -243,7 +250,7 @@ bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const Launc
     std::vector<StepRun> runs;
     bool built = true;
     for (int kind = 0; kind < kinds && built; kind++) {
-      ScheduleRequest req{coll, algo, comm_->nranks, 0, kind, kinds, root, &ringOrder_, localRanks_};
+      ScheduleRequest req{coll, algo, comm_->nranks, 0, kind, kinds, root, &ringOrder_, localRanks_, railAligned_};
       if (kind > 0 && algo == Algo::kRing && blockRotation(req) < 0) {
         // A ring channel that names no block through its order is channel 0's ring with other ranks at its
         // positions: every step talks to the same two neighbours, so its runs and ends are channel 0's
@@ -275,7 +282,7 @@ bool Planner::fitsEveryRank(Coll coll, Algo algo, int root, int nch, const Launc
 }
 
 bool Planner::runBlockOrder(const Schedule& s, RunBlockOrder* out) const {
-  ScheduleRequest req{s.coll, s.algo, s.nranks, s.rank, s.channel, 0, s.root, &ringOrder_, localRanks_};
+  ScheduleRequest req{s.coll, s.algo, s.nranks, s.rank, s.channel, 0, s.root, &ringOrder_, localRanks_, railAligned_};
   const int rot = s.nranks == comm_->nranks ? blockRotation(req) : -1;
   if (rot < 0 || static_cast<size_t>(rot + 1) * s.nranks > orderTable_.size()) return false;
   out->order = orderTable_.data() + static_cast<size_t>(rot) * s.nranks;

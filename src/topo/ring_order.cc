@@ -15,6 +15,16 @@ IntParam kRingByHost{"CHORUS_RING_BY_HOST", 1,
                      "rank placement; 0: rings follow rank order.",
                      "tuning"};
 
+IntParam kCrossNic{"NCCL_CROSS_NIC", 2,
+                   "Rings over hosts with the same number of ranks: 0 or 2 (NCCL's default), every second host is "
+                   "walked backwards, so that each channel leaves a host and enters the next at the same local rank: "
+                   "where GPU i of every host uses the same NIC, each crossing stays on one rail (one leaf switch of "
+                   "a rail-optimized fabric); over an odd number of hosts one crossing a channel, from the last host "
+                   "back to the first, joins two rails. 1: every host walked forwards, each crossing from local rank "
+                   "c-1 of a host to local rank c of the next (two rails on every crossing where each GPU has its own "
+                   "NIC). Each end of a connection uses the NIC nearest its own GPU either way. Every rank must agree.",
+                   "tuning"};
+
 }  // namespace
 
 std::vector<int> ringOrderByHost(const std::vector<uint64_t>& hostOf, const std::vector<int>& numaOf) {
@@ -39,5 +49,7 @@ std::vector<int> ringOrderByHost(const std::vector<uint64_t>& hostOf, const std:
 }
 
 bool ringByHostSetting() { return kRingByHost.get() != 0; }
+
+bool railAlignedRingsSetting() { return kCrossNic.get() != 1; }
 
 }  // namespace chorus

@@ -20,4 +20,8 @@ std::vector<int> ringOrderByHost(const std::vector<uint64_t>& hostOf, const std:
 /// CHORUS_RING_BY_HOST: 1 (default) lays rings host by host; 0 keeps rank order. Every rank must agree.
 bool ringByHostSetting();
 
+/// NCCL_CROSS_NIC: anything but 1 (default 2) lays rail-aligned rings over hosts (ScheduleRequest::railAligned); 1
+/// does not. Every rank must agree.
+bool railAlignedRingsSetting();
+
 }  // namespace chorus

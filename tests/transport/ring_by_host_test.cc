@@ -127,9 +127,11 @@ TEST(RingByHost, RoundRobinPlacementRingsHostByHost) {
 }
 
 // Three ring channels over the same hosts: channel c rotates each host's ranks by c mod 2 (src/algo/generators.h),
-// so channel 1 enters and leaves every host on the ranks channel 0 does not. Every collective stays exact, and rank 0's
-// ring neighbours show it: channel 0 runs 0 3 1 4 2 5 (from 5, to 3), channel 1 runs 3 0 4 1 5 2 (from 3, to 4),
-// channel 2 channel 0's ring again.
+// so channel 1 enters and leaves every host on the ranks channel 0 does not, and rail-aligned (NCCL_CROSS_NIC unset,
+// 2) the second host is walked backwards, entered at the local rank where the first was left. Every collective stays
+// exact, and rank 0's ring neighbours show it: channel 0 runs 0 3 4 1 2 5 (from 5, to 3), channel 1 runs 3 0 1 4 5 2
+// (from 3, to 1), channel 2 channel 0's ring again. With NCCL_CROSS_NIC=1 every host is walked forwards: channel 0
+// runs 0 3 1 4 2 5 (from 5, to 3), channel 1 runs 3 0 4 1 5 2 (from 3, to 4).
 // Rank 0's printed schedule of `what` (as "AllGather Ring") on `channel` in the log, or "".
 std::string rank0Schedule(const std::string& text, const std::string& what, int channel) {
   const std::string head = what + " nranks=6 rank=0 channel=" + std::to_string(channel) + " ";
@@ -140,17 +142,26 @@ std::string rank0Schedule(const std::string& text, const std::string& what, int 
 }
 
 TEST(RingByHost, ChannelsRotateWithinHosts) {
-  setenv("CHORUS_HOST_NCHANNELS", "3", 1);
-  std::string log = "/tmp/chorus_ring_rotate_" + std::to_string(getpid()) + ".log";
-  std::string text = runPlacement("1", log);
-  unsetenv("CHORUS_HOST_NCHANNELS");
-  for (int channel : {0, 1, 2}) {
-    const std::string s = rank0Schedule(text, "AllGather Ring", channel);
-    ASSERT_FALSE(s.empty()) << "no schedule for channel " << channel << "\n" << text;
-    const bool rotated = channel == 1;
-    EXPECT_NE(s.find(rotated ? "from 3" : "from 5"), std::string::npos) << s;
-    EXPECT_NE(s.find(rotated ? "to 4" : "to 3"), std::string::npos) << s;
-    EXPECT_EQ(s.find(rotated ? "from 5" : "from 3"), std::string::npos) << s;
+  for (bool railAligned : {true, false}) {
+    setenv("CHORUS_HOST_NCHANNELS", "3", 1);
+    if (!railAligned) setenv("NCCL_CROSS_NIC", "1", 1);
+    std::string log = "/tmp/chorus_ring_rotate_" + std::to_string(getpid()) + ".log";
+    std::string text = runPlacement("1", log);
+    unsetenv("CHORUS_HOST_NCHANNELS");
+    unsetenv("NCCL_CROSS_NIC");
+    EXPECT_NE(text.find(railAligned ? "ring channels over 3 hosts cross between the same local rank of two hosts, but "
+                                      "for the last host's crossing back to the first"
+                                    : "ring channels over 3 hosts cross from local rank c-1 of a host to local rank c"),
+              std::string::npos)
+        << text;
+    for (int channel : {0, 1, 2}) {
+      const std::string s = rank0Schedule(text, "AllGather Ring", channel);
+      ASSERT_FALSE(s.empty()) << "no schedule for channel " << channel << "\n" << text;
+      const bool rotated = channel == 1;
+      EXPECT_NE(s.find(rotated ? "from 3" : "from 5"), std::string::npos) << s;
+      EXPECT_NE(s.find(!rotated ? "to 3" : railAligned ? "to 1" : "to 4"), std::string::npos) << s;
+      EXPECT_EQ(s.find(rotated ? "from 5" : "from 3"), std::string::npos) << s;
+    }
   }
 }
 

@@ -15,14 +15,15 @@
 namespace chorus {
 
 /// Every rank's schedule of `coll` with `algo` over hosts of localRanks ranks (0: one host) on `channel` of
-/// nChannels; a rank whose schedule does not build fails the calling test.
+/// nChannels (rings rail-aligned or not: ScheduleRequest::railAligned); a rank whose schedule does not build fails the
+/// calling test.
 inline std::vector<Schedule> buildHostSchedules(Coll coll, Algo algo, int n, int localRanks,
                                                 const std::vector<int>* order = nullptr, int channel = 0,
-                                                int nChannels = 4, int root = 0) {
+                                                int nChannels = 4, int root = 0, bool railAligned = true) {
   std::vector<Schedule> all(n);
   for (int r = 0; r < n; ++r) {
     std::string err;
-    ScheduleRequest req{coll, algo, n, r, channel, nChannels, root, order, localRanks};
+    ScheduleRequest req{coll, algo, n, r, channel, nChannels, root, order, localRanks, railAligned};
     EXPECT_TRUE(buildSchedule(req, &all[r], &err)) << err;
   }
   return all;

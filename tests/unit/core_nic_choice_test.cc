@@ -8,8 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "algo/generators.h"
 #include "harness/source_dir.h"
 #include "topo/nic_choice.h"
+#include "topo/ring_order.h"
 
 namespace chorus {
 namespace {
@@ -140,6 +142,62 @@ TEST(NicChoice, EveryDeviceWhenTheTopologyCannotTell) {
   const NicChoice empty = chooseNics(HostTopology{}, runtimeId("0000:19:00.0"), hcas());
   EXPECT_FALSE(empty.byTopology);
   EXPECT_EQ(empty.order, all);
+}
+
+// Ring channels over DGX H100-like hosts, GPU i of every host run by its local rank i, each rank's channel c on the NIC
+// its choice gives channel c (as NetProxy's connections take them): rail-aligned (NCCL_CROSS_NIC 0 or 2, the default)
+// every crossing between hosts leaves on NIC k of one host and arrives on NIC k of the other, one rail, over an even
+// number of hosts; with NCCL_CROSS_NIC=1 none does under AUTO (each GPU has its own NIC). Ranks placed host by host
+// and round-robin.
+TEST(NicChoice, RailAlignedRingsCrossOnOneRail) {
+  if (!topologyHasHwloc()) GTEST_SKIP() << "built without hwloc";
+  const HostTopology t = load("dgx-h100.xml");
+  ASSERT_EQ(t.gpus.size(), 8u);
+  const int P = 8;
+  for (const char* policyName : {"AUTO", "ALL"}) {
+    const NetDevsPolicy policy = parseNetDevsPolicy(policyName);
+    std::vector<NicChoice> gpuNics;
+    for (int g = 0; g < P; g++) gpuNics.push_back(chooseNics(t, runtimeId(t.gpus[g].busId), hcas(), policy));
+    for (int H : {2, 3, 4})
+      for (bool roundRobin : {false, true}) {
+        const int n = H * P;
+        std::vector<uint64_t> hostOf(n);
+        std::vector<int> localOf(n);
+        for (int r = 0; r < n; r++) {
+          hostOf[r] = roundRobin ? r % H : r / P;
+          localOf[r] = roundRobin ? r / H : r % P;
+        }
+        const std::vector<int> order = ringOrderByHost(hostOf);
+        auto nicOf = [&](int rank, int channel) {
+          const std::vector<int>& o = gpuNics[static_cast<size_t>(localOf[rank])].order;
+          return o[static_cast<size_t>(channel) % o.size()];
+        };
+        for (bool railAligned : {true, false})
+          for (int ch = 0; ch < P; ch++) {
+            int crossings = 0, railsJoined = 0;
+            for (int r = 0; r < n; r++) {
+              ScheduleRequest req{Coll::kAllGather, Algo::kRing, n, r, ch, P, 0, &order, P, railAligned};
+              Schedule s;
+              std::string err;
+              ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
+              for (const Step& st : s.steps)
+                if (stepSends(st.op) && hostOf[st.sendPeer] != hostOf[r]) {
+                  crossings++;
+                  railsJoined += nicOf(r, ch) != nicOf(st.sendPeer, ch);
+                  break;
+                }
+            }
+            const std::string where = std::string(policyName) + ", " + std::to_string(H) + " hosts" +
+                                      (roundRobin ? " round-robin" : "") + ", channel " + std::to_string(ch);
+            ASSERT_EQ(crossings, H) << where;
+            if (railAligned) {
+              EXPECT_EQ(railsJoined, H % 2) << where;  // odd: the last host's crossing back to the first
+            } else if (policy.kind == NetDevsPolicy::Kind::kAuto) {
+              EXPECT_EQ(railsJoined, H) << where;
+            }
+          }
+      }
+  }
 }
 
 // chorus-topo's section: a line a GPU, nothing for a host without GPUs.

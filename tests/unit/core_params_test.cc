@@ -167,11 +167,12 @@ TEST(ParamConf, AnEnvPluginAnswersForTheEnvironment) {
 // NCCL's configuration files alike.
 TEST(ParamConf, TheFirstInitNamesUnreadNcclVariables) {
   const std::string conf = "/tmp/chorus-conf-unread-" + std::to_string(getpid());
-  std::ofstream(conf) << "NCCL_CROSS_NIC=1\n";
+  std::ofstream(conf) << "NCCL_PXN_DISABLE=1\n";
   const std::string out =
       perfToolRun("NCCL_CONF_FILE=" + conf + " NCCL_DEBUG=INFO NCCL_LL128_BUFFSIZE=8388608 NCCL_TESTS_SPLIT=AND1");
-  EXPECT_NE(out.find("chorus INFO environment: NCCL_CROSS_NIC, NCCL_LL128_BUFFSIZE set, but chorus does not read them"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("chorus INFO environment: NCCL_LL128_BUFFSIZE, NCCL_PXN_DISABLE set, but chorus does not read them"),
+      std::string::npos)
       << out;
   std::remove(conf.c_str());
 }
