@@ -24,7 +24,8 @@ int usage() {
       "usage: chorus-sched [--local-ranks P] <coll> <algo> <nranks> [rank|all] [channel] [root]\n"
       "  coll: allreduce allgather reducescatter broadcast reduce alltoall gather scatter sendrecv\n"
       "  algo: ring tree direct oneshot twoshot hierarchical rail recdoubling\n"
-      "  --local-ranks P: hierarchical, rail and tree over hosts of P consecutive ranks (default: one host)\n");
+      "  --local-ranks P: hierarchical, rail, tree and ring over hosts of P consecutive ranks (default: one host);\n"
+      "    rings rail-aligned unless NCCL_CROSS_NIC=1, as the library lays them\n");
   return 2;
 }
 
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   if (argc > 5 && !parseInt(argv[5], &channel)) return usage();
   if (argc > 6 && (!parseInt(argv[6], &root) || root >= nranks)) return usage();
 
+  const char* crossNic = std::getenv("NCCL_CROSS_NIC");
+  const bool railAligned = crossNic == nullptr || std::atoi(crossNic) != 1;  // as NCCL_CROSS_NIC in the library
   std::vector<Schedule> schedules(nranks);
   VerifyOptions opt;
   for (int r = 0; r < nranks; ++r) {
@@ -94,7 +97,7 @@ int main(int argc, char** argv) {
       continue;
     }
     std::string err;
-    ScheduleRequest req{coll, algo, nranks, r, channel, channel + 1, root, nullptr, localRanks};
+    ScheduleRequest req{coll, algo, nranks, r, channel, channel + 1, root, nullptr, localRanks, railAligned};
     if (!buildSchedule(req, &schedules[r], &err)) {
       std::fprintf(stderr, "chorus-sched: %s\n", err.c_str());
       return 2;

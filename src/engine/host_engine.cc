@@ -466,8 +466,7 @@ ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
       CHORUS_FAIL(comm, ncclInvalidUsage,
                   "rank %d and rank %d run with different settings of NCCL_ALGO, NCCL_PROTO, NCCL_SHM_DISABLE, "
                   "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_CROSS_NIC or CHORUS_* transport and device-path variables; "
-                  "every rank must "
-                  "use the same values",
+                  "every rank must use the same values",
                   comm->rank, p.rank);
   }
   auto engine = std::make_unique<HostEngine>(comm);

@@ -7,11 +7,12 @@
 // reduce-scatter hierarchical from CHORUS_HIER_MIN_BYTES (3 hosts x 2 ranks), and when NCCL_ALGO forces it; rank 0's
 // schedules (CHORUS_PRINT_SCHEDULE) show which algorithm ran. Forced trees are node-aware over the same hosts.
 // NCCL_ALGO=Rail runs allgather and reduce-scatter as rail on 3 hosts x 2 ranks and on 2 hosts x 3, where in-place
-// reduce-scatter is not alias safe and runs the ring instead.
+// reduce-scatter is not alias safe and runs the ring instead. Ranks that disagree on NCCL_CROSS_NIC are refused.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <regex>
 #include <string>
 #include <vector>
@@ -231,6 +232,25 @@ TEST(RingByHost, RailForced) {
       EXPECT_NE(text.find("ReduceScatter Ring nranks=6"), std::string::npos) << text;
     }
   }
+}
+
+// NCCL_CROSS_NIC decides which way every second host's ranks are walked: ranks that disagree would wait on neighbours
+// that send elsewhere, so init refuses them on every rank, naming the variable.
+TEST(RingByHost, RanksThatDisagreeOnCrossNicAreRefused) {
+  auto status = forkRanks(2, [](int rank, const ncclUniqueId& id) {
+    if (rank == 1) setenv("NCCL_CROSS_NIC", "1", 1);
+    chorus::paramsReload();
+    ncclComm_t comm = nullptr;
+    const ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
+    const std::string err = ncclGetLastError(nullptr);
+    if (res == ncclSuccess) ncclCommDestroy(comm);
+    if (res != ncclInvalidUsage || err.find("NCCL_CROSS_NIC") == std::string::npos) {
+      fprintf(stderr, "rank %d: init gave %d: %s\n", rank, static_cast<int>(res), err.c_str());
+      return 1;
+    }
+    return 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 
 }  // namespace

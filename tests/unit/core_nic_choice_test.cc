@@ -147,8 +147,8 @@ TEST(NicChoice, EveryDeviceWhenTheTopologyCannotTell) {
 // Ring channels over DGX H100-like hosts, GPU i of every host run by its local rank i, each rank's channel c on the NIC
 // its choice gives channel c (as NetProxy's connections take them): rail-aligned (NCCL_CROSS_NIC 0 or 2, the default)
 // every crossing between hosts leaves on NIC k of one host and arrives on NIC k of the other, one rail, over an even
-// number of hosts; with NCCL_CROSS_NIC=1 none does under AUTO (each GPU has its own NIC). Ranks placed host by host
-// and round-robin.
+// number of hosts; with NCCL_CROSS_NIC=1 none does under AUTO (each GPU has its own NIC). Trees' crossings are on one
+// rail either way. Ranks placed host by host and round-robin.
 TEST(NicChoice, RailAlignedRingsCrossOnOneRail) {
   if (!topologyHasHwloc()) GTEST_SKIP() << "built without hwloc";
   const HostTopology t = load("dgx-h100.xml");
@@ -196,6 +196,24 @@ TEST(NicChoice, RailAlignedRingsCrossOnOneRail) {
               EXPECT_EQ(railsJoined, H) << where;
             }
           }
+        // Node-aware trees enter every host at the same rank of the channel's order: every edge between hosts, up
+        // and down, on one rail, whatever the number of hosts.
+        for (int ch = 0; ch < P; ch++) {
+          int crossings = 0, railsJoined = 0;
+          for (int r = 0; r < n; r++) {
+            ScheduleRequest req{Coll::kAllReduce, Algo::kTree, n, r, ch, P, 0, &order, P};
+            Schedule s;
+            std::string err;
+            ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
+            for (const Step& st : s.steps)
+              if (stepSends(st.op) && hostOf[st.sendPeer] != hostOf[r]) {
+                crossings++;
+                railsJoined += nicOf(r, ch) != nicOf(st.sendPeer, ch);
+              }
+          }
+          EXPECT_GE(crossings, 2 * (H - 1)) << "tree, " << H << " hosts, channel " << ch;
+          EXPECT_EQ(railsJoined, 0) << "tree, " << policyName << ", " << H << " hosts, channel " << ch;
+        }
       }
   }
 }
