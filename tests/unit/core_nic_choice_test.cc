@@ -172,21 +172,27 @@ TEST(NicChoice, RailAlignedRingsCrossOnOneRail) {
           const std::vector<int>& o = gpuNics[static_cast<size_t>(localOf[rank])].order;
           return o[static_cast<size_t>(channel) % o.size()];
         };
+        // The crossings between hosts in every rank's schedule on channel ch (a ring rank's one, each of a tree's),
+        // and how many of them join NICs of different index.
+        int crossings = 0, railsJoined = 0;
+        auto count = [&](Coll coll, Algo algo, int ch, bool railAligned) {
+          crossings = railsJoined = 0;
+          for (int r = 0; r < n; r++) {
+            ScheduleRequest req{coll, algo, n, r, ch, P, 0, &order, P, railAligned};
+            Schedule s;
+            std::string err;
+            ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
+            for (const Step& st : s.steps)
+              if (stepSends(st.op) && hostOf[st.sendPeer] != hostOf[r]) {
+                crossings++;
+                railsJoined += nicOf(r, ch) != nicOf(st.sendPeer, ch);
+                if (algo == Algo::kRing) break;  // a ring rank sends to one peer
+              }
+          }
+        };
         for (bool railAligned : {true, false})
           for (int ch = 0; ch < P; ch++) {
-            int crossings = 0, railsJoined = 0;
-            for (int r = 0; r < n; r++) {
-              ScheduleRequest req{Coll::kAllGather, Algo::kRing, n, r, ch, P, 0, &order, P, railAligned};
-              Schedule s;
-              std::string err;
-              ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
-              for (const Step& st : s.steps)
-                if (stepSends(st.op) && hostOf[st.sendPeer] != hostOf[r]) {
-                  crossings++;
-                  railsJoined += nicOf(r, ch) != nicOf(st.sendPeer, ch);
-                  break;
-                }
-            }
+            count(Coll::kAllGather, Algo::kRing, ch, railAligned);
             const std::string where = std::string(policyName) + ", " + std::to_string(H) + " hosts" +
                                       (roundRobin ? " round-robin" : "") + ", channel " + std::to_string(ch);
             ASSERT_EQ(crossings, H) << where;
@@ -199,18 +205,7 @@ TEST(NicChoice, RailAlignedRingsCrossOnOneRail) {
         // Node-aware trees enter every host at the same rank of the channel's order: every edge between hosts, up
         // and down, on one rail, whatever the number of hosts.
         for (int ch = 0; ch < P; ch++) {
-          int crossings = 0, railsJoined = 0;
-          for (int r = 0; r < n; r++) {
-            ScheduleRequest req{Coll::kAllReduce, Algo::kTree, n, r, ch, P, 0, &order, P};
-            Schedule s;
-            std::string err;
-            ASSERT_TRUE(buildSchedule(req, &s, &err)) << err;
-            for (const Step& st : s.steps)
-              if (stepSends(st.op) && hostOf[st.sendPeer] != hostOf[r]) {
-                crossings++;
-                railsJoined += nicOf(r, ch) != nicOf(st.sendPeer, ch);
-              }
-          }
+          count(Coll::kAllReduce, Algo::kTree, ch, true);
           EXPECT_GE(crossings, 2 * (H - 1)) << "tree, " << H << " hosts, channel " << ch;
           EXPECT_EQ(railsJoined, 0) << "tree, " << policyName << ", " << H << " hosts, channel " << ch;
         }
