@@ -21,8 +21,9 @@ IntParam kCheckPointers{"NCCL_CHECK_POINTERS", 0,
                         "within its allocation (as the GPU runtime reports it), a host buffer in memory of this "
                         "process, readable (sendbuff) and writable (recvbuff). One that does not is refused with "
                         "ncclInvalidArgument naming it, instead of faulting. A host buffer's check reads "
-                        "/proc/self/maps, so it is off by default, as in NCCL. GPU buffers are always checked to be "
-                        "on the communicator's GPU.",
+                        "/proc/self/maps, so it is off by default, as in NCCL. A premulsum op's scalar given by "
+                        "pointer (ncclScalarDevice) is checked too, for one element. GPU buffers are always checked "
+                        "to be on the communicator's GPU.",
                         "general"};
 
 // How many elements each buffer spans, in units of `count`.
@@ -107,35 +108,40 @@ ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc*
 }
 
 // NCCL_CHECK_POINTERS: each buffer the call uses holds the length the call uses, and, in host memory, has the access
-// the call needs (a GPU buffer's allocation as the runtime reports it; where it cannot say, the buffer passes).
+// the call needs (a GPU buffer's allocation as the runtime reports it; where it cannot say, the buffer passes). So does
+// a premulsum op's scalar given by pointer (ncclScalarDevice), one element, wherever it lies.
 ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const OpDesc& op, size_t esize) {
   struct Use {
     const char* name;
     const void* p;
     size_t bytes;
-    bool used, write;
+    bool used, write, gpu;
   };
-  const Use uses[2] = {{"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false},
-                       {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true}};
-  GpuRuntime* rt = op.device ? gpuRuntime() : nullptr;
-  if (rt == nullptr) {  // host memory: both buffers in one read of the process's map
-    MemoryUse mem[2];
-    const Use* of[2];
-    int n = 0, bad = 0;
-    for (const Use& u : uses)
-      if (u.used) {
-        mem[n] = MemoryUse{u.p, u.bytes, u.write};
-        of[n++] = &u;
-      }
-    std::string why;
-    if (!memoryAccessible(mem, n, &bad, &why))
-      CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %p of %zu bytes %s (NCCL_CHECK_POINTERS=1)", fn,
-                  comm->rank, of[bad]->name, of[bad]->p, of[bad]->bytes, why.c_str());
-    return ncclSuccess;
+  const Use uses[3] = {
+      {"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false, op.device},
+      {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true, op.device},
+      {"the premulsum scalar", op.scalarPtr, esize, op.scalarPtr != nullptr, false, op.scalarOnDevice}};
+  // Host memory: every use in one read of the process's map.
+  MemoryUse mem[3];
+  const Use* of[3];
+  int n = 0, bad = 0;
+  bool anyGpu = false;
+  for (const Use& u : uses) {
+    anyGpu |= u.used && u.gpu;
+    if (u.used && !u.gpu) {
+      mem[n] = MemoryUse{u.p, u.bytes, u.write};
+      of[n++] = &u;
+    }
   }
+  std::string why;
+  if (n > 0 && !memoryAccessible(mem, n, &bad, &why))
+    CHORUS_FAIL(comm, ncclInvalidArgument, "%s: rank %d: %s %p of %zu bytes %s (NCCL_CHECK_POINTERS=1)", fn, comm->rank,
+                of[bad]->name, of[bad]->p, of[bad]->bytes, why.c_str());
+  GpuRuntime* rt = anyGpu ? gpuRuntime() : nullptr;
+  if (rt == nullptr) return ncclSuccess;
   SetupScope setup(rt);  // the stream may be under capture: queries run as setup
   for (const Use& u : uses) {
-    if (!u.used) continue;
+    if (!u.used || !u.gpu) continue;
     void* base = nullptr;
     size_t size = 0;
     if (rt->addressRange(u.p, &base, &size) != ncclSuccess) continue;

@@ -162,6 +162,14 @@ TEST_F(ApiArgs, CheckPointersRefusesHostBuffersTheCallCannotUse) {
   expectError(ncclAllGather(good, guarded, floats, ncclFloat, c, nullptr), ncclInvalidArgument, c, "recvbuff");
   expectError(ncclSend(wild, 1, ncclFloat, 1, c, nullptr), ncclInvalidArgument, c, "sendbuff");
   expectError(ncclRecv(readOnly, 1, ncclFloat, 1, c, nullptr), ncclInvalidArgument, c, "read-only");
+  // A premulsum scalar by pointer (ncclScalarDevice) in host memory is read when the operation starts: one element.
+  for (void* scalar : {static_cast<void*>(guarded + page), wild, static_cast<void*>(guarded + page - 2)}) {
+    ncclRedOp_t op;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat, ncclScalarDevice, c), ncclSuccess);
+    expectError(ncclAllReduce(good, good, floats, ncclFloat, op, c, nullptr), ncclInvalidArgument, c,
+                "the premulsum scalar");
+    EXPECT_EQ(ncclRedOpDestroy(op, c), ncclSuccess);
+  }
   // Input read across both mappings of `split`; ordinary output.
   reinterpret_cast<float*>(split)[0] = 1.0f;  // its first page is writable; the second reads as zeros
   std::vector<float> out0(2 * floats), out1(2 * floats);
