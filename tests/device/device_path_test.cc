@@ -372,6 +372,22 @@ TEST_P(DevicePath, CheckPointersRefusesGpuBuffersShorterThanTheCall) {
     sync(c);
     for (int q = 0; q < 2; q++)
       for (int k = 0; k < 8; k++) EXPECT_EQ(out.as<float>()[q * 8 + k], float(q + k)) << q << " " << k;
+    // A premulsum scalar by pointer (ncclScalarDevice) in GPU memory: one element within its allocation.
+    DevBuf scalars(gEmu, 16 * sizeof(float));
+    scalars.as<float>()[15] = 2.0f;
+    ncclRedOp_t straddles, last;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&straddles, scalars.as<char>() + 62, ncclFloat32, ncclScalarDevice, c.comm),
+              ncclSuccess);
+    refused(ncclAllReduce(in.as<float>(), out.as<float>(), 8, ncclFloat32, straddles, c.comm, streamOf(c)),
+            "the premulsum scalar");
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&last, scalars.as<float>() + 15, ncclFloat32, ncclScalarDevice, c.comm),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(in.as<float>(), out.as<float>(), 8, ncclFloat32, last, c.comm, streamOf(c)), ncclSuccess)
+        << ncclGetLastError(c.comm);
+    sync(c);
+    for (int k = 0; k < 8; k++) EXPECT_EQ(out.as<float>()[k], 2.0f * float(k) + 2.0f * float(1 + k)) << k;
+    EXPECT_EQ(ncclRedOpDestroy(straddles, c.comm), ncclSuccess);
+    EXPECT_EQ(ncclRedOpDestroy(last, c.comm), ncclSuccess);
   });
   unsetenv("NCCL_CHECK_POINTERS");
   chorus::paramsReload();
