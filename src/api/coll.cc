@@ -20,8 +20,9 @@ IntParam kCheckPointers{"NCCL_CHECK_POINTERS", 0,
                         "1: every call first checks that each buffer it uses holds the length it uses: a GPU buffer "
                         "within its allocation (as the GPU runtime reports it), a host buffer in memory of this "
                         "process, readable (sendbuff) and writable (recvbuff). One that does not is refused with "
-                        "ncclInvalidArgument naming it, instead of faulting. A host buffer's check reads "
-                        "/proc/self/maps, so it is off by default, as in NCCL. A premulsum op's scalar given by "
+                        "ncclInvalidArgument naming it, instead of faulting. A host buffer's check asks the kernel "
+                        "for its mappings (PROCMAP_QUERY, Linux 6.11; older kernels: reads /proc/self/maps), a few "
+                        "us a call, so it is off by default, as in NCCL. A premulsum op's scalar given by "
                         "pointer (ncclScalarDevice) is checked too, for one element. GPU buffers are always checked "
                         "to be on the communicator's GPU.",
                         "general"};

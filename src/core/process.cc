@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -70,9 +71,25 @@ struct MapsFile {
   }
 };
 
+// Linux 6.11's PROCMAP_QUERY ioctl on the maps file: the one mapping that covers an address, where reading the file
+// has the kernel write out every mapping. Its ABI (struct procmap_query and the request number of linux/fs.h) is
+// spelled out here, since the C library headers of older distributions predate it; an older kernel answers ENOTTY.
+struct ProcmapQuery {
+  uint64_t size, queryFlags, queryAddr;
+  uint64_t vmaStart, vmaEnd, vmaFlags, vmaPageSize, vmaOffset, inode;
+  uint32_t devMajor, devMinor, vmaNameSize, buildIdSize;
+  uint64_t vmaNameAddr, buildIdAddr;
+};
+static_assert(sizeof(ProcmapQuery) == 104, "struct procmap_query of linux/fs.h");
+constexpr unsigned long kProcmapQuery = 0xC0686611UL;  // _IOWR('f', 17, struct procmap_query)
+constexpr uint64_t kVmaReadable = 0x01, kVmaWritable = 0x02;
+
+// Whether PROCMAP_QUERY answers in this process: unknown until a check asks, then kept (one kernel per process).
+std::atomic<int> gProcmapQuery{-1};
+
 }  // namespace
 
-bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why) {
+bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, MapsLookup how) {
   constexpr int kMax = 4;
   if (n > kMax) n = kMax;
   uintptr_t at[kMax], end[kMax];
@@ -104,6 +121,47 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why) 
   }
   thread_local MapsFile maps;
   const int fd = left > 0 ? maps.get() : -1;
+  // Each use's mappings asked of the kernel one by one, where it answers.
+  if (fd >= 0 && how == MapsLookup::kQuery && gProcmapQuery.load(std::memory_order_relaxed) != 0) {
+    bool answered = true;
+    for (int i = 0; i < n && answered; i++) {
+      while (at[i] < end[i]) {
+        ProcmapQuery q{};
+        q.size = sizeof(q);
+        q.queryAddr = at[i];
+        if (ioctl(fd, kProcmapQuery, &q) != 0) {
+          if (errno == ENOENT) {  // no mapping covers the address
+            hole(i);
+            break;
+          }
+          answered = false;  // ENOTTY (an older kernel), or refused: read the file instead
+          break;
+        }
+        if (q.vmaEnd <= at[i] || q.vmaStart > at[i]) {  // not the covering mapping asked for: trust the file
+          answered = false;
+          break;
+        }
+        if ((q.vmaFlags & kVmaReadable) == 0 || (uses[i].write && (q.vmaFlags & kVmaWritable) == 0)) {
+          char what[128];
+          snprintf(what, sizeof(what), "is %s memory at 0x%lx (%s)",
+                   (q.vmaFlags & kVmaReadable) == 0 ? "unreadable" : "read-only", static_cast<unsigned long>(at[i]),
+                   uses[i].write ? "the call writes it" : "the call reads it");
+          fail(i, what);
+          break;
+        }
+        at[i] = q.vmaEnd < end[i] ? static_cast<uintptr_t>(q.vmaEnd) : end[i];
+      }
+    }
+    if (answered) {
+      gProcmapQuery.store(1, std::memory_order_relaxed);
+      if (first == n) return true;
+      *bad = first;
+      *why = text;
+      return false;
+    }
+    gProcmapQuery.store(0, std::memory_order_relaxed);
+    return memoryAccessible(uses, n, bad, why, MapsLookup::kRead);
+  }
   // Whether the whole map was read (or every use settled): else a use not settled passes, with nothing to check it
   // against.
   bool complete = left == 0;

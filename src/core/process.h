@@ -24,10 +24,16 @@ struct MemoryUse {
   bool write;
 };
 
+/// How memoryAccessible learns the mappings: kQuery asks the kernel for each mapping a use covers (Linux 6.11's
+/// PROCMAP_QUERY), and reads /proc/self/maps where the kernel does not answer (older kernels: the first refusal is
+/// kept for the process); kRead always reads the file.
+enum class MapsLookup { kQuery, kRead };
+
 /// Whether each of uses[0, n) is memory of this process for its whole length, readable and, for a write, writable, as
-/// /proc/self/maps lists it at the time of the call (read once for all of them; each thread keeps the file open). On
-/// false, *bad is the first use that is not and *why says where ("nothing is mapped at 0x..."). True where
-/// /proc/self/maps cannot be read (nothing to check against). At most 4 uses: any past the fourth are not checked.
-bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why);
+/// /proc/self/maps lists it at the time of the call (read once for all of them, or its mappings asked one by one:
+/// `how`; each thread keeps the file open). On false, *bad is the first use that is not and *why says where ("nothing
+/// is mapped at 0x..."). True where /proc/self/maps cannot be opened (nothing to check against). At most 4 uses: any
+/// past the fourth are not checked.
+bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, MapsLookup how = MapsLookup::kQuery);
 
 }  // namespace chorus
