@@ -122,7 +122,7 @@ ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const
       {"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false, op.device},
       {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true, op.device},
       {"the premulsum scalar", op.scalarPtr, esize, op.scalarPtr != nullptr, false, op.scalarOnDevice}};
-  // Host memory: every use in one read of the process's map.
+  // Host memory: every use in one check of the process's mappings.
   MemoryUse mem[3];
   const Use* of[3];
   int n = 0, bad = 0;

@@ -108,6 +108,12 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, 
              static_cast<unsigned long>(at[i]));
     fail(i, what);
   };
+  auto denied = [&](int i, bool readable) {  // use i reaches a mapping without the access it needs
+    char what[128];
+    snprintf(what, sizeof(what), "is %s memory at 0x%lx (%s)", readable ? "read-only" : "unreadable",
+             static_cast<unsigned long>(at[i]), uses[i].write ? "the call writes it" : "the call reads it");
+    fail(i, what);
+  };
   for (int i = 0; i < n; i++) {
     at[i] = reinterpret_cast<uintptr_t>(uses[i].p);
     end[i] = at[i];
@@ -142,11 +148,7 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, 
           break;
         }
         if ((q.vmaFlags & kVmaReadable) == 0 || (uses[i].write && (q.vmaFlags & kVmaWritable) == 0)) {
-          char what[128];
-          snprintf(what, sizeof(what), "is %s memory at 0x%lx (%s)",
-                   (q.vmaFlags & kVmaReadable) == 0 ? "unreadable" : "read-only", static_cast<unsigned long>(at[i]),
-                   uses[i].write ? "the call writes it" : "the call reads it");
-          fail(i, what);
+          denied(i, (q.vmaFlags & kVmaReadable) != 0);
           break;
         }
         at[i] = q.vmaEnd < end[i] ? static_cast<uintptr_t>(q.vmaEnd) : end[i];
@@ -186,10 +188,7 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, 
         if (lo > at[i]) {
           hole(i);
         } else if (perms[0] != 'r' || (uses[i].write && perms[1] != 'w')) {
-          char what[128];
-          snprintf(what, sizeof(what), "is %s memory at 0x%lx (%s)", perms[0] != 'r' ? "unreadable" : "read-only",
-                   static_cast<unsigned long>(at[i]), uses[i].write ? "the call writes it" : "the call reads it");
-          fail(i, what);
+          denied(i, perms[0] == 'r');
         } else {
           at[i] = hi < end[i] ? hi : end[i];
           if (at[i] >= end[i]) left--;
