@@ -13,6 +13,7 @@
 #include "algo/generators.h"
 #include "algo/schedule.h"
 #include "algo/verify.h"
+#include "topo/ring_order.h"
 
 namespace {
 
@@ -85,8 +86,7 @@ int main(int argc, char** argv) {
   if (argc > 5 && !parseInt(argv[5], &channel)) return usage();
   if (argc > 6 && (!parseInt(argv[6], &root) || root >= nranks)) return usage();
 
-  const char* crossNic = std::getenv("NCCL_CROSS_NIC");
-  const bool railAligned = crossNic == nullptr || std::atoi(crossNic) != 1;  // as NCCL_CROSS_NIC in the library
+  const bool railAligned = railAlignedRingsSetting();
   std::vector<Schedule> schedules(nranks);
   VerifyOptions opt;
   for (int r = 0; r < nranks; ++r) {
