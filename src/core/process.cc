@@ -108,6 +108,12 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, 
              static_cast<unsigned long>(at[i]));
     fail(i, what);
   };
+  auto verdict = [&]() {
+    if (first == n) return true;
+    *bad = first;
+    *why = text;
+    return false;
+  };
   auto denied = [&](int i, bool readable) {  // use i reaches a mapping without the access it needs
     char what[128];
     snprintf(what, sizeof(what), "is %s memory at 0x%lx (%s)", readable ? "read-only" : "unreadable",
@@ -156,10 +162,7 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, 
     }
     if (answered) {
       gProcmapQuery.store(1, std::memory_order_relaxed);
-      if (first == n) return true;
-      *bad = first;
-      *why = text;
-      return false;
+      return verdict();
     }
     gProcmapQuery.store(0, std::memory_order_relaxed);
     return memoryAccessible(uses, n, bad, why, MapsLookup::kRead);
@@ -205,10 +208,7 @@ bool memoryAccessible(const MemoryUse* uses, int n, int* bad, std::string* why, 
   }
   for (int i = 0; complete && i < n; i++)
     if (at[i] < end[i]) hole(i);
-  if (first == n) return true;
-  *bad = first;
-  *why = text;
-  return false;
+  return verdict();
 }
 
 }  // namespace chorus
