@@ -13,6 +13,9 @@
 namespace chorus {
 /// Validates a communicator handle for use by an entry point (null, destroyed, revoked...).
 ncclResult_t checkCommUsable(ncclComm* comm, const char* fn, bool allowRevoked = false);
+/// NCCL_CHECK_POINTERS for a buffer given outside a call (ncclCommRegister): [p, p + bytes) lies in memory of this
+/// process (readable) or within one GPU allocation of the communicator's GPU. Passes when the variable is 0.
+ncclResult_t checkRegisteredBuffer(ncclComm* comm, const char* fn, const void* p, size_t bytes);
 /// RAII count of calls running on a communicator, so ncclCommAbort/Destroy wait for them.
 class ActiveCall {
  public:

@@ -23,7 +23,9 @@ IntParam kCheckPointers{"NCCL_CHECK_POINTERS", 0,
                         "ncclInvalidArgument naming it, instead of faulting. A host buffer's check asks the kernel "
                         "for its mappings (PROCMAP_QUERY, Linux 6.11; older kernels: reads /proc/self/maps), a few "
                         "us a call, so it is off by default, as in NCCL. A premulsum op's scalar given by "
-                        "pointer (ncclScalarDevice) is checked too, for one element. GPU buffers are always checked "
+                        "pointer (ncclScalarDevice) is checked too, for one element, and so is ncclCommRegister's "
+                        "buffer (readable, or within one allocation of the communicator's GPU). GPU buffers are always "
+                        "checked "
                         "to be on the communicator's GPU.",
                         "general"};
 
@@ -108,26 +110,24 @@ ncclResult_t choosePath(ncclComm* comm, const char* fn, const Shape& sh, OpDesc*
   return ncclSuccess;
 }
 
-// NCCL_CHECK_POINTERS: each buffer the call uses holds the length the call uses, and, in host memory, has the access
-// the call needs (a GPU buffer's allocation as the runtime reports it; where it cannot say, the buffer passes). So does
-// a premulsum op's scalar given by pointer (ncclScalarDevice), one element, wherever it lies.
-ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const OpDesc& op, size_t esize) {
-  struct Use {
-    const char* name;
-    const void* p;
-    size_t bytes;
-    bool used, write, gpu;
-  };
-  const Use uses[3] = {
-      {"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false, op.device},
-      {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true, op.device},
-      {"the premulsum scalar", op.scalarPtr, esize, op.scalarPtr != nullptr, false, op.scalarOnDevice}};
+// A buffer NCCL_CHECK_POINTERS looks at: where it lies and the access the call needs.
+struct BufferUse {
+  const char* name;
+  const void* p;
+  size_t bytes;
+  bool used, write, gpu;
+};
+
+// NCCL_CHECK_POINTERS: each buffer holds the length it is used for, and, in host memory, has the access it needs (a
+// GPU buffer's allocation as the runtime reports it; where it cannot say, the buffer passes).
+ncclResult_t checkBufferUses(ncclComm* comm, const char* fn, const BufferUse* uses, int count) {
   // Host memory: every use in one check of the process's mappings.
   MemoryUse mem[3];
-  const Use* of[3];
+  const BufferUse* of[3];
   int n = 0, bad = 0;
   bool anyGpu = false;
-  for (const Use& u : uses) {
+  for (int i = 0; i < count && n < 3; i++) {
+    const BufferUse& u = uses[i];
     anyGpu |= u.used && u.gpu;
     if (u.used && !u.gpu) {
       mem[n] = MemoryUse{u.p, u.bytes, u.write};
@@ -141,7 +141,8 @@ ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const
   GpuRuntime* rt = anyGpu ? gpuRuntime() : nullptr;
   if (rt == nullptr) return ncclSuccess;
   SetupScope setup(rt);  // the stream may be under capture: queries run as setup
-  for (const Use& u : uses) {
+  for (int i = 0; i < count; i++) {
+    const BufferUse& u = uses[i];
     if (!u.used || !u.gpu) continue;
     void* base = nullptr;
     size_t size = 0;
@@ -154,6 +155,15 @@ ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const
                   fn, comm->rank, u.name, u.p, u.bytes, size, base);
   }
   return ncclSuccess;
+}
+
+// A call's buffers, and a premulsum op's scalar given by pointer (ncclScalarDevice), one element, wherever it lies.
+ncclResult_t checkBuffers(ncclComm* comm, const char* fn, const Shape& sh, const OpDesc& op, size_t esize) {
+  const BufferUse uses[3] = {
+      {"sendbuff", op.sendbuff, op.count * sh.sendMul * esize, sh.sendUsed, false, op.device},
+      {"recvbuff", op.recvbuff, op.count * sh.recvMul * esize, sh.recvUsed, true, op.device},
+      {"the premulsum scalar", op.scalarPtr, esize, op.scalarPtr != nullptr, false, op.scalarOnDevice}};
+  return checkBufferUses(comm, fn, uses, 3);
 }
 
 ncclResult_t validateAndEnqueue(const char* fn, OpDesc op, ncclComm* comm) {
@@ -243,6 +253,31 @@ OpDesc makeOp(Coll coll, const void* send, void* recv, size_t count, ncclDataTyp
 }
 
 }  // namespace
+
+namespace chorus {
+
+ncclResult_t checkRegisteredBuffer(ncclComm* comm, const char* fn, const void* p, size_t bytes) {
+  if (kCheckPointers.get() == 0 || p == nullptr || bytes == 0) return ncclSuccess;
+  GpuRuntime* rt = gpuRuntime();
+  bool gpu = false;
+  if (rt != nullptr) {
+    SetupScope setup(rt);
+    int dev = -1;
+    MemKind kind = rt->pointerKind(p, &dev);
+    if (kind == MemKind::kDevice && dev != comm->cudaDev)
+      CHORUS_FAIL(comm, ncclInvalidArgument,
+                  "%s: rank %d: buff %p is on GPU %d but the communicator uses GPU %d "
+                  "(NCCL_CHECK_POINTERS=1)",
+                  fn, comm->rank, p, dev, comm->cudaDev);
+    gpu = kind != MemKind::kHost;
+  } else {
+    gpu = isDevicePointer(p);  // a host-only build cannot say more of it
+  }
+  const BufferUse use{"buff", p, bytes, true, false, gpu};
+  return checkBufferUses(comm, fn, &use, 1);
+}
+
+}  // namespace chorus
 
 NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {

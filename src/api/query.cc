@@ -1,13 +1,18 @@
 // Small entry points: queries, error strings, memory, registration.
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include "api/api.h"
 #include "api/group.h"
 #include "core/checks.h"
 #include "core/comm.h"
+#include "core/debug.h"
 #include "core/params.h"
 #include "engine/engine.h"
 #include "engine/windows.h"
@@ -26,13 +31,11 @@ ncclResult_t checkQuery(const ncclComm* comm, const void* out, const char* fn) {
   return ncclSuccess;
 }
 
-// A registration handle: remembers the range so that deregistration can be checked.
-struct Registration {
-  uint64_t magic = 0x7265676973746572ull;
-  const ncclComm* comm;
-  void* buff;
-  size_t size;
-};
+IntParam kLocalRegister{
+    "NCCL_LOCAL_REGISTER", 1,
+    "0: ncclCommRegister registers nothing and returns a NULL handle, as in NCCL (ncclCommDeregister "
+    "takes NULL). chorus's registrations change no path yet: they are checked and counted.",
+    "general"};
 
 // Checks and runs (or, in a group, defers) a collective window registration.
 ncclResult_t windowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
@@ -60,9 +63,16 @@ ncclResult_t windowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow
   };
   if (inGroup()) {
     // Collective: the exchange runs at ncclGroupEnd, beside the other ranks' (one thread may drive several). The
-    // handle is valid now; collectives use the window once the group has ended.
+    // handle is valid now; collectives use the window once the group has ended. One whose registration fails there
+    // is kept, so that deregistration finds it and frees it as usual.
     *win = w;
-    return enqueueInit(add, comm);
+    return enqueueInit(
+        [comm, w, add]() {
+          ncclResult_t res = add();
+          if (res != ncclSuccess) comm->engine->windows().keepFailed(w);
+          return res;
+        },
+        comm);
   }
   ncclResult_t res = add();
   if (res != ncclSuccess) {
@@ -162,21 +172,50 @@ NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
   CHORUS_CHECK(checkQuery(comm, handle, "ncclCommRegister"));
+  *handle = nullptr;
   if (buff == nullptr && size > 0)
     CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommRegister: buff is NULL with size %zu", size);
-  *handle = new Registration{0x7265676973746572ull, comm, buff, size};
+  if (kLocalRegister.get() == 0) {
+    INFO(kReg, "rank %d: skipping registration of %p (%zu bytes): NCCL_LOCAL_REGISTER=0", comm->rank, buff, size);
+    return ncclSuccess;
+  }
+  CHORUS_CHECK(checkRegisteredBuffer(comm, "ncclCommRegister", buff, size));
+  static const uintptr_t kPage = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t at = reinterpret_cast<uintptr_t>(buff);
+  if (size > UINTPTR_MAX - at - kPage)
+    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommRegister: buff %p + size %zu overflows", buff, size);
+  const uintptr_t begin = at & ~(kPage - 1), end = (at + size + kPage - 1) & ~(kPage - 1);
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  for (auto& r : comm->registrations) {
+    if (r->begin <= begin && end <= r->end) {
+      r->refs++;
+      *handle = r.get();
+      return ncclSuccess;
+    }
+  }
+  auto reg = std::make_unique<BufferRegistration>();
+  reg->begin = begin;
+  reg->end = end;
+  *handle = reg.get();
+  comm->registrations.push_back(std::move(reg));
+  INFO(kReg, "rank %d: registered %p (%zu bytes)", comm->rank, buff, size);
   return ncclSuccess;
 }
 
+// A handle is looked up among the communicator's own, never read through: a stale or foreign one is refused intact.
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   if (comm == nullptr || !commValid(comm))
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommDeregister: %p is not a valid communicator", (void*)comm);
-  auto* reg = static_cast<Registration*>(handle);
-  if (reg == nullptr || reg->magic != 0x7265676973746572ull || reg->comm != comm)
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommDeregister: %p is not a registration of this communicator",
+  if (handle == nullptr) return ncclSuccess;  // NCCL_LOCAL_REGISTER=0's handle, as in NCCL
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  auto& regs = comm->registrations;
+  auto it = std::find_if(regs.begin(), regs.end(), [handle](const auto& r) { return r.get() == handle; });
+  if (it == regs.end())
+    CHORUS_FAIL(comm, ncclInvalidUsage,
+                "ncclCommDeregister: %p is not a registration of this communicator (another's, or deregistered as "
+                "often as it was registered)",
                 handle);
-  reg->magic = 0;
-  delete reg;
+  if (--(*it)->refs == 0) regs.erase(it);
   return ncclSuccess;
 }
 
@@ -189,10 +228,12 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   if (comm == nullptr || !commValid(comm))
     CHORUS_FAIL(nullptr, ncclInvalidArgument, "ncclCommWindowDeregister: %p is not a valid communicator", (void*)comm);
-  if (win == nullptr || win->magic != kWindowMagic || win->comm != comm)
-    CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommWindowDeregister: %p is not a window of this communicator",
+  // Looked up among the communicator's windows before it is read: a stale or foreign handle is refused intact.
+  if (win == nullptr || !comm->engine || !comm->engine->windows().remove(win))
+    CHORUS_FAIL(comm, ncclInvalidArgument,
+                "ncclCommWindowDeregister: %p is not a window of this communicator (another's, deregistered, or "
+                "registered in a group that has not ended)",
                 (void*)win);
-  if (comm->engine) comm->engine->windows().remove(win);
   win->magic = 0;
   delete win;
   return ncclSuccess;

@@ -45,6 +45,13 @@ struct UserRedOp {
   const void* scalarPtr = nullptr;  ///< device-resident scalar (read at launch)
 };
 
+/// A buffer registration (ncclCommRegister): the pages it covers and the registrations that share it. As in NCCL,
+/// registering a range within an existing registration's pages returns that registration once more.
+struct BufferRegistration {
+  uintptr_t begin = 0, end = 0;  ///< page-aligned
+  int refs = 1;
+};
+
 constexpr uint64_t kCommMagic = 0x63686f7275732121ull;  // "chorus!!"
 constexpr uint64_t kCommDeadMagic = 0xdeadc0117deadull;
 
@@ -73,12 +80,14 @@ struct ncclComm {
   std::atomic<int> pendingChildJobs{0};    ///< nonblocking splits/shrinks not finished; other calls wait for them
   std::unique_ptr<chorus::Worker> worker;  ///< runs this comm's part of multi-communicator groups
 
-  std::mutex mutex;  ///< guards redOps
+  std::mutex mutex;     ///< guards redOps and registrations
   std::mutex errMutex;  ///< guards lastError and failCause (taken inside setLastError, never held while calling out)
   std::string lastError;
   std::string failCause;  ///< once failed: the last error when the first call was refused for it (checkCommUsable)
   std::map<int, chorus::UserRedOp> redOps;
   int nextRedOp = ncclNumOps;
+  /// Live ncclCommRegister handles, by page range; those left at destroy end with the communicator.
+  std::vector<std::unique_ptr<chorus::BufferRegistration>> registrations;
   uint64_t splitCount = 0;  ///< number of splits made from this comm (derives child ids)
 
   ncclComm();

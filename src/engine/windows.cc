@@ -30,6 +30,10 @@ WindowTable::~WindowTable() {
     w->magic = 0;
     delete w;
   }
+  for (ncclWindow_vidmem* w : failed_) {
+    w->magic = 0;
+    delete w;
+  }
 }
 
 bool WindowTable::exportNeeded() const {
@@ -155,10 +159,15 @@ void WindowTable::unmap(ncclWindow_vidmem* win) {
   win->direct = false;
 }
 
-void WindowTable::remove(ncclWindow_vidmem* win) {
+bool WindowTable::remove(ncclWindow_vidmem* win) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = std::find(wins_.begin(), wins_.end(), win);
-  if (it == wins_.end()) return;
+  if (it == wins_.end()) {
+    auto f = std::find(failed_.begin(), failed_.end(), win);
+    if (f == failed_.end()) return false;
+    failed_.erase(f);  // nothing maps it
+    return true;
+  }
   wins_.erase(it);
   bool mapped = std::any_of(win->opened.begin(), win->opened.end(), [](void* m) { return m != nullptr; });
   GpuRuntime* rt = gpuRuntime();
@@ -168,6 +177,12 @@ void WindowTable::remove(ncclWindow_vidmem* win) {
     (void)rt->deviceSynchronize();
   }
   unmap(win);
+  return true;
+}
+
+void WindowTable::keepFailed(ncclWindow_vidmem* win) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failed_.push_back(win);
 }
 
 WindowRef WindowTable::find(const void* p, size_t bytes) const {

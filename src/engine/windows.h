@@ -57,8 +57,12 @@ class WindowTable {
   /// Collective: registers `win` (buff, size and flags set) as this rank's part of the next window. Refuses sizes
   /// that differ between ranks, naming them. On failure `win` is not registered.
   ncclResult_t add(ncclWindow_vidmem* win);
-  /// Local: forgets `win` (the caller frees it) and closes this rank's mappings of the peers' buffers.
-  void remove(ncclWindow_vidmem* win);
+  /// Local: forgets `win` (the caller frees it) and closes this rank's mappings of the peers' buffers. False, with
+  /// `win` not read, when it is not one of this table's windows.
+  bool remove(ncclWindow_vidmem* win);
+  /// Keeps `win`, whose registration in a group failed after its handle was given out, so that deregistration finds
+  /// and frees it as usual; collectives never use it.
+  void keepFailed(ncclWindow_vidmem* win);
   /// The direct window (lowest id) holding [p, p + bytes), or none.
   WindowRef find(const void* p, size_t bytes) const;
 
@@ -73,6 +77,7 @@ class WindowTable {
   ncclComm* comm_;
   mutable std::mutex mutex_;
   std::vector<ncclWindow_vidmem*> wins_;
+  std::vector<ncclWindow_vidmem*> failed_;  ///< keepFailed's, until deregistered
   uint32_t registrations_ = 0;  ///< registrations so far: the next one's id is this + 1 on every rank
 };
 

@@ -388,6 +388,13 @@ TEST_P(DevicePath, CheckPointersRefusesGpuBuffersShorterThanTheCall) {
     for (int k = 0; k < 8; k++) EXPECT_EQ(out.as<float>()[k], 2.0f * float(k) + 2.0f * float(1 + k)) << k;
     EXPECT_EQ(ncclRedOpDestroy(straddles, c.comm), ncclSuccess);
     EXPECT_EQ(ncclRedOpDestroy(last, c.comm), ncclSuccess);
+    // A registration (ncclCommRegister) must lie within one allocation too.
+    void* reg = nullptr;
+    refused(ncclCommRegister(c.comm, in.as<float>() + 8, 16 * sizeof(float), &reg), "buff");
+    EXPECT_EQ(reg, nullptr);
+    ASSERT_EQ(ncclCommRegister(c.comm, in.as<float>() + 8, 8 * sizeof(float), &reg), ncclSuccess)
+        << ncclGetLastError(c.comm);
+    EXPECT_EQ(ncclCommDeregister(c.comm, reg), ncclSuccess);
   });
   unsetenv("NCCL_CHECK_POINTERS");
   chorus::paramsReload();

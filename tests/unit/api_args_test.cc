@@ -349,7 +349,7 @@ TEST_F(ApiArgs, MemAllocAndRegistration) {
   expectError(ncclMemAlloc(&p, 0), ncclInvalidArgument, nullptr, "size is 0");
   void* handle = nullptr;
   EXPECT_EQ(ncclCommRegister(comms_[0], p, 1 << 20, &handle), ncclSuccess);
-  expectError(ncclCommDeregister(comms_[1], handle), ncclInvalidArgument, comms_[1], "not a registration");
+  expectError(ncclCommDeregister(comms_[1], handle), ncclInvalidUsage, comms_[1], "not a registration");
   EXPECT_EQ(ncclCommDeregister(comms_[0], handle), ncclSuccess);
   ncclWindow_t win = nullptr;
   expectError(ncclCommWindowRegister(comms_[0], static_cast<char*>(p) + 8, 4096, &win, NCCL_WIN_COLL_SYMMETRIC),
@@ -367,9 +367,72 @@ TEST_F(ApiArgs, MemAllocAndRegistration) {
   expectError(ncclCommWindowDeregister(comms_[1], wins[0]), ncclInvalidArgument, comms_[1], "not a window");
   EXPECT_EQ(ncclCommWindowDeregister(comms_[0], wins[0]), ncclSuccess);
   EXPECT_EQ(ncclCommWindowDeregister(comms_[1], wins[1]), ncclSuccess);
+  // A handle already deregistered is looked up, not read (it was freed), and refused.
+  expectError(ncclCommWindowDeregister(comms_[0], wins[0]), ncclInvalidArgument, comms_[0], "deregistered");
   EXPECT_EQ(ncclMemFree(p), ncclSuccess);
   EXPECT_EQ(ncclMemFree(q), ncclSuccess);
   expectWorks();
+}
+
+// As in NCCL: a range within a registration's pages gets that registration once more, each registration needs a
+// deregistration, NULL deregisters nothing, and NCCL_LOCAL_REGISTER=0 registers nothing. Handles are looked up, so a
+// stale or foreign one is refused without being read.
+TEST_F(ApiArgs, RegistrationsAreCountedAndHandlesLookedUp) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* m = mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  char* p = static_cast<char*>(m);
+  ncclComm_t c = comms_[0];
+  void* whole = nullptr;
+  void* again = nullptr;
+  void* inside = nullptr;
+  void* other = nullptr;
+  ASSERT_EQ(ncclCommRegister(c, p, 2 * page, &whole), ncclSuccess);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(ncclCommRegister(c, p, 2 * page, &again), ncclSuccess);
+  EXPECT_EQ(again, whole);
+  EXPECT_EQ(ncclCommRegister(c, p + 100, page, &inside), ncclSuccess);
+  EXPECT_EQ(inside, whole);
+  EXPECT_EQ(ncclCommRegister(c, p + page, 2 * page, &other), ncclSuccess);  // reaches past it: one of its own
+  EXPECT_NE(other, whole);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(ncclCommDeregister(c, whole), ncclSuccess) << i;
+  expectError(ncclCommDeregister(c, whole), ncclInvalidUsage, c, "not a registration of this communicator");
+  expectError(ncclCommDeregister(comms_[1], other), ncclInvalidUsage, comms_[1], "not a registration");
+  EXPECT_EQ(ncclCommDeregister(c, other), ncclSuccess);
+  EXPECT_EQ(ncclCommDeregister(c, nullptr), ncclSuccess);
+  void* bogus = reinterpret_cast<void*>(uintptr_t(0x10));  // would fault if it were read
+  expectError(ncclCommDeregister(c, bogus), ncclInvalidUsage, c, "not a registration");
+
+  setenv("NCCL_LOCAL_REGISTER", "0", 1);
+  chorus_test::reloadEnv();
+  void* none = &none;
+  EXPECT_EQ(ncclCommRegister(c, p, page, &none), ncclSuccess);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(ncclCommDeregister(c, none), ncclSuccess);
+  unsetenv("NCCL_LOCAL_REGISTER");
+  chorus_test::reloadEnv();
+
+  // NCCL_CHECK_POINTERS: the registered range must be memory of this process.
+  ASSERT_EQ(mprotect(p + 3 * page, page, PROT_NONE), 0);
+  void* h = nullptr;
+  EXPECT_EQ(ncclCommRegister(c, p + 2 * page, 2 * page, &h), ncclSuccess);  // unchecked by default
+  EXPECT_NE(h, nullptr);
+  EXPECT_EQ(ncclCommDeregister(c, h), ncclSuccess);
+  setenv("NCCL_CHECK_POINTERS", "1", 1);
+  chorus_test::reloadEnv();
+  h = &h;
+  expectError(ncclCommRegister(c, p + 2 * page, 2 * page, &h), ncclInvalidArgument, c, "unreadable memory at");
+  EXPECT_EQ(h, nullptr);
+  expectError(ncclCommRegister(c, reinterpret_cast<void*>(uintptr_t(1) << 62), page, &h), ncclInvalidArgument, c,
+              "nothing is mapped at");
+  EXPECT_EQ(ncclCommRegister(c, p + 2 * page, page, &h), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclCommDeregister(c, h), ncclSuccess);
+  unsetenv("NCCL_CHECK_POINTERS");
+  chorus_test::reloadEnv();
+  // A registration left at destroy ends with the communicator (TearDown destroys it).
+  EXPECT_EQ(ncclCommRegister(c, p, page, &h), ncclSuccess);
+  expectWorks();
+  munmap(m, 4 * page);
 }
 
 // One thread registers two windows on each of its two ranks in one group (as the perf tools' -R 2 does): a rank's
@@ -407,6 +470,7 @@ TEST_F(ApiArgs, WindowSizesMustAgree) {
   // The handles were given out in the group; they are released as usual.
   EXPECT_EQ(ncclCommWindowDeregister(comms_[0], wins[0]), ncclSuccess);
   EXPECT_EQ(ncclCommWindowDeregister(comms_[1], wins[1]), ncclSuccess);
+  expectError(ncclCommWindowDeregister(comms_[1], wins[1]), ncclInvalidArgument, comms_[1], "not a window");
   expectWorks();
 }
 
