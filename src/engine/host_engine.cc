@@ -68,6 +68,15 @@ IntParam kSingleCopyMin{"CHORUS_SINGLE_COPY_MIN_BYTES", 0,
                         "the sender's buffer with process_vm_readv, or directly between threads); 0 disables. Off "
                         "by default: on the 2-core test machine the FIFO path measured faster (docs/perf/cpu.md).",
                         "performance"};
+IntParam kRuntimeConnect{"NCCL_RUNTIME_CONNECT", 1,
+                         "As in NCCL: 1 makes each connection when the first call needs it. 0 makes at init those "
+                         "of the collectives' schedules: for allreduce, allgather, reduce-scatter, broadcast and "
+                         "reduce (root 0), the algorithm the thresholds (or NCCL_ALGO) pick at each size, and the "
+                         "ring, on the channels they run (host buffers; sends and receives, other roots and the "
+                         "device path still connect on first use). Shared-memory FIFOs are then mapped and "
+                         "connections between hosts started before the first call; the proxy completes the latter "
+                         "in the background.",
+                         "general"};
 IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
                      "1: a host-path operation's channels run side by side on the rank's thread (a wait in one "
                      "channel moves on to another); 0: they take turns a tile at a time.",
@@ -160,7 +169,28 @@ class HostEngine : public Engine {
              "comm %p: %d channels on the host path: rank %d's config.minCTAs (NCCL_MIN_CTAS, NCCL_MIN_NCHANNELS)",
              (void*)comm_, nChannels_, floorRank);
     }
+    if (kRuntimeConnect.get() == 0) CHORUS_CHECK(connectAtInit());
     return probeSingleCopy();
+  }
+
+  // NCCL_RUNTIME_CONNECT=0: makes the connections the collectives' schedules use (Planner::initEnds), on the channel
+  // counts channelsFor gives. Making one never waits for its peer, so ranks cannot wait on each other here.
+  ncclResult_t connectAtInit() {
+    if (anyGpu(comm_)) {
+      if (comm_->rank == 0)
+        INFO(kInit, "comm %p: NCCL_RUNTIME_CONNECT=0: GPU buffers connect at their first launch", (void*)comm_);
+      return ncclSuccess;
+    }
+    std::vector<int> counts = {nChannels_};
+    if (nicChannels_ && minChannels_ < nChannels_) counts.push_back(minChannels_);
+    const std::vector<LaunchEnd> ends = planner_->initEnds(counts);
+    for (const auto& [ch, peer, isSend] : ends) {
+      Conn* c = nullptr;
+      CHORUS_CHECK(isSend ? conns_->send(ch, peer, &c) : conns_->recv(ch, peer, &c));
+    }
+    INFO(kInit, "comm %p rank %d: NCCL_RUNTIME_CONNECT=0: %zu connection ends made at init", (void*)comm_, comm_->rank,
+         ends.size());
+    return ncclSuccess;
   }
 
   ncclResult_t run(const std::vector<OpDesc>& ops) override {

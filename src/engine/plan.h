@@ -121,6 +121,11 @@ class Planner {
   /// ranks running their launches in order cannot wait on each other in a cycle. Empty launches are left out.
   static std::vector<std::vector<const OpDesc*>> p2pLaunches(const std::vector<const OpDesc*>& batch, int n, int rank,
                                                              int most);
+  /// NCCL_RUNTIME_CONNECT=0: the connection ends of the schedules that collectives would run, by the thresholds (or
+  /// NCCL_ALGO), for each channel count in `channelCounts`: allreduce, allgather, reduce-scatter, broadcast and reduce
+  /// (root 0) at every power of two from 8 B to 1 GiB a rank, and always their rings (in place, an algorithm may give
+  /// way to the ring). Sends and receives are left out, as NCCL leaves them to their first use.
+  std::vector<LaunchEnd> initEnds(const std::vector<int>& channelCounts);
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
   const FifoGeometry& geometry() const { return geo_; }
