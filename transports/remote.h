@@ -116,6 +116,14 @@ class RemoteTransport {
     (void)waitingOn;
     return false;
   }
+  /// Where this rank's connections stand, for NCCL_RUNTIME_CONNECT=0's wait at init: every one open, some still being
+  /// set up, or one failed. *why names the first not open one and what it waits for (or how it failed). Any thread;
+  /// never waits for the proxy (kPending while it is in a pass).
+  enum class Setup { kOpen, kPending, kFailed };
+  virtual Setup setupState(std::string* why) {
+    (void)why;
+    return Setup::kOpen;
+  }
   /// What this rank's net said when it failed its first connection ("rank 0: net IB dev 0 channel 0 -> rank 1
   /// (host): transfer failed (...): NET/IB: ... remote access error"); empty when it failed none. The first: once one
   /// end fails, the connections after it fail because their peers closed them. For an error report: a net error says

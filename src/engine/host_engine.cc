@@ -5,14 +5,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "algo/generators.h"
 #include "core/checks.h"
 #include "core/hash.h"
 #include "core/params.h"
+#include "core/timeout.h"
 #include "engine/connections.h"
 #include "engine/device_engine.h"
 #include "engine/engine.h"
@@ -73,9 +76,9 @@ IntParam kRuntimeConnect{"NCCL_RUNTIME_CONNECT", 1,
                          "of the collectives' schedules: for allreduce, allgather, reduce-scatter, broadcast and "
                          "reduce (root 0), the algorithm the thresholds (or NCCL_ALGO) pick at each size, and the "
                          "ring, on the channels they run (host buffers; sends and receives, other roots and the "
-                         "device path still connect on first use). Shared-memory FIFOs are then mapped and "
-                         "connections between hosts started before the first call; the proxy completes the latter "
-                         "in the background.",
+                         "device path still connect on first use), and init waits until the connections between "
+                         "hosts are open (CHORUS_TIMEOUT_S): a peer the net cannot reach fails the init. Every rank "
+                         "must set the same.",
                          "general"};
 IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
                      "1: a host-path operation's channels run side by side on the rank's thread (a wait in one "
@@ -188,9 +191,36 @@ class HostEngine : public Engine {
       Conn* c = nullptr;
       CHORUS_CHECK(isSend ? conns_->send(ch, peer, &c) : conns_->recv(ch, peer, &c));
     }
+    CHORUS_CHECK(awaitNetSetup());
     INFO(kInit, "comm %p rank %d: NCCL_RUNTIME_CONNECT=0: %zu connection ends made at init", (void*)comm_, comm_->rank,
          ends.size());
     return ncclSuccess;
+  }
+
+  // Waits until every connection to another host is open, as NCCL's init does with NCCL_RUNTIME_CONNECT=0, so that a
+  // peer the net cannot reach fails the init, not the first call. Every rank made the other ends of its connections
+  // (the schedules pair them), and the proxy sets them up on its own thread; CHORUS_TIMEOUT_S bounds the wait.
+  ncclResult_t awaitNetSetup() {
+    RemoteTransport* net = conns_->remote();
+    if (net == nullptr) return ncclSuccess;
+    const Deadline deadline = Deadline::fromEnv();
+    for (;;) {
+      std::string why;
+      const RemoteTransport::Setup st = net->setupState(&why);
+      if (st == RemoteTransport::Setup::kOpen) return ncclSuccess;
+      if (st == RemoteTransport::Setup::kFailed)
+        CHORUS_FAIL(comm_, ncclRemoteError, "rank %d: NCCL_RUNTIME_CONNECT=0: connecting at init failed: %s%s",
+                    comm_->rank, why.c_str(), netFailureSuffix(net).c_str());
+      if (deadline.expired())
+        CHORUS_FAIL(comm_, ncclRemoteError,
+                    "rank %d: NCCL_RUNTIME_CONNECT=0: connections were not set up at init within %s s "
+                    "(CHORUS_TIMEOUT_S): %s",
+                    comm_->rank, secondsText(deadline.seconds()).c_str(), why.c_str());
+      if (comm_->abortFlag.load(std::memory_order_relaxed) != 0)
+        CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: the communicator was aborted during init", comm_->rank);
+      net->kick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   ncclResult_t run(const std::vector<OpDesc>& ops) override {
@@ -483,7 +513,8 @@ unsigned long engineEnvHash() {
                   std::to_string(kFifoSlots.get()) + "|" + std::to_string(kSlotBytes.get()) + "|" +
                   std::to_string(kBuffSize.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
-                  "|" + std::to_string(ringByHostSetting()) + "|" + std::to_string(railAlignedRingsSetting());
+                  "|" + std::to_string(ringByHostSetting()) + "|" + std::to_string(railAlignedRingsSetting()) + "|" +
+                  std::to_string(kRuntimeConnect.get() != 0);
   return fnv1a64(s);
 }
 
@@ -495,7 +526,8 @@ ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
     if (p.envHash != comm->peers[comm->rank].envHash)
       CHORUS_FAIL(comm, ncclInvalidUsage,
                   "rank %d and rank %d run with different settings of NCCL_ALGO, NCCL_PROTO, NCCL_SHM_DISABLE, "
-                  "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_CROSS_NIC or CHORUS_* transport and device-path variables; "
+                  "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_CROSS_NIC, NCCL_RUNTIME_CONNECT or CHORUS_* transport and "
+                  "device-path variables; "
                   "every rank must use the same values",
                   comm->rank, p.rank);
   }

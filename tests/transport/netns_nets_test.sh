@@ -15,7 +15,7 @@
 #             to its first device and to one channel, and the matrix must pass;
 #   unrouted  for each net, host 2's hy on another subnet (10.85.0.2/24), so neither host can reach the other's
 #             second NIC: every rank must fail within CHORUS_TIMEOUT_S (plus slack), and some rank must log an
-#             address it could not reach.
+#             address it could not reach; again with NCCL_RUNTIME_CONNECT=0, where some rank's init must fail.
 # Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
 # With NETNS_NET_PLUGIN (a path or name, as NCCL_NET_PLUGIN takes it) every rank loads that NCCL net plugin, and a
 # net named on the command line that is neither Socket nor UCX is the plugin's (NCCL_NET=its name): the matrix, kill
@@ -243,23 +243,31 @@ declare -A unreachable=(
   [Socket]="connect failed.*cannot connect to 10.8[45].0.[12]:[0-9]*: Network is unreachable"
   [UCX]="connect failed.*NET/UCX : connect to 10.8[45].0.[12]:[0-9]* .*Destination is unreachable")
 for netname in $builtin; do
-  port=$((port + 1))
-  debug=WARN extra_env=
-  ip -n "${pfx}_h2" addr del 10.84.0.2/24 dev hy
-  ip -n "${pfx}_h2" addr add 10.85.0.2/24 dev hy
-  start=$SECONDS
-  launch "$netname" unrouted matrix 0 $((N - 1))
-  wait_all $((3 * timeout_s)) "$netname-unrouted"
-  took=$((SECONDS - start))
-  ip -n "${pfx}_h2" addr del 10.85.0.2/24 dev hy
-  ip -n "${pfx}_h2" addr add 10.84.0.2/24 dev hy
-  show "$netname" unrouted
-  for r in $(seq 0 $((N - 1))); do
-    grep -q "rank $r: OK" "$wd/$netname-unrouted-$r.log" && fail "$netname unrouted: rank $r finished OK"
-    grep -q "still running at the deadline" "$wd/$netname-unrouted-$r.log" && fail "$netname unrouted: rank $r hung"
+  # Connections made by the first call, then at init (NCCL_RUNTIME_CONNECT=0), where init fails on some rank.
+  for cname in unrouted unrouted-init; do
+    port=$((port + 1))
+    debug=WARN extra_env=
+    [ "$cname" = unrouted-init ] && extra_env=NCCL_RUNTIME_CONNECT=0
+    ip -n "${pfx}_h2" addr del 10.84.0.2/24 dev hy
+    ip -n "${pfx}_h2" addr add 10.85.0.2/24 dev hy
+    start=$SECONDS
+    launch "$netname" "$cname" matrix 0 $((N - 1))
+    wait_all $((3 * timeout_s)) "$netname-$cname"
+    took=$((SECONDS - start))
+    ip -n "${pfx}_h2" addr del 10.85.0.2/24 dev hy
+    ip -n "${pfx}_h2" addr add 10.84.0.2/24 dev hy
+    show "$netname" "$cname"
+    for r in $(seq 0 $((N - 1))); do
+      grep -q "rank $r: OK" "$wd/$netname-$cname-$r.log" && fail "$netname $cname: rank $r finished OK"
+      grep -q "still running at the deadline" "$wd/$netname-$cname-$r.log" && fail "$netname $cname: rank $r hung"
+    done
+    echo "$netname $cname: every rank ended in $took s"
+    cat "$wd/$netname-$cname"-*.log | grep -q "${unreachable[$netname]}" ||
+      fail "$netname $cname: no rank named the address it could not reach"
+    if [ "$cname" = unrouted-init ]; then
+      cat "$wd/$netname-$cname"-*.log | grep -q "init failed: .*NCCL_RUNTIME_CONNECT=0: connecting at init failed" ||
+        fail "$netname $cname: no rank's init failed"
+    fi
   done
-  echo "$netname unrouted: every rank ended in $took s"
-  cat "$wd/$netname"-unrouted-*.log | grep -q "${unreachable[$netname]}" ||
-    fail "$netname unrouted: no rank named the address it could not reach"
 done
 exit $status

@@ -1,8 +1,8 @@
 // NCCL_RUNTIME_CONNECT: six processes on three hosts (NCCL_HOSTID; shared memory within a host, the socket net
-// across). With 0, init makes the collectives' connections (shm FIFOs and net connections), each rank says how many
-// connection ends, and the collectives that follow (allreduce, allgather, reduce-scatter, broadcast and reduce from
-// root 0, small and large) make no other and give exact results. With the variable unset (NCCL's 1), init makes
-// none: each is made by the first call that needs it.
+// across). With 0, init makes the collectives' connections (shm FIFOs and net connections) and returns once the net
+// has connected every one, each rank says how many connection ends, and the collectives that follow (allreduce,
+// allgather, reduce-scatter, broadcast and reduce from root 0, small and large) make no other and give exact results.
+// With the variable unset (NCCL's 1), init makes none: each is made by the first call that needs it.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -82,6 +82,8 @@ struct RankLog {
   int connections = 0;       ///< "via shm" and "via <net>" lines: connection ends made
   int atInit = -1;           ///< the count the rank's init line gave, -1 without one
   bool acrossHosts = false;  ///< some end went over the socket net
+  int netEnds = 0;           ///< ends over the net
+  int openAtInit = 0;        ///< net connections the proxy said were connected before the init line
 };
 
 // Runs the six ranks and reads each rank's log.
@@ -102,9 +104,15 @@ std::vector<RankLog> run(const char* setting, bool calls) {
       EXPECT_EQ(std::stoi((*it)[1]), r) << (*it)[0];
       logs[r].connections++;
       logs[r].acrossHosts |= (*it)[3] != "shm";
+      logs[r].netEnds += (*it)[3] != "shm";
     }
     std::smatch m;
-    if (std::regex_search(text, m, init)) logs[r].atInit = std::stoi(m[2]);
+    if (std::regex_search(text, m, init)) {
+      logs[r].atInit = std::stoi(m[2]);
+      const std::string before = m.prefix();
+      for (size_t at = before.find(": connected"); at != std::string::npos; at = before.find(": connected", at + 1))
+        logs[r].openAtInit++;
+    }
   }
   return logs;
 }
@@ -116,7 +124,32 @@ TEST(RuntimeConnect, ZeroMakesTheCollectivesConnectionsAtInit) {
     EXPECT_GE(logs[r].atInit, 2) << "rank " << r;
     EXPECT_EQ(logs[r].connections, logs[r].atInit) << "rank " << r;
     EXPECT_TRUE(logs[r].acrossHosts) << "rank " << r;
+    // Init returned once the proxy had connected every one over the net.
+    EXPECT_EQ(logs[r].openAtInit, logs[r].netEnds) << "rank " << r;
   }
+}
+
+// The setting joins what ranks must agree on: were one rank to connect at init and wait while its peers do not, it
+// would wait for their first call. Every rank's init is refused, naming the variable.
+TEST(RuntimeConnect, RanksThatDisagreeAreRefused) {
+  std::vector<int> status = forkRanks(
+      2,
+      [](int rank, const ncclUniqueId& id) {
+        if (rank == 0) setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+        chorus::paramsReload();
+        ncclComm_t comm;
+        const ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
+        const std::string text = ncclGetLastError(nullptr);
+        if (res != ncclInvalidUsage || text.find("NCCL_RUNTIME_CONNECT") == std::string::npos) {
+          fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(res), text.c_str());
+          return 1;
+        }
+        return 0;
+      },
+      60);
+  for (int r = 0; r < 2; r++)
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)
+        << "rank " << r << " " << describeStatus(status[r]);
 }
 
 TEST(RuntimeConnect, ZeroLeavesNothingForTheCollectivesToConnect) {

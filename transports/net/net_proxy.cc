@@ -1017,6 +1017,21 @@ bool NetProxy::engage(bool on) {
 }
 
 // "its connection over net NAME (dev D, channel C, to rank P)": for a wait's error, which names the rank and host.
+// What a connection still being set up waits for; null once it is open or failed.
+static const char* setupWait(NetConn::State state) {
+  switch (state) {
+    case NetConn::State::kListen:
+    case NetConn::State::kAccepting:
+      return "the net has not accepted the peer's connection";
+    case NetConn::State::kAwaitHandle:
+      return "the peer has not sent its handle: it has not reached this step";
+    case NetConn::State::kConnecting:
+      return "the net has not completed the connection";
+    default:
+      return nullptr;
+  }
+}
+
 static std::string pendingName(const NetConn& c, const char* net) {
   char buf[160];
   snprintf(buf, sizeof(buf), "its connection over %s (dev %d, channel %d, %s rank %d)", net, c.dev, c.channel,
@@ -1086,18 +1101,13 @@ std::string NetProxy::waitState(const Fifo* f, Stall* stall) {
   // one rank and receives it never completed on the other.
   std::string mine;
   for (const auto& c : conns_) {
-    const char* notSetUp = nullptr;  // for a connection still being set up: what it waits for
+    const char* notSetUp = setupWait(c->state);  // for a connection still being set up: what it waits for
     std::string text;
     switch (c->state) {
       case NetConn::State::kListen:
       case NetConn::State::kAccepting:
-        notSetUp = "the net has not accepted the peer's connection";
-        break;
       case NetConn::State::kAwaitHandle:
-        notSetUp = "the peer has not sent its handle: it has not reached this step";
-        break;
       case NetConn::State::kConnecting:
-        notSetUp = "the net has not completed the connection";
         break;
       case NetConn::State::kOpen:
         text = progressText(*c);
@@ -1128,6 +1138,34 @@ std::string NetProxy::waitState(const Fifo* f, Stall* stall) {
     }
   }
   return mine;
+}
+
+RemoteTransport::Setup NetProxy::setupState(std::string* why) {
+  {
+    std::lock_guard<std::mutex> guard(newMutex_);
+    if (!newConns_.empty()) {
+      *why = pendingName(*newConns_.front(), name()) + " is not set up: the proxy has not taken it up yet";
+      return Setup::kPending;
+    }
+  }
+  std::unique_lock<std::mutex> lock(passMu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    *why = std::string("the ") + name() + " proxy is in a pass over its connections";
+    return Setup::kPending;
+  }
+  Setup at = Setup::kOpen;
+  for (const auto& c : conns_) {
+    if (c->state == NetConn::State::kSuspect || c->state == NetConn::State::kFailed) {
+      *why = pendingName(*c, name()) + " failed" + (c->endWhy.empty() ? std::string() : " (" + c->endWhy + ")");
+      return Setup::kFailed;
+    }
+    const char* wait = setupWait(c->state);
+    if (wait != nullptr && at == Setup::kOpen) {
+      *why = pendingName(*c, name()) + " is not set up: " + wait;
+      at = Setup::kPending;
+    }
+  }
+  return at;
 }
 
 bool NetProxy::progressAll(const Fifo* waitingOn) { return stepDriven(waitingOn, waitingOn == nullptr); }

@@ -130,6 +130,7 @@ class NetProxy : public RemoteTransport {
   bool engage(bool on) override;
   bool progressAll(const Fifo* waitingOn) override;
   std::string waitState(const Fifo* f, Stall* stall) override;
+  Setup setupState(std::string* why) override;
   std::string netFailure() const override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
