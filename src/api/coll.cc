@@ -25,8 +25,7 @@ IntParam kCheckPointers{"NCCL_CHECK_POINTERS", 0,
                         "us a call, so it is off by default, as in NCCL. A premulsum op's scalar given by "
                         "pointer (ncclScalarDevice) is checked too, for one element, and so is ncclCommRegister's "
                         "buffer (readable, or within one allocation of the communicator's GPU). GPU buffers are always "
-                        "checked "
-                        "to be on the communicator's GPU.",
+                        "checked to be on the communicator's GPU.",
                         "general"};
 
 // How many elements each buffer spans, in units of `count`.

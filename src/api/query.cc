@@ -182,7 +182,7 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
   CHORUS_CHECK(checkRegisteredBuffer(comm, "ncclCommRegister", buff, size));
   static const uintptr_t kPage = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t at = reinterpret_cast<uintptr_t>(buff);
-  if (size > UINTPTR_MAX - at - kPage)
+  if (size > UINTPTR_MAX - at || UINTPTR_MAX - at - size < kPage)
     CHORUS_FAIL(comm, ncclInvalidArgument, "ncclCommRegister: buff %p + size %zu overflows", buff, size);
   const uintptr_t begin = at & ~(kPage - 1), end = (at + size + kPage - 1) & ~(kPage - 1);
   std::lock_guard<std::mutex> lock(comm->mutex);

@@ -75,8 +75,8 @@ IntParam kRuntimeConnect{"NCCL_RUNTIME_CONNECT", 1,
                          "As in NCCL: 1 makes each connection when the first call needs it. 0 makes at init those "
                          "of the collectives' schedules: for allreduce, allgather, reduce-scatter, broadcast and "
                          "reduce (root 0), the algorithm the thresholds (or NCCL_ALGO) pick at each size, and the "
-                         "ring, on the channels they run (host buffers; sends and receives, other roots and the "
-                         "device path still connect on first use), and init waits until the connections between "
+                         "ring, on the channels they run (sends and receives, other roots and communicators with "
+                         "GPUs still connect on first use), and init waits until the connections between "
                          "hosts are open (CHORUS_TIMEOUT_S): a peer the net cannot reach fails the init. Every rank "
                          "must set the same.",
                          "general"};
@@ -181,7 +181,10 @@ class HostEngine : public Engine {
   ncclResult_t connectAtInit() {
     if (anyGpu(comm_)) {
       if (comm_->rank == 0)
-        INFO(kInit, "comm %p: NCCL_RUNTIME_CONNECT=0: GPU buffers connect at their first launch", (void*)comm_);
+        INFO(kInit,
+             "comm %p: NCCL_RUNTIME_CONNECT=0 is not followed by a communicator with GPUs: its connections "
+             "are made on first use",
+             (void*)comm_);
       return ncclSuccess;
     }
     std::vector<int> counts = {nChannels_};
