@@ -172,7 +172,7 @@ ncclResult_t bootstrapGetUniqueId(ncclUniqueId* id) {
   l.root = packAddr(listen.local());
   CHORUS_CHECK(randomU64(&l.secret));
   std::string where = listen.local().str();
-  CHORUS_CHECK(startRootThread(std::move(listen), l.secret, l.version, timeoutSeconds()));
+  CHORUS_CHECK(startRootThread(std::move(listen), l.secret, l.version, rendezvousSeconds()));
   encodeUniqueId(l, id);
   INFO(kBootstrap, "bootstrap root listening on %s (%s)", where.c_str(), ifName.c_str());
   return ncclSuccess;
@@ -459,6 +459,10 @@ ncclResult_t Bootstrap::create(ncclComm* comm, const ncclUniqueId& id, int rank,
   unpackAddr(l.root, &rootAddr);
   std::string rootText = rootAddr.str();
   double timeoutS = timeoutSeconds();
+  // NCCL_SOCKET_RETRY_CNT / _SLEEP_MSEC, where set: how long to try a root that is not listening yet, and the
+  // rendezvous lasts at least that long.
+  const double retryWindowS = socketRetryWindowSeconds();
+  const double rendezvousS = rendezvousSeconds();
 
   if ((l.flags & kIdFromEnv) != 0 && rank == 0) {
     Socket rootListen;
@@ -469,7 +473,7 @@ ncclResult_t Bootstrap::create(ncclComm* comm, const ncclUniqueId& id, int rank,
                   "0's host",
                   rootText.c_str(), r.what.c_str());
     }
-    CHORUS_CHECK(startRootThread(std::move(rootListen), l.secret, l.version, timeoutS));
+    CHORUS_CHECK(startRootThread(std::move(rootListen), l.secret, l.version, rendezvousS));
   }
 
   std::unique_ptr<Bootstrap> b(new Bootstrap());
@@ -497,7 +501,7 @@ ncclResult_t Bootstrap::create(ncclComm* comm, const ncclUniqueId& id, int rank,
 
   // Join the rendezvous: connect to the root, prove the secret, wait for the verdict.
   Socket root;
-  r = Socket::connect(rootAddr, Deadline::after(timeoutS), abortFlag, &root);
+  r = Socket::connect(rootAddr, Deadline::after(retryWindowS >= 0 ? retryWindowS : timeoutS), abortFlag, &root);
   if (!r.ok()) {
     CHORUS_FAIL(comm, r.status == IoStatus::kAborted ? ncclInternalError : ncclSystemError,
                 "bootstrap rank %d: cannot reach the bootstrap root %s named by the unique id: %s (a stale id, or "
@@ -515,7 +519,7 @@ ncclResult_t Bootstrap::create(ncclComm* comm, const ncclUniqueId& id, int rank,
   r = root.sendAll(&hello, sizeof(hello), Deadline::after(timeoutS), abortFlag);
   if (r.ok()) {
     // The root answers once every rank has joined; it alone knows who is missing (and says so after a while).
-    Deadline replyBy = Deadline::after(timeoutS > 0 ? timeoutS + kRootReplySlackS : 0);
+    Deadline replyBy = Deadline::after(rendezvousS > 0 ? rendezvousS + kRootReplySlackS : 0);
     SlowWait slow;
     r = waitFd(root.fd(), POLLIN, replyBy, abortFlag, "the bootstrap root " + rootText, [&]() {
       slow.check([&]() {

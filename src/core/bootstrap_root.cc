@@ -162,14 +162,16 @@ void Root::run() {
       slow_.check([&]() {
         return "bootstrap root " + addr_ + ": " + std::to_string(joined_.size()) + " of " + std::to_string(nranks_) +
                " ranks have joined in " + slow_.elapsedText() + " s; rank(s) " + rankListText(missing()) +
-               " not yet (CHORUS_TIMEOUT_S " + secondsText(timeoutS_) + " s)";
+               " not yet (limit " + secondsText(timeoutS_) + " s)";
       });
     }
     if (started_ && deadline_.expired()) {
       if (errCode_ == ncclSuccess) {
         fatal(ncclRemoteError, "rank(s) " + rankListText(missing()) + " never joined within " + secondsText(timeoutS_) +
                                    " s (bootstrap root " + addr_ + "; " + std::to_string(joined_.size()) + " of " +
-                                   std::to_string(nranks_) + " ranks arrived; CHORUS_TIMEOUT_S sets the limit)");
+                                   std::to_string(nranks_) +
+                                   " ranks arrived; CHORUS_TIMEOUT_S sets the limit, or NCCL_SOCKET_RETRY_CNT and "
+                                   "NCCL_SOCKET_RETRY_SLEEP_MSEC where their window is longer)");
       }
       break;
     }

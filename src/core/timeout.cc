@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 
@@ -24,9 +25,32 @@ IntParam kSpinIters{"CHORUS_SPIN_ITERS", 100,
                     "little on a core of its own and hands over a shared one: 2000 made 4 ranks on 2 cores 2-9x "
                     "slower (docs/perf/cpu.md).",
                     "performance"};
+IntParam kSocketRetryCnt{"NCCL_SOCKET_RETRY_CNT", 34,
+                         "As in NCCL, with NCCL_SOCKET_RETRY_SLEEP_MSEC: where either is set, a rank keeps trying a "
+                         "bootstrap root that refuses it (not listening yet: NCCL_COMM_ID's rank 0 not started) for "
+                         "NCCL's window, the sum of its linear back-off, SLEEP_MSEC x (1 + 2 + ... + CNT) ms (59.5 s "
+                         "with NCCL's defaults), instead of CHORUS_TIMEOUT_S; and the rendezvous (the root's wait for "
+                         "the last rank, a rank's wait for the root's answer) lasts at least that long, so ranks "
+                         "started that far apart still meet. Unset: CHORUS_TIMEOUT_S bounds each.",
+                         "reliability"};
+IntParam kSocketRetrySleepMs{"NCCL_SOCKET_RETRY_SLEEP_MSEC", 100,
+                             "As in NCCL: the back-off step of NCCL_SOCKET_RETRY_CNT's retries, in ms (see there).",
+                             "reliability"};
 }  // namespace
 
 double timeoutSeconds() { return static_cast<double>(kTimeoutS.get()); }
+
+double socketRetryWindowSeconds() {
+  if (!kSocketRetryCnt.isSet() && !kSocketRetrySleepMs.isSet()) return -1;
+  const double n = static_cast<double>(std::max<int64_t>(0, kSocketRetryCnt.get()));
+  const double sleepMs = static_cast<double>(std::max<int64_t>(0, kSocketRetrySleepMs.get()));
+  return sleepMs * n * (n + 1) / 2 / 1000;
+}
+
+double rendezvousSeconds() {
+  const double timeoutS = timeoutSeconds(), window = socketRetryWindowSeconds();
+  return timeoutS > 0 && window > timeoutS ? window : timeoutS;
+}
 
 std::string secondsText(double s) {
   char buf[32];

@@ -12,6 +12,13 @@ namespace chorus {
 /// CHORUS_TIMEOUT_S: seconds any single wait may last before it fails with a message.
 double timeoutSeconds();
 
+/// NCCL_SOCKET_RETRY_CNT / NCCL_SOCKET_RETRY_SLEEP_MSEC, where either is set: how long NCCL keeps connecting to a
+/// bootstrap root that refuses (the sum of its linear back-off), in seconds; -1 when neither is set.
+double socketRetryWindowSeconds();
+/// How long the bootstrap's rendezvous may last (the root's wait for every rank, a rank's wait for its answer):
+/// CHORUS_TIMEOUT_S, or socketRetryWindowSeconds() where that is longer (0: forever, as CHORUS_TIMEOUT_S=0).
+double rendezvousSeconds();
+
 /// A point in time after which a wait gives up.
 class Deadline {
  public:

@@ -149,6 +149,71 @@ TEST_F(BootstrapFault, StaleIdNamesTheAddress) {
   EXPECT_GE(out[0].seconds, 0.9);
 }
 
+// NCCL_SOCKET_RETRY_CNT and NCCL_SOCKET_RETRY_SLEEP_MSEC, where set, bound how long a rank tries a root that refuses
+// it, as NCCL's linear back-off does (SLEEP x (1 + ... + CNT)), shorter or longer than CHORUS_TIMEOUT_S.
+TEST_F(BootstrapFault, SocketRetrySettingsBoundTheTriesOfARootNotListening) {
+  Socket probe;
+  SockAddr lo;
+  std::string why;
+  ASSERT_EQ(parseAddress("127.0.0.1:0", &lo, &why), ncclSuccess);
+  ASSERT_TRUE(Socket::listen(lo, &probe).ok());
+  ncclUniqueId id = newId();
+  UniqueIdLayout l;
+  ASSERT_TRUE(decodeUniqueId(id, &l, &why));
+  l.root = packAddr(probe.local());
+  probe.close();
+  ncclUniqueId dead;
+  encodeUniqueId(l, &dead);
+  // Shorter: 300 ms x 1 against CHORUS_TIMEOUT_S=5.
+  setenv("NCCL_SOCKET_RETRY_CNT", "1", 1);
+  setenv("NCCL_SOCKET_RETRY_SLEEP_MSEC", "300", 1);
+  paramsReload();
+  auto out = run({{0, 2, &dead}});
+  expectFailure(out[0], ncclSystemError, {"cannot reach the bootstrap root", "within 0.3 s"}, 3.0, "short window");
+  // Longer: 200 ms x (1 + 2 + 3 + 4) = 2 s against CHORUS_TIMEOUT_S=1.
+  setTimeout(1);
+  setenv("NCCL_SOCKET_RETRY_CNT", "4", 1);
+  setenv("NCCL_SOCKET_RETRY_SLEEP_MSEC", "200", 1);
+  paramsReload();
+  out = run({{0, 2, &dead}});
+  expectFailure(out[0], ncclSystemError, {"cannot reach the bootstrap root", "within 2 s"}, 5.0, "long window");
+  EXPECT_GE(out[0].seconds, 1.9);
+  unsetenv("NCCL_SOCKET_RETRY_CNT");
+  unsetenv("NCCL_SOCKET_RETRY_SLEEP_MSEC");
+}
+
+// Where the window is longer than CHORUS_TIMEOUT_S, the rendezvous waits that long for a rank that starts late: with
+// CHORUS_TIMEOUT_S=1, a second rank 3 s after the first meets it under a window of 8.4 s (400 ms x (1 + ... + 6)),
+// and without the settings the root gives up on it.
+TEST_F(BootstrapFault, SocketRetryWindowLetsALateRankJoin) {
+  for (bool window : {true, false}) {
+    setTimeout(1);
+    if (window) {
+      setenv("NCCL_SOCKET_RETRY_CNT", "6", 1);
+      setenv("NCCL_SOCKET_RETRY_SLEEP_MSEC", "400", 1);
+    }
+    paramsReload();
+    ncclUniqueId id = newId();
+    std::vector<Outcome> late;
+    std::thread second([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      late = run({{1, 2, &id}});
+    });
+    auto first = run({{0, 2, &id}});
+    second.join();
+    unsetenv("NCCL_SOCKET_RETRY_CNT");
+    unsetenv("NCCL_SOCKET_RETRY_SLEEP_MSEC");
+    ASSERT_EQ(late.size(), 1u);
+    if (window) {
+      EXPECT_EQ(first[0].result, ncclSuccess) << first[0].error;
+      EXPECT_EQ(late[0].result, ncclSuccess) << late[0].error;
+    } else {
+      EXPECT_NE(first[0].result, ncclSuccess);
+      EXPECT_NE(first[0].error.find("never joined"), std::string::npos) << first[0].error;
+    }
+  }
+}
+
 TEST_F(BootstrapFault, VersionMismatchFailsEveryRank) {
   ncclUniqueId id = newId();
   auto out = run({{0, 2, &id}, {1, 2, &id, NCCL_VERSION_CODE + 1}});
