@@ -77,6 +77,21 @@ void expectFailure(const Outcome& o, ncclResult_t code, std::initializer_list<st
   EXPECT_LT(o.seconds, within) << who;
 }
 
+/// `id` with its root moved to a local port that had a listener a moment ago and has none now: refused.
+bool withDeadRoot(const ncclUniqueId& id, ncclUniqueId* dead) {
+  Socket probe;
+  SockAddr lo;
+  std::string why;
+  UniqueIdLayout l;
+  if (parseAddress("127.0.0.1:0", &lo, &why) != ncclSuccess || !Socket::listen(lo, &probe).ok() ||
+      !decodeUniqueId(id, &l, &why))
+    return false;
+  l.root = packAddr(probe.local());
+  probe.close();
+  encodeUniqueId(l, dead);
+  return true;
+}
+
 class BootstrapFault : public ::testing::Test {
  protected:
   void SetUp() override { setTimeout(5); }
@@ -132,17 +147,8 @@ TEST_F(BootstrapFault, StaleIdNamesTheAddress) {
   expectFailure(out[0], out[0].result, {uniqueIdDescribe(id)}, 3.0, "stale id");
 
   // An id whose root port never had a listener: refused until the deadline.
-  Socket probe;
-  SockAddr lo;
-  std::string why;
-  ASSERT_EQ(parseAddress("127.0.0.1:0", &lo, &why), ncclSuccess);
-  ASSERT_TRUE(Socket::listen(lo, &probe).ok());
-  UniqueIdLayout l;
-  ASSERT_TRUE(decodeUniqueId(id, &l, &why));
-  l.root = packAddr(probe.local());
-  probe.close();
   ncclUniqueId dead;
-  encodeUniqueId(l, &dead);
+  ASSERT_TRUE(withDeadRoot(id, &dead));
   out = run({{0, 2, &dead}});
   expectFailure(out[0], ncclSystemError, {uniqueIdDescribe(dead), "cannot reach the bootstrap root", "within 1 s"}, 3.0,
                 "no listener");
@@ -152,18 +158,8 @@ TEST_F(BootstrapFault, StaleIdNamesTheAddress) {
 // NCCL_SOCKET_RETRY_CNT and NCCL_SOCKET_RETRY_SLEEP_MSEC, where set, bound how long a rank tries a root that refuses
 // it, as NCCL's linear back-off does (SLEEP x (1 + ... + CNT)), shorter or longer than CHORUS_TIMEOUT_S.
 TEST_F(BootstrapFault, SocketRetrySettingsBoundTheTriesOfARootNotListening) {
-  Socket probe;
-  SockAddr lo;
-  std::string why;
-  ASSERT_EQ(parseAddress("127.0.0.1:0", &lo, &why), ncclSuccess);
-  ASSERT_TRUE(Socket::listen(lo, &probe).ok());
-  ncclUniqueId id = newId();
-  UniqueIdLayout l;
-  ASSERT_TRUE(decodeUniqueId(id, &l, &why));
-  l.root = packAddr(probe.local());
-  probe.close();
   ncclUniqueId dead;
-  encodeUniqueId(l, &dead);
+  ASSERT_TRUE(withDeadRoot(newId(), &dead));
   // Shorter: 300 ms x 1 against CHORUS_TIMEOUT_S=5.
   setenv("NCCL_SOCKET_RETRY_CNT", "1", 1);
   setenv("NCCL_SOCKET_RETRY_SLEEP_MSEC", "300", 1);
