@@ -339,7 +339,7 @@ std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels) {
 
 std::vector<LaunchEnd> Planner::initEnds(const std::vector<int>& channelCounts) {
   const int n = comm_->nranks;
-  std::set<std::tuple<int, int, int>> runs;  // (coll, algo, channels)
+  std::set<std::tuple<Coll, Algo, int>> runs;  // (collective, algorithm, channels)
   for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter, Coll::kBroadcast, Coll::kReduce}) {
     for (size_t bytes = 8; bytes <= (size_t(1) << 30); bytes *= 2) {
       OpDesc op;
@@ -351,15 +351,14 @@ std::vector<LaunchEnd> Planner::initEnds(const std::vector<int>& channelCounts) 
       if (asTreeAllReduce(op)) runsAs = Coll::kAllReduce, algo = Algo::kTree;
       const int minCh = algo == Algo::kTree && fullBuffer(op) >= dualTreeMinBytes() ? 2 : 1;
       for (int nch : channelCounts) {
-        runs.emplace(static_cast<int>(runsAs), static_cast<int>(algo), std::max(nch, minCh));
-        if (algoSupported(coll, Algo::kRing, n))
-          runs.emplace(static_cast<int>(coll), static_cast<int>(Algo::kRing), nch);
+        runs.emplace(runsAs, algo, std::max(nch, minCh));
+        if (algoSupported(coll, Algo::kRing, n)) runs.emplace(coll, Algo::kRing, nch);
       }
     }
   }
   std::vector<LaunchEnd> ends;
   for (const auto& [coll, algo, nch] : runs) {
-    const std::vector<Schedule>& scheds = schedules(static_cast<Coll>(coll), static_cast<Algo>(algo), 0, nch);
+    const std::vector<Schedule>& scheds = schedules(coll, algo, 0, nch);
     if (scheds.empty() || scheds[0].nranks < 0) continue;  // not built for this communicator: never run either
     for (const LaunchEnd& e : launchEnds(scheds.data(), nch))
       if (std::find(ends.begin(), ends.end(), e) == ends.end()) ends.push_back(e);

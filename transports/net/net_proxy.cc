@@ -1016,7 +1016,6 @@ bool NetProxy::engage(bool on) {
   return false;
 }
 
-// "its connection over net NAME (dev D, channel C, to rank P)": for a wait's error, which names the rank and host.
 // What a connection still being set up waits for; null once it is open or failed.
 static const char* setupWait(NetConn::State state) {
   switch (state) {
@@ -1032,6 +1031,7 @@ static const char* setupWait(NetConn::State state) {
   }
 }
 
+// "its connection over net NAME (dev D, channel C, to rank P)": for a wait's error, which names the rank and host.
 static std::string pendingName(const NetConn& c, const char* net) {
   char buf[160];
   snprintf(buf, sizeof(buf), "its connection over %s (dev %d, channel %d, %s rank %d)", net, c.dev, c.channel,
@@ -1103,24 +1103,15 @@ std::string NetProxy::waitState(const Fifo* f, Stall* stall) {
   for (const auto& c : conns_) {
     const char* notSetUp = setupWait(c->state);  // for a connection still being set up: what it waits for
     std::string text;
-    switch (c->state) {
-      case NetConn::State::kListen:
-      case NetConn::State::kAccepting:
-      case NetConn::State::kAwaitHandle:
-      case NetConn::State::kConnecting:
-        break;
-      case NetConn::State::kOpen:
-        text = progressText(*c);
-        break;
-      case NetConn::State::kSuspect:
-        text = "failed in the net" + (c->endWhy.empty() ? std::string() : " (" + c->endWhy + ")") +
-               "; waiting for the peer's failure notice";
-        break;
-      default:
-        text = "failed";
-        break;
-    }
-    if (notSetUp != nullptr) text = std::string("not set up: ") + notSetUp;
+    if (notSetUp != nullptr)
+      text = std::string("not set up: ") + notSetUp;
+    else if (c->state == NetConn::State::kOpen)
+      text = progressText(*c);
+    else if (c->state == NetConn::State::kSuspect)
+      text = "failed in the net" + (c->endWhy.empty() ? std::string() : " (" + c->endWhy + ")") +
+             "; waiting for the peer's failure notice";
+    else
+      text = "failed";
     INFO(kNet, "%s: at a wait's deadline, %s", connName(*c).c_str(), text.c_str());
     if (c->fifo.ctrl != f->ctrl) continue;
     if (c->state == NetConn::State::kOpen) {
