@@ -130,6 +130,16 @@ class RemoteTransport {
   /// that a connection broke, not which rank failed, so the rank that a failure notice names may learn the cause only
   /// from its own net. Any thread.
   virtual std::string netFailure() const { return ""; }
+  /// A connection of this rank that the net failed while it was being set up, once the proxy has named the culprit in
+  /// its FIFO's poison (within kSuspectS), or null; *conn then names it ("its connection over net Socket (dev 1,
+  /// channel 1, to rank 0)"). The operation that made it cannot finish, nor can the communicator, but the rank may
+  /// never wait on that FIFO (a send's slots are free, so its data goes in and the rank waits on a receive): a wait on
+  /// any FIFO ends with its cause then, rather than at the deadline. Only a setup: an open connection the net fails
+  /// may be a peer that sent everything and destroyed its communicator. Any thread.
+  virtual const Fifo* failedSetup(std::string* conn) const {
+    (void)conn;
+    return nullptr;
+  }
   /// What a wait's deadline found behind its connection (waitState): nothing to say, a connection not set up yet, a
   /// proxy held in one pass (a net call that does not return), so that the peer is not blamed for either; or a
   /// connection the net failed whose culprit the proxy has yet to name (kFailing): within kVerdictS it poisons the

@@ -126,7 +126,7 @@ ncclResult_t HostPlatform::fail(ncclResult_t res, PoisonReason reason, int culpr
   return res;
 }
 
-ncclResult_t HostPlatform::poisoned(Fifo* f, uint64_t poison, const char* where) {
+ncclResult_t HostPlatform::poisoned(const Fifo* f, uint64_t poison, const char* where) {
   int culprit;
   PoisonReason reason = poisonReason(poison, &culprit);
   char msg[600];
@@ -231,6 +231,16 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
                   where() + ": the communicator was aborted (ncclCommAbort/ncclCommRevoke)");
     uint64_t poison = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
     if (poison != 0) return poisoned(f, poison, where().c_str());
+    // A connection of this rank that the net could not set up: this wait may not depend on it, but the operation
+    // does (its data went into a send FIFO that will never drain, say), so the peers wait too, until the deadline.
+    if (RemoteTransport* net = conns_->remote(); net != nullptr) {
+      std::string name;
+      const Fifo* broken = net->failedSetup(&name);
+      if (broken != nullptr && broken->ctrl != f->ctrl) {
+        const uint64_t word = __atomic_load_n(&broken->ctrl->poison, __ATOMIC_ACQUIRE);
+        if (word != 0) return poisoned(broken, word, (where() + ": " + name + " failed").c_str());
+      }
+    }
     // Liveness reads /proc (a zombie peer counts as gone): every 10 ms of waiting, not every round.
     bool checkPeer = conn && conn->peerLocalProc && now >= nextLiveCheck;
     if (checkPeer) nextLiveCheck = now + 10;

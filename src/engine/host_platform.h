@@ -123,7 +123,7 @@ class HostPlatform {
   Conn* connOf(Fifo* f);
   ncclResult_t fifoFor(bool isSend, int ch, int peer, bool ll, Fifo** f, bool* useLL);
   // Builds the error for a FIFO the far end poisoned (and remembers a mismatch to pass on).
-  ncclResult_t poisoned(Fifo* f, uint64_t poison, const char* where);
+  ncclResult_t poisoned(const Fifo* f, uint64_t poison, const char* where);
   ncclResult_t fail(ncclResult_t res, PoisonReason reason, int culprit, const std::string& text);
 
   ncclComm* comm_;

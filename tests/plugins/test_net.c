@@ -22,6 +22,8 @@
  *   can see that chorus's adapter calls it once. CHORUS_TEST_NET_FAIL=init makes init fail.
  * - CHORUS_TEST_NET_STALL_DEV=d: connect() on device d never completes (it returns no comm, call after call), as a
  *   net may offer a device it cannot connect through; the peer's accept() then finds nobody.
+ * - CHORUS_TEST_NET_UNREACHABLE_DEV=d: connect() on device d fails at once, with a WARN, as a connect to an address
+ *   the host has no route to does; the peer's accept() then finds nobody.
  * - CHORUS_TEST_NET_SLOW_CONNECT_S=s: the process's first connect() does not return for s seconds, as a plugin's
  *   connect that allocates hundreds of MB may not on a loaded machine; the caller's thread is held in the net.
  * - CHORUS_TEST_NET_SLOW_TEST_S=s: the process's first test() does not return for s seconds, as a net's progress
@@ -262,6 +264,8 @@ static int gPtrDmaBuf = 0;
 static int gForceFlush = 0;
 /* CHORUS_TEST_NET_STALL_DEV: the device whose connects never complete; -1 none. */
 static int gStallDev = -1;
+/* CHORUS_TEST_NET_UNREACHABLE_DEV: the device whose connects fail at once; -1 none. */
+static int gUnreachableDev = -1;
 /* CHORUS_TEST_NET_SLOW_CONNECT_S: how long the first connect() holds its caller; 0 none. */
 static int gSlowConnectS = 0;
 /* CHORUS_TEST_NET_SLOW_TEST_S: how long the first test() holds its caller; 0 none. */
@@ -529,6 +533,8 @@ static ncclResult_t netInit(Logger log, int again) {
   gForceFlush = forceFlush != NULL && strcmp(forceFlush, "1") == 0;
   const char* stall = getenv("CHORUS_TEST_NET_STALL_DEV");
   gStallDev = stall != NULL && *stall != '\0' ? atoi(stall) : -1;
+  const char* unreachable = getenv("CHORUS_TEST_NET_UNREACHABLE_DEV");
+  gUnreachableDev = unreachable != NULL && *unreachable != '\0' ? atoi(unreachable) : -1;
   const char* slow = getenv("CHORUS_TEST_NET_SLOW_CONNECT_S");
   gSlowConnectS = slow != NULL ? atoi(slow) : 0;
   const char* slowTest = getenv("CHORUS_TEST_NET_SLOW_TEST_S");
@@ -644,6 +650,10 @@ static ncclResult_t netConnect(int dev, void* handle, void** sendComm) {
   *sendComm = NULL;
   if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
   if (dev == gStallDev) return ncclSuccess; /* never connects: called again, and again */
+  if (dev == gUnreachableDev) {
+    say(kLogWarn, __LINE__, "connect on device %d: no route to the peer (CHORUS_TEST_NET_UNREACHABLE_DEV)", dev);
+    return ncclSystemError;
+  }
   const int slowS = takeHold(&gSlowConnectS, dev);
   if (slowS > 0) {
     say(kLogInfo, __LINE__, "connect: held for %d s (CHORUS_TEST_NET_SLOW_CONNECT_S)", slowS);

@@ -14,8 +14,9 @@
 #   one-nic   for each net, the same with host 2's hy down: host 2's ranks offer one device, so every rank must keep
 #             to its first device and to one channel, and the matrix must pass;
 #   unrouted  for each net, host 2's hy on another subnet (10.85.0.2/24), so neither host can reach the other's
-#             second NIC: every rank must fail within CHORUS_TIMEOUT_S (plus slack), and some rank must log an
-#             address it could not reach; again with NCCL_RUNTIME_CONNECT=0, where some rank's init must fail.
+#             second NIC: every rank must fail, some rank must log an address it could not reach, and no rank may
+#             wait for its deadline (a connect the net failed ends every wait once the proxy judged it); again with
+#             NCCL_RUNTIME_CONNECT=0, where some rank's init must fail.
 # Needs root: exits 77 (skip) when namespaces cannot be made. Usage: netns_nets_test.sh <netns_coll> [nets...]
 # With NETNS_NET_PLUGIN (a path or name, as NCCL_NET_PLUGIN takes it) every rank loads that NCCL net plugin, and a
 # net named on the command line that is neither Socket nor UCX is the plugin's (NCCL_NET=its name): the matrix, kill
@@ -260,6 +261,8 @@ for netname in $builtin; do
     for r in $(seq 0 $((N - 1))); do
       grep -q "rank $r: OK" "$wd/$netname-$cname-$r.log" && fail "$netname $cname: rank $r finished OK"
       grep -q "still running at the deadline" "$wd/$netname-$cname-$r.log" && fail "$netname $cname: rank $r hung"
+      grep -Eq "is not set up after|made no progress" "$wd/$netname-$cname-$r.log" &&
+        fail "$netname $cname: rank $r waited for its deadline"
     done
     echo "$netname $cname: every rank ended in $took s"
     cat "$wd/$netname-$cname"-*.log | grep -q "${unreachable[$netname]}" ||

@@ -186,6 +186,36 @@ TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
       "the connection itself", 64 << 10);  // below the floor: one channel, over the device that connects
 }
 
+// A device the net cannot reach the peer through, which says so (the test net's connects on nic1 fail at once, as a
+// connect to an address without a route does). Each rank's send connection over it fails while its data sits in the
+// connection's free slots, and the rank waits on the receive connection from the peer, whose own connect failed the
+// same way. Neither rank waits on the failed connection, yet neither may wait for the deadline (30 s here): once the
+// proxy has judged the failure (a second, for the peer's notice), the wait ends naming the connection, or the peer's
+// notice reaches the rank first; either way with what the rank's own net said.
+TEST(NicChannels, AConnectionTheNetFailsInSetupEndsTheWaitOnAnother) {
+  expectNamedAtTheDeadline(
+      [](int rank) {
+        twoNicHosts(rank);
+        setenv("CHORUS_TEST_NET_UNREACHABLE_DEV", "1", 1);
+        setenv("NCCL_ALGO", "Ring", 1);
+      },
+      1 << 20,  // above the floor: a channel a NIC
+      [](int rank, const std::string& err) {
+        for (const char* deadline : {"not set up after", "made no progress", "before the deadline"})
+          EXPECT_EQ(err.find(deadline), std::string::npos) << "waited for the deadline: " << err;
+        EXPECT_NE(err.find("no route to the peer (CHORUS_TEST_NET_UNREACHABLE_DEV)"), std::string::npos)
+            << "without what the net said: " << err;
+        const std::string peer = "rank " + std::to_string(1 - rank);
+        const bool own = err.find("waiting for data from " + peer) != std::string::npos &&
+                         err.find("its connection over net ChorusTestNet (dev 1, channel 1, to " + peer + ") failed") !=
+                             std::string::npos;
+        const bool passedOn = err.find("this rank's peers report it failed") != std::string::npos;
+        EXPECT_TRUE(own || passedOn) << err;
+        return own ? kNamed : kOther;
+      },
+      "the connection that failed in setup", 64 << 10, 30);
+}
+
 // Two hosts over the test net with two devices each, whose first call of one kind on device 1 on each rank (`knob`:
 // CHORUS_TEST_NET_SLOW_CONNECT_S or _TEST_S) does not return for 8 s: past the deadline (kHeldTimeoutS) plus the
 // second a wait gives the proxy. A call below the floor (one channel, over device 0) runs first, so that both ranks

@@ -337,6 +337,14 @@ void NetProxy::adopt() {
   }
 }
 
+// "its connection over net NAME (dev D, channel C, to rank P)": for a wait's error, which names the rank and host.
+static std::string pendingName(const NetConn& c, const char* net) {
+  char buf[160];
+  snprintf(buf, sizeof(buf), "its connection over %s (dev %d, channel %d, %s rank %d)", net, c.dev, c.channel,
+           c.isSend ? "to" : "from", c.peer);
+  return buf;
+}
+
 // "<call> failed (<result>)", then what the net said of it (the thread's last error, which every net sets with its
 // error), as each failed net call is reported: the communicator's error then carries the net's own words.
 static std::string netCallFailed(const char* call, ncclResult_t rc) {
@@ -364,7 +372,9 @@ void NetProxy::fail(NetConn& c, const std::string& why) {
     std::lock_guard<std::mutex> lock(failMu_);
     if (firstFailure_.empty()) firstFailure_ = text;
   }
+  const bool open = c.state == NetConn::State::kOpen;
   closeConn(c);
+  if (!open) c.setupFailed = true;
   c.state = NetConn::State::kSuspect;
   c.suspectUntil = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kSuspectS));
   c.nextLiveCheck = Clock::now();
@@ -377,7 +387,7 @@ bool NetProxy::judge(NetConn& c) {
   // A notice may be waiting: a peer that failed sends it before it exits, so it is read before the peer's death is.
   if (loadAcquire(&c.fifo.ctrl->poison) == 0) takeNotice(c.peer);
   if (loadAcquire(&c.fifo.ctrl->poison) != 0) {  // a notice (or this rank) already said why
-    c.state = NetConn::State::kFailed;
+    judged(c);
     return true;
   }
   const Clock::time_point now = Clock::now();
@@ -389,19 +399,38 @@ bool NetProxy::judge(NetConn& c) {
   }
   if (!dead && now < c.suspectUntil) return false;
   if (dead && takeNotice(c.peer)) {  // it sent its notice just before it went
-    c.state = NetConn::State::kFailed;
+    judged(c);
     return true;
   }
   INFO(kNet, "%s: %s", connName(c).c_str(), dead ? gone.c_str() : "no failure notice from the peer: naming it");
   poisonFifo(c.fifo, makePoison(dead ? PoisonReason::kPeerDied : PoisonReason::kError, c.peer));
-  c.state = NetConn::State::kFailed;
+  judged(c);
   return true;
+}
+
+void NetProxy::judged(NetConn& c) {
+  c.state = NetConn::State::kFailed;
+  if (!c.setupFailed || setupFailedFifo_.load(std::memory_order_acquire) != nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    setupFailedName_ = pendingName(c, name());
+  }
+  setupFailedFifo_.store(&c.fifo, std::memory_order_release);
+}
+
+const Fifo* NetProxy::failedSetup(std::string* conn) const {
+  const Fifo* f = setupFailedFifo_.load(std::memory_order_acquire);
+  if (f != nullptr) {
+    std::lock_guard<std::mutex> lock(failMu_);
+    *conn = setupFailedName_;
+  }
+  return f;
 }
 
 void NetProxy::poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls) {
   poisonFifo(c.fifo, word, calls);
   closeConn(c);
-  c.state = NetConn::State::kFailed;
+  judged(c);  // a connection whose setup failed may take the peer's notice before its own verdict
 }
 
 void NetProxy::poisonPeer(int peer, uint64_t word, const uint64_t* calls) {
@@ -1029,14 +1058,6 @@ static const char* setupWait(NetConn::State state) {
     default:
       return nullptr;
   }
-}
-
-// "its connection over net NAME (dev D, channel C, to rank P)": for a wait's error, which names the rank and host.
-static std::string pendingName(const NetConn& c, const char* net) {
-  char buf[160];
-  snprintf(buf, sizeof(buf), "its connection over %s (dev %d, channel %d, %s rank %d)", net, c.dev, c.channel,
-           c.isSend ? "to" : "from", c.peer);
-  return buf;
 }
 
 // Where an open connection stands: what the executor published or freed, what the net was given and completed.

@@ -95,6 +95,7 @@ struct NetConn {
   void* reqs[kMaxInflightSlots][2] = {};  ///< [slot % inflight][0 header, 1 payload]; null once completed
   std::string endWhy;  ///< the net failed this connection (receive side: ends once what arrived is consumed)
   std::chrono::steady_clock::time_point suspectUntil{};  ///< kSuspect: name the peer itself then
+  bool setupFailed = false;  ///< the net failed it before it opened (fail() in a setup state): see failedSetup()
   bool testFailed = false;  ///< receive side: the oldest request failed, so nothing more completes
   bool noticeSent = false;  ///< send side: the failure notice went out (or cannot)
   void* noticeReq = nullptr;
@@ -132,6 +133,7 @@ class NetProxy : public RemoteTransport {
   std::string waitState(const Fifo* f, Stall* stall) override;
   Setup setupState(std::string* why) override;
   std::string netFailure() const override;
+  const Fifo* failedSetup(std::string* conn) const override;
   const char* name() const override { return label_.c_str(); }
   bool sendsByAddress() const override;
   int commonDevices() const override { return net_.commonDevices; }
@@ -176,6 +178,9 @@ class NetProxy : public RemoteTransport {
   void setupFailed(NetConn& c, const char* what, ncclResult_t rc);
   /// kSuspect: poisons the FIFO naming the peer once its process is gone (died) or kSuspectS passed (failed).
   bool judge(NetConn& c);
+  /// c's FIFO names the culprit (judge(), or a peer's notice): kFailed, and the first connection that failed in its
+  /// setup kept for failedSetup().
+  void judged(NetConn& c);
   /// Poisons every connection with `peer` with `word` (a failure the peer reported over the bootstrap) and closes
   /// them; `calls` (7 words, or null) are a mismatch's two calls, written first as Connections::poisonAll does. The
   /// notice is kept: a connection with that peer opened later (adopt) is poisoned with it at once, since the peer
@@ -233,8 +238,11 @@ class NetProxy : public RemoteTransport {
   /// the connections with it that come after (poisonPeer).
   std::map<int, std::array<uint64_t, 8>> peerNotices_;
   std::chrono::steady_clock::time_point nextNoticePoll_{};
-  mutable std::mutex failMu_;  ///< guards firstFailure_ (fail() writes, netFailure() reads)
+  mutable std::mutex failMu_;  ///< guards firstFailure_ (fail() writes, netFailure() reads) and setupFailedName_
   std::string firstFailure_;   ///< the first connection that failed in the net, and why
+  /// The first connection the net failed in its setup, once judge() poisoned its FIFO (failedSetup()); its name.
+  std::atomic<const Fifo*> setupFailedFifo_{nullptr};
+  std::string setupFailedName_;
   std::thread thread_;
 };
 
