@@ -7,8 +7,9 @@
 # unset), for allgather and reduce-scatter rail (NCCL_ALGO=Rail), and for allreduce trees over the host order
 # (node-aware) and rank order (NCCL_ALGO=Tree); CONFIGS may add others (RecDoubling:1). Prints a Markdown table of
 # time and of the share of the link bound reached: allreduce must move 2(H-1)/H x S through each host's link, allgather
-# (H-1)/H x S_out and reduce-scatter (H-1)/H x S_in (H hosts, S bytes a rank), at the iperf3 goodput. A benchmark,
-# not a test. Needs root, iperf3 and python3.
+# (H-1)/H x S_out and reduce-scatter (H-1)/H x S_in (H hosts, S bytes a rank), at the iperf3 goodput; sendrecv_perf
+# (in TOOLS; each rank sends S to rank r+1) S host by host (one rank's message leaves each host) and 2 x S round-robin
+# (every rank's). A benchmark, not a test. Needs root, iperf3 and python3.
 #
 # Usage: perf/netns_ring_bench.sh BUILD_DIR OUT_DIR [RATE (default 1gbit)] [MAX_BYTES (default 64M)] [TOOLS]
 # TOOLS: the perf tools to run, space-separated (default: all three). In the environment: MIN_BYTES, the smallest
@@ -111,13 +112,13 @@ for tool in $tools; do
   done
 done
 
-python3 - "$out" "$goodput" "$H" "$rate" <<'EOF'
+python3 - "$out" "$goodput" "$H" "$rate" "$PER" <<'EOF'
 import json, os, sys
-out, goodput, H, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+out, goodput, H, rate, PER = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 print(f"\n| collective | algorithm | placement | CHORUS_RING_BY_HOST | size (bytes) | time (ms) | busbw (GB/s) | link bound (ms) | share of bound |")
 print("|---|---|---|---|---|---|---|---|---|")
 for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgather"),
-                   ("reduce_scatter_perf", "reduce-scatter")):
+                   ("reduce_scatter_perf", "reduce-scatter"), ("sendrecv_perf", "sendrecv")):
     for place in ("host", "cyclic"):
         for algo, byhost, suffix in (("ring", "1", ""), ("ring", "0", ""), ("hierarchical", "1", "-Hierarchical"),
                                      ("rail", "1", "-Rail"), ("tuner's choice", "1", "-default"),
@@ -132,6 +133,8 @@ for tool, coll in (("all_reduce_perf", "allreduce"), ("all_gather_perf", "allgat
                                     # reduce-scatter the input
                 t_us = row["out_of_place"]["time"]
                 link = (2 if coll == "allreduce" else 1) * (H - 1) / H * size  # bytes through each host's link
+                if coll == "sendrecv":  # rank r to rank r+1: one rank's message leaves a host, or each one's
+                    link = size * (1 if place == "host" else PER)
                 bound_ms = link / goodput * 1e3
                 print(f"| {coll} | {algo} | {place} | {byhost} | {size} | {t_us/1e3:.2f} | {row['out_of_place']['bus_bw']:.4f} | "
                       f"{bound_ms:.1f} | {100*bound_ms/(t_us/1e3):.0f}% |")

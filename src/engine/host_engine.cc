@@ -43,6 +43,12 @@ IntParam kNicChannelsMinBytes{"CHORUS_NIC_CHANNELS_MIN_BYTES", 262144,
                                "one channel, where a second one's messages cost more than its NIC gives "
                                "(docs/perf/net.md).",
                                "performance"};
+IntParam kNetPeerChannels{"NCCL_NCHANNELS_PER_NET_PEER", 0,
+                          "As in NCCL: the channels a send or receive with a peer on another host is spread over, "
+                          "host buffers, from CHORUS_NIC_CHANNELS_MIN_BYTES (1-16; a channel's connections use the "
+                          "net's device of its number, modulo the devices). 0: one a NIC, as collectives take them "
+                          "(1 where there is one NIC, or a GPU in the communicator). Every rank must set the same.",
+                          "performance"};
 IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 0,
                     "Slots in each connection FIFO (at least 2). 0: 16 when some ranks of the communicator reach "
                     "each other through a net (several hosts, or NCCL_SHM_DISABLE=1) and none has a GPU, 8 "
@@ -172,6 +178,16 @@ class HostEngine : public Engine {
              "comm %p: %d channels on the host path: rank %d's config.minCTAs (NCCL_MIN_CTAS, NCCL_MIN_NCHANNELS)",
              (void*)comm_, nChannels_, floorRank);
     }
+    // Sends and receives with peers on other hosts: a part a NIC, as collectives, or as NCCL_NCHANNELS_PER_NET_PEER.
+    p2pSplit_.netChannels = kNetPeerChannels.get() > 0
+                                ? static_cast<int>(std::min<int64_t>(kMaxHostChannels, kNetPeerChannels.get()))
+                                : (nicChannels_ ? devices : 1);
+    if (cap > 0) p2pSplit_.netChannels = std::min(p2pSplit_.netChannels, cap);
+    p2pSplit_.minBytes = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
+    if (comm_->rank == 0 && p2pSplit_.netChannels > 1)
+      INFO(kInit, "comm %p: sends and receives of %zu bytes and more with peers on other hosts run on %d channels (%s)",
+           (void*)comm_, p2pSplit_.minBytes, p2pSplit_.netChannels,
+           kNetPeerChannels.get() > 0 ? "NCCL_NCHANNELS_PER_NET_PEER" : "one a NIC");
     if (kRuntimeConnect.get() == 0) CHORUS_CHECK(connectAtInit());
     return probeSingleCopy();
   }
@@ -401,23 +417,41 @@ class HostEngine : public Engine {
 
   ncclResult_t runP2P(const std::vector<OpDesc>& ops) {
     for (auto& batch : Planner::p2pBatches(ops)) {
-      P2PPlan plan;
-      planner_->planP2P(batch, &plan);
-      if (plan.maxBytes == 0) continue;
-      BlockMap map;
-      map.p2p = true;
-      map.esize = 1;
-      map.sendPtrs = plan.sendPtrs.data();
-      map.sendCounts = plan.sendBytes.data();
-      map.recvPtrs = plan.recvPtrs.data();
-      map.recvCounts = plan.recvBytes.data();
-      map.sendFps = plan.sendFps.data();
-      map.recvFps = plan.recvFps.data();
-      map.tileElems = plan.tileBytes;
-      platform_->setOp(plan.label, makeRedOp(ncclSum, ncclInt8, comm_->nranks), plan.fp);
+      std::vector<P2PPlan> plans;
+      planner_->planP2P(batch, p2pSplit_, &plans);
+      std::vector<BlockMap> maps;
+      std::vector<const P2PPlan*> live;
+      for (const P2PPlan& plan : plans) {
+        if (plan.maxBytes == 0) continue;
+        BlockMap map;
+        map.p2p = true;
+        map.esize = 1;
+        map.sendPtrs = plan.sendPtrs.data();
+        map.sendCounts = plan.sendBytes.data();
+        map.recvPtrs = plan.recvPtrs.data();
+        map.recvCounts = plan.recvBytes.data();
+        map.sendFps = plan.sendFps.data();
+        map.recvFps = plan.recvFps.data();
+        map.tileElems = plan.tileBytes;
+        maps.push_back(map);
+        live.push_back(&plan);
+      }
+      if (live.empty()) continue;
+      const P2PPlan& head = *live[0];
+      platform_->setOp(head.label, makeRedOp(ncclSum, ncclInt8, comm_->nranks), head.fp);
       // A send passed by address is read later by its receiver: not if this group also receives into it.
-      Executor<HostPlatform> exec(*platform_, Fingerprint{}, false, false, plan.sliceBytes, !plan.overlap);
-      for (size_t t = 0; t < plan.nTiles; t++) CHORUS_CHECK(exec.runTile(plan.schedule, map, t));
+      Executor<HostPlatform> exec(*platform_, Fingerprint{}, false, false, head.sliceBytes, !head.overlap);
+      auto runAll = [&](size_t i) -> ncclResult_t {
+        for (size_t t = 0; t < live[i]->nTiles; t++) CHORUS_CHECK(exec.runTile(live[i]->schedule, maps[i], t));
+        return ncclSuccess;
+      };
+      if (live.size() == 1 || kSideBySide.get() == 0) {
+        for (size_t i = 0; i < live.size(); i++) CHORUS_CHECK(runAll(i));
+      } else {  // parts on several channels (NICs) side by side, as a collective's channels run
+        std::vector<Fibers::Task> tasks;
+        for (size_t i = 0; i < live.size(); i++) tasks.push_back([&, i]() { return runAll(i); });
+        CHORUS_CHECK(platform_->runSideBySide(tasks));
+      }
       CHORUS_CHECK(exec.drain());
     }
     return ncclSuccess;
@@ -483,6 +517,7 @@ class HostEngine : public Engine {
     const auto floor = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
     return nicChannels_ && planner_->fullBuffer(op) < floor ? std::min(nChannels_, minChannels_) : nChannels_;
   }
+  P2PSplit p2pSplit_;  ///< how sends and receives with peers on other hosts spread over channels (init)
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
   std::unique_ptr<Planner> planner_;
@@ -517,7 +552,7 @@ unsigned long engineEnvHash() {
                   std::to_string(kBuffSize.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
                   "|" + std::to_string(ringByHostSetting()) + "|" + std::to_string(railAlignedRingsSetting()) + "|" +
-                  std::to_string(kRuntimeConnect.get() != 0);
+                  std::to_string(kRuntimeConnect.get() != 0) + "|" + std::to_string(kNetPeerChannels.get());
   return fnv1a64(s);
 }
 

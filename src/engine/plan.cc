@@ -599,36 +599,69 @@ std::vector<std::vector<const OpDesc*>> Planner::p2pLaunches(const std::vector<c
 }
 
 void Planner::planP2P(const std::vector<const OpDesc*>& ops, P2PPlan* out) {
-  P2PPlan& p = *out;
-  std::vector<int> sendPeers, recvPeers;
+  std::vector<P2PPlan> plans;
+  planP2P(ops, P2PSplit{}, &plans);
+  *out = std::move(plans[0]);
+}
+
+int Planner::p2pParts(const P2PSplit& split, int peer, size_t bytes) const {
+  if (split.netChannels <= 1 || bytes < std::max<size_t>(split.minBytes, 1)) return 1;
+  const PeerInfo* peers = comm_->peers.data();
+  return peers[peer].hostHash != peers[comm_->rank].hostHash ? split.netChannels : 1;
+}
+
+void Planner::planP2P(const std::vector<const OpDesc*>& ops, const P2PSplit& split, std::vector<P2PPlan>* out) {
+  const int nch = std::max(1, split.netChannels);
+  out->assign(static_cast<size_t>(nch), P2PPlan{});
+  std::vector<std::vector<int>> sendPeers(nch), recvPeers(nch);
+  Fingerprint first{};
+  bool haveFirst = false;
   for (const OpDesc* op : ops) {
-    size_t bytes = op->count * DType::size(op->dtype);
+    const size_t bytes = op->count * DType::size(op->dtype);
     Fingerprint fp{0, op->count, packDesc(Coll::kSendRecv, op->dtype, 0), -1};
-    if (op->isSend) {
-      fp.seq = ++sendSeq_[op->root];
-      sendPeers.push_back(op->root);
-      p.sendPtrs.push_back(static_cast<const char*>(op->sendbuff));
-      p.sendBytes.push_back(bytes);
-      p.sendFps.push_back(fp);
-    } else {
-      fp.seq = ++recvSeq_[op->root];
-      recvPeers.push_back(op->root);
-      p.recvPtrs.push_back(static_cast<char*>(op->recvbuff));
-      p.recvBytes.push_back(bytes);
-      p.recvFps.push_back(fp);
+    fp.seq = op->isSend ? ++sendSeq_[op->root] : ++recvSeq_[op->root];
+    if (!haveFirst) first = fp, haveFirst = true;
+    // Part c of `parts`: contiguous, 64-byte aligned, the last one the rest (a part may be empty for a small op).
+    const int parts = p2pParts(split, op->root, bytes);
+    const size_t share = parts > 1 ? roundUp((bytes + parts - 1) / parts, 64) : bytes;
+    for (int c = 0; c < parts; c++) {
+      P2PPlan& p = (*out)[c];
+      const size_t from = std::min(bytes, static_cast<size_t>(c) * share);
+      const size_t len = std::min(bytes - from, share);
+      if (op->isSend) {
+        sendPeers[c].push_back(op->root);
+        p.sendPtrs.push_back(static_cast<const char*>(op->sendbuff) + from);
+        p.sendBytes.push_back(len);
+        p.sendFps.push_back(fp);
+      } else {
+        recvPeers[c].push_back(op->root);
+        p.recvPtrs.push_back(static_cast<char*>(op->recvbuff) + from);
+        p.recvBytes.push_back(len);
+        p.recvFps.push_back(fp);
+      }
+      p.maxBytes = std::max(p.maxBytes, len);
     }
-    p.maxBytes = std::max(p.maxBytes, bytes);
   }
-  p.schedule = buildSendRecvSchedule(comm_->nranks, comm_->rank, sendPeers, recvPeers);
-  p.sliceBytes = geo_.slotBytes;
-  p.tileBytes = static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2;
-  p.nTiles = (p.maxBytes + p.tileBytes - 1) / p.tileBytes;
-  p.fp = p.sendFps.empty() ? (p.recvFps.empty() ? Fingerprint{} : p.recvFps[0]) : p.sendFps[0];
-  p.label = OpLabel{"ncclSend/ncclRecv", 0, p.maxBytes, ncclInt8};
-  for (size_t i = 0; i < p.sendPtrs.size() && !p.overlap; i++)
-    for (size_t j = 0; j < p.recvPtrs.size(); j++)
-      if (p.sendPtrs[i] < p.recvPtrs[j] + p.recvBytes[j] && p.recvPtrs[j] < p.sendPtrs[i] + p.sendBytes[i])
-        p.overlap = true;
+  bool overlap = false;  // a send and a receive of the batch share bytes (whole buffers, as before the split)
+  for (const OpDesc* a : ops)
+    for (const OpDesc* b : ops)
+      if (a->isSend && !b->isSend) {
+        const char* s = static_cast<const char*>(a->sendbuff);
+        const char* r = static_cast<const char*>(b->recvbuff);
+        const size_t sb = a->count * DType::size(a->dtype), rb = b->count * DType::size(b->dtype);
+        overlap |= s < r + rb && r < s + sb;
+      }
+  for (int c = 0; c < nch; c++) {
+    P2PPlan& p = (*out)[c];
+    p.schedule = buildSendRecvSchedule(comm_->nranks, comm_->rank, sendPeers[c], recvPeers[c]);
+    p.schedule.channel = c;
+    p.sliceBytes = geo_.slotBytes;
+    p.tileBytes = static_cast<size_t>(p.sliceBytes) * geo_.nSlots / 2;
+    p.nTiles = (p.maxBytes + p.tileBytes - 1) / p.tileBytes;
+    p.fp = first;
+    p.label = OpLabel{"ncclSend/ncclRecv", 0, p.maxBytes, ncclInt8};
+    p.overlap = overlap;
+  }
 }
 
 }  // namespace chorus

@@ -51,6 +51,12 @@ struct P2PPlan {
   OpLabel label;
 };
 
+/// How sends and receives with peers on other hosts are spread over channels (Planner::planP2P).
+struct P2PSplit {
+  int netChannels = 1;  ///< parts of each one large enough; 1: none is cut
+  size_t minBytes = 0;  ///< the smallest cut
+};
+
 /// x rounded up to a multiple of a.
 inline size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -128,6 +134,12 @@ class Planner {
   std::vector<LaunchEnd> initEnds(const std::vector<int>& channelCounts);
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
+  /// The same, one plan a channel (out[c], schedule channel c; one with nothing to move has maxBytes 0): a send or
+  /// receive with a peer on another host of at least split.minBytes is cut into split.netChannels contiguous parts,
+  /// part c on channel c, whose connections use the net's device c (mod its devices), as NCCL spreads a peer's sends
+  /// over NCCL_NCHANNELS_PER_NET_PEER channels; every other goes whole on channel 0. Both ends cut alike: they see the
+  /// same size and the same hosts.
+  void planP2P(const std::vector<const OpDesc*>& batch, const P2PSplit& split, std::vector<P2PPlan>* out);
   const FifoGeometry& geometry() const { return geo_; }
   /// The cost model's time for a group (src/topo/cost_model.h), in microseconds: each operation with the algorithm
   /// the tuner picks, one after another, on this communicator's hosts with CHORUS_COST_INTRA / CHORUS_COST_INTER.
@@ -153,6 +165,8 @@ class Planner {
   uint64_t nextCollSeq() { return ++collSeq_; }
 
  private:
+  /// Parts a send or receive of `bytes` with `peer` is cut into (planP2P).
+  int p2pParts(const P2PSplit& split, int peer, size_t bytes) const;
   ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty,
                     LaunchLimits limits);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);

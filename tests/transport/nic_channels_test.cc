@@ -329,6 +329,73 @@ TEST(NicChannels, ADeadlineThatFindsItsConnectionFailingAwaitsTheNetsVerdict) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 
+// Sends and receives between the two hosts, each of two devices: from CHORUS_NIC_CHANNELS_MIN_BYTES one is cut into
+// a part a channel, and channel c's connections use device c, as NCCL spreads a peer's sends over
+// NCCL_NCHANNELS_PER_NET_PEER channels; smaller ones go whole on channel 0. In one group each rank sends its peer a
+// message just below the floor, one at it, and one of an odd size above it, and receives the same; the bytes must
+// arrive exact and in call order. Rank 0's log must show connections on channel 1 of device 1 both ways, and none
+// with NCCL_NCHANNELS_PER_NET_PEER=1; with 3, channel 2's too (on device 0). Only sends and receives run: a
+// collective of that size would open channel 1 itself.
+TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
+  for (const char* perPeer : {"", "1", "3"}) {
+    SCOPED_TRACE(std::string("NCCL_NCHANNELS_PER_NET_PEER=") + perPeer);
+    const std::string log = "/tmp/chorus-p2p-nics-" + std::to_string(getpid()) + ".log";
+    const std::string text = forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          twoNicHosts(rank);
+          if (perPeer[0] != '\0') setenv("NCCL_NCHANNELS_PER_NET_PEER", perPeer, 1);
+          if (rank == 0) logInfoTo(log, "INIT,NET");
+          reloadEnv();
+          ncclComm_t comm = nullptr;
+          if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) {
+            fprintf(stderr, "rank %d: %s\n", rank, ncclGetLastError(nullptr));
+            return 10;
+          }
+          const int peer = 1 - rank;
+          const std::vector<size_t> sizes = {262143, 262144, 1000003};
+          auto byte = [](int from, size_t m, size_t i) {
+            return static_cast<uint8_t>((from * 131 + m * 17 + i) % 251);
+          };
+          std::vector<std::vector<uint8_t>> out(sizes.size()), in(sizes.size());
+          for (size_t m = 0; m < sizes.size(); m++) {
+            out[m].resize(sizes[m]);
+            in[m].assign(sizes[m], 0);
+            for (size_t i = 0; i < sizes[m]; i++) out[m][i] = byte(rank, m, i);
+          }
+          ncclGroupStart();
+          for (size_t m = 0; m < sizes.size(); m++) {
+            ncclSend(out[m].data(), sizes[m], ncclUint8, peer, comm, nullptr);
+            ncclRecv(in[m].data(), sizes[m], ncclUint8, peer, comm, nullptr);
+          }
+          if (ncclGroupEnd() != ncclSuccess) {
+            fprintf(stderr, "rank %d: %s\n", rank, ncclGetLastError(comm));
+            return 11;
+          }
+          for (size_t m = 0; m < sizes.size(); m++)
+            for (size_t i = 0; i < sizes[m]; i++)
+              if (in[m][i] != byte(peer, m, i)) {
+                fprintf(stderr, "rank %d: message %zu byte %zu is %d, expected %d\n", rank, m, i, in[m][i],
+                        byte(peer, m, i));
+                return 12;
+              }
+          return ncclCommDestroy(comm) == ncclSuccess ? 0 : 13;
+        },
+        log);
+    const bool spread = perPeer[0] != '1';
+    for (const char* way : {"->", "<-"}) {
+      const std::string ch1 = std::string("dev 1 channel 1 ") + way + " rank 1";
+      EXPECT_EQ(text.find(ch1) != std::string::npos, spread) << ch1 << "\n" << text;
+      const std::string ch2 = std::string("dev 0 channel 2 ") + way + " rank 1";
+      EXPECT_EQ(text.find(ch2) != std::string::npos, perPeer[0] == '3') << ch2 << "\n" << text;
+    }
+    if (spread)
+      EXPECT_NE(text.find("sends and receives of 262144 bytes and more with peers on other hosts run on"),
+                std::string::npos)
+          << text;
+  }
+}
+
 #if defined(CHORUS_TEST_NET_V9) && defined(CHORUS_TEST_NET_V10)
 // NIC fusion through a net plugin's makeVDevice (v9 and later; chorus hands v9 and v10 plugins v11's argument, whose
 // layout theirs shares): NCCL_NET_FORCE_MERGE makes one device of the test plugin's two, rank 0's connections listen
