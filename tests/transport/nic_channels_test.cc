@@ -160,17 +160,22 @@ bool namesHeldProxy(const std::string& err) {
   return err.find("proxy was busy in one pass over its connections") != std::string::npos;
 }
 
+// Two hosts over the test net with two devices each, rings forced, and the test net's `knob` set to device 1: a
+// collective above the floor runs a channel over it.
+std::function<void(int)> ringsWithDevice1Broken(const char* knob) {
+  return [knob](int rank) {
+    twoNicHosts(rank);
+    setenv(knob, "1", 1);
+    setenv("NCCL_ALGO", "Ring", 1);
+  };
+}
+
 // A device the net offers but cannot connect through (the test net's connects on nic1 never complete): the
 // collective's channel over it never gets its connections, and each rank's call ends at CHORUS_TIMEOUT_S with an
 // error that names that connection and what it waits for, not the peer, which waits on the same connection.
 TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
   expectNamedAtTheDeadline(
-      [](int rank) {
-        twoNicHosts(rank);
-        setenv("CHORUS_TEST_NET_STALL_DEV", "1", 1);
-        setenv("NCCL_ALGO", "Ring", 1);
-      },
-      4 << 20,  // above the floor: a channel a NIC
+      ringsWithDevice1Broken("CHORUS_TEST_NET_STALL_DEV"), 4 << 20,  // above the floor: a channel a NIC
       [](int rank, const std::string& err) {
         EXPECT_EQ(err.find("made no progress"), std::string::npos) << "the peer is blamed: " << err;
         // The rank whose deadline comes first names the connection; its failure notice may reach the other first.
@@ -194,12 +199,7 @@ TEST(NicChannels, AConnectionThatNeverComesUpIsNamedAtTheDeadline) {
 // notice reaches the rank first; either way with what the rank's own net said.
 TEST(NicChannels, AConnectionTheNetFailsInSetupEndsTheWaitOnAnother) {
   expectNamedAtTheDeadline(
-      [](int rank) {
-        twoNicHosts(rank);
-        setenv("CHORUS_TEST_NET_UNREACHABLE_DEV", "1", 1);
-        setenv("NCCL_ALGO", "Ring", 1);
-      },
-      1 << 20,  // above the floor: a channel a NIC
+      ringsWithDevice1Broken("CHORUS_TEST_NET_UNREACHABLE_DEV"), 1 << 20,  // above the floor: a channel a NIC
       [](int rank, const std::string& err) {
         for (const char* deadline : {"not set up after", "made no progress", "before the deadline"})
           EXPECT_EQ(err.find(deadline), std::string::npos) << "waited for the deadline: " << err;
@@ -329,6 +329,17 @@ TEST(NicChannels, ADeadlineThatFindsItsConnectionFailingAwaitsTheNetsVerdict) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 
+// One of two ranks, its environment set: rank 0 logs INIT and NET at INFO to `log`. Null (the error printed) when
+// init fails.
+ncclComm_t initLogged(int rank, const ncclUniqueId& id, const std::string& log) {
+  if (rank == 0) logInfoTo(log, "INIT,NET");
+  reloadEnv();
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess) return comm;
+  fprintf(stderr, "rank %d: %s\n", rank, ncclGetLastError(nullptr));
+  return nullptr;
+}
+
 // Sends and receives between the two hosts, each of two devices: from CHORUS_NIC_CHANNELS_MIN_BYTES one is cut into
 // a part a channel, and channel c's connections use device c, as NCCL spreads a peer's sends over
 // NCCL_NCHANNELS_PER_NET_PEER channels; smaller ones go whole on channel 0. In one group each rank sends its peer a
@@ -345,13 +356,8 @@ TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
         [&](int rank, const ncclUniqueId& id) {
           twoNicHosts(rank);
           if (perPeer[0] != '\0') setenv("NCCL_NCHANNELS_PER_NET_PEER", perPeer, 1);
-          if (rank == 0) logInfoTo(log, "INIT,NET");
-          reloadEnv();
-          ncclComm_t comm = nullptr;
-          if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) {
-            fprintf(stderr, "rank %d: %s\n", rank, ncclGetLastError(nullptr));
-            return 10;
-          }
+          ncclComm_t comm = initLogged(rank, id, log);
+          if (comm == nullptr) return 10;
           const int peer = 1 - rank;
           const std::vector<size_t> sizes = {262143, 262144, 1000003};
           auto byte = [](int from, size_t m, size_t i) {
@@ -411,13 +417,8 @@ TEST(NicChannels, ForceMergeMakesOneDeviceOfAPlugins) {
             twoNicHosts(rank);
             setenv("NCCL_NET_PLUGIN", plugin, 1);
             if (force) setenv("NCCL_NET_FORCE_MERGE", "nic0,nic1", 1);
-            if (rank == 0) logInfoTo(log, "INIT,NET");
-            reloadEnv();
-            ncclComm_t comm = nullptr;
-            if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) {
-              fprintf(stderr, "rank %d: %s\n", rank, ncclGetLastError(nullptr));
-              return 10;
-            }
+            ncclComm_t comm = initLogged(rank, id, log);
+            if (comm == nullptr) return 10;
             for (size_t count : {size_t(1), size_t(300001)}) {
               std::vector<float> buf(count, static_cast<float>(rank + 1));
               if (ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
