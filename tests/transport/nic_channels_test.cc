@@ -402,6 +402,38 @@ TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
   }
 }
 
+// A send and a receive between the hosts whose sizes differ, so that the two ends cut them differently (one whole and
+// one in two parts, or both in parts of other sizes): each rank's call must end as mismatched calls, naming both, and
+// not wait on the channel the other end leaves idle until the deadline (30 s here).
+TEST(NicChannels, SendsAndReceivesOfOtherSizesAcrossNicsAreMismatched) {
+  for (size_t recvBytes : {size_t(200000), size_t(600000)}) {
+    SCOPED_TRACE("1 MB sent, " + std::to_string(recvBytes) + " bytes received");
+    const std::vector<int> status = forkRanks(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          twoNicHosts(rank);
+          setenv("CHORUS_TIMEOUT_S", "30", 1);
+          reloadEnv();
+          ncclComm_t comm = nullptr;
+          if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+          std::vector<uint8_t> buf(1 << 20, 1);
+          ncclResult_t res = rank == 0 ? ncclSend(buf.data(), buf.size(), ncclUint8, 1, comm, nullptr)
+                                       : ncclRecv(buf.data(), recvBytes, ncclUint8, 0, comm, nullptr);
+          // The sender's call may return once its data is in the connections, as NCCL's does: it then waits for a
+          // byte from the receiver, which learns of the mismatch and passes it on instead.
+          if (rank == 0 && res == ncclSuccess) res = ncclRecv(buf.data(), 1, ncclUint8, 1, comm, nullptr);
+          const std::string err = ncclGetLastError(comm);
+          EXPECT_EQ(res, ncclInvalidUsage) << err;
+          EXPECT_NE(err.find("mismatched calls"), std::string::npos) << err;
+          EXPECT_EQ(err.find("CHORUS_TIMEOUT_S"), std::string::npos) << "waited for the deadline: " << err;
+          EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+          return ::testing::Test::HasFailure() ? 1 : 0;
+        },
+        60);
+    for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  }
+}
+
 #if defined(CHORUS_TEST_NET_V9) && defined(CHORUS_TEST_NET_V10)
 // NIC fusion through a net plugin's makeVDevice (v9 and later; chorus hands v9 and v10 plugins v11's argument, whose
 // layout theirs shares): NCCL_NET_FORCE_MERGE makes one device of the test plugin's two, rank 0's connections listen
