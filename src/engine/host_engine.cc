@@ -179,14 +179,16 @@ class HostEngine : public Engine {
              (void*)comm_, nChannels_, floorRank);
     }
     // Sends and receives with peers on other hosts: a part a NIC, as collectives, or as NCCL_NCHANNELS_PER_NET_PEER.
-    p2pSplit_.netChannels = kNetPeerChannels.get() > 0
+    P2PSplit split;
+    split.netChannels = kNetPeerChannels.get() > 0
                                 ? static_cast<int>(std::min<int64_t>(kMaxHostChannels, kNetPeerChannels.get()))
                                 : (nicChannels_ ? devices : 1);
-    if (cap > 0) p2pSplit_.netChannels = std::min(p2pSplit_.netChannels, cap);
-    p2pSplit_.minBytes = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
-    if (comm_->rank == 0 && p2pSplit_.netChannels > 1)
+    if (cap > 0) split.netChannels = std::min(split.netChannels, cap);
+    split.minBytes = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
+    planner_->setP2PSplit(split);
+    if (comm_->rank == 0 && split.netChannels > 1)
       INFO(kInit, "comm %p: sends and receives of %zu bytes and more with peers on other hosts run on %d channels (%s)",
-           (void*)comm_, p2pSplit_.minBytes, p2pSplit_.netChannels,
+           (void*)comm_, split.minBytes, split.netChannels,
            kNetPeerChannels.get() > 0 ? "NCCL_NCHANNELS_PER_NET_PEER" : "one a NIC");
     if (kRuntimeConnect.get() == 0) CHORUS_CHECK(connectAtInit());
     return probeSingleCopy();
@@ -418,7 +420,7 @@ class HostEngine : public Engine {
   ncclResult_t runP2P(const std::vector<OpDesc>& ops) {
     for (auto& batch : Planner::p2pBatches(ops)) {
       std::vector<P2PPlan> plans;
-      planner_->planP2P(batch, p2pSplit_, &plans);
+      planner_->planP2P(batch, &plans);
       std::vector<BlockMap> maps;
       std::vector<const P2PPlan*> live;
       for (const P2PPlan& plan : plans) {
@@ -517,7 +519,6 @@ class HostEngine : public Engine {
     const auto floor = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
     return nicChannels_ && planner_->fullBuffer(op) < floor ? std::min(nChannels_, minChannels_) : nChannels_;
   }
-  P2PSplit p2pSplit_;  ///< how sends and receives with peers on other hosts spread over channels (init)
   std::unique_ptr<Connections> conns_;
   std::unique_ptr<HostPlatform> platform_;
   std::unique_ptr<Planner> planner_;

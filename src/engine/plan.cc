@@ -148,7 +148,9 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
       const bool across =
           op.root >= 0 && op.root < n && comm_->peers[op.root].hostHash != comm_->peers[comm_->rank].hostHash;
       const LinkCost& link = across ? shape.inter : shape.intra;
-      us += link.latencyUs + bytes / link.bytesPerUs;
+      // Cut into parts (planP2P), one a NIC: as many links at once as there are parts and NICs.
+      const int links = across ? std::min(p2pParts(p2pSplit_, op.root, bytes), std::max(1, nicChannels_)) : 1;
+      us += link.latencyUs + bytes / (links * link.bytesPerUs);
       continue;
     }
     const size_t size = fullBuffer(op);
@@ -602,6 +604,10 @@ void Planner::planP2P(const std::vector<const OpDesc*>& ops, P2PPlan* out) {
   std::vector<P2PPlan> plans;
   planP2P(ops, P2PSplit{}, &plans);
   *out = std::move(plans[0]);
+}
+
+void Planner::planP2P(const std::vector<const OpDesc*>& ops, std::vector<P2PPlan>* out) {
+  planP2P(ops, p2pSplit_, out);
 }
 
 int Planner::p2pParts(const P2PSplit& split, int peer, size_t bytes) const {

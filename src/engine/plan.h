@@ -135,11 +135,14 @@ class Planner {
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
   /// The same, one plan a channel (out[c], schedule channel c; one with nothing to move has maxBytes 0): a send or
-  /// receive with a peer on another host of at least split.minBytes is cut into split.netChannels contiguous parts,
+  /// receive with a peer on another host of at least minBytes is cut into netChannels contiguous parts (setP2PSplit),
   /// part c on channel c, whose connections use the net's device c (mod its devices), as NCCL spreads a peer's sends
   /// over NCCL_NCHANNELS_PER_NET_PEER channels; every other goes whole on channel 0. Both ends cut alike: they see the
   /// same size and the same hosts.
-  void planP2P(const std::vector<const OpDesc*>& batch, const P2PSplit& split, std::vector<P2PPlan>* out);
+  void planP2P(const std::vector<const OpDesc*>& batch, std::vector<P2PPlan>* out);
+  /// How planP2P(batch, out) cuts, and estimateUs counts, sends and receives with peers on other hosts (none is cut
+  /// until this is set).
+  void setP2PSplit(const P2PSplit& split) { p2pSplit_ = split; }
   const FifoGeometry& geometry() const { return geo_; }
   /// The cost model's time for a group (src/topo/cost_model.h), in microseconds: each operation with the algorithm
   /// the tuner picks, one after another, on this communicator's hosts with CHORUS_COST_INTRA / CHORUS_COST_INTER.
@@ -167,6 +170,8 @@ class Planner {
  private:
   /// Parts a send or receive of `bytes` with `peer` is cut into (planP2P).
   int p2pParts(const P2PSplit& split, int peer, size_t bytes) const;
+  /// planP2P with `split`.
+  void planP2P(const std::vector<const OpDesc*>& batch, const P2PSplit& split, std::vector<P2PPlan>* out);
   ncclResult_t plan(const OpDesc& op, int nChannels, int64_t llMaxBytes, char* outStandIn, CollPlan* out, bool* empty,
                     LaunchLimits limits);
   const std::vector<Schedule>& schedules(Coll coll, Algo algo, int root, int nch);
@@ -205,6 +210,7 @@ class Planner {
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
   bool rankOrderByHost_ = false;  ///< with localRanks_: rank order lists each host's ranks together
   bool railAligned_ = true;       ///< ring channels over hosts rail-aligned (NCCL_CROSS_NIC, ScheduleRequest)
+  P2PSplit p2pSplit_;  ///< setP2PSplit
   int nicChannels_ = 0;         ///< setNicChannels's device count, 0 when channels do not follow NICs
   int channelCap_ = 0;          ///< setChannelCap's cap, 0 when none
   std::vector<uint64_t> sendSeq_, recvSeq_;

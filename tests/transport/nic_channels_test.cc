@@ -35,15 +35,31 @@ float estimateUs(ncclComm_t comm, size_t bytes) {
   return sim.estimatedTime;
 }
 
-// A communicator split from `parent` with CHORUS_HOST_NCHANNELS=`channels` (read at its init only).
-ncclComm_t splitWithChannels(ncclComm_t parent, int rank, const char* channels) {
-  setenv("CHORUS_HOST_NCHANNELS", channels, 1);
+// A communicator split from `parent` with `var`=`value` (read at its init only).
+ncclComm_t splitWith(ncclComm_t parent, int rank, const char* var, const char* value) {
+  setenv(var, value, 1);
   chorus::paramsReload();
   ncclComm_t c = nullptr;
   EXPECT_EQ(ncclCommSplit(parent, 0, rank, &c, nullptr), ncclSuccess) << ncclGetLastError(parent);
-  unsetenv("CHORUS_HOST_NCHANNELS");
+  unsetenv(var);
   chorus::paramsReload();
   return c;
+}
+
+// The same with CHORUS_HOST_NCHANNELS=`channels`.
+ncclComm_t splitWithChannels(ncclComm_t parent, int rank, const char* channels) {
+  return splitWith(parent, rank, "CHORUS_HOST_NCHANNELS", channels);
+}
+
+// Rank `rank`'s estimate for a send of `bytes` to its peer and a receive of as many from it, in one group.
+float exchangeEstimateUs(ncclComm_t comm, int rank, size_t bytes) {
+  std::vector<uint8_t> out(bytes), in(bytes);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclSend(out.data(), bytes, ncclUint8, 1 - rank, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclRecv(in.data(), bytes, ncclUint8, 1 - rank, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess) << ncclGetLastError(comm);
+  return sim.estimatedTime;
 }
 
 // Rank 0 and rank 1 on two hosts (NCCL_HOSTID) joined by the test net plugin, with two devices each.
@@ -405,6 +421,33 @@ TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
 // A send and a receive between the hosts whose sizes differ, so that the two ends cut them differently (one whole and
 // one in two parts, or both in parts of other sizes): each rank's call must end as mismatched calls, naming both, and
 // not wait on the channel the other end leaves idle until the deadline (30 s here).
+// ncclGroupSimulateEnd counts the cut: a send and a receive between the hosts from the floor take both NICs at once,
+// about half the time of one NIC (NCCL_NCHANNELS_PER_NET_PEER=1); below it, or cut but over one NIC, the same.
+TEST(NicChannels, SimulatedSendsAndReceivesCountTheirParts) {
+  const std::vector<int> status = forkRanks(
+      2,
+      [](int rank, const ncclUniqueId& id) {
+        twoNicHosts(rank);
+        setenv("CHORUS_COST_INTER", "20,0.1", 1);  // a slow link: the bytes' part is most of every estimate
+        reloadEnv();
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        ncclComm_t whole = splitWith(comm, rank, "NCCL_NCHANNELS_PER_NET_PEER", "1");
+        ncclComm_t four = splitWith(comm, rank, "NCCL_NCHANNELS_PER_NET_PEER", "4");
+        if (whole == nullptr || four == nullptr) return 11;
+        const size_t small = 64 << 10, large = 4 << 20;  // below and above the 256 KB floor
+        EXPECT_FLOAT_EQ(exchangeEstimateUs(comm, rank, small), exchangeEstimateUs(whole, rank, small));
+        EXPECT_LT(exchangeEstimateUs(comm, rank, large), 0.6 * exchangeEstimateUs(whole, rank, large))
+            << "two NICs should take about half";
+        EXPECT_FLOAT_EQ(exchangeEstimateUs(four, rank, large), exchangeEstimateUs(comm, rank, large))
+            << "four parts over two NICs";
+        for (ncclComm_t c : {four, whole, comm}) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      60);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+}
+
 TEST(NicChannels, SendsAndReceivesOfOtherSizesAcrossNicsAreMismatched) {
   for (size_t recvBytes : {size_t(200000), size_t(600000)}) {
     SCOPED_TRACE("1 MB sent, " + std::to_string(recvBytes) + " bytes received");
