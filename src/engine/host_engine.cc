@@ -181,8 +181,8 @@ class HostEngine : public Engine {
     // Sends and receives with peers on other hosts: a part a NIC, as collectives, or as NCCL_NCHANNELS_PER_NET_PEER.
     P2PSplit split;
     split.netChannels = kNetPeerChannels.get() > 0
-                                ? static_cast<int>(std::min<int64_t>(kMaxHostChannels, kNetPeerChannels.get()))
-                                : (nicChannels_ ? devices : 1);
+                            ? static_cast<int>(std::min<int64_t>(kMaxHostChannels, kNetPeerChannels.get()))
+                            : (nicChannels_ ? devices : 1);
     if (cap > 0) split.netChannels = std::min(split.netChannels, cap);
     split.minBytes = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
     planner_->setP2PSplit(split);

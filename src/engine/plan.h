@@ -210,7 +210,7 @@ class Planner {
   int localRanks_ = 0;          ///< ranks a host when hierarchical applies (every host alike), else 0
   bool rankOrderByHost_ = false;  ///< with localRanks_: rank order lists each host's ranks together
   bool railAligned_ = true;       ///< ring channels over hosts rail-aligned (NCCL_CROSS_NIC, ScheduleRequest)
-  P2PSplit p2pSplit_;  ///< setP2PSplit
+  P2PSplit p2pSplit_;             ///< setP2PSplit
   int nicChannels_ = 0;         ///< setNicChannels's device count, 0 when channels do not follow NICs
   int channelCap_ = 0;          ///< setChannelCap's cap, 0 when none
   std::vector<uint64_t> sendSeq_, recvSeq_;
