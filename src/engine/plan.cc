@@ -148,8 +148,8 @@ float Planner::estimateUs(const std::vector<OpDesc>& ops, int nChannels) const {
       const bool across =
           op.root >= 0 && op.root < n && comm_->peers[op.root].hostHash != comm_->peers[comm_->rank].hostHash;
       const LinkCost& link = across ? shape.inter : shape.intra;
-      // Cut into parts (planP2P), one a NIC: as many links at once as there are parts and NICs.
-      const int links = across ? std::min(p2pParts(p2pSplit_, op.root, bytes), std::max(1, nicChannels_)) : 1;
+      // Cut into parts (planP2P; only across hosts), one a NIC: as many links at once as there are parts and NICs.
+      const int links = std::min(p2pParts(p2pSplit_, op.root, bytes), std::max(1, nicChannels_));
       us += link.latencyUs + bytes / (links * link.bytesPerUs);
       continue;
     }

@@ -418,9 +418,6 @@ TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
   }
 }
 
-// A send and a receive between the hosts whose sizes differ, so that the two ends cut them differently (one whole and
-// one in two parts, or both in parts of other sizes): each rank's call must end as mismatched calls, naming both, and
-// not wait on the channel the other end leaves idle until the deadline (30 s here).
 // ncclGroupSimulateEnd counts the cut: a send and a receive between the hosts from the floor take both NICs at once,
 // about half the time of one NIC (NCCL_NCHANNELS_PER_NET_PEER=1); below it, or cut but over one NIC, the same.
 TEST(NicChannels, SimulatedSendsAndReceivesCountTheirParts) {
@@ -448,6 +445,9 @@ TEST(NicChannels, SimulatedSendsAndReceivesCountTheirParts) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 
+// A send and a receive between the hosts whose sizes differ, so that the two ends cut them differently (one whole and
+// one in two parts, or both in parts of other sizes): each rank's call must end as mismatched calls, naming both, and
+// not wait on the channel the other end leaves idle until the deadline (30 s here).
 TEST(NicChannels, SendsAndReceivesOfOtherSizesAcrossNicsAreMismatched) {
   for (size_t recvBytes : {size_t(200000), size_t(600000)}) {
     SCOPED_TRACE("1 MB sent, " + std::to_string(recvBytes) + " bytes received");
