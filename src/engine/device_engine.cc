@@ -1038,7 +1038,7 @@ int DeviceEngine::p2pMaxLanes() const {
   // A batch holds at most one send and one receive a peer, and kDevMaxP2P of each.
   const size_t ends = std::min<size_t>(2 * static_cast<size_t>(comm_->nranks - 1), 2 * static_cast<size_t>(kDevMaxP2P));
   const int fit = static_cast<int>(static_cast<size_t>(kDevMaxFifos) / std::max<size_t>(1, ends));
-  return std::max(1, std::min({maxLanes_, blockCap_, fit}));
+  return std::max(1, std::min({maxLanes_, blockCap_, fit, maxP2PChannelsSetting()}));
 }
 
 ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {

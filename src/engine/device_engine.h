@@ -86,8 +86,8 @@ class DeviceEngine {
   /// them).
   ncclResult_t setSchedules(DevWork* w, const Schedule* scheds, int nChannels, const std::vector<Step>& skip = {},
                             int lanes = 1, const std::function<int(int, bool)>& endLanes = nullptr);
-  /// The most lanes of a point-to-point launch. The same on every rank (settings, peer table and size of the
-  /// communicator), and such that a batch's ends always fit one launch.
+  /// The most lanes of a point-to-point launch (at most NCCL_MAX_P2P_NCHANNELS). The same on every rank (settings,
+  /// peer table and size of the communicator), and such that a batch's ends always fit one launch.
   int p2pMaxLanes() const;
   /// Enqueues the kernel for w on stream; `peers`: the ranks it waits on (the launch gate's business). A collective
   /// passes `op`: ranks sharing the gate then compare their calls before any kernel runs, and a direct launch

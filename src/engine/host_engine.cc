@@ -184,6 +184,7 @@ class HostEngine : public Engine {
                             ? static_cast<int>(std::min<int64_t>(kMaxHostChannels, kNetPeerChannels.get()))
                             : (nicChannels_ ? devices : 1);
     if (cap > 0) split.netChannels = std::min(split.netChannels, cap);
+    split.netChannels = std::min(split.netChannels, maxP2PChannelsSetting());
     split.minBytes = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
     planner_->setP2PSplit(split);
     if (comm_->rank == 0 && split.netChannels > 1)
@@ -553,7 +554,8 @@ unsigned long engineEnvHash() {
                   std::to_string(kBuffSize.get()) + "|" + std::to_string(kLLLines.get()) + "|" +
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
                   "|" + std::to_string(ringByHostSetting()) + "|" + std::to_string(railAlignedRingsSetting()) + "|" +
-                  std::to_string(kRuntimeConnect.get() != 0) + "|" + std::to_string(kNetPeerChannels.get());
+                  std::to_string(kRuntimeConnect.get() != 0) + "|" + std::to_string(kNetPeerChannels.get()) + "|" +
+                  std::to_string(maxP2PChannelsSetting());
   return fnv1a64(s);
 }
 
@@ -563,12 +565,14 @@ ncclResult_t Engine::create(ncclComm* comm, std::unique_ptr<Engine>* out) {
     CHORUS_FAIL(comm, ncclInvalidUsage, "rank %d: %s", comm->rank, bad.c_str());
   for (const PeerInfo& p : comm->peers) {
     if (p.envHash != comm->peers[comm->rank].envHash)
-      CHORUS_FAIL(comm, ncclInvalidUsage,
-                  "rank %d and rank %d run with different settings of NCCL_ALGO, NCCL_PROTO, NCCL_SHM_DISABLE, "
-                  "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_CROSS_NIC, NCCL_RUNTIME_CONNECT or CHORUS_* transport and "
-                  "device-path variables; "
-                  "every rank must use the same values",
-                  comm->rank, p.rank);
+      CHORUS_FAIL(
+          comm, ncclInvalidUsage,
+          "rank %d and rank %d run with different settings of NCCL_ALGO, NCCL_PROTO, NCCL_SHM_DISABLE, "
+          "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_CROSS_NIC, NCCL_RUNTIME_CONNECT, NCCL_NCHANNELS_PER_NET_PEER, "
+          "NCCL_MAX_P2P_NCHANNELS or CHORUS_* transport and "
+          "device-path variables; "
+          "every rank must use the same values",
+          comm->rank, p.rank);
   }
   auto engine = std::make_unique<HostEngine>(comm);
   CHORUS_CHECK(engine->init());

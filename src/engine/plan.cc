@@ -23,7 +23,18 @@ namespace {
 IntParam kPrintSchedule{"CHORUS_PRINT_SCHEDULE", 0, "1: log every schedule the first time it is built (INFO, COLL).",
                         "debugging"};
 
+IntParam kMaxP2PChannels{"NCCL_MAX_P2P_NCHANNELS", 64,
+                         "As in NCCL: the most channels sends and receives use. Host buffers: the most parts a send "
+                         "or receive with a peer on another host is cut into (NCCL_NCHANNELS_PER_NET_PEER, or one a "
+                         "NIC); GPU buffers: the most blocks (lanes) a launch of sends and receives runs on. Values "
+                         "below 1 count as 1. Every rank must set the same.",
+                         "performance"};
+
 }  // namespace
+
+int maxP2PChannelsSetting() {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(64, kMaxP2PChannels.get())));
+}
 
 ClusterShape Planner::modelShape() const {
   ClusterShape shape;

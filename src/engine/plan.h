@@ -51,6 +51,10 @@ struct P2PPlan {
   OpLabel label;
 };
 
+/// NCCL_MAX_P2P_NCHANNELS, at least 1: the most channels a send or receive is spread over (host buffers between hosts,
+/// P2PSplit) and the most blocks a launch of sends and receives runs on (GPU buffers, its lanes).
+int maxP2PChannelsSetting();
+
 /// How sends and receives with peers on other hosts are spread over channels (Planner::planP2P).
 struct P2PSplit {
   int netChannels = 1;  ///< parts of each one large enough; 1: none is cut

@@ -18,10 +18,12 @@
 #include "core/params.h"
 #include "device/device_checks.h"
 #include "device/emu_runtime.h"
+#include "engine/device_connections.h"
 #include "harness/ranks.h"
 #include "kernels/device_work.h"
 #include "nccl.h"
 #include "runtime/runtime.h"
+#include "transports/remote.h"
 
 namespace chorus_test {
 namespace {
@@ -359,6 +361,67 @@ TEST(DeviceLanesStaging, AcrossHostsThroughTheNetProxy) {
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
   chorus::setGpuRuntimeForTesting(nullptr);
 }
+
+#ifdef CHORUS_TEST_NET_V11
+// A send and a receive of GPU buffers between two hosts whose net offers two devices (the test net plugin): the launch
+// runs one channel on the most lanes (kernels/device_work.h), and the lanes' staging connections leave through both
+// devices, lane j of channel c on device (c + j) mod 2, as a collective's channels spread over the NICs. Rank 0's log
+// must show each lane's connections both ways on its device; the bytes arrive exact. With NCCL_MAX_P2P_NCHANNELS=1
+// the launch runs one block, and only lane 0's connections are made.
+TEST(DeviceLanesStaging, SendAndReceiveLanesSpreadOverTheNics) {
+  for (const char* most : {"", "1"}) {
+    SCOPED_TRACE(std::string("NCCL_MAX_P2P_NCHANNELS=") + most);
+    const int lanes = most[0] == '\0' ? chorus::kDevMaxLanes : 1;
+    const std::string log = "/tmp/chorus-lane-nics-" + std::to_string(getpid()) + ".log";
+    const std::string text = forkRanksForLog(
+        2,
+        [&](int rank, const ncclUniqueId& id) {
+          setenv("NCCL_HOSTID", rank == 0 ? "lane-host-a" : "lane-host-b", 1);
+          setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+          setenv("NCCL_NET", "ChorusTestNet", 1);
+          setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
+          setenv("CHORUS_FIFO_SLOTS", "4", 1);
+          setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+          setenv("CHORUS_TIMEOUT_S", "60", 1);
+          if (most[0] != '\0') setenv("NCCL_MAX_P2P_NCHANNELS", most, 1);
+          if (rank == 0) logInfoTo(log, "INIT,NET");
+          reloadEnv();
+          installEmu(gEmu);
+          gEmu.concurrentBlocks = true;
+          ncclComm_t comm = nullptr;
+          if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+          const int peer = 1 - rank;
+          const size_t count = 70001;  // int32s: many 8 KiB tiles, so the launch takes the most lanes
+          DevBuf in(gEmu, count * 4), out(gEmu, count * 4);
+          for (size_t i = 0; i < count; i++) in.as<int32_t>()[i] = int32_t(rank * 1000003 + i);
+          const cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+          EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+          EXPECT_EQ(ncclSend(in.as<int32_t>(), count, ncclInt32, peer, comm, s), ncclSuccess);
+          EXPECT_EQ(ncclRecv(out.as<int32_t>(), count, ncclInt32, peer, comm, s), ncclSuccess);
+          EXPECT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+          EXPECT_EQ(gEmu.streamSynchronize(s), ncclSuccess);
+          EXPECT_EQ(commAsyncError(comm), ncclSuccess) << ncclGetLastError(comm);
+          EXPECT_EQ(gEmu.lastLanes.load(), lanes);
+          for (size_t i = 0; i < count; i++)
+            if (out.as<int32_t>()[i] != int32_t(peer * 1000003 + i)) {
+              ADD_FAILURE() << "rank " << rank << ": element " << i << " is " << out.as<int32_t>()[i];
+              break;
+            }
+          EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+          removeEmu(gEmu, {"NCCL_MAX_P2P_NCHANNELS"});
+          return ::testing::Test::HasFailure() ? 1 : 0;
+        },
+        log);
+    for (int lane = 0; lane < chorus::kDevMaxLanes; lane++)
+      for (const char* way : {"->", "<-"}) {
+        const int channel = chorus::kDeviceNetChannelBase + chorus::devLaneChannel(0, lane);
+        const std::string conn =
+            "dev " + std::to_string(lane % 2) + " channel " + std::to_string(channel) + " " + way + " rank 1";
+        EXPECT_EQ(text.find(conn) != std::string::npos, lane < lanes) << conn << "\n" << text;
+      }
+  }
+}
+#endif
 
 // A rank process of the CTA tests below: the lane settings above with NCCL_ALGO `algo` and the inboxes on or off,
 // `env` set to `value` on rank 1 (null: nothing), rank 0's config as `configure` leaves it; an allreduce of `count`

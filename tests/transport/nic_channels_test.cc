@@ -361,17 +361,24 @@ ncclComm_t initLogged(int rank, const ncclUniqueId& id, const std::string& log) 
 // NCCL_NCHANNELS_PER_NET_PEER channels; smaller ones go whole on channel 0. In one group each rank sends its peer a
 // message just below the floor, one at it, and one of an odd size above it, and receives the same; the bytes must
 // arrive exact and in call order. Rank 0's log must show connections on channel 1 of device 1 both ways, and none
-// with NCCL_NCHANNELS_PER_NET_PEER=1; with 3, channel 2's too (on device 0). Only sends and receives run: a
-// collective of that size would open channel 1 itself.
+// with NCCL_NCHANNELS_PER_NET_PEER=1 or NCCL_MAX_P2P_NCHANNELS=1; with 3, channel 2's too (on device 0), unless
+// NCCL_MAX_P2P_NCHANNELS=2 caps the parts at two. Only sends and receives run: a collective of that size would open
+// channel 1 itself.
 TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
-  for (const char* perPeer : {"", "1", "3"}) {
-    SCOPED_TRACE(std::string("NCCL_NCHANNELS_PER_NET_PEER=") + perPeer);
+  struct Case {
+    const char* perPeer;  // NCCL_NCHANNELS_PER_NET_PEER ("": unset)
+    const char* most;     // NCCL_MAX_P2P_NCHANNELS ("": unset)
+    int parts;            // channels the cut sends and receives take
+  };
+  for (const Case& k : {Case{"", "", 2}, Case{"1", "", 1}, Case{"3", "", 3}, Case{"", "1", 1}, Case{"3", "2", 2}}) {
+    SCOPED_TRACE(std::string("NCCL_NCHANNELS_PER_NET_PEER=") + k.perPeer + " NCCL_MAX_P2P_NCHANNELS=" + k.most);
     const std::string log = "/tmp/chorus-p2p-nics-" + std::to_string(getpid()) + ".log";
     const std::string text = forkRanksForLog(
         2,
         [&](int rank, const ncclUniqueId& id) {
           twoNicHosts(rank);
-          if (perPeer[0] != '\0') setenv("NCCL_NCHANNELS_PER_NET_PEER", perPeer, 1);
+          if (k.perPeer[0] != '\0') setenv("NCCL_NCHANNELS_PER_NET_PEER", k.perPeer, 1);
+          if (k.most[0] != '\0') setenv("NCCL_MAX_P2P_NCHANNELS", k.most, 1);
           ncclComm_t comm = initLogged(rank, id, log);
           if (comm == nullptr) return 10;
           const int peer = 1 - rank;
@@ -404,15 +411,16 @@ TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
           return ncclCommDestroy(comm) == ncclSuccess ? 0 : 13;
         },
         log);
-    const bool spread = perPeer[0] != '1';
+    const bool spread = k.parts > 1;
     for (const char* way : {"->", "<-"}) {
       const std::string ch1 = std::string("dev 1 channel 1 ") + way + " rank 1";
       EXPECT_EQ(text.find(ch1) != std::string::npos, spread) << ch1 << "\n" << text;
       const std::string ch2 = std::string("dev 0 channel 2 ") + way + " rank 1";
-      EXPECT_EQ(text.find(ch2) != std::string::npos, perPeer[0] == '3') << ch2 << "\n" << text;
+      EXPECT_EQ(text.find(ch2) != std::string::npos, k.parts == 3) << ch2 << "\n" << text;
     }
     if (spread)
-      EXPECT_NE(text.find("sends and receives of 262144 bytes and more with peers on other hosts run on"),
+      EXPECT_NE(text.find("sends and receives of 262144 bytes and more with peers on other hosts run on " +
+                          std::to_string(k.parts) + " channels"),
                 std::string::npos)
           << text;
   }

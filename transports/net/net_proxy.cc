@@ -16,6 +16,7 @@
 #include "core/debug.h"
 #include "core/params.h"
 #include "core/timeout.h"
+#include "kernels/device_work.h"
 #include "topo/affinity.h"
 #include "topo/nic_choice.h"
 
@@ -180,9 +181,16 @@ NetProxy::~NetProxy() {
     }
 }
 
+size_t NetProxy::deviceSlot(int channel) const {
+  const size_t n = std::max<size_t>(1, devices_.size());
+  if (channel < kDeviceNetChannelBase) return static_cast<size_t>(channel) % n;
+  const int c = channel - kDeviceNetChannelBase;  // devLaneChannel(channel, lane) = channel + lane x kDevMaxChannels
+  return static_cast<size_t>(c % kDevMaxChannels + c / kDevMaxChannels) % n;
+}
+
 bool NetProxy::deviceInfo(int channel, RemoteDeviceInfo* out) const {
   if (devices_.empty() || channel < 0) return false;
-  const size_t i = static_cast<size_t>(channel) % devices_.size();
+  const size_t i = deviceSlot(channel);
   const int dev = devices_[i];
   if (dev < 0 || dev >= static_cast<int>(ptrSupport_.size())) return false;
   out->ptrSupport = ptrSupport_[static_cast<size_t>(dev)];
@@ -241,7 +249,7 @@ ncclResult_t NetProxy::newConn(bool isSend, int channel, int peer, const FifoGeo
   c->channel = channel;
   c->peer = peer;
   // Each end picks its own device (a net connects any two of its devices); channels take this rank's in turn.
-  c->dev = net_.devs[static_cast<size_t>(devices_[static_cast<size_t>(channel) % devices_.size()])];
+  c->dev = net_.devs[static_cast<size_t>(devices_[deviceSlot(channel)])];
   c->mem = mem;
   if (apart) c->data = *data;
   c->fifo.attach(mem, g, c->data.ptr);

@@ -142,6 +142,11 @@ class NetProxy : public RemoteTransport {
   ncclResult_t newConn(bool isSend, int channel, int peer, const FifoGeometry& geo, Fifo* out, const RemoteData* data);
   // ---- proxy thread ----
   void run();
+  /// Where in devices_ channel `channel`'s connections go: c mod the devices for the host path's channel c, and (c +
+  /// j) mod the devices for lane j of the device path's channel c (kDeviceNetChannelBase + devLaneChannel(c, j)), so
+  /// that a launch's lanes, which share one channel's tiles (its sends and receives run on one channel), spread over
+  /// the NICs as its channels do.
+  size_t deviceSlot(int channel) const;
   /// Picks the devices this rank's channels use (devices_, CHORUS_NET_NEAR_GPU) and logs them at INFO NET.
   void chooseDevices();
   /// The proxy thread moves to NCCL_PROXY_CPUSET's CPUs where it is set, else (CHORUS_PROXY_BIND) to those near the
@@ -204,7 +209,7 @@ class NetProxy : public RemoteTransport {
   std::string label_;                                             ///< "net NAME"
   /// Each of the communicator's devices' (NetChoice::devs) name and PCI path.
   std::vector<std::pair<std::string, std::string>> deviceNames_;
-  /// The devices channels use, as positions in NetChoice::devs: channel c's connections use devices_[c % size].
+  /// The devices channels use, as positions in NetChoice::devs: channel c's connections use devices_[deviceSlot(c)].
   std::vector<int> devices_;
   std::vector<int> deviceClasses_;  ///< devices_[i]'s PCI distance class to this rank's GPU (PathClass), or -1
   std::vector<int> ptrSupport_;     ///< each of NetChoice::devs' NCCL_PTR_* (its properties)
