@@ -238,6 +238,11 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       const Fifo* broken = net->failedSetup(&name);
       if (broken != nullptr && broken->ctrl != f->ctrl) {
         const uint64_t word = __atomic_load_n(&broken->ctrl->poison, __ATOMIC_ACQUIRE);
+        int culprit = -1;
+        // The net's own failure: the peer at the other end did nothing wrong, and the net's words say why.
+        if (word != 0 && poisonReason(word, &culprit) == PoisonReason::kError)
+          return fail(ncclRemoteError, PoisonReason::kError, culprit,
+                      where() + ": " + name + " failed while it was set up" + netFailureSuffix(net));
         if (word != 0) return poisoned(broken, word, (where() + ": " + name + " failed").c_str());
       }
     }

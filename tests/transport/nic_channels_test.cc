@@ -223,8 +223,10 @@ TEST(NicChannels, AConnectionTheNetFailsInSetupEndsTheWaitOnAnother) {
             << "without what the net said: " << err;
         const std::string peer = "rank " + std::to_string(1 - rank);
         const bool own = err.find("waiting for data from " + peer) != std::string::npos &&
-                         err.find("its connection over net ChorusTestNet (dev 1, channel 1, to " + peer + ") failed") !=
-                             std::string::npos;
+                         err.find("its connection over net ChorusTestNet (dev 1, channel 1, to " + peer +
+                                  ") failed while it was set up; this rank's net said: ") != std::string::npos;
+        EXPECT_EQ(err.find(peer + " failed ("), std::string::npos)
+            << "the peer is blamed for the net's failure: " << err;
         const bool passedOn = err.find("this rank's peers report it failed") != std::string::npos;
         EXPECT_TRUE(own || passedOn) << err;
         return own ? kNamed : kOther;
