@@ -43,12 +43,18 @@ IntParam kNicChannelsMinBytes{"CHORUS_NIC_CHANNELS_MIN_BYTES", 262144,
                                "one channel, where a second one's messages cost more than its NIC gives "
                                "(docs/perf/net.md).",
                                "performance"};
-IntParam kNetPeerChannels{"NCCL_NCHANNELS_PER_NET_PEER", 0,
-                          "As in NCCL: the channels a send or receive with a peer on another host is spread over, "
-                          "host buffers, from CHORUS_NIC_CHANNELS_MIN_BYTES (1-16; a channel's connections use the "
-                          "net's device of its number, modulo the devices). 0: one a NIC, as collectives take them "
-                          "(1 where there is one NIC, or a GPU in the communicator). Every rank must set the same.",
-                          "performance"};
+IntParam kNetPeerChannels{
+    "NCCL_NCHANNELS_PER_NET_PEER", 0,
+    "As in NCCL: the most channels a send or receive with a peer on another host is spread "
+    "over, host buffers, in parts of at least CHORUS_P2P_NIC_PART_MIN_BYTES (1-16; a channel's "
+    "connections use the net's device of its number, modulo the devices). 0: one a NIC, as collectives take them "
+    "(1 where there is one NIC, or a GPU in the communicator). Every rank must set the same.",
+    "performance"};
+IntParam kP2PNicPartMinBytes{"CHORUS_P2P_NIC_PART_MIN_BYTES", 32768,
+                             "Host buffers: the smallest part a send or receive with a peer on another host is cut "
+                             "into for the NICs (NCCL_NCHANNELS_PER_NET_PEER): one of B bytes runs on min(channels, "
+                             "B / this) of them, whole below twice this. Every rank must set the same.",
+                             "performance"};
 IntParam kFifoSlots{"CHORUS_FIFO_SLOTS", 0,
                     "Slots in each connection FIFO (at least 2). 0: 16 when some ranks of the communicator reach "
                     "each other through a net (several hosts, or NCCL_SHM_DISABLE=1) and none has a GPU, 8 "
@@ -185,11 +191,13 @@ class HostEngine : public Engine {
                             : (nicChannels_ ? devices : 1);
     if (cap > 0) split.netChannels = std::min(split.netChannels, cap);
     split.netChannels = std::min(split.netChannels, maxP2PChannelsSetting());
-    split.minBytes = static_cast<size_t>(std::max<int64_t>(0, kNicChannelsMinBytes.get()));
+    split.minPartBytes = static_cast<size_t>(std::max<int64_t>(1, kP2PNicPartMinBytes.get()));
     planner_->setP2PSplit(split);
     if (comm_->rank == 0 && split.netChannels > 1)
-      INFO(kInit, "comm %p: sends and receives of %zu bytes and more with peers on other hosts run on %d channels (%s)",
-           (void*)comm_, split.minBytes, split.netChannels,
+      INFO(kInit,
+           "comm %p: sends and receives with peers on other hosts run on up to %d channels, parts of %zu bytes or "
+           "more (%s)",
+           (void*)comm_, split.netChannels, split.minPartBytes,
            kNetPeerChannels.get() > 0 ? "NCCL_NCHANNELS_PER_NET_PEER" : "one a NIC");
     if (kRuntimeConnect.get() == 0) CHORUS_CHECK(connectAtInit());
     return probeSingleCopy();
@@ -555,7 +563,7 @@ unsigned long engineEnvHash() {
                   std::to_string(tunerEnvHash()) + "|" + std::to_string(shmDisabledSetting()) + "|" + deviceEnvKey() +
                   "|" + std::to_string(ringByHostSetting()) + "|" + std::to_string(railAlignedRingsSetting()) + "|" +
                   std::to_string(kRuntimeConnect.get() != 0) + "|" + std::to_string(kNetPeerChannels.get()) + "|" +
-                  std::to_string(maxP2PChannelsSetting());
+                  std::to_string(kP2PNicPartMinBytes.get()) + "|" + std::to_string(maxP2PChannelsSetting());
   return fnv1a64(s);
 }
 

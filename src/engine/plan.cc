@@ -622,9 +622,10 @@ void Planner::planP2P(const std::vector<const OpDesc*>& ops, std::vector<P2PPlan
 }
 
 int Planner::p2pParts(const P2PSplit& split, int peer, size_t bytes) const {
-  if (split.netChannels <= 1 || bytes < std::max<size_t>(split.minBytes, 1)) return 1;
   const PeerInfo* peers = comm_->peers.data();
-  return peers[peer].hostHash != peers[comm_->rank].hostHash ? split.netChannels : 1;
+  if (split.netChannels <= 1 || peers[peer].hostHash == peers[comm_->rank].hostHash) return 1;
+  const size_t parts = bytes / std::max<size_t>(split.minPartBytes, 1);
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(split.netChannels), parts)));
 }
 
 void Planner::planP2P(const std::vector<const OpDesc*>& ops, const P2PSplit& split, std::vector<P2PPlan>* out) {

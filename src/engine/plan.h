@@ -57,8 +57,8 @@ int maxP2PChannelsSetting();
 
 /// How sends and receives with peers on other hosts are spread over channels (Planner::planP2P).
 struct P2PSplit {
-  int netChannels = 1;  ///< parts of each one large enough; 1: none is cut
-  size_t minBytes = 0;  ///< the smallest cut
+  int netChannels = 1;      ///< the most parts; 1: none is cut
+  size_t minPartBytes = 0;  ///< the smallest part: a send of B bytes is cut into min(netChannels, B / this) parts
 };
 
 /// x rounded up to a multiple of a.
@@ -139,7 +139,8 @@ class Planner {
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
   /// The same, one plan a channel (out[c], schedule channel c; one with nothing to move has maxBytes 0): a send or
-  /// receive with a peer on another host of at least minBytes is cut into netChannels contiguous parts (setP2PSplit),
+  /// receive of B bytes with a peer on another host is cut into min(netChannels, B / minPartBytes) contiguous parts
+  /// (setP2PSplit), as NCCL gives each part at least a minimum across nodes,
   /// part c on channel c, whose connections use the net's device c (mod its devices), as NCCL spreads a peer's sends
   /// over NCCL_NCHANNELS_PER_NET_PEER channels; every other goes whole on channel 0. Both ends cut alike: they see the
   /// same size and the same hosts.

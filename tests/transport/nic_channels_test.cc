@@ -358,10 +358,11 @@ ncclComm_t initLogged(int rank, const ncclUniqueId& id, const std::string& log) 
   return nullptr;
 }
 
-// Sends and receives between the two hosts, each of two devices: from CHORUS_NIC_CHANNELS_MIN_BYTES one is cut into
-// a part a channel, and channel c's connections use device c, as NCCL spreads a peer's sends over
-// NCCL_NCHANNELS_PER_NET_PEER channels; smaller ones go whole on channel 0. In one group each rank sends its peer a
-// message just below the floor, one at it, and one of an odd size above it, and receives the same; the bytes must
+// Sends and receives between the two hosts, each of two devices: one is cut into a part a channel, each part at least
+// CHORUS_P2P_NIC_PART_MIN_BYTES (32 KB), and channel c's connections use device c, as NCCL spreads a peer's sends over
+// NCCL_NCHANNELS_PER_NET_PEER channels; one below two parts goes whole on channel 0. In one group each rank sends its
+// peer a message just below two parts, one at it, and one of an odd size far above it, and receives the same; the
+// bytes must
 // arrive exact and in call order. Rank 0's log must show connections on channel 1 of device 1 both ways, and none
 // with NCCL_NCHANNELS_PER_NET_PEER=1 or NCCL_MAX_P2P_NCHANNELS=1; with 3, channel 2's too (on device 0), unless
 // NCCL_MAX_P2P_NCHANNELS=2 caps the parts at two. Only sends and receives run: a collective of that size would open
@@ -384,7 +385,7 @@ TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
           ncclComm_t comm = initLogged(rank, id, log);
           if (comm == nullptr) return 10;
           const int peer = 1 - rank;
-          const std::vector<size_t> sizes = {262143, 262144, 1000003};
+          const std::vector<size_t> sizes = {65535, 65536, 1000003};
           auto byte = [](int from, size_t m, size_t i) {
             return static_cast<uint8_t>((from * 131 + m * 17 + i) % 251);
           };
@@ -421,15 +422,16 @@ TEST(NicChannels, SendsAndReceivesSpreadOverTheNics) {
       EXPECT_EQ(text.find(ch2) != std::string::npos, k.parts == 3) << ch2 << "\n" << text;
     }
     if (spread)
-      EXPECT_NE(text.find("sends and receives of 262144 bytes and more with peers on other hosts run on " +
-                          std::to_string(k.parts) + " channels"),
+      EXPECT_NE(text.find("sends and receives with peers on other hosts run on up to " + std::to_string(k.parts) +
+                          " channels, parts of 32768 bytes or more"),
                 std::string::npos)
           << text;
   }
 }
 
-// ncclGroupSimulateEnd counts the cut: a send and a receive between the hosts from the floor take both NICs at once,
-// about half the time of one NIC (NCCL_NCHANNELS_PER_NET_PEER=1); below it, or cut but over one NIC, the same.
+// ncclGroupSimulateEnd counts the cut: a send and a receive between the hosts cut in two take both NICs at once,
+// about half the time of one NIC (NCCL_NCHANNELS_PER_NET_PEER=1); whole (below two parts), or cut into four over two
+// NICs, the same as whole and as in two.
 TEST(NicChannels, SimulatedSendsAndReceivesCountTheirParts) {
   const std::vector<int> status = forkRanks(
       2,
@@ -442,10 +444,11 @@ TEST(NicChannels, SimulatedSendsAndReceivesCountTheirParts) {
         ncclComm_t whole = splitWith(comm, rank, "NCCL_NCHANNELS_PER_NET_PEER", "1");
         ncclComm_t four = splitWith(comm, rank, "NCCL_NCHANNELS_PER_NET_PEER", "4");
         if (whole == nullptr || four == nullptr) return 11;
-        const size_t small = 64 << 10, large = 4 << 20;  // below and above the 256 KB floor
+        const size_t small = 48 << 10, large = 4 << 20;  // whole (below two 32 KB parts), and cut
         EXPECT_FLOAT_EQ(exchangeEstimateUs(comm, rank, small), exchangeEstimateUs(whole, rank, small));
-        EXPECT_LT(exchangeEstimateUs(comm, rank, large), 0.6 * exchangeEstimateUs(whole, rank, large))
-            << "two NICs should take about half";
+        for (size_t bytes : {size_t(64) << 10, large})  // two parts of 32 KB, and of 2 MB
+          EXPECT_LT(exchangeEstimateUs(comm, rank, bytes), 0.6 * exchangeEstimateUs(whole, rank, bytes))
+              << bytes << " bytes: two NICs should take about half";
         EXPECT_FLOAT_EQ(exchangeEstimateUs(four, rank, large), exchangeEstimateUs(comm, rank, large))
             << "four parts over two NICs";
         for (ncclComm_t c : {four, whole, comm}) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
@@ -459,7 +462,7 @@ TEST(NicChannels, SimulatedSendsAndReceivesCountTheirParts) {
 // one in two parts, or both in parts of other sizes): each rank's call must end as mismatched calls, naming both, and
 // not wait on the channel the other end leaves idle until the deadline (30 s here).
 TEST(NicChannels, SendsAndReceivesOfOtherSizesAcrossNicsAreMismatched) {
-  for (size_t recvBytes : {size_t(200000), size_t(600000)}) {
+  for (size_t recvBytes : {size_t(40000), size_t(600000)}) {
     SCOPED_TRACE("1 MB sent, " + std::to_string(recvBytes) + " bytes received");
     const std::vector<int> status = forkRanks(
         2,
