@@ -230,21 +230,29 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
       return fail(ncclInvalidUsage, PoisonReason::kAborted, comm_->rank,
                   where() + ": the communicator was aborted (ncclCommAbort/ncclCommRevoke)");
     uint64_t poison = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
-    if (poison != 0) return poisoned(f, poison, where().c_str());
     // A connection of this rank that the net could not set up: this wait may not depend on it, but the operation
     // does (its data went into a send FIFO that will never drain, say), so the peers wait too, until the deadline.
-    if (RemoteTransport* net = conns_->remote(); net != nullptr) {
-      std::string name;
-      const Fifo* broken = net->failedSetup(&name);
-      if (broken != nullptr && broken->ctrl != f->ctrl) {
-        const uint64_t word = __atomic_load_n(&broken->ctrl->poison, __ATOMIC_ACQUIRE);
-        int culprit = -1;
-        // The net's own failure: the peer at the other end did nothing wrong, and the net's words say why.
-        if (word != 0 && poisonReason(word, &culprit) == PoisonReason::kError)
-          return fail(ncclRemoteError, PoisonReason::kError, culprit,
-                      where() + ": " + name + " failed while it was set up" + netFailureSuffix(net));
-        if (word != 0) return poisoned(broken, word, (where() + ": " + name + " failed").c_str());
-      }
+    // A net's own failure is named as the connection's, not the peer's: it did nothing wrong, and the net's words
+    // say why.
+    std::string name;
+    RemoteTransport* net = conns_->remote();
+    const Fifo* broken = net != nullptr ? net->failedSetup(&name) : nullptr;
+    auto setupFailure = [&](uint64_t word) {
+      int culprit = -1;
+      poisonReason(word, &culprit);
+      return fail(ncclRemoteError, PoisonReason::kError, culprit,
+                  where() + ": " + name + " failed while it was set up" + netFailureSuffix(net));
+    };
+    int ignored = -1;
+    if (poison != 0) {
+      if (broken != nullptr && broken->ctrl == f->ctrl && poisonReason(poison, &ignored) == PoisonReason::kError)
+        return setupFailure(poison);
+      return poisoned(f, poison, where().c_str());
+    }
+    if (broken != nullptr) {
+      const uint64_t word = __atomic_load_n(&broken->ctrl->poison, __ATOMIC_ACQUIRE);
+      if (word != 0 && poisonReason(word, &ignored) == PoisonReason::kError) return setupFailure(word);
+      if (word != 0) return poisoned(broken, word, (where() + ": " + name + " failed").c_str());
     }
     // Liveness reads /proc (a zombie peer counts as gone): every 10 ms of waiting, not every round.
     bool checkPeer = conn && conn->peerLocalProc && now >= nextLiveCheck;

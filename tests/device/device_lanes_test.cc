@@ -368,6 +368,34 @@ TEST(DeviceLanesStaging, AcrossHostsThroughTheNetProxy) {
 // devices, lane j of channel c on device (c + j) mod 2, as a collective's channels spread over the NICs. Rank 0's log
 // must show each lane's connections both ways on its device; the bytes arrive exact. With NCCL_MAX_P2P_NCHANNELS=1
 // the launch runs one block, and only lane 0's connections are made.
+// A rank process on one of two hosts (lane-host-a, lane-host-b) whose net, the test net plugin, offers two devices;
+// FIFOs of 4 slots of 4 KiB, the emulated runtime installed with blocks side by side.
+void onTwoNicHosts(int rank) {
+  setenv("NCCL_HOSTID", rank == 0 ? "lane-host-a" : "lane-host-b", 1);
+  setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
+  setenv("NCCL_NET", "ChorusTestNet", 1);
+  setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
+  setenv("CHORUS_FIFO_SLOTS", "4", 1);
+  setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
+  reloadEnv();
+  installEmu(gEmu);
+  gEmu.concurrentBlocks = true;
+}
+
+// Rank `rank` sends `count` int32s of GPU memory to its peer and receives as many from it, in one group on one
+// stream; the group's result and the stream's.
+ncclResult_t exchangeOnDevice(ncclComm_t comm, int rank, size_t count, const DevBuf& in, const DevBuf& out) {
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
+  for (size_t i = 0; i < count; i++) in.as<int32_t>()[i] = int32_t(rank * 1000003 + i);
+  ncclGroupStart();
+  ncclSend(in.as<int32_t>(), count, ncclInt32, 1 - rank, comm, s);
+  ncclRecv(out.as<int32_t>(), count, ncclInt32, 1 - rank, comm, s);
+  ncclResult_t res = ncclGroupEnd();
+  if (res != ncclSuccess) return res;
+  if (gEmu.streamSynchronize(s) != ncclSuccess) return ncclUnhandledCudaError;
+  return commAsyncError(comm);
+}
+
 TEST(DeviceLanesStaging, SendAndReceiveLanesSpreadOverTheNics) {
   for (const char* most : {"", "1"}) {
     SCOPED_TRACE(std::string("NCCL_MAX_P2P_NCHANNELS=") + most);
@@ -376,32 +404,17 @@ TEST(DeviceLanesStaging, SendAndReceiveLanesSpreadOverTheNics) {
     const std::string text = forkRanksForLog(
         2,
         [&](int rank, const ncclUniqueId& id) {
-          setenv("NCCL_HOSTID", rank == 0 ? "lane-host-a" : "lane-host-b", 1);
-          setenv("NCCL_NET_PLUGIN", CHORUS_TEST_NET_V11, 1);
-          setenv("NCCL_NET", "ChorusTestNet", 1);
-          setenv("CHORUS_TEST_NET_DEVICES", "nic0,nic1", 1);
-          setenv("CHORUS_FIFO_SLOTS", "4", 1);
-          setenv("CHORUS_FIFO_SLOT_BYTES", "4096", 1);
           setenv("CHORUS_TIMEOUT_S", "60", 1);
           if (most[0] != '\0') setenv("NCCL_MAX_P2P_NCHANNELS", most, 1);
           if (rank == 0) logInfoTo(log, "INIT,NET");
-          reloadEnv();
-          installEmu(gEmu);
-          gEmu.concurrentBlocks = true;
+          onTwoNicHosts(rank);
           ncclComm_t comm = nullptr;
           if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
-          const int peer = 1 - rank;
           const size_t count = 70001;  // int32s: many 8 KiB tiles, so the launch takes the most lanes
           DevBuf in(gEmu, count * 4), out(gEmu, count * 4);
-          for (size_t i = 0; i < count; i++) in.as<int32_t>()[i] = int32_t(rank * 1000003 + i);
-          const cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t(1));
-          EXPECT_EQ(ncclGroupStart(), ncclSuccess);
-          EXPECT_EQ(ncclSend(in.as<int32_t>(), count, ncclInt32, peer, comm, s), ncclSuccess);
-          EXPECT_EQ(ncclRecv(out.as<int32_t>(), count, ncclInt32, peer, comm, s), ncclSuccess);
-          EXPECT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
-          EXPECT_EQ(gEmu.streamSynchronize(s), ncclSuccess);
-          EXPECT_EQ(commAsyncError(comm), ncclSuccess) << ncclGetLastError(comm);
+          EXPECT_EQ(exchangeOnDevice(comm, rank, count, in, out), ncclSuccess) << ncclGetLastError(comm);
           EXPECT_EQ(gEmu.lastLanes.load(), lanes);
+          const int peer = 1 - rank;
           for (size_t i = 0; i < count; i++)
             if (out.as<int32_t>()[i] != int32_t(peer * 1000003 + i)) {
               ADD_FAILURE() << "rank " << rank << ": element " << i << " is " << out.as<int32_t>()[i];
@@ -420,6 +433,40 @@ TEST(DeviceLanesStaging, SendAndReceiveLanesSpreadOverTheNics) {
         EXPECT_EQ(text.find(conn) != std::string::npos, lane < lanes) << conn << "\n" << text;
       }
   }
+}
+
+// The same exchange where the net cannot reach the peer through device 1 and says so at once (the test net's connects
+// there fail, as a connect to an address without a route does): lane 1's connections never open, and lane 0's block
+// waits on its own. Each rank's launch must stop with ncclRemoteError about a second later (once the proxy has judged
+// the failure, NetProxy::judged), not at CHORUS_TIMEOUT_S (30 s here), naming the connection and what its net said.
+TEST(DeviceLanesStaging, ALaneTheNetFailsInSetupEndsTheLaunch) {
+  if (chorus::kDevMaxLanes < 2) GTEST_SKIP() << "this build runs one block per channel";
+  const std::vector<int> status = forkRanks(
+      2,
+      [](int rank, const ncclUniqueId& id) {
+        setenv("CHORUS_TIMEOUT_S", "30", 1);
+        setenv("CHORUS_TEST_NET_UNREACHABLE_DEV", "1", 1);
+        onTwoNicHosts(rank);
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        const size_t count = 70001;
+        DevBuf in(gEmu, count * 4), out(gEmu, count * 4);
+        EXPECT_EQ(exchangeOnDevice(comm, rank, count, in, out), ncclRemoteError);
+        const std::string err = ncclGetLastError(comm);
+        EXPECT_EQ(err.find("CHORUS_TIMEOUT_S"), std::string::npos) << "waited for the deadline: " << err;
+        EXPECT_NE(err.find("no route to the peer (CHORUS_TEST_NET_UNREACHABLE_DEV)"), std::string::npos)
+            << "without what the net said: " << err;
+        const int channel = chorus::kDeviceNetChannelBase + chorus::devLaneChannel(0, 1);
+        EXPECT_NE(err.find("its connection over net ChorusTestNet (dev 1, channel " + std::to_string(channel) +
+                           ", to rank " + std::to_string(1 - rank) + ") failed while it was set up"),
+                  std::string::npos)
+            << "the connection is not named: " << err;
+        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+        removeEmu(gEmu, {});
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      60);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
 #endif
 

@@ -411,19 +411,35 @@ bool NetProxy::judge(NetConn& c) {
     return true;
   }
   INFO(kNet, "%s: %s", connName(c).c_str(), dead ? gone.c_str() : "no failure notice from the peer: naming it");
+  recordSetupFailure(c);  // before the poison: a wait that sees the poison finds the record
   poisonFifo(c.fifo, makePoison(dead ? PoisonReason::kPeerDied : PoisonReason::kError, c.peer));
   judged(c);
   return true;
 }
 
-void NetProxy::judged(NetConn& c) {
-  c.state = NetConn::State::kFailed;
+void NetProxy::recordSetupFailure(NetConn& c) {
   if (!c.setupFailed || setupFailedFifo_.load(std::memory_order_acquire) != nullptr) return;
   {
     std::lock_guard<std::mutex> lock(failMu_);
     setupFailedName_ = pendingName(c, name());
   }
   setupFailedFifo_.store(&c.fifo, std::memory_order_release);
+}
+
+void NetProxy::judged(NetConn& c) {
+  c.state = NetConn::State::kFailed;
+  recordSetupFailure(c);
+  if (setupFailedFifo_.load(std::memory_order_acquire) != &c.fifo) return;
+  // The device path's kernels wait on their FIFOs alone, where the host path's waits also ask failedSetup(): a lane or
+  // channel of the launch that waits on another connection would wait for the deadline. Every other staging FIFO of
+  // the rank takes the failed one's word, so that each of its kernels' waits ends with it (and this rank's failure
+  // notice then tells its peers, as for a failed kernel).
+  if (c.channel < kDeviceNetChannelBase) return;
+  const uint64_t word = loadAcquire(&c.fifo.ctrl->poison);
+  if (word == 0) return;
+  for (auto& o : conns_)
+    if (o.get() != &c && o->channel >= kDeviceNetChannelBase && loadAcquire(&o->fifo.ctrl->poison) == 0)
+      poisonFifo(o->fifo, word);
 }
 
 const Fifo* NetProxy::failedSetup(std::string* conn) const {
@@ -436,6 +452,7 @@ const Fifo* NetProxy::failedSetup(std::string* conn) const {
 }
 
 void NetProxy::poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls) {
+  recordSetupFailure(c);
   poisonFifo(c.fifo, word, calls);
   closeConn(c);
   judged(c);  // a connection whose setup failed may take the peer's notice before its own verdict
@@ -445,6 +462,9 @@ void NetProxy::poisonPeer(int peer, uint64_t word, const uint64_t* calls) {
   std::array<uint64_t, 8> kept = {word};
   if (calls != nullptr) std::copy(calls, calls + 7, kept.begin() + 1);
   peerNotices_.emplace(peer, kept);  // the first notice is the cause
+  // A connection with the peer that the net failed in its setup is the cause a wait names, whichever it waits on.
+  for (auto& c : conns_)
+    if (c->peer == peer && c->state != NetConn::State::kFailed) recordSetupFailure(*c);
   for (auto& c : conns_)
     if (c->peer == peer && c->state != NetConn::State::kFailed) poisonPeerConn(*c, word, calls);
 }

@@ -184,8 +184,11 @@ class NetProxy : public RemoteTransport {
   /// kSuspect: poisons the FIFO naming the peer once its process is gone (died) or kSuspectS passed (failed).
   bool judge(NetConn& c);
   /// c's FIFO names the culprit (judge(), or a peer's notice): kFailed, and the first connection that failed in its
-  /// setup kept for failedSetup().
+  /// setup kept for failedSetup(); a device-path one also poisons every other staging FIFO of the rank with its word.
   void judged(NetConn& c);
+  /// Keeps c for failedSetup() when the net failed it in its setup and none was kept before; called before c's FIFO
+  /// is poisoned, so that a wait that sees the poison finds it.
+  void recordSetupFailure(NetConn& c);
   /// Poisons every connection with `peer` with `word` (a failure the peer reported over the bootstrap) and closes
   /// them; `calls` (7 words, or null) are a mismatch's two calls, written first as Connections::poisonAll does. The
   /// notice is kept: a connection with that peer opened later (adopt) is poisoned with it at once, since the peer
