@@ -436,7 +436,8 @@ void NetProxy::judged(NetConn& c) {
   // notice then tells its peers, as for a failed kernel).
   if (c.channel < kDeviceNetChannelBase) return;
   const uint64_t word = loadAcquire(&c.fifo.ctrl->poison);
-  if (word == 0) return;
+  int culprit = -1;
+  if (word == 0 || poisonReason(word, &culprit) != PoisonReason::kError) return;  // the net's failure, not a peer's
   for (auto& o : conns_)
     if (o.get() != &c && o->channel >= kDeviceNetChannelBase && loadAcquire(&o->fifo.ctrl->poison) == 0)
       poisonFifo(o->fifo, word);
