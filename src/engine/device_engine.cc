@@ -1105,6 +1105,21 @@ ncclResult_t DeviceEngine::launchP2P(const std::vector<const OpDesc*>& batch) {
   return launch(w, batch[0]->stream, "ncclSend/ncclRecv", peers);
 }
 
+ncclResult_t DeviceEngine::connectAtInit(size_t* made) {
+  SetupScope setup(rt_);
+  if (rt_->setDevice(comm_->cudaDev) != ncclSuccess)
+    CHORUS_FAIL(comm_, ncclUnhandledCudaError, "rank %d: selecting GPU %d: %s", comm_->rank, comm_->cudaDev,
+                rt_->lastError().c_str());
+  const std::vector<LaunchEnd> ends =
+      planner_->initEnds([this](const OpDesc& op) { return std::vector<int>{channelsFor(op)}; });
+  std::vector<std::tuple<int, int, bool>> need;
+  for (const auto& [ch, peer, isSend] : ends) need.emplace_back(devLaneChannel(ch, 0), peer, isSend);
+  std::vector<DevFifo> fifos;
+  CHORUS_CHECK(conns_->get(need, &fifos));
+  *made = need.size();
+  return ncclSuccess;
+}
+
 ncclResult_t DeviceEngine::run(const std::vector<OpDesc>& ops) {
   CHORUS_CHECK(checkStatus());
   // The user's stream may be under capture: setup runs in relaxed mode (runtime.h, SetupScope).

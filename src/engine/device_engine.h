@@ -38,6 +38,10 @@ class DeviceEngine {
   ncclResult_t init();
   /// Enqueues every operation of a group (all on device buffers) on its stream.
   ncclResult_t run(const std::vector<OpDesc>& ops);
+  /// NCCL_RUNTIME_CONNECT=0: makes the FIFOs of the collectives' schedules (Planner::initEnds) on the channels each
+  /// size takes, lane 0 of each (a channel's other lanes, like sends and receives, are made on first use); *made: how
+  /// many. Peers on this host do the same at their init, so a rank waits here for the records of FIFOs they own.
+  ncclResult_t connectAtInit(size_t* made);
   /// The failure an earlier kernel recorded, described with setLastError (ncclSuccess if none).
   ncclResult_t checkStatus();
   /// Makes running and future kernels of this communicator stop (ncclCommAbort).

@@ -87,10 +87,10 @@ IntParam kRuntimeConnect{"NCCL_RUNTIME_CONNECT", 1,
                          "As in NCCL: 1 makes each connection when the first call needs it. 0 makes at init those "
                          "of the collectives' schedules: for allreduce, allgather, reduce-scatter, broadcast and "
                          "reduce (root 0), the algorithm the thresholds (or NCCL_ALGO) pick at each size, and the "
-                         "ring, on the channels they run (sends and receives, other roots and communicators with "
-                         "GPUs still connect on first use), and init waits until the connections between "
-                         "hosts are open (CHORUS_TIMEOUT_S): a peer the net cannot reach fails the init. Every rank "
-                         "must set the same.",
+                         "ring, on the channels they run (with GPUs: the device path's FIFOs, lane 0 of each "
+                         "channel; sends and receives and other roots still connect on first use), and init waits "
+                         "until the connections between hosts are open (CHORUS_TIMEOUT_S): a peer the net cannot "
+                         "reach fails the init. Every rank must set the same.",
                          "general"};
 IntParam kSideBySide{"CHORUS_HOST_SIDE_BY_SIDE", 1,
                      "1: a host-path operation's channels run side by side on the rank's thread (a wait in one "
@@ -204,14 +204,22 @@ class HostEngine : public Engine {
   }
 
   // NCCL_RUNTIME_CONNECT=0: makes the connections the collectives' schedules use (Planner::initEnds), on the channel
-  // counts channelsFor gives. Making one never waits for its peer, so ranks cannot wait on each other here.
+  // counts channelsFor gives. Making one never waits for its peer, so ranks cannot wait on each other here. A
+  // communicator with GPUs makes its device path's instead (DeviceEngine::connectAtInit), on ranks with a GPU.
   ncclResult_t connectAtInit() {
     if (anyGpu(comm_)) {
-      if (comm_->rank == 0)
+      if (comm_->cudaDev < 0 || gpuRuntime() == nullptr) {
         INFO(kInit,
-             "comm %p: NCCL_RUNTIME_CONNECT=0 is not followed by a communicator with GPUs: its connections "
-             "are made on first use",
-             (void*)comm_);
+             "comm %p rank %d: NCCL_RUNTIME_CONNECT=0: no GPU on this rank: its connections are made on first use",
+             (void*)comm_, comm_->rank);
+        return ncclSuccess;
+      }
+      CHORUS_CHECK(makeDevice());
+      size_t made = 0;
+      CHORUS_CHECK(device_->connectAtInit(&made));
+      CHORUS_CHECK(awaitNetSetup());
+      INFO(kInit, "comm %p rank %d: NCCL_RUNTIME_CONNECT=0: %zu device connection ends made at init", (void*)comm_,
+           comm_->rank, made);
       return ncclSuccess;
     }
     std::vector<int> counts = {nChannels_};
@@ -309,18 +317,23 @@ class HostEngine : public Engine {
     if (nDevice != ops.size())
       CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: a group mixes operations on GPU buffers with operations on host "
                   "buffers; chorus runs them on different paths, so split the group", comm_->rank);
-    if (!device_) {
-      GpuRuntime* rt = gpuRuntime();
-      if (rt == nullptr || comm_->cudaDev < 0)
-        CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: GPU buffers on a communicator without a GPU", comm_->rank);
-      auto dev = std::make_unique<DeviceEngine>(comm_, rt, planner_.get(), conns_.get(), &windows_);
-      {
-        const NearGpuScope nearGpu(comm_->peers[comm_->rank].busId);  // its pinned host memory near the GPU
-        CHORUS_CHECK(dev->init());
-      }
-      device_ = std::move(dev);
-    }
+    CHORUS_CHECK(makeDevice());
     return device_->run(ops);
+  }
+
+  // The device engine, made on first use (or at init with NCCL_RUNTIME_CONNECT=0).
+  ncclResult_t makeDevice() {
+    if (device_) return ncclSuccess;
+    GpuRuntime* rt = gpuRuntime();
+    if (rt == nullptr || comm_->cudaDev < 0)
+      CHORUS_FAIL(comm_, ncclInvalidUsage, "rank %d: GPU buffers on a communicator without a GPU", comm_->rank);
+    auto dev = std::make_unique<DeviceEngine>(comm_, rt, planner_.get(), conns_.get(), &windows_);
+    {
+      const NearGpuScope nearGpu(comm_->peers[comm_->rank].busId);  // its pinned host memory near the GPU
+      CHORUS_CHECK(dev->init());
+    }
+    device_ = std::move(dev);
+    return ncclSuccess;
   }
 
   // After a failure the connections may hold partial data: tell the peers and retire the comm.

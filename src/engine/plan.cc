@@ -351,6 +351,10 @@ std::vector<LaunchEnd> launchEnds(const Schedule* scheds, int nChannels) {
 }
 
 std::vector<LaunchEnd> Planner::initEnds(const std::vector<int>& channelCounts) {
+  return initEnds([&channelCounts](const OpDesc&) { return channelCounts; });
+}
+
+std::vector<LaunchEnd> Planner::initEnds(const std::function<std::vector<int>(const OpDesc&)>& countsFor) {
   const int n = comm_->nranks;
   std::set<std::tuple<Coll, Algo, int>> runs;  // (collective, algorithm, channels)
   for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter, Coll::kBroadcast, Coll::kReduce}) {
@@ -363,7 +367,7 @@ std::vector<LaunchEnd> Planner::initEnds(const std::vector<int>& channelCounts) 
       Algo algo = chooseAlgo(coll, bytes, n, -1, localRanks_ > 0, hosts_ > 1, rankOrderByHost_).algo;
       if (asTreeAllReduce(op)) runsAs = Coll::kAllReduce, algo = Algo::kTree;
       const int minCh = algo == Algo::kTree && fullBuffer(op) >= dualTreeMinBytes() ? 2 : 1;
-      for (int nch : channelCounts) {
+      for (int nch : countsFor(op)) {
         runs.emplace(runsAs, algo, std::max(nch, minCh));
         if (algoSupported(coll, Algo::kRing, n)) runs.emplace(coll, Algo::kRing, nch);
       }

@@ -3,9 +3,10 @@
 // packs it into a DevWork and launches the kernel. Both paths therefore tile and fingerprint identically.
 #pragma once
 
+#include <functional>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -136,6 +137,9 @@ class Planner {
   /// (root 0) at every power of two from 8 B to 1 GiB a rank, and always their rings (in place, an algorithm may give
   /// way to the ring). Sends and receives are left out, as NCCL leaves them to their first use.
   std::vector<LaunchEnd> initEnds(const std::vector<int>& channelCounts);
+  /// The same with the channel counts a collective of each size runs on given by `countsFor` (the device path's,
+  /// which follow the bytes).
+  std::vector<LaunchEnd> initEnds(const std::function<std::vector<int>(const OpDesc&)>& countsFor);
   /// Plans one batch (advances the per-peer sequence numbers).
   void planP2P(const std::vector<const OpDesc*>& batch, P2PPlan* out);
   /// The same, one plan a channel (out[c], schedule channel c; one with nothing to move has maxBytes 0): a send or

@@ -468,6 +468,31 @@ TEST(DeviceLanesStaging, ALaneTheNetFailsInSetupEndsTheLaunch) {
       60);
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
 }
+
+// NCCL_RUNTIME_CONNECT=0 with GPUs: init makes the device path's FIFOs, and a channel over a device through which the
+// net cannot reach the peer (it says so at once) fails the init itself on both ranks, with what the net said, not the
+// first collective at CHORUS_TIMEOUT_S (30 s here).
+TEST(DeviceLanesStaging, RuntimeConnectZeroFailsTheInitOverADeviceThatCannotConnect) {
+  const std::vector<int> status = forkRanks(
+      2,
+      [](int rank, const ncclUniqueId& id) {
+        setenv("CHORUS_TIMEOUT_S", "30", 1);
+        setenv("CHORUS_TEST_NET_UNREACHABLE_DEV", "1", 1);
+        setenv("CHORUS_DEVICE_NCHANNELS", "2", 1);  // channel 1's FIFOs over device 1
+        setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+        onTwoNicHosts(rank);
+        ncclComm_t comm = nullptr;
+        EXPECT_NE(ncclCommInitRank(&comm, 2, id, rank), ncclSuccess) << "init made no connection over device 1";
+        const std::string err = ncclGetLastError(comm);
+        EXPECT_NE(err.find("NCCL_RUNTIME_CONNECT=0: connecting at init failed"), std::string::npos) << err;
+        EXPECT_NE(err.find("no route to the peer (CHORUS_TEST_NET_UNREACHABLE_DEV)"), std::string::npos) << err;
+        if (comm != nullptr) ncclCommAbort(comm);
+        removeEmu(gEmu, {});
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      60);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+}
 #endif
 
 // A rank process of the CTA tests below: the lane settings above with NCCL_ALGO `algo` and the inboxes on or off,

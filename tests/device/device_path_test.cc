@@ -594,6 +594,54 @@ TEST(DevicePathStaging, RanksOnDifferentHostsGoThroughPinnedSocketFifos) {
   chorus::setGpuRuntimeForTesting(nullptr);
 }
 
+// NCCL_RUNTIME_CONNECT=0 on a communicator with GPUs: init makes the device path's FIFOs of the collectives'
+// schedules, lane 0 of each channel, as NCCL's init connects its channels: to the peer on this host (IPC) and to the
+// one on the other (staged through the net). Ranks 0 and 2 on host "a", rank 1 on host "b"; the inboxes off, so that
+// small calls use the FIFOs. Rank 0's log must say how many ends init made, and its allreduces and allgather that
+// follow (one lane a channel at these sizes) make no FIFO of their own; their results are checked.
+TEST(DevicePathStaging, RuntimeConnectZeroMakesTheFifosAtInit) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  gEmu.peerAccess = true;
+  const std::string log = "/tmp/chorus-devconnect-" + std::to_string(getpid()) + ".log";
+  const std::string text = forkRanksForLog(
+      3,
+      [&](int rank, const ncclUniqueId& id) {
+        setenv("NCCL_HOSTID", rank == 1 ? "host-b" : "host-a", 1);
+        setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+        setenv("CHORUS_DEVICE_IPC", "0", 1);
+        if (rank == 0) logInfoTo(log, "INIT,P2P");
+        reloadEnv();
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 3, id, rank) != ncclSuccess) return 10;
+        RankCtx c{rank, 3, comm};
+        for (size_t count : {size_t(1), size_t(1001)}) allReduceCase(c, count);
+        const size_t n = 2000;
+        DevBuf in(gEmu, n * sizeof(int32_t)), out(gEmu, n * 3 * sizeof(int32_t));
+        fill(in.as<int32_t>(), n, [&](size_t i) { return int32_t(rank * 1000000 + i); });
+        EXPECT_EQ(ncclAllGather(in.as<int32_t>(), out.as<int32_t>(), n, ncclInt32, comm, streamOf(c)), ncclSuccess);
+        sync(c);
+        size_t wrong = 0;
+        for (int q = 0; q < 3; q++)
+          for (size_t i = 0; i < n; i++) wrong += out.as<int32_t>()[q * n + i] != int32_t(q * 1000000 + i) ? 1 : 0;
+        EXPECT_EQ(wrong, 0u) << "elements of the allgather wrong";
+        EXPECT_EQ(asyncErrorOf(comm), ncclSuccess);
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      log);
+  chorus::setGpuRuntimeForTesting(nullptr);
+  const size_t made = text.find("NCCL_RUNTIME_CONNECT=0: ");
+  ASSERT_NE(made, std::string::npos) << text;
+  EXPECT_NE(text.find("device connection ends made at init", made), std::string::npos) << text;
+  EXPECT_EQ(text.find("NCCL_RUNTIME_CONNECT=0: 0 device"), std::string::npos) << text;
+  // Made before the init's line: to the local peer and the remote one.
+  const std::string before = text.substr(0, made), after = text.substr(made);
+  EXPECT_NE(before.find("rank 0: device connection channel 0 "), std::string::npos) << text;
+  EXPECT_NE(before.find(" rank 1 via "), std::string::npos) << "nothing to the other host\n" << text;
+  EXPECT_NE(before.find(" rank 2 via "), std::string::npos) << "nothing to the peer on this host\n" << text;
+  EXPECT_EQ(after.find("device connection channel"), std::string::npos) << "made on first use\n" << text;
+}
+
 // Rank 1 dies (without destroying its communicator) after an allreduce and a broadcast; rank 0's next allreduce
 // must fail naming it, well before CHORUS_TIMEOUT_S. Returns the rank's exit status for forkRanks.
 int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
