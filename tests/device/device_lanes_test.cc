@@ -470,9 +470,11 @@ TEST(DeviceLanesStaging, ALaneTheNetFailsInSetupEndsTheLaunch) {
 }
 
 // NCCL_RUNTIME_CONNECT=0 with GPUs: init makes the device path's FIFOs, and a channel over a device through which the
-// net cannot reach the peer (it says so at once) fails the init itself on both ranks, with what the net said, not the
-// first collective at CHORUS_TIMEOUT_S (30 s here).
+// net cannot reach the peer (it says so at once) fails the init itself on both ranks, not the first collective at
+// CHORUS_TIMEOUT_S (30 s here). At least one rank's error carries what its net said; the other's may be its own or
+// another connection the first rank's failed init reset.
 TEST(DeviceLanesStaging, RuntimeConnectZeroFailsTheInitOverADeviceThatCannotConnect) {
+  constexpr int kNamed = 0, kOther = 2;
   const std::vector<int> status = forkRanks(
       2,
       [](int rank, const ncclUniqueId& id) {
@@ -485,13 +487,17 @@ TEST(DeviceLanesStaging, RuntimeConnectZeroFailsTheInitOverADeviceThatCannotConn
         EXPECT_NE(ncclCommInitRank(&comm, 2, id, rank), ncclSuccess) << "init made no connection over device 1";
         const std::string err = ncclGetLastError(comm);
         EXPECT_NE(err.find("NCCL_RUNTIME_CONNECT=0: connecting at init failed"), std::string::npos) << err;
-        EXPECT_NE(err.find("no route to the peer (CHORUS_TEST_NET_UNREACHABLE_DEV)"), std::string::npos) << err;
+        EXPECT_EQ(err.find("CHORUS_TIMEOUT_S"), std::string::npos) << "waited for the deadline: " << err;
+        const bool named = err.find("no route to the peer (CHORUS_TEST_NET_UNREACHABLE_DEV)") != std::string::npos;
         if (comm != nullptr) ncclCommAbort(comm);
         removeEmu(gEmu, {});
-        return ::testing::Test::HasFailure() ? 1 : 0;
+        return ::testing::Test::HasFailure() ? 1 : named ? kNamed : kOther;
       },
       60);
-  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " " << describeStatus(status[r]);
+  auto exited = [&](int r, int code) { return WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == code; };
+  for (int r = 0; r < 2; r++)
+    EXPECT_TRUE(exited(r, kNamed) || exited(r, kOther)) << "rank " << r << " " << describeStatus(status[r]);
+  EXPECT_TRUE(exited(0, kNamed) || exited(1, kNamed)) << "no rank said what its net said of device 1";
 }
 #endif
 
