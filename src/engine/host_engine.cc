@@ -208,10 +208,16 @@ class HostEngine : public Engine {
   // communicator with GPUs makes its device path's instead (DeviceEngine::connectAtInit), on ranks with a GPU.
   ncclResult_t connectAtInit() {
     if (anyGpu(comm_)) {
-      if (comm_->cudaDev < 0 || gpuRuntime() == nullptr) {
-        INFO(kInit,
-             "comm %p rank %d: NCCL_RUNTIME_CONNECT=0: no GPU on this rank: its connections are made on first use",
-             (void*)comm_, comm_->rank);
+      // Every rank must take part: a rank waits here for the FIFOs its peers on this host own.
+      int without = -1;
+      for (const PeerInfo& p : comm_->peers)
+        if (p.cudaDev < 0) without = p.rank;
+      if (without >= 0) {
+        if (comm_->rank == 0)
+          INFO(kInit,
+               "comm %p: NCCL_RUNTIME_CONNECT=0: rank %d has no GPU, so the device path's connections are made on "
+               "first use",
+               (void*)comm_, without);
         return ncclSuccess;
       }
       CHORUS_CHECK(makeDevice());

@@ -642,6 +642,33 @@ TEST(DevicePathStaging, RuntimeConnectZeroMakesTheFifosAtInit) {
   EXPECT_EQ(after.find("device connection channel"), std::string::npos) << "made on first use\n" << text;
 }
 
+// NCCL_RUNTIME_CONNECT=0 on a communicator where one rank has no GPU: the ranks with one make nothing at init (they
+// would wait there for FIFOs the rank without one never makes), and init and a host-buffer allreduce work on both.
+TEST(DevicePathStaging, RuntimeConnectZeroWithARankWithoutAGpuConnectsOnFirstUse) {
+  chorus::setGpuRuntimeForTesting(&gEmu);
+  const std::string log = "/tmp/chorus-devconnect-nogpu-" + std::to_string(getpid()) + ".log";
+  const std::string text = forkRanksForLog(
+      2,
+      [&](int rank, const ncclUniqueId& id) {
+        if (rank == 1) chorus::setGpuRuntimeForTesting(nullptr);
+        setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+        setenv("CHORUS_TIMEOUT_S", "30", 1);
+        if (rank == 0) logInfoTo(log, "INIT");
+        reloadEnv();
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+        std::vector<float> buf(1000, float(rank + 1));
+        EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr), ncclSuccess)
+            << ncclGetLastError(comm);
+        EXPECT_EQ(buf[999], 3.0f);
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+        return ::testing::Test::HasFailure() ? 1 : 0;
+      },
+      log);
+  chorus::setGpuRuntimeForTesting(nullptr);
+  EXPECT_NE(text.find("NCCL_RUNTIME_CONNECT=0: rank 1 has no GPU"), std::string::npos) << text;
+}
+
 // Rank 1 dies (without destroying its communicator) after an allreduce and a broadcast; rank 0's next allreduce
 // must fail naming it, well before CHORUS_TIMEOUT_S. Returns the rank's exit status for forkRanks.
 int deadPeerRank(int rank, const ncclUniqueId& id, bool acrossHosts) {
