@@ -26,7 +26,8 @@
 #                                                              (chorus's topology probe beside NVIDIA NCCL's dump; the
 #                                                               thread-rank allreduce test repeated, a crash's stack
 #                                                               resolved; device buffers between two NCCL_HOSTID hosts
-#                                                               against NVIDIA NCCL)
+#                                                               against NVIDIA NCCL, with NCCL_RUNTIME_CONNECT=0, and
+#                                                               sends over the test net plugin's two devices)
 #                 STAGE_CASES="name:VAR=VALUE,... ..." bash scripts/gpu_session.sh stagesweep
 #                                                              (staged allreduce under settings, beside NVIDIA NCCL)
 #                 OLD_SRC=DIR bash scripts/gpu_session.sh latency
@@ -489,6 +490,16 @@ staging() {
     "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
   [ -n "$nv" ] && run 60 staging_info_nvidia.txt env LD_PRELOAD="$nv" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
     "${TWO_HOSTS[@]}" "$BUILD/perf/all_reduce_perf" -b 64M -e 64M --mem device
+  # NCCL_RUNTIME_CONNECT=0: the device path's FIFOs made at init (INFO INIT: "device connection ends made at init"),
+  # and the collectives after it right.
+  run 60 staging_runtime_connect.txt env NCCL_RUNTIME_CONNECT=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+    "${TWO_HOSTS[@]}" "$BUILD/perf/all_reduce_perf" -b 8 -e 64M -f 8 --mem device
+  # Sends of device buffers over two NICs (the test net plugin's two devices over one interface): a launch's lanes
+  # take the NICs in turn (INFO NET: connections on dev 0 and dev 1), and the data is right.
+  local plugin="$BUILD/tests/libnccl-net-chorustest-v11.so"
+  [ -f "$plugin" ] && run 60 staging_sendrecv_two_nics.txt env NCCL_NET_PLUGIN="$plugin" NCCL_NET=ChorusTestNet \
+    CHORUS_TEST_NET_DEVICES=nic0,nic1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET "${TWO_HOSTS[@]}" \
+    "$BUILD/perf/sendrecv_perf" -b 1M -e 64M -f 4 --mem device
   stopMps
 }
 
