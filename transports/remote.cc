@@ -312,6 +312,10 @@ std::string netFailureSuffix(const RemoteTransport* net) {
   return said.empty() ? said : "; this rank's net said: " + said;
 }
 
+std::string setupFailureText(const RemoteTransport* net, const std::string& conn) {
+  return conn + " failed while it was set up" + netFailureSuffix(net);
+}
+
 bool parseGdrLevel(const std::string& text, int* level) {
   static const struct {
     const char* name;

@@ -217,6 +217,10 @@ void poisonFifo(const Fifo& f, uint64_t word, const uint64_t* calls = nullptr);
 /// when there is no net or it failed no connection.
 std::string netFailureSuffix(const RemoteTransport* net);
 
+/// What a wait that a failed setup ended says of it: `conn` (RemoteTransport::failedSetup's name), " failed while it
+/// was set up", and netFailureSuffix(net). The net failed it, so the peer is not blamed.
+std::string setupFailureText(const RemoteTransport* net, const std::string& conn);
+
 /// NCCL_NET_GDR_LEVEL's value as the farthest PathClass (topo/topology.h) at which GPUDirect RDMA is used, -1 for
 /// never (LOC); false when it is none of NCCL's names or numbers.
 bool parseGdrLevel(const std::string& text, int* level);

@@ -494,33 +494,24 @@ ncclResult_t DeviceEngine::checkStatus() {
   } else {
     const char* why = stop ? stop : reason == PoisonReason::kPeerDied ? "a peer process died" : "a peer failed";
     int culprit = static_cast<int>(st->got[0]) - 1;
-    // A connection of this rank's that the net failed while it was set up: the net's proxy stops every staging wait
-    // with it (NetProxy::judged). The connection is the cause, not the peer.
-    std::string setup;
-    RemoteTransport* net = host_->remote();
-    if (reason == PoisonReason::kError && net != nullptr && net->failedSetup(&setup) != nullptr)
-      setup += " failed while it was set up";
-    else
-      setup.clear();
-    const bool acrossHosts =
-        peer >= 0 && peer < comm_->nranks && comm_->peers[peer].hostHash != comm_->peers[comm_->rank].hostHash;
-    if (!setup.empty()) {
-      snprintf(msg, sizeof(msg),
-               "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): %s", comm_->rank,
-               static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel, st->step, setup.c_str());
+    const RemoteTransport* net = host_->remote();
+    std::string cause, conn;
+    if (reason == PoisonReason::kError && net != nullptr && net->failedSetup(&conn) != nullptr) {
+      // A connection of this rank's that the net failed while it was set up: the net's proxy stops every staging wait
+      // with it (NetProxy::judged). The connection is the cause, not the peer.
+      cause = setupFailureText(net, conn);
     } else {
-      snprintf(msg, sizeof(msg),
-               "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): "
-               "%s%s%d",
-               comm_->rank, static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel, st->step, why,
-               reason == PoisonReason::kTimeout ? "; rank " : "; reported by or about rank ",
-               reason == PoisonReason::kTimeout ? peer : culprit);
+      const bool timeout = reason == PoisonReason::kTimeout;
+      cause = std::string(why) + (timeout ? "; rank " : "; reported by or about rank ") +
+              std::to_string(timeout ? peer : culprit);
+      // A peer across hosts: what this rank's net said, where it failed a connection (HostPlatform::poisoned).
+      const bool acrossHosts =
+          peer >= 0 && peer < comm_->nranks && comm_->peers[peer].hostHash != comm_->peers[comm_->rank].hostHash;
+      if (reason == PoisonReason::kError && acrossHosts) cause += netFailureSuffix(net);
     }
-    // A peer across hosts: what this rank's net said, where it failed a connection (HostPlatform::poisoned).
-    if (reason == PoisonReason::kError && (acrossHosts || !setup.empty())) {
-      const std::string said = netFailureSuffix(host_->remote());
-      snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "%s", said.c_str());
-    }
+    snprintf(msg, sizeof(msg),
+             "rank %d: device operation #%lu stopped while waiting %s rank %d (channel %d, slot %u): %s", comm_->rank,
+             static_cast<unsigned long>(st->seq), waitText(st->what), peer, st->channel, st->step, cause.c_str());
   }
   comm_->state.store(static_cast<int>(CommState::kFailed));
   int expected = ncclSuccess;

@@ -240,8 +240,7 @@ ncclResult_t HostPlatform::waitFor(Fifo* f, Ready ready, const char* what) {
     auto setupFailure = [&](uint64_t word) {
       int culprit = -1;
       poisonReason(word, &culprit);
-      return fail(ncclRemoteError, PoisonReason::kError, culprit,
-                  where() + ": " + name + " failed while it was set up" + netFailureSuffix(net));
+      return fail(ncclRemoteError, PoisonReason::kError, culprit, where() + ": " + setupFailureText(net, name));
     };
     int ignored = -1;
     if (poison != 0) {

@@ -453,7 +453,6 @@ const Fifo* NetProxy::failedSetup(std::string* conn) const {
 }
 
 void NetProxy::poisonPeerConn(NetConn& c, uint64_t word, const uint64_t* calls) {
-  recordSetupFailure(c);
   poisonFifo(c.fifo, word, calls);
   closeConn(c);
   judged(c);  // a connection whose setup failed may take the peer's notice before its own verdict
